@@ -1,0 +1,16 @@
+//! API machinery shared by every Skiff component: the resource registry, Status errors,
+//! selectors, quantities, patches, server-side printing, defaulting and validation.
+//! No I/O lives here.
+
+pub mod defaults;
+pub mod patch;
+pub mod printers;
+pub mod quantity;
+pub mod registry;
+pub mod schema;
+pub mod selector;
+pub mod status;
+pub mod validation;
+
+pub use registry::Resource;
+pub use status::{FieldError, StatusError};

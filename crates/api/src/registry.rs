@@ -1,0 +1,172 @@
+//! The resources the API serves: group, version, kind, plural, scope, short names,
+//! categories and subresources, as upstream's discovery documents them.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resource {
+    /// API group ("" for the core group).
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    /// Lower-case plural, the URL segment ("pods").
+    pub plural: &'static str,
+    /// Lower-case singular ("pod").
+    pub singular: &'static str,
+    pub namespaced: bool,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    /// Subresources served, e.g. "status", "scale", "binding", "eviction", "log", "exec".
+    pub subresources: &'static [&'static str],
+}
+
+impl Resource {
+    /// "v1" or "apps/v1".
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// "pods" or "deployments.apps": the name used in Status messages.
+    pub fn qualified_plural(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    /// The kind of the list ("PodList").
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    pub fn has_subresource(&self, sub: &str) -> bool {
+        self.subresources.contains(&sub)
+    }
+}
+
+const ALL: &[&str] = &["all"];
+
+macro_rules! res {
+    ($group:expr, $version:expr, $kind:expr, $plural:expr, $singular:expr, $namespaced:expr, $short:expr, $cat:expr, $sub:expr) => {
+        Resource {
+            group: $group,
+            version: $version,
+            kind: $kind,
+            plural: $plural,
+            singular: $singular,
+            namespaced: $namespaced,
+            short_names: $short,
+            categories: $cat,
+            subresources: $sub,
+        }
+    };
+}
+
+/// Every resource served, in discovery order.
+pub static RESOURCES: &[Resource] = &[
+    res!("", "v1", "Namespace", "namespaces", "namespace", false, &["ns"], &[], &["status", "finalize"]),
+    res!("", "v1", "Node", "nodes", "node", false, &["no"], &[], &["status", "proxy"]),
+    res!(
+        "",
+        "v1",
+        "Pod",
+        "pods",
+        "pod",
+        true,
+        &["po"],
+        ALL,
+        &["status", "binding", "eviction", "log", "exec", "attach", "portforward", "ephemeralcontainers"]
+    ),
+    res!("", "v1", "Binding", "bindings", "binding", true, &[], &[], &[]),
+    res!("", "v1", "Event", "events", "event", true, &["ev"], &[], &[]),
+    res!("", "v1", "Secret", "secrets", "secret", true, &[], &[], &[]),
+    res!("", "v1", "ConfigMap", "configmaps", "configmap", true, &["cm"], &[], &[]),
+    res!("", "v1", "Service", "services", "service", true, &["svc"], ALL, &["status"]),
+    res!("", "v1", "Endpoints", "endpoints", "endpoints", true, &["ep"], &[], &[]),
+    res!("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", true, &["sa"], &[], &["token"]),
+    res!("", "v1", "PersistentVolume", "persistentvolumes", "persistentvolume", false, &["pv"], &[], &["status"]),
+    res!(
+        "",
+        "v1",
+        "PersistentVolumeClaim",
+        "persistentvolumeclaims",
+        "persistentvolumeclaim",
+        true,
+        &["pvc"],
+        &[],
+        &["status"]
+    ),
+    res!(
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        "deployment",
+        true,
+        &["deploy"],
+        ALL,
+        &["status", "scale"]
+    ),
+    res!("apps", "v1", "ReplicaSet", "replicasets", "replicaset", true, &["rs"], ALL, &["status", "scale"]),
+    res!("apps", "v1", "StatefulSet", "statefulsets", "statefulset", true, &["sts"], ALL, &["status", "scale"]),
+    res!("apps", "v1", "DaemonSet", "daemonsets", "daemonset", true, &["ds"], ALL, &["status"]),
+    res!("apps", "v1", "ControllerRevision", "controllerrevisions", "controllerrevision", true, &[], &[], &[]),
+    res!("batch", "v1", "Job", "jobs", "job", true, &[], ALL, &["status"]),
+    res!("batch", "v1", "CronJob", "cronjobs", "cronjob", true, &["cj"], ALL, &["status"]),
+    res!("coordination.k8s.io", "v1", "Lease", "leases", "lease", true, &[], &[], &[]),
+    res!("events.k8s.io", "v1", "Event", "events", "event", true, &["ev"], &[], &[]),
+    res!(
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        true,
+        &["pdb"],
+        &[],
+        &["status"]
+    ),
+    res!("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", false, &["pc"], &[], &[]),
+];
+
+/// The groups served, in discovery order, with their single version.
+pub fn groups() -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for r in RESOURCES {
+        if !r.group.is_empty() && !out.contains(&r.group) {
+            out.push(r.group);
+        }
+    }
+    out
+}
+
+/// The resource with this group, version and plural.
+pub fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// The resource of this kind in this group.
+pub fn lookup_kind(group: &str, kind: &str) -> Option<&'static Resource> {
+    RESOURCES.iter().find(|r| r.group == group && r.kind == kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookups() {
+        let d = lookup("apps", "v1", "deployments").expect("deployments");
+        assert_eq!(d.kind, "Deployment");
+        assert_eq!(d.api_version(), "apps/v1");
+        assert_eq!(d.qualified_plural(), "deployments.apps");
+        assert!(lookup("", "v1", "nope").is_none());
+        assert_eq!(lookup_kind("", "Pod").map(|r| r.plural), Some("pods"));
+        assert!(groups().contains(&"batch"));
+    }
+}

@@ -1,0 +1,153 @@
+//! OpenAPI v3 schemas of every served kind, generated from the project's own types
+//! (`k8s-openapi`'s schemars implementations), with upstream's list metadata
+//! (`x-kubernetes-patch-strategy`, `x-kubernetes-patch-merge-key`, `x-kubernetes-list-type`,
+//! `x-kubernetes-list-map-keys`) added from [`crate::patch::meta`]. Strategic merge patch
+//! and server-side apply navigate these schemas; the API server publishes them.
+
+use std::sync::OnceLock;
+
+use k8s_openapi::api;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as metav1;
+use serde_json::{Map, Value};
+
+/// Prefix of every `$ref`.
+pub const REF_PREFIX: &str = "#/components/schemas/";
+
+struct Schemas {
+    definitions: Map<String, Value>,
+    /// (group, version, kind) -> definition name
+    roots: Vec<(&'static str, &'static str, &'static str, String)>,
+}
+
+macro_rules! roots {
+    ($gen:expr, $roots:expr, $( ($group:expr, $version:expr, $kind:expr, $ty:ty) ),* $(,)?) => {
+        $(
+            let _ = $gen.subschema_for::<$ty>();
+            $roots.push(($group, $version, $kind, <$ty as schemars::JsonSchema>::schema_name().into_owned()));
+        )*
+    };
+}
+
+fn build() -> Schemas {
+    let mut settings = schemars::generate::SchemaSettings::openapi3();
+    settings.definitions_path = REF_PREFIX.into();
+    let mut generator = settings.into_generator();
+    let mut roots = Vec::new();
+    roots!(
+        generator,
+        roots,
+        ("", "v1", "Namespace", api::core::v1::Namespace),
+        ("", "v1", "Node", api::core::v1::Node),
+        ("", "v1", "Pod", api::core::v1::Pod),
+        ("", "v1", "Binding", api::core::v1::Binding),
+        ("", "v1", "Event", api::core::v1::Event),
+        ("", "v1", "Secret", api::core::v1::Secret),
+        ("", "v1", "ConfigMap", api::core::v1::ConfigMap),
+        ("", "v1", "Service", api::core::v1::Service),
+        ("", "v1", "Endpoints", api::core::v1::Endpoints),
+        ("", "v1", "ServiceAccount", api::core::v1::ServiceAccount),
+        ("", "v1", "PersistentVolume", api::core::v1::PersistentVolume),
+        ("", "v1", "PersistentVolumeClaim", api::core::v1::PersistentVolumeClaim),
+        ("apps", "v1", "Deployment", api::apps::v1::Deployment),
+        ("apps", "v1", "ReplicaSet", api::apps::v1::ReplicaSet),
+        ("apps", "v1", "StatefulSet", api::apps::v1::StatefulSet),
+        ("apps", "v1", "DaemonSet", api::apps::v1::DaemonSet),
+        ("apps", "v1", "ControllerRevision", api::apps::v1::ControllerRevision),
+        ("batch", "v1", "Job", api::batch::v1::Job),
+        ("batch", "v1", "CronJob", api::batch::v1::CronJob),
+        ("coordination.k8s.io", "v1", "Lease", api::coordination::v1::Lease),
+        ("events.k8s.io", "v1", "Event", api::events::v1::Event),
+        ("policy", "v1", "PodDisruptionBudget", api::policy::v1::PodDisruptionBudget),
+        ("policy", "v1", "Eviction", api::policy::v1::Eviction),
+        ("scheduling.k8s.io", "v1", "PriorityClass", api::scheduling::v1::PriorityClass),
+        ("autoscaling", "v1", "Scale", api::autoscaling::v1::Scale),
+        ("meta.k8s.io", "v1", "Status", metav1::Status),
+        ("meta.k8s.io", "v1", "DeleteOptions", metav1::DeleteOptions),
+    );
+    let mut definitions: Map<String, Value> = generator.take_definitions(true).into_iter().collect();
+    add_list_metadata(&mut definitions);
+    Schemas { definitions, roots }
+}
+
+/// Add upstream's list extensions to the properties the patch metadata names.
+fn add_list_metadata(defs: &mut Map<String, Value>) {
+    for (name, def) in defs.iter_mut() {
+        let Some(props) = def.get_mut("properties").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        for (prop, schema) in props.iter_mut() {
+            let Some(meta) = crate::patch::meta::list_meta(name, prop) else {
+                continue;
+            };
+            let Some(obj) = schema.as_object_mut() else { continue };
+            if let Some(s) = meta.patch_strategy {
+                obj.insert("x-kubernetes-patch-strategy".into(), Value::String(s.to_string()));
+            }
+            if let Some(k) = meta.patch_merge_key {
+                obj.insert("x-kubernetes-patch-merge-key".into(), Value::String(k.to_string()));
+            }
+            if let Some(t) = meta.list_type {
+                obj.insert("x-kubernetes-list-type".into(), Value::String(t.to_string()));
+            }
+            if !meta.list_map_keys.is_empty() {
+                obj.insert(
+                    "x-kubernetes-list-map-keys".into(),
+                    Value::Array(meta.list_map_keys.iter().map(|k| Value::String(k.to_string())).collect()),
+                );
+            }
+        }
+    }
+}
+
+fn schemas() -> &'static Schemas {
+    static S: OnceLock<Schemas> = OnceLock::new();
+    S.get_or_init(build)
+}
+
+/// Every definition, keyed by its name ("io.k8s.api.core.v1.PodSpec").
+pub fn definitions() -> &'static Map<String, Value> {
+    &schemas().definitions
+}
+
+/// The definition name of a kind's root type.
+pub fn definition_for(group: &str, version: &str, kind: &str) -> Option<&'static str> {
+    schemas()
+        .roots
+        .iter()
+        .find(|(g, v, k, _)| *g == group && *v == version && *k == kind)
+        .map(|(_, _, _, name)| name.as_str())
+}
+
+/// The definition a schema refers to (follows `$ref`, also inside `allOf`).
+pub fn resolve(schema: &Value) -> Option<(&'static str, &'static Value)> {
+    let r = schema.get("$ref").and_then(Value::as_str).or_else(|| {
+        schema
+            .get("allOf")
+            .and_then(Value::as_array)
+            .and_then(|a| a.first())
+            .and_then(|s| s.get("$ref"))
+            .and_then(Value::as_str)
+    })?;
+    let name = r.strip_prefix(REF_PREFIX)?;
+    definitions().get_key_value(name).map(|(k, v)| (k.as_str(), v))
+}
+
+/// The schema of property `prop` of definition `def`.
+pub fn property(def: &str, prop: &str) -> Option<&'static Value> {
+    definitions().get(def)?.get("properties")?.get(prop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_spec_is_reachable() {
+        let pod = definition_for("", "v1", "Pod").expect("pod root");
+        assert_eq!(pod, "io.k8s.api.core.v1.Pod");
+        let spec = property(pod, "spec").expect("spec");
+        let (name, _) = resolve(spec).expect("spec ref");
+        assert_eq!(name, "io.k8s.api.core.v1.PodSpec");
+        assert!(property(name, "containers").is_some());
+    }
+}

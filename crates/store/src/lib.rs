@@ -1,0 +1,137 @@
+//! Revisioned key-value storage with etcd's semantics.
+//!
+//! One global, strictly increasing revision numbers every write; an object's
+//! `resourceVersion` is the revision of the write that last changed it. The API
+//! server is the only user of this crate: every other component talks to the API.
+//!
+//! Backends implement [`Store`]: `sqlite` (default, durable, group commit) and
+//! `memory` (tests, simulations). [`cache::Cached`] wraps a backend so reads and
+//! watches are served from memory.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+pub type Revision = i64;
+
+/// One stored value at one revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyValue {
+    pub key: String,
+    /// The serialized object (JSON bytes). Shared: lists hand out clones cheaply.
+    pub value: Arc<[u8]>,
+    /// Revision of the write that created the key (etcd's create_revision).
+    pub create_revision: Revision,
+    /// Revision of the write that last changed the key (etcd's mod_revision).
+    pub mod_revision: Revision,
+}
+
+/// A change seen by a watcher. `revision` is the revision of the change itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Created (`prev` is `None`) or updated (`prev` is the value before).
+    Put { kv: KeyValue, prev: Option<KeyValue> },
+    /// Deleted: `prev` is the last value; `revision` is the delete's revision.
+    Delete { prev: KeyValue, revision: Revision },
+}
+
+impl Event {
+    pub fn revision(&self) -> Revision {
+        match self {
+            Event::Put { kv, .. } => kv.mod_revision,
+            Event::Delete { revision, .. } => *revision,
+        }
+    }
+    pub fn key(&self) -> &str {
+        match self {
+            Event::Put { kv, .. } => &kv.key,
+            Event::Delete { prev, .. } => &prev.key,
+        }
+    }
+}
+
+/// Errors a caller branches on (the API server maps them to Status reasons).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("key {0} already exists")]
+    AlreadyExists(String),
+    #[error("key {0} not found")]
+    NotFound(String),
+    /// Compare-on-revision failed: the key's current mod_revision differs.
+    #[error("key {key} was modified: expected revision {expected}, found {actual}")]
+    Conflict {
+        key: String,
+        expected: Revision,
+        actual: Revision,
+    },
+    /// The requested revision has been compacted away.
+    #[error("required revision {requested} has been compacted (oldest available {compacted})")]
+    Compacted {
+        requested: Revision,
+        compacted: Revision,
+    },
+    /// The requested revision is in the future.
+    #[error("required revision {0} is a future revision")]
+    FutureRevision(Revision),
+    #[error("storage backend: {0}")]
+    Backend(#[from] anyhow::Error),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// A page of a list.
+#[derive(Clone, Debug, Default)]
+pub struct ListResult {
+    /// Items in key order.
+    pub items: Vec<KeyValue>,
+    /// The revision the list was taken at.
+    pub revision: Revision,
+    /// True when more keys under the prefix follow the last item.
+    pub more: bool,
+}
+
+/// Options of a list.
+#[derive(Clone, Debug, Default)]
+pub struct ListOptions {
+    /// Only keys strictly greater than this (pagination).
+    pub start_after: Option<String>,
+    /// 0 means no limit.
+    pub limit: usize,
+    /// List as of this revision (None: the current one).
+    pub revision: Option<Revision>,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Create `key`; fails with `AlreadyExists`. Returns the stored value.
+    /// Returns only once the write is durable.
+    async fn create(&self, key: &str, value: Vec<u8>) -> Result<KeyValue>;
+
+    /// Replace `key` if its mod_revision equals `expected` (`Conflict` otherwise,
+    /// `NotFound` if absent). Durable when it returns.
+    async fn update(&self, key: &str, value: Vec<u8>, expected: Revision) -> Result<KeyValue>;
+
+    /// Delete `key`, if `expected` is given only at that mod_revision.
+    /// Returns the deleted value with `mod_revision` set to the delete's revision.
+    async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue>;
+
+    /// The current value of `key`.
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>>;
+
+    /// Keys starting with `prefix`, in key order.
+    async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult>;
+
+    /// Changes to keys under `prefix` with revision > `after`, in revision order,
+    /// then live changes. `Compacted` if `after` is older than the compaction point.
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<BoxStream<'static, Event>>;
+
+    /// The latest revision (0 on an empty store).
+    async fn current_revision(&self) -> Result<Revision>;
+
+    /// Forget history older than `revision` (the latest value of each key stays).
+    async fn compact(&self, revision: Revision) -> Result<()>;
+
+    /// The oldest revision still available to list and watch from.
+    async fn compacted_revision(&self) -> Result<Revision>;
+}

@@ -1,7 +1,23 @@
 //! The API server: HTTPS, authentication, discovery, OpenAPI, CRUD/watch handlers,
 //! admission and subresources over a [`skiff_store::Store`].
+//!
+//! Architecture invariant: this crate is the only one that touches the store. Every other
+//! component reaches the data through the HTTP API (in-process through [`client`]).
 
+pub mod body;
 pub mod discovery;
+pub mod handlers;
+pub mod objects;
 pub mod openapi;
 pub mod pki;
 pub mod protobuf;
+pub mod proxy;
+pub mod read;
+pub mod request;
+pub mod server;
+pub mod subresources;
+pub mod tls;
+pub mod watch;
+pub mod write;
+
+pub use server::{ApiState, Running, ServerOptions, client, start};

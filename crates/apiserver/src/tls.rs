@@ -1,0 +1,611 @@
+//! HTTPS serving and authentication of callers.
+//!
+//! - [`server_config`]: rustls with the cluster CA as client-certificate root. Anonymous
+//!   connections are accepted (so `/readyz`, `/version` and 401 answers work) but any
+//!   certificate a client presents must chain to the CA, or the handshake fails.
+//! - [`serve_tls`]: the accept loop. Each request carries an `Option<Identity>` extension: the
+//!   user of the client certificate, if any (and `axum::extract::ConnectInfo<SocketAddr>`).
+//! - [`TokenAuth`]: static bearer tokens from `DIR/tokens.csv`, in the format of upstream's
+//!   `--token-auth-file`.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+
+use crate::pki::{ADMIN_GROUP, ADMIN_USER, Pki};
+
+/// How long a client may take to finish the TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An authenticated user: the certificate's CN (or token's user) and its groups (O).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+/// The rustls configuration for the API server's HTTPS port.
+pub fn server_config(pki: &Pki) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pki.ca_cert_pem.as_bytes()) {
+        roots
+            .add(cert.context("parsing the CA certificate")?)
+            .context("adding the CA certificate to the client roots")?;
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()
+        .context("building the client certificate verifier")?;
+
+    let chain = CertificateDer::pem_slice_iter(pki.serving_cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .context("parsing the serving certificate")?;
+    let key = PrivateKeyDer::from_pem_slice(pki.serving_key_pem.as_bytes())
+        .context("parsing the serving key")?;
+
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("choosing TLS versions")?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .context("loading the serving certificate")?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The identity a client certificate asserts: CN is the user, each O a group.
+/// `None` when the DER does not parse or has no CN.
+pub fn identity_from_cert(der: &[u8]) -> Option<Identity> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let subject = cert.subject();
+    let user = subject
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .filter(|cn| !cn.is_empty())?
+        .to_string();
+    let groups = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok())
+        .map(str::to_string)
+        .collect();
+    Some(Identity { user, groups })
+}
+
+/// Serves `router` over TLS on `listener` until the task is dropped.
+///
+/// HTTP/1.1 (with upgrades, for WebSockets) and HTTP/2 are both spoken, whichever the client
+/// negotiates. Failed handshakes are logged at debug level and the connection dropped.
+pub async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    config: Arc<rustls::ServerConfig>,
+    router: axum::Router,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                // Usually out of file descriptors: back off instead of spinning.
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let acceptor = acceptor.clone();
+        let router = router.clone();
+        tokio::spawn(async move {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(%peer, error = %e, "setting TCP_NODELAY failed");
+            }
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let identity = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|certs| certs.first())
+                .and_then(|cert| identity_from_cert(cert));
+            serve_connection(tls, peer, identity, router).await;
+        });
+    }
+}
+
+async fn serve_connection<S>(
+    stream: S,
+    peer: SocketAddr,
+    identity: Option<Identity>,
+    router: axum::Router,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use tower::ServiceExt;
+    let service =
+        hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(identity.clone());
+            req.extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            let router = router.clone();
+            async move {
+                let response = router.oneshot(req.map(axum::body::Body::new)).await;
+                Ok::<_, Infallible>(match response {
+                    Ok(r) => r,
+                    Err(never) => match never {},
+                })
+            }
+        });
+    let builder =
+        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    if let Err(e) = builder
+        .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service)
+        .await
+    {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// Static bearer tokens, as upstream's `--token-auth-file`: CSV lines
+/// `token,user,uid[,"group1,group2"]`.
+#[derive(Clone, Default)]
+pub struct TokenAuth {
+    tokens: HashMap<String, Identity>,
+    admin_token: Option<String>,
+}
+
+impl std::fmt::Debug for TokenAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Tokens are secrets: only their number is shown.
+        f.debug_struct("TokenAuth")
+            .field("tokens", &self.tokens.len())
+            .finish()
+    }
+}
+
+impl TokenAuth {
+    /// Loads `dir/tokens.csv`; on first start writes it (mode 0600) with one administrator
+    /// token (user `skiff-admin`, group `system:masters`).
+    pub fn load_or_create(dir: &Path) -> anyhow::Result<TokenAuth> {
+        let path = dir.join("tokens.csv");
+        if !path.exists() {
+            let token = format!(
+                "{}{}",
+                uuid::Uuid::new_v4().simple(),
+                uuid::Uuid::new_v4().simple()
+            );
+            let line = format!("{token},{ADMIN_USER},{ADMIN_USER},\"{ADMIN_GROUP}\"\n");
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            crate::pki::write_file(&path, line.as_bytes(), 0o600)?;
+            tracing::info!(path = %path.display(), "created the static token file");
+        }
+        Self::load(&path)
+    }
+
+    /// Loads a token file.
+    pub fn load(path: &Path) -> anyhow::Result<TokenAuth> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("parsing token file {}", path.display()))
+    }
+
+    /// Parses the CSV text of a token file.
+    pub fn parse(text: &str) -> anyhow::Result<TokenAuth> {
+        let mut auth = TokenAuth::default();
+        for (index, line) in text.lines().enumerate() {
+            let line_no = index + 1;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let record = parse_csv_line(line).with_context(|| format!("line {line_no}"))?;
+            if record.len() < 3 {
+                bail!(
+                    "token file must have at least 3 columns (token, user name, user uid), found {} on line {line_no}",
+                    record.len()
+                );
+            }
+            let token = record[0].clone();
+            if token.is_empty() {
+                tracing::warn!(
+                    line = line_no,
+                    "skipping a token file line with an empty token"
+                );
+                continue;
+            }
+            let groups = record
+                .get(3)
+                .map(|g| {
+                    g.split(',')
+                        .map(str::trim)
+                        .filter(|g| !g.is_empty())
+                        .map(str::to_string)
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            let identity = Identity {
+                user: record[1].clone(),
+                groups,
+            };
+            if auth.tokens.contains_key(&token) {
+                tracing::warn!(line = line_no, "duplicate token in token file");
+            }
+            if auth.admin_token.is_none() && identity.groups.iter().any(|g| g == ADMIN_GROUP) {
+                auth.admin_token = Some(token.clone());
+            }
+            auth.tokens.insert(token, identity);
+        }
+        Ok(auth)
+    }
+
+    /// The identity of `token`, if it is known.
+    pub fn authenticate(&self, token: &str) -> Option<Identity> {
+        self.tokens.get(token).cloned()
+    }
+
+    /// The identity of an `Authorization: Bearer TOKEN` header value, as upstream parses it.
+    pub fn authenticate_header(&self, authorization: &str) -> Option<Identity> {
+        let mut parts = authorization.trim().splitn(3, ' ');
+        let scheme = parts.next()?;
+        let token = parts.next()?;
+        if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+            return None;
+        }
+        self.authenticate(token)
+    }
+
+    /// The first token whose user is in `system:masters`, for writing an admin kubeconfig.
+    pub fn admin_token(&self) -> Option<&str> {
+        self.admin_token.as_deref()
+    }
+}
+
+/// Splits one CSV record (RFC 4180 quoting; leading spaces of fields are trimmed as Go's
+/// `csv.Reader{TrimLeadingSpace: true}` does).
+fn parse_csv_line(line: &str) -> anyhow::Result<Vec<String>> {
+    let mut fields = Vec::new();
+    let mut chars = line.trim_end_matches('\r').chars().peekable();
+    loop {
+        while chars.next_if(|c| *c == ' ' || *c == '\t').is_some() {}
+        let mut field = String::new();
+        if chars.next_if_eq(&'"').is_some() {
+            loop {
+                match chars.next() {
+                    Some('"') if chars.next_if_eq(&'"').is_some() => field.push('"'),
+                    Some('"') => break,
+                    Some(c) => field.push(c),
+                    None => bail!("unterminated quoted field"),
+                }
+            }
+            match chars.next() {
+                None => {
+                    fields.push(field);
+                    return Ok(fields);
+                }
+                Some(',') => fields.push(field),
+                Some(c) => bail!("unexpected {c:?} after a quoted field"),
+            }
+        } else {
+            loop {
+                match chars.next() {
+                    None => {
+                        fields.push(field);
+                        return Ok(fields);
+                    }
+                    Some(',') => break,
+                    Some('"') => bail!("bare \" in a non-quoted field"),
+                    Some(c) => field.push(c),
+                }
+            }
+            fields.push(field);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pki;
+
+    #[test]
+    fn csv_lines() {
+        assert_eq!(
+            parse_csv_line(r#"tok,user,uid,"a,b""#).unwrap(),
+            vec!["tok", "user", "uid", "a,b"]
+        );
+        assert_eq!(
+            parse_csv_line(r#"tok, user ,uid, "x""y""#).unwrap(),
+            vec!["tok", "user ", "uid", "x\"y"]
+        );
+        assert_eq!(parse_csv_line("a,,c,").unwrap(), vec!["a", "", "c", ""]);
+        assert!(parse_csv_line(r#"a,"b"#).is_err());
+        assert!(parse_csv_line(r#"a,b"c"#).is_err());
+    }
+
+    #[test]
+    fn token_file() {
+        let auth = TokenAuth::parse(
+            "t1,alice,1,\"dev, ops\"\nt2,bob,2\n\n,nobody,3\nt3,root,4,\"system:masters\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            auth.authenticate("t1"),
+            Some(Identity {
+                user: "alice".into(),
+                groups: vec!["dev".into(), "ops".into()]
+            })
+        );
+        assert_eq!(
+            auth.authenticate("t2").unwrap().groups,
+            Vec::<String>::new()
+        );
+        assert_eq!(auth.authenticate(""), None);
+        assert_eq!(auth.authenticate("nope"), None);
+        assert_eq!(auth.admin_token(), Some("t3"));
+        assert_eq!(auth.authenticate_header("Bearer t2").unwrap().user, "bob");
+        assert_eq!(
+            auth.authenticate_header("  bearer t2 ").unwrap().user,
+            "bob"
+        );
+        assert_eq!(auth.authenticate_header("Basic t2"), None);
+        assert_eq!(auth.authenticate_header("Bearer"), None);
+        assert!(TokenAuth::parse("only,two\n").is_err());
+    }
+
+    #[test]
+    fn token_file_created_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = TokenAuth::load_or_create(dir.path()).unwrap();
+        let token = first.admin_token().unwrap().to_string();
+        assert_eq!(token.len(), 64);
+        let id = first.authenticate(&token).unwrap();
+        assert_eq!(id.user, "skiff-admin");
+        assert_eq!(id.groups, vec!["system:masters"]);
+        let second = TokenAuth::load_or_create(dir.path()).unwrap();
+        assert_eq!(second.admin_token(), Some(token.as_str()));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("tokens.csv"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    fn der_of(pem: &str) -> Vec<u8> {
+        CertificateDer::from_pem_slice(pem.as_bytes())
+            .unwrap()
+            .to_vec()
+    }
+
+    #[test]
+    fn identity_of_certificates() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = pki::load_or_create(dir.path(), &[]).unwrap();
+        assert_eq!(
+            identity_from_cert(&der_of(&pki.admin_cert_pem)),
+            Some(Identity {
+                user: "skiff-admin".into(),
+                groups: vec!["system:masters".into()]
+            })
+        );
+        let (node_cert, _) = pki
+            .issue_client_cert("system:node:n1", &["system:nodes"])
+            .unwrap();
+        assert_eq!(
+            identity_from_cert(&der_of(&node_cert)),
+            Some(Identity {
+                user: "system:node:n1".into(),
+                groups: vec!["system:nodes".into()]
+            })
+        );
+        let (plain, _) = pki.issue_client_cert("jane", &[]).unwrap();
+        assert_eq!(
+            identity_from_cert(&der_of(&plain)).unwrap().groups,
+            Vec::<String>::new()
+        );
+        assert_eq!(identity_from_cert(b"not a certificate"), None);
+    }
+
+    // ---- end-to-end over a real socket ----
+
+    use http_body_util::{BodyExt, Empty};
+
+    async fn start_server(pki: &Pki) -> SocketAddr {
+        let router = axum::Router::new().fallback(
+            |axum::Extension(id): axum::Extension<Option<Identity>>| async move {
+                match id {
+                    Some(id) => format!("{}|{}", id.user, id.groups.join(",")),
+                    None => "anonymous".to_string(),
+                }
+            },
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = server_config(pki).unwrap();
+        tokio::spawn(serve_tls(listener, config, router));
+        addr
+    }
+
+    fn client_config(
+        ca_pem: &str,
+        client: Option<(&str, &str)>,
+        alpn: &[&[u8]],
+    ) -> rustls::ClientConfig {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+            .unwrap();
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        let mut config = match client {
+            Some((cert, key)) => builder
+                .with_client_auth_cert(
+                    vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+                    PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+                )
+                .unwrap(),
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        config
+    }
+
+    /// GETs `/whoami` over TLS with the given client config; returns the negotiated ALPN
+    /// protocol and the body.
+    async fn get(
+        addr: SocketAddr,
+        config: rustls::ClientConfig,
+    ) -> anyhow::Result<(Vec<u8>, String)> {
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        let name = rustls::pki_types::ServerName::try_from("localhost")?;
+        let tls = connector.connect(name, tcp).await?;
+        let alpn = tls.get_ref().1.alpn_protocol().unwrap_or_default().to_vec();
+        let io = hyper_util::rt::TokioIo::new(tls);
+        let req = http::Request::builder()
+            .uri(format!("https://localhost:{}/whoami", addr.port()))
+            .body(Empty::<bytes::Bytes>::new())?;
+        let resp = if alpn == b"h2" {
+            let (mut sender, conn) =
+                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                    .await?;
+            tokio::spawn(conn);
+            sender.send_request(req).await?
+        } else {
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await?;
+            tokio::spawn(conn);
+            sender.send_request(req).await?
+        };
+        let body = resp.into_body().collect().await?.to_bytes();
+        Ok((alpn, String::from_utf8(body.to_vec())?))
+    }
+
+    #[tokio::test]
+    async fn serve_tls_identifies_clients() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = pki::load_or_create(dir.path(), &[]).unwrap();
+        let addr = start_server(&pki).await;
+
+        // The admin certificate, over HTTP/2.
+        let admin = client_config(
+            &pki.ca_cert_pem,
+            Some((&pki.admin_cert_pem, &pki.admin_key_pem)),
+            &[b"h2", b"http/1.1"],
+        );
+        let (alpn, body) = get(addr, admin).await.unwrap();
+        assert_eq!(alpn, b"h2");
+        assert_eq!(body, "skiff-admin|system:masters");
+
+        // A node certificate, over HTTP/1.1.
+        let (cert, key) = pki
+            .issue_client_cert("system:node:n1", &["system:nodes"])
+            .unwrap();
+        let node = client_config(&pki.ca_cert_pem, Some((&cert, &key)), &[b"http/1.1"]);
+        let (alpn, body) = get(addr, node).await.unwrap();
+        assert_eq!(alpn, b"http/1.1");
+        assert_eq!(body, "system:node:n1|system:nodes");
+
+        // No certificate and no ALPN at all: anonymous HTTP/1.1.
+        let anonymous = client_config(&pki.ca_cert_pem, None, &[]);
+        let (alpn, body) = get(addr, anonymous).await.unwrap();
+        assert_eq!(alpn, b"");
+        assert_eq!(body, "anonymous");
+
+        // A certificate from another CA is refused during the handshake.
+        let other_dir = tempfile::tempdir().unwrap();
+        let other = pki::load_or_create(other_dir.path(), &[]).unwrap();
+        let foreign = client_config(
+            &pki.ca_cert_pem,
+            Some((&other.admin_cert_pem, &other.admin_key_pem)),
+            &[b"h2"],
+        );
+        assert!(get(addr, foreign).await.is_err());
+
+        // The server survives all of that, and garbage on the socket.
+        let mut raw = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut raw, b"GET / HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        drop(raw);
+        let again = client_config(&pki.ca_cert_pem, None, &[b"h2"]);
+        assert_eq!(get(addr, again).await.unwrap().1, "anonymous");
+    }
+
+    /// Runs the real kubectl against a test server: `cargo test -p skiff-apiserver -- --ignored kubectl`.
+    #[tokio::test]
+    #[ignore = "needs /usr/bin/kubectl"]
+    async fn kubectl_talks_to_serve_tls() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = pki::load_or_create(dir.path(), &[]).unwrap();
+        let router = axum::Router::new()
+            .route(
+                "/version",
+                axum::routing::get(|| async {
+                    axum::Json(serde_json::json!({
+                        "major": "1", "minor": "33", "gitVersion": "v1.33.0",
+                        "platform": "linux/amd64"
+                    }))
+                }),
+            )
+            .fallback(
+                |axum::Extension(id): axum::Extension<Option<Identity>>,
+                 req: axum::extract::Request| async move {
+                    format!(
+                        "{} {:?} {}",
+                        id.map(|i| format!("{}|{}", i.user, i.groups.join(",")))
+                            .unwrap_or_default(),
+                        req.version(),
+                        req.uri().path()
+                    )
+                },
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve_tls(listener, server_config(&pki).unwrap(), router));
+
+        let kubeconfig = dir.path().join("kubeconfig");
+        pki.write_kubeconfig(
+            &kubeconfig,
+            &format!("https://127.0.0.1:{}", addr.port()),
+            &pki.admin_cert_pem,
+            &pki.admin_key_pem,
+        )
+        .unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let out = tokio::process::Command::new("kubectl")
+            .env("HOME", home.path())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["get", "--raw", "/anything"])
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "kubectl failed: {stderr}");
+        assert_eq!(
+            stdout.trim(),
+            "skiff-admin|system:masters HTTP/2.0 /anything",
+            "{stderr}"
+        );
+    }
+}

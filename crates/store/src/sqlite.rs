@@ -1,0 +1,993 @@
+//! The default, durable backend: SQLite with kine's schema (one row per revision).
+//!
+//! Writes go through one writer thread that owns the write connection and
+//! commits everything pending in one transaction (group commit: one fsync for
+//! many writes). A write is acknowledged only after its transaction commits.
+//! The latest value of every key and a window of recent events live in memory
+//! ([`crate::state`]); only lists and watches older than that window read SQLite.
+//!
+//! Table `kv`: `id` is the revision (AUTOINCREMENT, so revisions never repeat,
+//! even after compaction). A delete writes a tombstone row (`deleted = 1`) that
+//! carries the deleted value; `prev_revision` points at the row it supersedes
+//! (0 for a create). Table `meta` records `compact_rev`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use anyhow::Context;
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use parking_lot::Mutex;
+use rusqlite::types::ToSql;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::state::{self, Limits, ListPlan, Op, State};
+use crate::{Event, KeyValue, ListOptions, ListResult, Result, Revision, Store, StoreError};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS kv (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    created INTEGER NOT NULL,
+    deleted INTEGER NOT NULL,
+    create_revision INTEGER NOT NULL,
+    prev_revision INTEGER NOT NULL,
+    value BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS kv_name_id ON kv (name, id);
+CREATE TABLE IF NOT EXISTS meta (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+";
+
+const INSERT: &str =
+    "INSERT INTO kv (id, name, created, deleted, create_revision, prev_revision, value)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+/// Reader connections kept open for lists and watches that reach disk.
+const MAX_IDLE_READERS: usize = 4;
+
+/// Tuning of a [`SqliteStore`].
+#[derive(Clone, Copy, Debug)]
+pub struct SqliteOptions {
+    /// Recent events kept in memory for watchers and lists at recent revisions.
+    pub event_window: usize,
+    /// Live events buffered per watcher before a slow watcher is dropped.
+    pub watch_buffer: usize,
+    /// Most writes committed in one transaction.
+    pub max_batch: usize,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            event_window: state::DEFAULT_EVENT_WINDOW,
+            watch_buffer: state::DEFAULT_WATCH_BUFFER,
+            max_batch: 4096,
+        }
+    }
+}
+
+enum Request {
+    Write {
+        op: Op,
+        reply: oneshot::Sender<Result<KeyValue>>,
+    },
+    Compact {
+        revision: Revision,
+        reply: oneshot::Sender<Result<()>>,
+    },
+}
+
+pub struct SqliteStore {
+    state: Arc<State>,
+    requests: Option<mpsc::Sender<Request>>,
+    writer: Option<JoinHandle<()>>,
+    readers: Arc<Readers>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path`.
+    pub fn open(path: &Path) -> anyhow::Result<Arc<SqliteStore>> {
+        Self::open_with(path, SqliteOptions::default())
+    }
+
+    pub fn open_with(path: &Path, opts: SqliteOptions) -> anyhow::Result<Arc<SqliteStore>> {
+        let conn = Connection::open(path)
+            .with_context(|| format!("open sqlite database {}", path.display()))?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .context("switch to WAL")?;
+        anyhow::ensure!(
+            mode.eq_ignore_ascii_case("wal"),
+            "sqlite database {} refused WAL mode (journal mode {mode})",
+            path.display()
+        );
+        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA busy_timeout=10000;")
+            .context("set pragmas")?;
+        conn.execute_batch(SCHEMA).context("create schema")?;
+        let (kvs, revision, compacted) = load(&conn).context("load latest values")?;
+        tracing::info!(
+            path = %path.display(),
+            keys = kvs.len(),
+            revision,
+            compacted,
+            "opened sqlite store"
+        );
+        let limits = Limits {
+            event_window: opts.event_window.max(1),
+            watch_buffer: opts.watch_buffer,
+            compact_with_window: false,
+        };
+        let state = Arc::new(State::new(kvs, revision, compacted, limits));
+        let (requests, rx) = mpsc::channel(opts.max_batch.max(1) * 4);
+        let writer = Writer {
+            conn,
+            state: state.clone(),
+            max_batch: opts.max_batch.max(1),
+        };
+        let writer = std::thread::Builder::new()
+            .name("store-writer".into())
+            .spawn(move || writer.run(rx))
+            .context("spawn the store writer thread")?;
+        Ok(Arc::new(SqliteStore {
+            state,
+            requests: Some(requests),
+            writer: Some(writer),
+            readers: Arc::new(Readers {
+                path: path.to_owned(),
+                idle: Mutex::new(Vec::new()),
+            }),
+        }))
+    }
+
+    async fn request<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T>>) -> Request,
+    ) -> Result<T> {
+        let (reply, rx) = oneshot::channel();
+        let requests = self.requests.as_ref().ok_or_else(writer_gone)?;
+        requests
+            .send(make(reply))
+            .await
+            .map_err(|_| writer_gone())?;
+        rx.await.map_err(|_| writer_gone())?
+    }
+
+    async fn write(&self, op: Op) -> Result<KeyValue> {
+        self.request(|reply| Request::Write { op, reply }).await
+    }
+
+    /// Runs `f` on a reader connection off the async threads.
+    async fn read_disk<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let readers = self.readers.clone();
+        tokio::task::spawn_blocking(move || readers.with(f))
+            .await
+            .context("join a store read")?
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        // Closing the channel lets the writer finish what is queued and exit.
+        self.requests.take();
+        if let Some(writer) = self.writer.take()
+            && writer.join().is_err()
+        {
+            tracing::error!("store writer thread panicked");
+        }
+    }
+}
+
+fn writer_gone() -> StoreError {
+    StoreError::Backend(anyhow::anyhow!("the store writer has stopped"))
+}
+
+fn kv_from_row(row: &Row<'_>) -> rusqlite::Result<KeyValue> {
+    Ok(KeyValue {
+        key: row.get(0)?,
+        create_revision: row.get(1)?,
+        mod_revision: row.get(2)?,
+        value: Arc::from(row.get::<_, Vec<u8>>(3)?),
+    })
+}
+
+/// The latest value of every live key, the current revision, the compact revision.
+fn load(conn: &Connection) -> anyhow::Result<(BTreeMap<String, KeyValue>, Revision, Revision)> {
+    let mut stmt = conn.prepare(
+        "SELECT k.name, k.create_revision, k.id, k.value FROM kv k
+         JOIN (SELECT MAX(id) AS id FROM kv GROUP BY name) m ON k.id = m.id
+         WHERE k.deleted = 0",
+    )?;
+    let mut kvs = BTreeMap::new();
+    for kv in stmt.query_map([], kv_from_row)? {
+        let kv = kv?;
+        kvs.insert(kv.key.clone(), kv);
+    }
+    let seq: Option<Revision> = conn
+        .query_row(
+            "SELECT seq FROM sqlite_sequence WHERE name = 'kv'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let max_id: Revision =
+        conn.query_row("SELECT COALESCE(MAX(id), 0) FROM kv", [], |r| r.get(0))?;
+    Ok((kvs, seq.unwrap_or(0).max(max_id), compact_revision(conn)?))
+}
+
+fn compact_revision(conn: &Connection) -> rusqlite::Result<Revision> {
+    Ok(conn
+        .query_row(
+            "SELECT value FROM meta WHERE name = 'compact_rev'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?
+        .unwrap_or(0))
+}
+
+fn check_not_compacted(conn: &Connection, revision: Revision) -> Result<()> {
+    let compacted = compact_revision(conn).context("read the compact revision")?;
+    if revision < compacted {
+        return Err(StoreError::Compacted {
+            requested: revision,
+            compacted,
+        });
+    }
+    Ok(())
+}
+
+/// Read connections, opened on demand and kept for reuse.
+struct Readers {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Readers {
+    fn with<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
+        let idle = self.idle.lock().pop();
+        let mut conn = match idle {
+            Some(conn) => conn,
+            None => {
+                let conn = Connection::open_with_flags(
+                    &self.path,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )
+                .with_context(|| format!("open {} for reading", self.path.display()))?;
+                conn.busy_timeout(std::time::Duration::from_secs(10))
+                    .context("set busy timeout")?;
+                conn
+            }
+        };
+        let out = f(&mut conn);
+        let mut idle = self.idle.lock();
+        if idle.len() < MAX_IDLE_READERS {
+            idle.push(conn);
+        }
+        out
+    }
+}
+
+/// Keys under `prefix` as of `revision`: the latest row of each key at or
+/// before it, unless that row is a tombstone.
+fn list_at(
+    conn: &mut Connection,
+    prefix: &str,
+    opts: &ListOptions,
+    revision: Revision,
+) -> Result<ListResult> {
+    let tx = conn.transaction().context("begin a read")?;
+    check_not_compacted(&tx, revision)?;
+    let end = state::prefix_end(prefix);
+    let mut sql = String::from(
+        "SELECT k.name, k.create_revision, k.id, k.value FROM kv k
+         JOIN (SELECT MAX(id) AS id FROM kv WHERE name >= :prefix AND id <= :rev",
+    );
+    let mut args: Vec<(&str, &dyn ToSql)> = vec![(":prefix", &prefix), (":rev", &revision)];
+    if let Some(end) = &end {
+        sql.push_str(" AND name < :end");
+        args.push((":end", end));
+    }
+    if let Some(after) = &opts.start_after {
+        sql.push_str(" AND name > :after");
+        args.push((":after", after));
+    }
+    let limit: i64 = if opts.limit == 0 {
+        -1
+    } else {
+        i64::try_from(opts.limit).unwrap_or(i64::MAX - 1) + 1
+    };
+    sql.push_str(
+        " GROUP BY name) m ON k.id = m.id WHERE k.deleted = 0 ORDER BY k.name LIMIT :limit",
+    );
+    args.push((":limit", &limit));
+    let mut items = Vec::new();
+    {
+        let mut stmt = tx.prepare_cached(&sql).context("prepare a list")?;
+        let rows = stmt
+            .query_map(&args[..], kv_from_row)
+            .context("list at a revision")?;
+        for kv in rows {
+            let kv = kv.context("read a listed row")?;
+            if kv.key.starts_with(prefix) {
+                items.push(kv);
+            }
+        }
+    }
+    let more = opts.limit != 0 && items.len() > opts.limit;
+    if more {
+        items.truncate(opts.limit);
+    }
+    Ok(ListResult {
+        items,
+        revision,
+        more,
+    })
+}
+
+/// Events under `prefix` with revisions in `(after, until]`, in order.
+fn events_between(
+    conn: &mut Connection,
+    prefix: &str,
+    after: Revision,
+    until: Revision,
+) -> Result<Vec<Event>> {
+    let tx = conn.transaction().context("begin a read")?;
+    // A compaction may have committed since the watch was registered.
+    check_not_compacted(&tx, after)?;
+    let end = state::prefix_end(prefix);
+    let mut sql = String::from(
+        "SELECT k.id, k.name, k.created, k.deleted, k.create_revision, k.prev_revision, k.value,
+                p.create_revision, p.value
+         FROM kv k LEFT JOIN kv p ON p.id = k.prev_revision AND k.deleted = 0
+         WHERE k.id > :after AND k.id <= :until AND k.name >= :prefix",
+    );
+    let mut args: Vec<(&str, &dyn ToSql)> =
+        vec![(":after", &after), (":until", &until), (":prefix", &prefix)];
+    if let Some(end) = &end {
+        sql.push_str(" AND k.name < :end");
+        args.push((":end", end));
+    }
+    sql.push_str(" ORDER BY k.id");
+    let mut stmt = tx.prepare_cached(&sql).context("prepare a history read")?;
+    let mut rows = stmt.query(&args[..]).context("read history")?;
+    let mut events = Vec::new();
+    while let Some(row) = rows.next().context("read a history row")? {
+        let event = event_from_row(row).context("decode a history row")?;
+        if event.key().starts_with(prefix) {
+            events.push(event);
+        }
+    }
+    Ok(events)
+}
+
+fn event_from_row(row: &Row<'_>) -> rusqlite::Result<Event> {
+    let revision: Revision = row.get(0)?;
+    let key: String = row.get(1)?;
+    let created: bool = row.get(2)?;
+    let deleted: bool = row.get(3)?;
+    let create_revision: Revision = row.get(4)?;
+    let prev_revision: Revision = row.get(5)?;
+    let value: Arc<[u8]> = Arc::from(row.get::<_, Vec<u8>>(6)?);
+    if deleted {
+        return Ok(Event::Delete {
+            prev: KeyValue {
+                key,
+                value,
+                create_revision,
+                mod_revision: prev_revision,
+            },
+            revision,
+        });
+    }
+    let prev = if created || prev_revision == 0 {
+        None
+    } else {
+        let prev_create: Option<Revision> = row.get(7)?;
+        let prev_value: Option<Vec<u8>> = row.get(8)?;
+        match (prev_create, prev_value) {
+            (Some(create_revision), Some(value)) => Some(KeyValue {
+                key: key.clone(),
+                value: Arc::from(value),
+                create_revision,
+                mod_revision: prev_revision,
+            }),
+            _ => {
+                tracing::warn!(
+                    key,
+                    revision,
+                    prev_revision,
+                    "previous row missing from history"
+                );
+                None
+            }
+        }
+    };
+    Ok(Event::Put {
+        kv: KeyValue {
+            key,
+            value,
+            create_revision,
+            mod_revision: revision,
+        },
+        prev,
+    })
+}
+
+struct Writer {
+    conn: Connection,
+    state: Arc<State>,
+    max_batch: usize,
+}
+
+type WriteRequest = (Op, oneshot::Sender<Result<KeyValue>>);
+
+impl Writer {
+    fn run(mut self, mut rx: mpsc::Receiver<Request>) {
+        let mut writes: Vec<WriteRequest> = Vec::new();
+        while let Some(first) = rx.blocking_recv() {
+            let mut next = Some(first);
+            let mut taken = 0;
+            while let Some(request) = next.take() {
+                taken += 1;
+                match request {
+                    Request::Write { op, reply } => writes.push((op, reply)),
+                    Request::Compact { revision, reply } => {
+                        // Keep the callers' order: writes queued before the
+                        // compaction commit first.
+                        self.commit_writes(&mut writes);
+                        let _ = reply.send(self.compact(revision));
+                    }
+                }
+                if taken < self.max_batch {
+                    next = rx.try_recv().ok();
+                }
+            }
+            self.commit_writes(&mut writes);
+        }
+        tracing::debug!("store writer stopped");
+    }
+
+    /// Checks the queued writes in order, commits the ones that hold in one
+    /// transaction, publishes their events, then answers every caller.
+    fn commit_writes(&mut self, writes: &mut Vec<WriteRequest>) {
+        if writes.is_empty() {
+            return;
+        }
+        let mut answers = Vec::with_capacity(writes.len());
+        let mut events = Vec::new();
+        {
+            let current = self.state.read();
+            let mut revision = current.revision();
+            let mut pending: HashMap<String, Option<KeyValue>> = HashMap::new();
+            for (op, reply) in writes.drain(..) {
+                let key = op.key().to_owned();
+                let now = match pending.get(&key) {
+                    Some(kv) => kv.as_ref(),
+                    None => current.get(&key),
+                };
+                let answer = state::plan(now, op, revision + 1).map(|(event, kv)| {
+                    revision += 1;
+                    pending.insert(key, state::after_event(&event).cloned());
+                    events.push(event);
+                    kv
+                });
+                answers.push((reply, answer));
+            }
+        }
+        if !events.is_empty() {
+            match self.insert(&events) {
+                Ok(()) => self.state.write().apply(events),
+                Err(err) => {
+                    tracing::error!(error = format!("{err:#}"), "store commit failed");
+                    for (_, answer) in &mut answers {
+                        *answer = Err(StoreError::Backend(anyhow::anyhow!(
+                            "commit a batch of writes: {err:#}"
+                        )));
+                    }
+                }
+            }
+        }
+        for (reply, answer) in answers {
+            // The caller may have given up waiting; the write stands.
+            let _ = reply.send(answer);
+        }
+    }
+
+    fn insert(&mut self, events: &[Event]) -> anyhow::Result<()> {
+        let tx = self.conn.transaction().context("begin a write")?;
+        {
+            let mut stmt = tx.prepare_cached(INSERT).context("prepare insert")?;
+            for event in events {
+                match event {
+                    Event::Put { kv, prev } => stmt.execute(params![
+                        kv.mod_revision,
+                        kv.key,
+                        prev.is_none(),
+                        false,
+                        kv.create_revision,
+                        prev.as_ref().map_or(0, |p| p.mod_revision),
+                        &kv.value[..],
+                    ]),
+                    Event::Delete { prev, revision } => stmt.execute(params![
+                        revision,
+                        prev.key,
+                        false,
+                        true,
+                        prev.create_revision,
+                        prev.mod_revision,
+                        &prev.value[..],
+                    ]),
+                }
+                .context("insert a revision")?;
+            }
+        }
+        tx.commit().context("commit")
+    }
+
+    /// Deletes history rows older than `revision` that a later row (also older
+    /// than `revision`) supersedes, and tombstones older than `revision`.
+    /// Each key's latest row at `revision` stays, so lists at `revision` and
+    /// watches from it still work (with previous values).
+    fn compact(&mut self, revision: Revision) -> Result<()> {
+        let (current, old) = {
+            let state = self.state.read();
+            (state.revision(), state.compacted())
+        };
+        if revision > current {
+            return Err(StoreError::FutureRevision(revision));
+        }
+        if revision <= old {
+            return Ok(());
+        }
+        let tx = self.conn.transaction().context("begin a compaction")?;
+        // Rows superseded before `old` went in earlier compactions.
+        let superseded = tx
+            .execute(
+                "DELETE FROM kv WHERE id IN (
+                    SELECT prev_revision FROM kv
+                    WHERE id >= ?1 AND id < ?2 AND prev_revision != 0)",
+                [old, revision],
+            )
+            .context("delete superseded rows")?;
+        let tombstones = tx
+            .execute(
+                "DELETE FROM kv WHERE deleted = 1 AND id >= ?1 AND id < ?2",
+                [old, revision],
+            )
+            .context("delete tombstones")?;
+        tx.execute(
+            "INSERT INTO meta (name, value) VALUES ('compact_rev', ?1)
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            [revision],
+        )
+        .context("record the compact revision")?;
+        tx.commit().context("commit a compaction")?;
+        self.state.write().set_compacted(revision);
+        tracing::debug!(revision, superseded, tombstones, "compacted store history");
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn create(&self, key: &str, value: Vec<u8>) -> Result<KeyValue> {
+        self.write(Op::Create {
+            key: key.to_owned(),
+            value,
+        })
+        .await
+    }
+
+    async fn update(&self, key: &str, value: Vec<u8>, expected: Revision) -> Result<KeyValue> {
+        self.write(Op::Update {
+            key: key.to_owned(),
+            value,
+            expected,
+        })
+        .await
+    }
+
+    async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue> {
+        self.write(Op::Delete {
+            key: key.to_owned(),
+            expected,
+        })
+        .await
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        Ok(self.state.read().get(key).cloned())
+    }
+
+    async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
+        let plan = self.state.read().list(prefix, &opts)?;
+        match plan {
+            ListPlan::Done(result) => Ok(result),
+            ListPlan::Disk(revision) => {
+                let prefix = prefix.to_owned();
+                self.read_disk(move |conn| list_at(conn, &prefix, &opts, revision))
+                    .await
+            }
+        }
+    }
+
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<BoxStream<'static, Event>> {
+        let sub = self.state.write().subscribe(prefix, after)?;
+        let disk = match sub.disk {
+            Some((from, until)) => {
+                let prefix = prefix.to_owned();
+                self.read_disk(move |conn| events_between(conn, &prefix, from, until))
+                    .await?
+            }
+            None => Vec::new(),
+        };
+        Ok(sub.into_stream(disk))
+    }
+
+    async fn current_revision(&self) -> Result<Revision> {
+        Ok(self.state.read().revision())
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        self.request(|reply| Request::Compact { revision, reply })
+            .await
+    }
+
+    async fn compacted_revision(&self) -> Result<Revision> {
+        Ok(self.state.read().compacted())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::MemoryStore;
+    use crate::conformance::{self, assert_quiet, next_event, take_events};
+
+    fn open_in(dir: &tempfile::TempDir, opts: SqliteOptions) -> Arc<SqliteStore> {
+        SqliteStore::open_with(&dir.path().join("state.db"), opts).unwrap()
+    }
+
+    fn fresh_with(opts: SqliteOptions) -> (Arc<dyn Store>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        (open_in(&dir, opts), dir)
+    }
+
+    fn tiny_window() -> SqliteOptions {
+        SqliteOptions {
+            event_window: 1,
+            ..Default::default()
+        }
+    }
+
+    mod default_window {
+        crate::conformance::suite!(super::fresh_with(super::SqliteOptions::default()));
+    }
+
+    /// Every list and watch into the past reads SQLite.
+    mod tiny_window {
+        crate::conformance::suite!(super::fresh_with(super::tiny_window()));
+    }
+
+    #[tokio::test]
+    async fn reopen_keeps_values_history_and_revisions() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = open_in(&dir, SqliteOptions::default());
+        conformance::write_history(&store).await;
+        let before = store.list("", ListOptions::default()).await.unwrap();
+        let mut live = store.watch("", 0).await.unwrap();
+        let history = take_events(&mut live, 6).await;
+        drop(live);
+        drop(store);
+
+        let store: Arc<dyn Store> = open_in(&dir, SqliteOptions::default());
+        assert_eq!(store.current_revision().await.unwrap(), 6);
+        assert_eq!(
+            store.list("", ListOptions::default()).await.unwrap().items,
+            before.items
+        );
+        let mut replay = store.watch("", 0).await.unwrap();
+        assert_eq!(take_events(&mut replay, 6).await, history);
+        assert_quiet(&mut replay).await;
+        let kv = store.create("/w/new", b"n".to_vec()).await.unwrap();
+        assert_eq!(kv.mod_revision, 7);
+        assert_eq!(next_event(&mut replay).await.revision(), 7);
+        store.compact(7).await.unwrap();
+        drop(replay);
+        drop(store);
+
+        // The compaction point and the revision counter survive too, even
+        // though compaction deleted rows.
+        let store: Arc<dyn Store> = open_in(&dir, SqliteOptions::default());
+        assert_eq!(store.compacted_revision().await.unwrap(), 7);
+        assert_eq!(store.current_revision().await.unwrap(), 7);
+        assert!(matches!(
+            store.watch("", 5).await.err(),
+            Some(StoreError::Compacted {
+                requested: 5,
+                compacted: 7
+            })
+        ));
+        store.delete("/w/new", None).await.unwrap();
+        store.compact(8).await.unwrap();
+        drop(store);
+        let store: Arc<dyn Store> = open_in(&dir, SqliteOptions::default());
+        assert_eq!(store.current_revision().await.unwrap(), 8);
+        assert_eq!(
+            store
+                .create("/w/new", b"m".to_vec())
+                .await
+                .unwrap()
+                .mod_revision,
+            9
+        );
+        let keys: Vec<_> = store
+            .list("", ListOptions::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|kv| kv.key)
+            .collect();
+        assert_eq!(keys, ["/w/a", "/w/new", "/x/c"]);
+    }
+
+    /// Applies the same pseudo-random writes to both stores.
+    async fn random_writes(stores: &[Arc<dyn Store>], n: usize, seed: u64) {
+        let mut x = seed;
+        let mut next = move || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) as usize
+        };
+        for i in 0..n {
+            let key = format!(
+                "/registry/{}/k{}",
+                ["pods", "nodes"][next() % 2],
+                next() % 12
+            );
+            let current = stores[0].get(&key).await.unwrap();
+            let delete = next() % 3 == 0;
+            for store in stores {
+                match &current {
+                    None => {
+                        store
+                            .create(&key, format!("c{i}").into_bytes())
+                            .await
+                            .unwrap();
+                    }
+                    Some(kv) if delete => {
+                        store.delete(&key, Some(kv.mod_revision)).await.unwrap();
+                    }
+                    Some(kv) => {
+                        store
+                            .update(&key, format!("u{i}").into_bytes(), kv.mod_revision)
+                            .await
+                            .unwrap();
+                    }
+                }
+            }
+        }
+    }
+
+    async fn assert_same_history(memory: &Arc<dyn Store>, disk: &Arc<dyn Store>, from: Revision) {
+        let now = memory.current_revision().await.unwrap();
+        assert_eq!(disk.current_revision().await.unwrap(), now);
+        for prefix in ["", "/registry/pods/", "/registry/nodes/k1"] {
+            for rev in from..=now {
+                for (limit, start_after) in [(0, None), (3, Some("/registry/nodes/k3".to_owned()))]
+                {
+                    let opts = ListOptions {
+                        revision: Some(rev),
+                        limit,
+                        start_after,
+                    };
+                    let m = memory.list(prefix, opts.clone()).await.unwrap();
+                    let d = disk.list(prefix, opts).await.unwrap();
+                    assert_eq!(d.items, m.items, "list {prefix:?} at {rev}");
+                    assert_eq!(d.more, m.more, "list {prefix:?} at {rev}");
+                }
+            }
+            for after in [from, (from + now) / 2] {
+                let mut m = memory.watch(prefix, after).await.unwrap();
+                let mut d = disk.watch(prefix, after).await.unwrap();
+                let mut expected = Vec::new();
+                while let Ok(Some(e)) =
+                    tokio::time::timeout(std::time::Duration::from_millis(50), m.next()).await
+                {
+                    expected.push(e);
+                }
+                assert!(!expected.is_empty());
+                assert_eq!(take_events(&mut d, expected.len()).await, expected);
+                assert_quiet(&mut d).await;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn disk_history_matches_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory: Arc<dyn Store> = MemoryStore::new();
+        let disk: Arc<dyn Store> = open_in(&dir, tiny_window());
+        random_writes(&[memory.clone(), disk.clone()], 150, 7).await;
+        drop(disk);
+        let disk: Arc<dyn Store> = open_in(&dir, tiny_window());
+        assert_same_history(&memory, &disk, 1).await;
+        memory.compact(60).await.unwrap();
+        disk.compact(60).await.unwrap();
+        random_writes(&[memory.clone(), disk.clone()], 50, 11).await;
+        memory.compact(90).await.unwrap();
+        disk.compact(90).await.unwrap();
+        drop(disk);
+        let disk: Arc<dyn Store> = open_in(&dir, tiny_window());
+        assert_same_history(&memory, &disk, 90).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_creates_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = open_in(&dir, SqliteOptions::default());
+        let tasks: Vec<_> = (0..64)
+            .map(|t| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    for i in 0..50 {
+                        store
+                            .create(&format!("/registry/pods/ns/p-{t:02}-{i:02}"), vec![t, i])
+                            .await
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        drop(store);
+        let store = open_in(&dir, SqliteOptions::default());
+        let all = store
+            .list("/registry/pods/", ListOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(all.items.len(), 3200);
+        assert_eq!(all.revision, 3200);
+        assert_eq!(
+            &store
+                .get("/registry/pods/ns/p-63-49")
+                .await
+                .unwrap()
+                .unwrap()
+                .value[..],
+            [63, 49]
+        );
+    }
+
+    #[tokio::test]
+    async fn slow_watcher_is_dropped_without_blocking_writers() {
+        let (store, _dir) = fresh_with(SqliteOptions {
+            watch_buffer: 4,
+            ..Default::default()
+        });
+        let mut slow = store.watch("/s/", 0).await.unwrap();
+        let mut fast = store.watch("/s/", 0).await.unwrap();
+        for i in 0..10 {
+            store.create(&format!("/s/{i}"), vec![]).await.unwrap();
+            next_event(&mut fast).await;
+        }
+        let got: Vec<_> = slow.by_ref().collect().await;
+        assert_eq!(got.len(), 4, "the buffered events, then the end");
+        assert_eq!(got[3].revision(), 4);
+        store.create("/s/more", vec![]).await.unwrap();
+        assert_eq!(next_event(&mut fast).await.revision(), 11);
+    }
+
+    const KILL_DIR: &str = "SKIFF_STORE_KILL_TEST_DIR";
+
+    /// The writer half of `acknowledged_writes_survive_kill_9`: writes until
+    /// killed, printing each acknowledged key.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "run by acknowledged_writes_survive_kill_9 in a child process"]
+    async fn kill_9_child() {
+        let Ok(dir) = std::env::var(KILL_DIR) else {
+            return;
+        };
+        let store = SqliteStore::open(&Path::new(&dir).join("state.db")).unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        for t in 0..32 {
+            let store = store.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                for i in 0.. {
+                    let key = format!("/k/{t}-{i}");
+                    store.create(&key, vec![1; 256]).await.unwrap();
+                    if tx.send(key).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        let mut out = std::io::stdout().lock();
+        while let Some(key) = rx.recv().await {
+            writeln!(out, "ACK {key}").unwrap();
+            out.flush().unwrap();
+        }
+    }
+
+    #[test]
+    fn acknowledged_writes_survive_kill_9() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "sqlite::tests::kill_9_child",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env(KILL_DIR, dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut acked = Vec::new();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        for line in lines.by_ref() {
+            if let Some(key) = line.unwrap().strip_prefix("ACK ") {
+                acked.push(key.to_owned());
+                if acked.len() == 3000 {
+                    child.kill().unwrap(); // SIGKILL
+                    break;
+                }
+            }
+        }
+        // Acknowledgements printed before the kill.
+        for line in lines {
+            let Ok(line) = line else { break };
+            if let Some(key) = line.strip_prefix("ACK ") {
+                acked.push(key.to_owned());
+            }
+        }
+        child.wait().unwrap();
+        assert!(
+            acked.len() >= 3000,
+            "child stopped early after {} writes",
+            acked.len()
+        );
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let store = SqliteStore::open(&dir.path().join("state.db")).unwrap();
+            for key in &acked {
+                assert!(store.get(key).await.unwrap().is_some(), "{key} lost");
+            }
+            let all = store.list("/k/", ListOptions::default()).await.unwrap();
+            assert!(all.items.len() >= acked.len());
+            assert_eq!(all.revision, all.items.len() as Revision);
+        });
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "benchmark: cargo test -p skiff-store -- --ignored bench_sqlite --nocapture"]
+    async fn bench_sqlite_creates() {
+        let (store, _dir) = fresh_with(SqliteOptions::default());
+        let result = crate::bench_creates(store.clone(), 10_000, 64).await;
+        println!(
+            "sqlite: 10000 creates, 64 clients: {:.0} creates/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
+            result.creates_per_second, result.p50_ms, result.p99_ms, result.errors
+        );
+        assert_eq!(result.errors, 0);
+    }
+}

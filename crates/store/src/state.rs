@@ -1,0 +1,503 @@
+//! The in-memory half shared by every backend: the latest value of each key,
+//! a bounded window of recent events, and the live watchers.
+//!
+//! Invariants:
+//! - `kvs` is the state at `revision`; every event with a revision greater than
+//!   `window_floor` is in `window`, in revision order.
+//! - Events are published to watchers under the same lock that applies them, so
+//!   a watcher registered under that lock sees every later event exactly once.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use tokio::sync::mpsc;
+
+use crate::{Event, KeyValue, ListOptions, ListResult, Result, Revision, StoreError};
+
+/// Events kept in memory for watchers and lists at recent revisions.
+pub const DEFAULT_EVENT_WINDOW: usize = 100_000;
+/// Live events buffered per watcher before a slow watcher is dropped.
+pub const DEFAULT_WATCH_BUFFER: usize = 10_000;
+
+/// A write, as sent to a backend.
+#[derive(Debug)]
+pub(crate) enum Op {
+    Create {
+        key: String,
+        value: Vec<u8>,
+    },
+    Update {
+        key: String,
+        value: Vec<u8>,
+        expected: Revision,
+    },
+    Delete {
+        key: String,
+        expected: Option<Revision>,
+    },
+}
+
+impl Op {
+    pub(crate) fn key(&self) -> &str {
+        match self {
+            Op::Create { key, .. } | Op::Update { key, .. } | Op::Delete { key, .. } => key,
+        }
+    }
+}
+
+/// Checks `op` against the key's `current` value and, if it holds, returns the
+/// event it causes at `revision` and the value to hand back to the caller.
+pub(crate) fn plan(
+    current: Option<&KeyValue>,
+    op: Op,
+    revision: Revision,
+) -> Result<(Event, KeyValue)> {
+    match op {
+        Op::Create { key, value } => {
+            if current.is_some() {
+                return Err(StoreError::AlreadyExists(key));
+            }
+            let kv = KeyValue {
+                key,
+                value: Arc::from(value),
+                create_revision: revision,
+                mod_revision: revision,
+            };
+            Ok((
+                Event::Put {
+                    kv: kv.clone(),
+                    prev: None,
+                },
+                kv,
+            ))
+        }
+        Op::Update {
+            key,
+            value,
+            expected,
+        } => {
+            let Some(cur) = current else {
+                return Err(StoreError::NotFound(key));
+            };
+            if cur.mod_revision != expected {
+                return Err(StoreError::Conflict {
+                    key,
+                    expected,
+                    actual: cur.mod_revision,
+                });
+            }
+            let kv = KeyValue {
+                key,
+                value: Arc::from(value),
+                create_revision: cur.create_revision,
+                mod_revision: revision,
+            };
+            Ok((
+                Event::Put {
+                    kv: kv.clone(),
+                    prev: Some(cur.clone()),
+                },
+                kv,
+            ))
+        }
+        Op::Delete { key, expected } => {
+            let Some(cur) = current else {
+                return Err(StoreError::NotFound(key));
+            };
+            if let Some(expected) = expected
+                && cur.mod_revision != expected
+            {
+                return Err(StoreError::Conflict {
+                    key,
+                    expected,
+                    actual: cur.mod_revision,
+                });
+            }
+            let deleted = KeyValue {
+                mod_revision: revision,
+                ..cur.clone()
+            };
+            Ok((
+                Event::Delete {
+                    prev: cur.clone(),
+                    revision,
+                },
+                deleted,
+            ))
+        }
+    }
+}
+
+/// The value of the event's key after the event.
+pub(crate) fn after_event(event: &Event) -> Option<&KeyValue> {
+    match event {
+        Event::Put { kv, .. } => Some(kv),
+        Event::Delete { .. } => None,
+    }
+}
+
+/// The value of the event's key before the event.
+fn before_event(event: &Event) -> Option<&KeyValue> {
+    match event {
+        Event::Put { prev, .. } => prev.as_ref(),
+        Event::Delete { prev, .. } => Some(prev),
+    }
+}
+
+/// The smallest string greater than every string starting with `prefix`
+/// (`None`: no such bound, the prefix is empty or all `char::MAX`).
+pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let mut next = u32::from(last) + 1;
+        if (0xD800..0xE000).contains(&next) {
+            next = 0xE000;
+        }
+        if let Some(c) = char::from_u32(next) {
+            chars.push(c);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+/// Where a list starts: keys under `prefix`, strictly after `start_after`.
+fn start_bound<'a>(prefix: &'a str, start_after: Option<&'a str>) -> Bound<&'a str> {
+    match start_after {
+        Some(after) if after >= prefix => Bound::Excluded(after),
+        _ => Bound::Included(prefix),
+    }
+}
+
+fn in_range(key: &str, prefix: &str, start_after: Option<&str>) -> bool {
+    key.starts_with(prefix) && start_after.is_none_or(|after| key > after)
+}
+
+struct Watcher {
+    prefix: String,
+    tx: mpsc::Sender<Event>,
+}
+
+/// Sizes of the in-memory structures.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    pub event_window: usize,
+    pub watch_buffer: usize,
+    /// Events falling out of the window are gone for good (no disk behind
+    /// them): raise the compaction point with the window.
+    pub compact_with_window: bool,
+}
+
+pub(crate) struct Inner {
+    kvs: BTreeMap<String, KeyValue>,
+    revision: Revision,
+    compacted: Revision,
+    window: VecDeque<Event>,
+    window_floor: Revision,
+    watchers: Vec<Watcher>,
+    limits: Limits,
+}
+
+/// What a list needs after looking at memory.
+pub(crate) enum ListPlan {
+    Done(ListResult),
+    /// The revision is older than the event window: read it from disk.
+    Disk(Revision),
+}
+
+/// A registered watcher: events to send before the live ones.
+pub(crate) struct Subscription {
+    /// Revisions `(after, until]` must be read from disk first.
+    pub disk: Option<(Revision, Revision)>,
+    backlog: Vec<Event>,
+    rx: mpsc::Receiver<Event>,
+    after: Revision,
+}
+
+impl Subscription {
+    /// The watch stream: `disk` events (those of `self.disk`), the backlog
+    /// from the window, then live events.
+    pub(crate) fn into_stream(self, disk: Vec<Event>) -> BoxStream<'static, Event> {
+        let after = self.after;
+        let live = futures::stream::unfold(self.rx, |mut rx| async move {
+            rx.recv().await.map(|event| (event, rx))
+        })
+        .filter(move |event| futures::future::ready(event.revision() > after));
+        futures::stream::iter(disk)
+            .chain(futures::stream::iter(self.backlog))
+            .chain(live)
+            .boxed()
+    }
+}
+
+impl Inner {
+    pub(crate) fn get(&self, key: &str) -> Option<&KeyValue> {
+        self.kvs.get(key)
+    }
+
+    pub(crate) fn revision(&self) -> Revision {
+        self.revision
+    }
+
+    pub(crate) fn compacted(&self) -> Revision {
+        self.compacted
+    }
+
+    /// Applies committed events (in revision order, all newer than
+    /// `revision`) and publishes them to watchers.
+    pub(crate) fn apply(&mut self, events: Vec<Event>) {
+        let Some(last) = events.last() else {
+            return;
+        };
+        self.revision = last.revision();
+        for event in &events {
+            match event {
+                Event::Put { kv, .. } => {
+                    if let Some(slot) = self.kvs.get_mut(&kv.key) {
+                        *slot = kv.clone();
+                    } else {
+                        self.kvs.insert(kv.key.clone(), kv.clone());
+                    }
+                }
+                Event::Delete { prev, .. } => {
+                    self.kvs.remove(&prev.key);
+                }
+            }
+        }
+        self.watchers.retain(|w| {
+            for event in events.iter().filter(|e| e.key().starts_with(&w.prefix)) {
+                match w.tx.try_send(event.clone()) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        tracing::warn!(
+                            prefix = %w.prefix,
+                            revision = event.revision(),
+                            "watcher fell behind; ending its stream"
+                        );
+                        return false;
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => return false,
+                }
+            }
+            !w.tx.is_closed()
+        });
+        self.window.extend(events);
+        let excess = self.window.len().saturating_sub(self.limits.event_window);
+        if excess > 0 {
+            if let Some(last_dropped) = self.window.drain(..excess).next_back() {
+                self.window_floor = last_dropped.revision();
+            }
+            if self.limits.compact_with_window {
+                self.compacted = self.compacted.max(self.window_floor);
+            }
+        }
+    }
+
+    /// Records a compaction. Without disk, the window is the history: drop
+    /// what is now unreachable.
+    pub(crate) fn set_compacted(&mut self, revision: Revision) {
+        self.compacted = self.compacted.max(revision);
+        if self.limits.compact_with_window {
+            let keep_from = self.window.partition_point(|e| e.revision() <= revision);
+            self.window.drain(..keep_from);
+            self.window_floor = self.window_floor.max(revision);
+        }
+    }
+
+    /// Checks a requested revision against the compaction point and the present.
+    pub(crate) fn check_revision(&self, revision: Revision) -> Result<()> {
+        if revision < self.compacted {
+            return Err(StoreError::Compacted {
+                requested: revision,
+                compacted: self.compacted,
+            });
+        }
+        if revision > self.revision {
+            return Err(StoreError::FutureRevision(revision));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn list(&self, prefix: &str, opts: &ListOptions) -> Result<ListPlan> {
+        let at = match opts.revision {
+            Some(rev) if rev != self.revision => {
+                self.check_revision(rev)?;
+                if rev < self.window_floor {
+                    return Ok(ListPlan::Disk(rev));
+                }
+                rev
+            }
+            _ => self.revision,
+        };
+        let start_after = opts.start_after.as_deref();
+        let start = start_bound(prefix, start_after);
+        let current = self
+            .kvs
+            .range::<str, _>((start, Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.as_str(), Some(v)));
+        let limit = if opts.limit == 0 {
+            usize::MAX
+        } else {
+            opts.limit
+        };
+        let mut items = Vec::new();
+        let mut more = false;
+        let mut push = |kv: &KeyValue| {
+            if items.len() == limit {
+                more = true;
+                false
+            } else {
+                items.push(kv.clone());
+                true
+            }
+        };
+        if at == self.revision {
+            for (_, kv) in current {
+                if let Some(kv) = kv
+                    && !push(kv)
+                {
+                    break;
+                }
+            }
+        } else {
+            // The value at `at` of every key changed since: the value before
+            // its first later event. Merge that into the current state.
+            let first_later = self.window.partition_point(|e| e.revision() <= at);
+            let mut changed: BTreeMap<&str, Option<&KeyValue>> = BTreeMap::new();
+            for event in self.window.range(first_later..) {
+                if in_range(event.key(), prefix, start_after) {
+                    changed
+                        .entry(event.key())
+                        .or_insert_with(|| before_event(event));
+                }
+            }
+            let mut current = current.peekable();
+            let mut changed = changed.into_iter().peekable();
+            loop {
+                let next = match (current.peek(), changed.peek()) {
+                    (None, None) => break,
+                    (Some(_), None) => current.next(),
+                    (None, Some(_)) => changed.next(),
+                    (Some((a, _)), Some((b, _))) => {
+                        if a < b {
+                            current.next()
+                        } else {
+                            if a == b {
+                                current.next();
+                            }
+                            changed.next()
+                        }
+                    }
+                };
+                if let Some((_, Some(kv))) = next
+                    && !push(kv)
+                {
+                    break;
+                }
+            }
+        }
+        Ok(ListPlan::Done(ListResult {
+            items,
+            revision: at,
+            more,
+        }))
+    }
+
+    /// Registers a watcher of `prefix` for events after `after`.
+    pub(crate) fn subscribe(&mut self, prefix: &str, after: Revision) -> Result<Subscription> {
+        if after < self.compacted {
+            return Err(StoreError::Compacted {
+                requested: after,
+                compacted: self.compacted,
+            });
+        }
+        let (tx, rx) = mpsc::channel(self.limits.watch_buffer.max(1));
+        self.watchers.push(Watcher {
+            prefix: prefix.to_owned(),
+            tx,
+        });
+        let disk = (after < self.window_floor).then_some((after, self.window_floor));
+        let from = self
+            .window
+            .partition_point(|e| e.revision() <= after.max(self.window_floor));
+        let backlog = self
+            .window
+            .range(from..)
+            .filter(|e| e.key().starts_with(prefix))
+            .cloned()
+            .collect();
+        Ok(Subscription {
+            disk,
+            backlog,
+            rx,
+            after,
+        })
+    }
+}
+
+/// The shared state behind one lock.
+pub(crate) struct State {
+    inner: RwLock<Inner>,
+}
+
+impl State {
+    /// State at `revision` holding `kvs`; the window starts empty, so history
+    /// up to `revision` is only on disk.
+    pub(crate) fn new(
+        kvs: BTreeMap<String, KeyValue>,
+        revision: Revision,
+        compacted: Revision,
+        limits: Limits,
+    ) -> Self {
+        State {
+            inner: RwLock::new(Inner {
+                kvs,
+                revision,
+                compacted,
+                window: VecDeque::new(),
+                window_floor: revision,
+                watchers: Vec::new(),
+                limits,
+            }),
+        }
+    }
+
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.inner.read()
+    }
+
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_increments_last_char() {
+        assert_eq!(
+            prefix_end("/registry/pods/").as_deref(),
+            Some("/registry/pods0")
+        );
+        assert_eq!(prefix_end("a").as_deref(), Some("b"));
+        assert_eq!(prefix_end(""), None);
+        let max = char::MAX.to_string();
+        assert_eq!(prefix_end(&format!("a{max}")).as_deref(), Some("b"));
+        assert_eq!(prefix_end(&max), None);
+        assert_eq!(prefix_end("\u{D7FF}").as_deref(), Some("\u{E000}"));
+    }
+
+    #[test]
+    fn start_bound_respects_prefix() {
+        assert_eq!(start_bound("/b/", Some("/a")), Bound::Included("/b/"));
+        assert_eq!(start_bound("/b/", Some("/b/x")), Bound::Excluded("/b/x"));
+        assert_eq!(start_bound("/b/", None), Bound::Included("/b/"));
+    }
+}

@@ -914,6 +914,73 @@ mod tests {
         }
     }
 
+    /// A failing commit fails every write of its batch and applies none of them;
+    /// the writes of other batches stand.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn failed_commit_fails_the_whole_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(open_in(&dir, SqliteOptions::default()));
+        Connection::open(dir.path().join("state.db"))
+            .unwrap()
+            .execute_batch(
+                "CREATE TRIGGER fail_on_poison BEFORE INSERT ON kv WHEN NEW.name = '/poison'
+                 BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+            )
+            .unwrap();
+        let store: Arc<dyn Store> = open_in(&dir, SqliteOptions::default());
+        let mut watch = store.watch("", 0).await.unwrap();
+        let tasks: Vec<_> = (0..200)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let key = if i % 50 == 25 {
+                        "/poison".to_owned()
+                    } else {
+                        format!("/ok/{i:03}")
+                    };
+                    let result = store.create(&key, vec![]).await;
+                    (key, result)
+                })
+            })
+            .collect();
+        let mut acked = Vec::new();
+        let mut failed = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                (key, Ok(kv)) => acked.push((kv.mod_revision, key)),
+                (key, Err(StoreError::Backend(_))) => {
+                    failed += 1;
+                    assert_eq!(store.get(&key).await.unwrap(), None);
+                }
+                (key, Err(err)) => panic!("{key}: {err:?}"),
+            }
+        }
+        assert!(failed >= 4, "the poisoned writes fail");
+        assert!(acked.iter().all(|(_, k)| k != "/poison"));
+        acked.sort();
+        let revisions: Vec<_> = acked.iter().map(|(r, _)| *r).collect();
+        assert_eq!(revisions, (1..=acked.len() as Revision).collect::<Vec<_>>());
+        let events = take_events(&mut watch, acked.len()).await;
+        assert_eq!(
+            events
+                .iter()
+                .map(|e| (e.revision(), e.key().to_owned()))
+                .collect::<Vec<_>>(),
+            acked
+        );
+        assert_quiet(&mut watch).await;
+        drop(watch);
+        drop(store);
+        let store = open_in(&dir, SqliteOptions::default());
+        let listed = store.list("", ListOptions::default()).await.unwrap();
+        assert_eq!(listed.revision, acked.len() as Revision);
+        let mut keys: Vec<_> = listed.items.into_iter().map(|kv| kv.key).collect();
+        let mut expected: Vec<_> = acked.into_iter().map(|(_, k)| k).collect();
+        keys.sort();
+        expected.sort();
+        assert_eq!(keys, expected);
+    }
+
     #[tokio::test]
     async fn slow_watcher_is_dropped_without_blocking_writers() {
         let (store, _dir) = fresh_with(SqliteOptions {

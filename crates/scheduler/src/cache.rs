@@ -1,0 +1,249 @@
+//! The scheduler cache: nodes with the pods on them (bound and assumed), kept current from
+//! watch events and read in place by the scheduling cycle (one owner, no per-pod copies).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+
+use crate::types::{NodeInfo, PodInfo};
+
+#[derive(Debug, Default)]
+pub struct Cache {
+    nodes: Vec<NodeInfo>,
+    index: HashMap<String, usize>,
+    /// uid -> node name for every pod counted on a node.
+    pod_nodes: HashMap<String, String>,
+    assumed: HashSet<String>,
+    num_nodes: usize,
+}
+
+/// What changed in a node update, for moving unschedulable pods.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeChange {
+    pub added: bool,
+    pub labels: bool,
+    pub taints: bool,
+    pub allocatable: bool,
+    pub schedulable: bool,
+}
+
+impl NodeChange {
+    pub fn any(&self) -> bool {
+        self.added || self.labels || self.taints || self.allocatable || self.schedulable
+    }
+}
+
+impl Cache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// All node slots; slots whose `node` is None are placeholders for pods bound to nodes
+    /// not (yet) known, and are never scheduled onto.
+    pub fn nodes(&self) -> &[NodeInfo] {
+        &self.nodes
+    }
+
+    pub fn num_nodes(&self) -> usize {
+        self.num_nodes
+    }
+
+    pub fn node_indices(&self) -> impl Iterator<Item = usize> + '_ {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.node.is_some())
+            .map(|(i, _)| i)
+    }
+
+    pub fn node_index(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeInfo> {
+        self.node_index(name).map(|i| &self.nodes[i])
+    }
+
+    pub fn node_name(&self, idx: usize) -> &str {
+        self.nodes.get(idx).map(|n| n.name.as_str()).unwrap_or("")
+    }
+
+    fn slot(&mut self, name: &str) -> usize {
+        if let Some(i) = self.index.get(name) {
+            return *i;
+        }
+        let i = self.nodes.len();
+        self.nodes.push(NodeInfo {
+            name: name.to_string(),
+            ..Default::default()
+        });
+        self.index.insert(name.to_string(), i);
+        i
+    }
+
+    /// Adds or updates a node; reports what changed.
+    pub fn upsert_node(&mut self, node: Arc<Node>) -> NodeChange {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let i = self.slot(&name);
+        let ni = &mut self.nodes[i];
+        let mut change = NodeChange::default();
+        match &ni.node {
+            None => {
+                change.added = true;
+                self.num_nodes += 1;
+            }
+            Some(old) => {
+                let spec_old = old.spec.as_ref();
+                let spec_new = node.spec.as_ref();
+                change.labels = old.metadata.labels != node.metadata.labels;
+                change.taints = spec_old.and_then(|s| s.taints.as_ref())
+                    != spec_new.and_then(|s| s.taints.as_ref());
+                change.schedulable = spec_old.and_then(|s| s.unschedulable)
+                    != spec_new.and_then(|s| s.unschedulable);
+                change.allocatable = old.status.as_ref().and_then(|s| s.allocatable.as_ref())
+                    != node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+            }
+        }
+        ni.set_node(node);
+        change
+    }
+
+    pub fn remove_node(&mut self, name: &str) {
+        let Some(&i) = self.index.get(name) else { return };
+        if self.nodes[i].node.take().is_some() {
+            self.num_nodes -= 1;
+        }
+        if self.nodes[i].pods.is_empty() {
+            self.drop_slot(i);
+        }
+    }
+
+    fn drop_slot(&mut self, i: usize) {
+        let removed = self.nodes.swap_remove(i);
+        self.index.remove(&removed.name);
+        if i < self.nodes.len() {
+            let moved = self.nodes[i].name.clone();
+            self.index.insert(moved, i);
+        }
+    }
+
+    pub fn is_assumed(&self, uid: &str) -> bool {
+        self.assumed.contains(uid)
+    }
+
+    pub fn has_pod(&self, uid: &str) -> bool {
+        self.pod_nodes.contains_key(uid)
+    }
+
+    pub fn pod_node(&self, uid: &str) -> Option<&str> {
+        self.pod_nodes.get(uid).map(|s| s.as_str())
+    }
+
+    fn place(&mut self, pod: Arc<PodInfo>, node: &str) {
+        let i = self.slot(node);
+        self.pod_nodes.insert(pod.uid.clone(), node.to_string());
+        self.nodes[i].add_pod(pod);
+    }
+
+    /// Adds or updates a pod bound to a node (confirms an assumed pod).
+    pub fn upsert_bound_pod(&mut self, pod: Arc<PodInfo>) {
+        let Some(node) = pod.node_name.clone() else {
+            return;
+        };
+        self.remove_pod(&pod.uid);
+        self.place(pod, &node);
+    }
+
+    /// Counts a pod on `node` before its binding is confirmed.
+    pub fn assume_pod(&mut self, pod: Arc<PodInfo>, node: &str) {
+        self.remove_pod(&pod.uid);
+        self.assumed.insert(pod.uid.clone());
+        self.place(pod, node);
+    }
+
+    /// Drops an assumed pod whose binding failed.
+    pub fn forget_pod(&mut self, uid: &str) {
+        if self.assumed.contains(uid) {
+            self.remove_pod(uid);
+        }
+    }
+
+    /// Removes a pod wherever it is counted; returns it.
+    pub fn remove_pod(&mut self, uid: &str) -> Option<Arc<PodInfo>> {
+        self.assumed.remove(uid);
+        let node = self.pod_nodes.remove(uid)?;
+        let i = *self.index.get(&node)?;
+        let pod = self.nodes[i].remove_pod(uid);
+        if self.nodes[i].node.is_none() && self.nodes[i].pods.is_empty() {
+            self.drop_slot(i);
+        }
+        pod
+    }
+
+    /// Iterates every pod counted in the cache.
+    pub fn all_pods(&self) -> impl Iterator<Item = (&NodeInfo, &Arc<PodInfo>)> {
+        self.nodes
+            .iter()
+            .flat_map(|n| n.pods.iter().map(move |p| (n, p)))
+    }
+
+    /// Mutable access to one node's info (preemption simulates on a copy instead).
+    pub fn node_at(&self, idx: usize) -> &NodeInfo {
+        &self.nodes[idx]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::testutil::*;
+
+    #[test]
+    fn assume_confirm_forget() {
+        let mut c = Cache::new();
+        c.upsert_node(Arc::new(node("n1", "4", "8Gi", "110")));
+        let p = Arc::new(PodInfo::new(pod("a", "1", "1Gi")));
+        c.assume_pod(p.clone(), "n1");
+        assert!(c.is_assumed("uid-a"));
+        assert_eq!(c.node("n1").unwrap().requested.milli_cpu, 1000);
+        c.forget_pod("uid-a");
+        assert_eq!(c.node("n1").unwrap().requested.milli_cpu, 0);
+        c.assume_pod(p, "n1");
+        let mut bound = pod("a", "1", "1Gi");
+        bound.spec.as_mut().unwrap().node_name = Some("n1".into());
+        c.upsert_bound_pod(Arc::new(PodInfo::new(bound)));
+        assert!(!c.is_assumed("uid-a"));
+        assert_eq!(c.node("n1").unwrap().pods.len(), 1);
+    }
+
+    #[test]
+    fn pods_on_unknown_nodes_and_node_removal() {
+        let mut c = Cache::new();
+        let mut bound = pod("a", "1", "1Gi");
+        bound.spec.as_mut().unwrap().node_name = Some("ghost".into());
+        c.upsert_bound_pod(Arc::new(PodInfo::new(bound)));
+        assert_eq!(c.num_nodes(), 0);
+        let ch = c.upsert_node(Arc::new(node("ghost", "4", "8Gi", "110")));
+        assert!(ch.added);
+        assert_eq!(c.num_nodes(), 1);
+        assert_eq!(c.node("ghost").unwrap().requested.milli_cpu, 1000);
+        c.upsert_node(Arc::new(node("other", "4", "8Gi", "110")));
+        c.remove_node("ghost");
+        assert_eq!(c.num_nodes(), 1);
+        c.remove_pod("uid-a");
+        assert!(c.node("ghost").is_none());
+        assert_eq!(c.node_indices().count(), 1);
+        assert_eq!(c.node("other").unwrap().name, "other");
+    }
+
+    #[test]
+    fn node_change_detection() {
+        let mut c = Cache::new();
+        c.upsert_node(Arc::new(node("n1", "4", "8Gi", "110")));
+        let mut n = node("n1", "4", "8Gi", "110");
+        n.spec.as_mut().unwrap().unschedulable = Some(true);
+        let ch = c.upsert_node(Arc::new(n));
+        assert!(ch.schedulable && !ch.labels && !ch.added);
+    }
+}

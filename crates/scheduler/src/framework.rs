@@ -1,0 +1,534 @@
+//! The scheduling framework: plugin extension points, the per-cycle state, filtering with
+//! upstream's percentageOfNodesToScore, scoring and host selection, and FitError messages.
+
+use std::borrow::Cow;
+
+use crate::cache::Cache;
+use crate::plugins;
+use crate::types::{NodeInfo, PodInfo};
+
+/// Highest score a plugin may give a node after normalization.
+pub const MAX_NODE_SCORE: i64 = 100;
+/// Upstream: at least this many feasible nodes are searched for.
+const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+/// Upstream: at least this percentage of nodes is searched.
+const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
+const BASE_PERCENTAGE_OF_NODES_TO_SCORE: usize = 50;
+
+/// Outcome codes of a plugin call, as upstream's framework.Code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    Success,
+    Error,
+    /// Rejected; preemption might help.
+    Unschedulable,
+    /// Rejected; preemption cannot help.
+    UnschedulableAndUnresolvable,
+    /// The plugin has nothing to do for this pod.
+    Skip,
+}
+
+/// A plugin's verdict with its reasons.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub code: Code,
+    pub reasons: Vec<Cow<'static, str>>,
+    pub plugin: &'static str,
+}
+
+impl Status {
+    pub fn success() -> Self {
+        Status {
+            code: Code::Success,
+            reasons: Vec::new(),
+            plugin: "",
+        }
+    }
+    pub fn skip() -> Self {
+        Status {
+            code: Code::Skip,
+            reasons: Vec::new(),
+            plugin: "",
+        }
+    }
+    pub fn new(code: Code, reason: impl Into<Cow<'static, str>>) -> Self {
+        Status {
+            code,
+            reasons: vec![reason.into()],
+            plugin: "",
+        }
+    }
+    pub fn unschedulable(reason: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(Code::Unschedulable, reason)
+    }
+    pub fn unresolvable(reason: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(Code::UnschedulableAndUnresolvable, reason)
+    }
+    pub fn error(reason: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(Code::Error, reason)
+    }
+    pub fn is_success(&self) -> bool {
+        self.code == Code::Success
+    }
+    pub fn is_skip(&self) -> bool {
+        self.code == Code::Skip
+    }
+    pub fn is_rejected(&self) -> bool {
+        matches!(
+            self.code,
+            Code::Unschedulable | Code::UnschedulableAndUnresolvable
+        )
+    }
+    /// The reasons joined as upstream's Status.Message().
+    pub fn message(&self) -> String {
+        self.reasons.join(", ")
+    }
+    fn with_plugin(mut self, plugin: &'static str) -> Self {
+        self.plugin = plugin;
+        self
+    }
+}
+
+/// Per-cycle data computed by PreFilter/PreScore and read by Filter/Score.
+#[derive(Debug, Default)]
+pub struct CycleState {
+    /// Bit i set: plugin i skips Filter for this pod.
+    pub skip_filter: u64,
+    /// Bit i set: plugin i skips Score for this pod.
+    pub skip_score: u64,
+    pub node_affinity: Option<plugins::node_affinity::PodNodeAffinity>,
+    pub inter_pod: Option<plugins::inter_pod_affinity::PreFilterState>,
+    pub inter_pod_score: Option<plugins::inter_pod_affinity::PreScoreState>,
+    pub spread: Option<plugins::pod_topology_spread::PreFilterState>,
+    pub spread_score: Option<plugins::pod_topology_spread::PreScoreState>,
+}
+
+/// One scheduling plugin; every extension point has a no-op default.
+pub trait Plugin: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// Computes per-cycle state. `Skip` disables this plugin's Filter for the pod; a rejection
+    /// rejects the pod on every node.
+    fn pre_filter(&self, _state: &mut CycleState, _pod: &PodInfo, _cache: &Cache) -> Status {
+        Status::skip()
+    }
+
+    fn has_filter(&self) -> bool {
+        false
+    }
+
+    fn filter(&self, _state: &CycleState, _pod: &PodInfo, _node: &NodeInfo) -> Status {
+        Status::success()
+    }
+
+    /// Weight in the final score; 0 means the plugin does not score.
+    fn score_weight(&self) -> i64 {
+        0
+    }
+
+    /// Prepares scoring over the feasible nodes; `false` skips Score for this pod.
+    fn pre_score(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _cache: &Cache,
+        _feasible: &[usize],
+    ) -> bool {
+        true
+    }
+
+    fn score(&self, _state: &CycleState, _pod: &PodInfo, _node: &NodeInfo) -> i64 {
+        0
+    }
+
+    /// Maps raw scores into 0..=MAX_NODE_SCORE.
+    fn normalize(&self, _state: &CycleState, _scores: &mut [i64]) {}
+}
+
+/// Upstream's DefaultNormalizeScore.
+pub fn default_normalize(scores: &mut [i64], reverse: bool) {
+    let max = scores.iter().copied().max().unwrap_or(0);
+    if max == 0 {
+        if reverse {
+            scores.iter_mut().for_each(|s| *s = MAX_NODE_SCORE);
+        }
+        return;
+    }
+    for s in scores.iter_mut() {
+        let mut v = MAX_NODE_SCORE * *s / max;
+        if reverse {
+            v = MAX_NODE_SCORE - v;
+        }
+        *s = v;
+    }
+}
+
+/// Why a pod does not fit: what the FitError message is built from.
+#[derive(Debug, Clone, Default)]
+pub struct Diagnosis {
+    pub num_all_nodes: usize,
+    /// Set when a PreFilter plugin rejected the pod (then no per-node statuses are counted).
+    pub pre_filter_msg: Option<String>,
+    /// Statuses of the nodes that were rejected, by node index into the cache.
+    pub node_statuses: Vec<(usize, Status)>,
+    pub post_filter_msg: Option<String>,
+    /// Bit set of plugin indices that rejected the pod somewhere.
+    pub unschedulable_plugins: u64,
+}
+
+/// Formats upstream's FitError message: "0/N nodes are available: <histogram>. <postfilter>".
+pub fn fit_error_message<'a>(
+    num_all_nodes: usize,
+    pre_filter_msg: Option<&str>,
+    statuses: impl Iterator<Item = &'a Status>,
+    post_filter_msg: Option<&str>,
+) -> String {
+    let mut msg = format!("0/{num_all_nodes} nodes are available:");
+    if let Some(p) = pre_filter_msg.filter(|p| !p.is_empty()) {
+        msg.push_str(&format!(" {p}."));
+    } else {
+        let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for s in statuses {
+            for r in &s.reasons {
+                *counts.entry(r.as_ref()).or_default() += 1;
+            }
+        }
+        let mut parts: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
+        parts.sort();
+        if !parts.is_empty() {
+            msg.push_str(&format!(" {}.", parts.join(", ")));
+        }
+    }
+    if let Some(p) = post_filter_msg.filter(|p| !p.is_empty()) {
+        msg.push(' ');
+        msg.push_str(p);
+    }
+    msg
+}
+
+impl Diagnosis {
+    pub fn message(&self) -> String {
+        fit_error_message(
+            self.num_all_nodes,
+            self.pre_filter_msg.as_deref(),
+            self.node_statuses.iter().map(|(_, s)| s),
+            self.post_filter_msg.as_deref(),
+        )
+    }
+}
+
+/// Scores of one feasible node, per plugin and in total.
+#[derive(Debug, Clone)]
+pub struct NodeScore {
+    pub node: usize,
+    pub total: i64,
+    pub per_plugin: Vec<(&'static str, i64)>,
+}
+
+/// A successful cycle.
+#[derive(Debug, Clone)]
+pub struct ScheduleResult {
+    pub node: usize,
+    pub evaluated: usize,
+    pub feasible: usize,
+    /// Rejected nodes seen while searching (for explain).
+    pub rejected: Vec<(usize, Status)>,
+    /// Scores of the feasible nodes, best first (empty when only one node fit).
+    pub scores: Vec<NodeScore>,
+}
+
+/// The plugins of one profile and the state carried between cycles.
+pub struct Framework {
+    pub plugins: Vec<Box<dyn Plugin>>,
+    /// 0 = adaptive as upstream.
+    pub percentage_of_nodes_to_score: u32,
+    next_start: usize,
+    rng: u64,
+}
+
+impl Framework {
+    pub fn new(plugins: Vec<Box<dyn Plugin>>, percentage_of_nodes_to_score: u32) -> Self {
+        Framework {
+            plugins,
+            percentage_of_nodes_to_score,
+            next_start: 0,
+            rng: 0x9E37_79B9_7F4A_7C15,
+        }
+    }
+
+    /// The default plugin set with upstream's score weights.
+    pub fn with_default_plugins(percentage_of_nodes_to_score: u32) -> Self {
+        Self::new(plugins::default_plugins(), percentage_of_nodes_to_score)
+    }
+
+    pub fn plugin_index(&self, name: &str) -> Option<usize> {
+        self.plugins.iter().position(|p| p.name() == name)
+    }
+
+    fn next_rand(&mut self) -> u64 {
+        // xorshift64*
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Upstream's numFeasibleNodesToFind.
+    pub fn num_feasible_nodes_to_find(&self, num_all: usize) -> usize {
+        let pct = self.percentage_of_nodes_to_score as usize;
+        if num_all < MIN_FEASIBLE_NODES_TO_FIND || pct >= 100 {
+            return num_all;
+        }
+        let adaptive = if pct == 0 {
+            BASE_PERCENTAGE_OF_NODES_TO_SCORE
+                .saturating_sub(num_all / 125)
+                .max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+        } else {
+            pct
+        };
+        (num_all * adaptive / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
+    }
+
+    /// Runs every PreFilter plugin; a rejection ends the cycle for every node.
+    pub fn run_pre_filter(
+        &self,
+        pod: &PodInfo,
+        cache: &Cache,
+    ) -> Result<CycleState, (Status, u64)> {
+        let mut state = CycleState::default();
+        for (i, p) in self.plugins.iter().enumerate() {
+            if !p.has_filter() {
+                continue;
+            }
+            let st = p.pre_filter(&mut state, pod, cache);
+            match st.code {
+                Code::Skip => state.skip_filter |= 1 << i,
+                Code::Success => {}
+                _ => return Err((st.with_plugin(p.name()), 1 << i)),
+            }
+        }
+        Ok(state)
+    }
+
+    /// Runs the Filter plugins on one node, stopping at the first rejection.
+    pub fn run_filters(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (Status, usize) {
+        for (i, p) in self.plugins.iter().enumerate() {
+            if !p.has_filter() || state.skip_filter & (1 << i) != 0 {
+                continue;
+            }
+            let st = p.filter(state, pod, node);
+            if !st.is_success() {
+                return (st.with_plugin(p.name()), i);
+            }
+        }
+        (Status::success(), usize::MAX)
+    }
+
+    /// One scheduling cycle for `pod` over the cache: PreFilter, Filter (on enough nodes),
+    /// Score, and host selection. The cache is not modified.
+    pub fn schedule(
+        &mut self,
+        pod: &PodInfo,
+        cache: &Cache,
+    ) -> Result<(ScheduleResult, CycleState), (Diagnosis, Option<CycleState>)> {
+        let num_all = cache.num_nodes();
+        let mut diag = Diagnosis {
+            num_all_nodes: num_all,
+            ..Default::default()
+        };
+        if num_all == 0 {
+            return Err((diag, None));
+        }
+        let state = match self.run_pre_filter(pod, cache) {
+            Ok(s) => s,
+            Err((st, bit)) => {
+                diag.pre_filter_msg = Some(st.message());
+                diag.unschedulable_plugins |= bit;
+                for idx in cache.node_indices() {
+                    diag.node_statuses.push((idx, st.clone()));
+                }
+                return Err((diag, None));
+            }
+        };
+        let mut state = state;
+        let to_find = self.num_feasible_nodes_to_find(num_all);
+        let nodes = cache.nodes();
+        let len = nodes.len();
+        let mut feasible: Vec<usize> = Vec::with_capacity(to_find.min(1024));
+        let mut processed = 0;
+        let start = if len == 0 { 0 } else { self.next_start % len };
+        for off in 0..len {
+            let idx = (start + off) % len;
+            let ni = &nodes[idx];
+            if ni.node.is_none() {
+                processed += 1;
+                continue;
+            }
+            processed += 1;
+            let (st, plugin_idx) = self.run_filters(&state, pod, ni);
+            if st.is_success() {
+                feasible.push(idx);
+                if feasible.len() >= to_find {
+                    break;
+                }
+            } else {
+                if plugin_idx < 64 {
+                    diag.unschedulable_plugins |= 1 << plugin_idx;
+                }
+                diag.node_statuses.push((idx, st));
+            }
+        }
+        if len > 0 {
+            self.next_start = (start + processed) % len;
+        }
+        if feasible.is_empty() {
+            return Err((diag, Some(state)));
+        }
+        let evaluated = feasible.len() + diag.node_statuses.len();
+        if feasible.len() == 1 {
+            return Ok((
+                ScheduleResult {
+                    node: feasible[0],
+                    evaluated,
+                    feasible: 1,
+                    rejected: diag.node_statuses,
+                    scores: Vec::new(),
+                },
+                state,
+            ));
+        }
+        let scores = self.score_nodes(&mut state, pod, cache, &feasible);
+        // Pick the best; ties broken at random as upstream's selectHost.
+        let mut best = 0usize;
+        let mut ties = 0u64;
+        for (i, s) in scores.iter().enumerate() {
+            if i == 0 || s.total > scores[best].total {
+                best = i;
+                ties = 1;
+            } else if s.total == scores[best].total {
+                ties += 1;
+                if self.next_rand() % ties == 0 {
+                    best = i;
+                }
+            }
+        }
+        let node = scores[best].node;
+        let mut scores = scores;
+        scores.sort_by(|a, b| b.total.cmp(&a.total));
+        Ok((
+            ScheduleResult {
+                node,
+                evaluated,
+                feasible: feasible.len(),
+                rejected: diag.node_statuses,
+                scores,
+            },
+            state,
+        ))
+    }
+
+    /// PreScore, Score, NormalizeScore and weights over the feasible nodes.
+    pub fn score_nodes(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        cache: &Cache,
+        feasible: &[usize],
+    ) -> Vec<NodeScore> {
+        let nodes = cache.nodes();
+        let mut out: Vec<NodeScore> = feasible
+            .iter()
+            .map(|&node| NodeScore {
+                node,
+                total: 0,
+                per_plugin: Vec::new(),
+            })
+            .collect();
+        let mut raw = vec![0i64; feasible.len()];
+        for (i, p) in self.plugins.iter().enumerate() {
+            let w = p.score_weight();
+            if w == 0 {
+                continue;
+            }
+            if !p.pre_score(state, pod, cache, feasible) {
+                state.skip_score |= 1 << i;
+                continue;
+            }
+            for (j, &idx) in feasible.iter().enumerate() {
+                raw[j] = p.score(state, pod, &nodes[idx]);
+            }
+            p.normalize(state, &mut raw);
+            for (j, s) in raw.iter().enumerate() {
+                out[j].total += s * w;
+                out[j].per_plugin.push((p.name(), *s));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn num_feasible_nodes() {
+        let f = Framework::new(Vec::new(), 0);
+        assert_eq!(f.num_feasible_nodes_to_find(50), 50);
+        assert_eq!(f.num_feasible_nodes_to_find(100), 100);
+        assert_eq!(f.num_feasible_nodes_to_find(1000), 1000 * 42 / 100);
+        assert_eq!(f.num_feasible_nodes_to_find(5000), 500);
+        assert_eq!(f.num_feasible_nodes_to_find(6000), 300);
+        let f = Framework::new(Vec::new(), 100);
+        assert_eq!(f.num_feasible_nodes_to_find(5000), 5000);
+    }
+
+    #[test]
+    fn fit_error_histogram_sorted_as_strings() {
+        let statuses = [
+            Status::unresolvable("node(s) didn't match Pod's node affinity/selector"),
+            Status::unschedulable("Insufficient cpu"),
+            Status::unresolvable("node(s) didn't match Pod's node affinity/selector"),
+        ];
+        let msg = fit_error_message(
+            3,
+            None,
+            statuses.iter(),
+            Some("preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."),
+        );
+        assert_eq!(
+            msg,
+            "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+        );
+    }
+
+    #[test]
+    fn fit_error_multiple_reasons_per_node_and_prefilter() {
+        let mut s = Status::unschedulable("Insufficient cpu");
+        s.reasons.push("Insufficient memory".into());
+        let statuses = [s.clone(), s, Status::unresolvable("node(s) were unschedulable")];
+        assert_eq!(
+            fit_error_message(3, None, statuses.iter(), None),
+            "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu, 2 Insufficient memory."
+        );
+        assert_eq!(
+            fit_error_message(2, Some("boom"), statuses.iter(), None),
+            "0/2 nodes are available: boom."
+        );
+    }
+
+    #[test]
+    fn normalize_default() {
+        let mut s = vec![0, 5, 10];
+        default_normalize(&mut s, false);
+        assert_eq!(s, vec![0, 50, 100]);
+        let mut s = vec![0, 5, 10];
+        default_normalize(&mut s, true);
+        assert_eq!(s, vec![100, 50, 0]);
+        let mut s = vec![0, 0];
+        default_normalize(&mut s, true);
+        assert_eq!(s, vec![100, 100]);
+    }
+}

@@ -1,0 +1,395 @@
+//! InterPodAffinity: required pod affinity / anti-affinity (the pod's own and existing pods'
+//! anti-affinity) filter; preferred terms (both ways) and existing pods' required affinity
+//! score.
+
+use std::collections::HashMap;
+
+use crate::cache::Cache;
+use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Status};
+use crate::types::{AffinityTerm, NodeInfo, PodInfo};
+
+pub const NAME: &str = "InterPodAffinity";
+pub const ERR_REASON_EXISTING_ANTI_AFFINITY: &str =
+    "node(s) didn't satisfy existing pods anti-affinity rules";
+pub const ERR_REASON_AFFINITY: &str = "node(s) didn't match pod affinity rules";
+pub const ERR_REASON_ANTI_AFFINITY: &str = "node(s) didn't match pod anti-affinity rules";
+/// Upstream's default hardPodAffinityWeight.
+const HARD_POD_AFFINITY_WEIGHT: i64 = 1;
+
+type TopologyCounts = HashMap<(String, String), i64>;
+
+#[derive(Debug, Default)]
+pub struct PreFilterState {
+    /// Topology pairs where an existing pod's required anti-affinity selects the pod.
+    existing_anti: TopologyCounts,
+    /// Topology pairs with pods matching all of the pod's required affinity terms.
+    affinity: TopologyCounts,
+    /// Topology pairs with pods matching the pod's required anti-affinity terms.
+    anti_affinity: TopologyCounts,
+}
+
+#[derive(Debug, Default)]
+pub struct PreScoreState {
+    scores: HashMap<String, HashMap<String, i64>>,
+}
+
+fn add(counts: &mut TopologyCounts, node: &NodeInfo, key: &str, n: i64) {
+    if let Some(v) = node.labels.get(key) {
+        *counts.entry((key.to_string(), v.clone())).or_default() += n;
+    }
+}
+
+fn matches_all(terms: &[AffinityTerm], pod: &PodInfo) -> bool {
+    !terms.is_empty() && terms.iter().all(|t| t.matches(pod))
+}
+
+fn any_required_anti_affinity(cache: &Cache) -> bool {
+    cache
+        .nodes()
+        .iter()
+        .any(|n| n.pods_with_required_anti_affinity > 0)
+}
+
+pub struct InterPodAffinity;
+
+impl Plugin for InterPodAffinity {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn has_filter(&self) -> bool {
+        true
+    }
+
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, cache: &Cache) -> Status {
+        let own = !pod.required_affinity.is_empty() || !pod.required_anti_affinity.is_empty();
+        if !own && !any_required_anti_affinity(cache) {
+            return Status::skip();
+        }
+        let mut s = PreFilterState::default();
+        for node in cache.nodes() {
+            if node.node.is_none() {
+                continue;
+            }
+            if node.pods_with_required_anti_affinity > 0 {
+                for existing in &node.pods {
+                    for t in &existing.required_anti_affinity {
+                        if t.matches(pod) {
+                            add(&mut s.existing_anti, node, &t.topology_key, 1);
+                        }
+                    }
+                }
+            }
+            if own {
+                for existing in &node.pods {
+                    if matches_all(&pod.required_affinity, existing) {
+                        for t in &pod.required_affinity {
+                            add(&mut s.affinity, node, &t.topology_key, 1);
+                        }
+                    }
+                    for t in &pod.required_anti_affinity {
+                        if t.matches(existing) {
+                            add(&mut s.anti_affinity, node, &t.topology_key, 1);
+                        }
+                    }
+                }
+            }
+        }
+        state.inter_pod = Some(s);
+        Status::success()
+    }
+
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(s) = &state.inter_pod else {
+            return Status::success();
+        };
+        // Required affinity: every topology key present, and a matching pod in each domain
+        // (or no matching pod anywhere and the pod matches its own terms).
+        if !pod.required_affinity.is_empty() {
+            let mut pods_exist = true;
+            for t in &pod.required_affinity {
+                match node.labels.get(&t.topology_key) {
+                    None => return Status::unresolvable(ERR_REASON_AFFINITY),
+                    Some(v) => {
+                        if s.affinity
+                            .get(&(t.topology_key.clone(), v.clone()))
+                            .copied()
+                            .unwrap_or(0)
+                            <= 0
+                        {
+                            pods_exist = false;
+                        }
+                    }
+                }
+            }
+            if !pods_exist && !(s.affinity.is_empty() && matches_all(&pod.required_affinity, pod)) {
+                return Status::unresolvable(ERR_REASON_AFFINITY);
+            }
+        }
+        for t in &pod.required_anti_affinity {
+            if let Some(v) = node.labels.get(&t.topology_key)
+                && s.anti_affinity
+                    .get(&(t.topology_key.clone(), v.clone()))
+                    .copied()
+                    .unwrap_or(0)
+                    > 0
+            {
+                return Status::unschedulable(ERR_REASON_ANTI_AFFINITY);
+            }
+        }
+        for ((k, v), n) in &s.existing_anti {
+            if *n > 0 && node.labels.get(k) == Some(v) {
+                return Status::unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY);
+            }
+        }
+        Status::success()
+    }
+
+    fn score_weight(&self) -> i64 {
+        2
+    }
+
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, cache: &Cache, _f: &[usize]) -> bool {
+        let own = !pod.preferred_affinity.is_empty() || !pod.preferred_anti_affinity.is_empty();
+        let mut s = PreScoreState::default();
+        let mut bump = |node: &NodeInfo, key: &str, w: i64| {
+            if let Some(v) = node.labels.get(key) {
+                *s.scores
+                    .entry(key.to_string())
+                    .or_default()
+                    .entry(v.clone())
+                    .or_default() += w;
+            }
+        };
+        let mut any = false;
+        for node in cache.nodes() {
+            if node.node.is_none() || (!own && node.pods_with_affinity == 0) {
+                continue;
+            }
+            for existing in &node.pods {
+                for t in &pod.preferred_affinity {
+                    if t.matches(existing) {
+                        bump(node, &t.topology_key, t.weight);
+                        any = true;
+                    }
+                }
+                for t in &pod.preferred_anti_affinity {
+                    if t.matches(existing) {
+                        bump(node, &t.topology_key, -t.weight);
+                        any = true;
+                    }
+                }
+                for t in &existing.required_affinity {
+                    if t.matches(pod) {
+                        bump(node, &t.topology_key, HARD_POD_AFFINITY_WEIGHT);
+                        any = true;
+                    }
+                }
+                for t in &existing.preferred_affinity {
+                    if t.matches(pod) {
+                        bump(node, &t.topology_key, t.weight);
+                        any = true;
+                    }
+                }
+                for t in &existing.preferred_anti_affinity {
+                    if t.matches(pod) {
+                        bump(node, &t.topology_key, -t.weight);
+                        any = true;
+                    }
+                }
+            }
+        }
+        if !any {
+            return false;
+        }
+        state.inter_pod_score = Some(s);
+        true
+    }
+
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> i64 {
+        let Some(s) = &state.inter_pod_score else {
+            return 0;
+        };
+        let mut total = 0;
+        for (key, values) in &s.scores {
+            if let Some(v) = node.labels.get(key) {
+                total += values.get(v).copied().unwrap_or(0);
+            }
+        }
+        total
+    }
+
+    fn normalize(&self, _s: &CycleState, scores: &mut [i64]) {
+        let (Some(min), Some(max)) = (scores.iter().min().copied(), scores.iter().max().copied())
+        else {
+            return;
+        };
+        let diff = max - min;
+        for s in scores.iter_mut() {
+            *s = if diff > 0 {
+                (MAX_NODE_SCORE as f64 * ((*s - min) as f64 / diff as f64)) as i64
+            } else {
+                0
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Code;
+    use crate::types::testutil::*;
+    use k8s_openapi::api::core::v1::{
+        Affinity, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, WeightedPodAffinityTerm,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use std::sync::Arc;
+
+    fn term(app: &str, key: &str) -> PodAffinityTerm {
+        PodAffinityTerm {
+            label_selector: Some(LabelSelector {
+                match_labels: Some([("app".to_string(), app.to_string())].into()),
+                ..Default::default()
+            }),
+            topology_key: key.into(),
+            ..Default::default()
+        }
+    }
+
+    fn labelled_pod(name: &str, app: &str) -> Pod {
+        let mut p = pod(name, "", "");
+        p.metadata.labels = Some([("app".to_string(), app.to_string())].into());
+        p
+    }
+
+    fn zone_node(name: &str, zone: &str) -> NodeInfo {
+        let mut n = node(name, "4", "8Gi", "110");
+        n.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("zone".into(), zone.into());
+        node_info(n)
+    }
+
+    fn cache_with(pods: &[(&str, Pod)]) -> Cache {
+        let mut c = Cache::new();
+        for (n, z) in [("n1", "z1"), ("n2", "z1"), ("n3", "z2")] {
+            let ni = zone_node(n, z);
+            c.upsert_node(ni.node.clone().unwrap());
+        }
+        for (node, p) in pods {
+            let mut p = p.clone();
+            p.spec.as_mut().unwrap().node_name = Some(node.to_string());
+            c.upsert_bound_pod(Arc::new(PodInfo::new(p)));
+        }
+        c
+    }
+
+    fn run(c: &Cache, p: &PodInfo) -> Vec<Status> {
+        let mut s = CycleState::default();
+        let pre = InterPodAffinity.pre_filter(&mut s, p, c);
+        c.node_indices()
+            .map(|i| {
+                if pre.is_skip() {
+                    Status::success()
+                } else {
+                    InterPodAffinity.filter(&s, p, &c.nodes()[i])
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn required_affinity_by_zone() {
+        let c = cache_with(&[("n1", labelled_pod("db", "db"))]);
+        let mut p = labelled_pod("web", "web");
+        p.spec.as_mut().unwrap().affinity = Some(Affinity {
+            pod_affinity: Some(PodAffinity {
+                required_during_scheduling_ignored_during_execution: Some(vec![term("db", "zone")]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let st = run(&c, &PodInfo::new(p));
+        assert!(st[0].is_success() && st[1].is_success());
+        assert_eq!(st[2].code, Code::UnschedulableAndUnresolvable);
+        assert_eq!(st[2].reasons, vec![ERR_REASON_AFFINITY]);
+    }
+
+    #[test]
+    fn first_pod_of_self_affine_series_allowed() {
+        let c = cache_with(&[]);
+        let mut p = labelled_pod("web", "web");
+        p.spec.as_mut().unwrap().affinity = Some(Affinity {
+            pod_affinity: Some(PodAffinity {
+                required_during_scheduling_ignored_during_execution: Some(vec![term("web", "zone")]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert!(run(&c, &PodInfo::new(p)).iter().all(Status::is_success));
+    }
+
+    #[test]
+    fn anti_affinity_own_and_existing() {
+        let mut existing = labelled_pod("a", "web");
+        existing.spec.as_mut().unwrap().affinity = Some(Affinity {
+            pod_anti_affinity: Some(PodAntiAffinity {
+                required_during_scheduling_ignored_during_execution: Some(vec![term(
+                    "web",
+                    "kubernetes.io/hostname",
+                )]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let c = cache_with(&[("n1", existing.clone())]);
+        // A plain pod matching the existing pod's anti-affinity cannot go to n1.
+        let st = run(&c, &PodInfo::new(labelled_pod("b", "web")));
+        assert_eq!(st[0].reasons, vec![ERR_REASON_EXISTING_ANTI_AFFINITY]);
+        assert!(st[1].is_success() && st[2].is_success());
+        // The pod's own anti-affinity by zone excludes n1 and n2.
+        let mut p = labelled_pod("c", "other");
+        p.spec.as_mut().unwrap().affinity = Some(Affinity {
+            pod_anti_affinity: Some(PodAntiAffinity {
+                required_during_scheduling_ignored_during_execution: Some(vec![term("web", "zone")]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let st = run(&c, &PodInfo::new(p));
+        assert_eq!(st[0].reasons, vec![ERR_REASON_ANTI_AFFINITY]);
+        assert_eq!(st[1].code, Code::Unschedulable);
+        assert!(st[2].is_success());
+    }
+
+    #[test]
+    fn preferred_affinity_scores() {
+        let c = cache_with(&[("n1", labelled_pod("db", "db"))]);
+        let mut p = labelled_pod("web", "web");
+        p.spec.as_mut().unwrap().affinity = Some(Affinity {
+            pod_affinity: Some(PodAffinity {
+                preferred_during_scheduling_ignored_during_execution: Some(vec![
+                    WeightedPodAffinityTerm {
+                        weight: 5,
+                        pod_affinity_term: term("db", "zone"),
+                    },
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let p = PodInfo::new(p);
+        let mut s = CycleState::default();
+        assert!(InterPodAffinity.pre_score(&mut s, &p, &c, &[]));
+        let mut scores: Vec<i64> = c
+            .node_indices()
+            .map(|i| InterPodAffinity.score(&s, &p, &c.nodes()[i]))
+            .collect();
+        assert_eq!(scores, vec![5, 5, 0]);
+        InterPodAffinity.normalize(&s, &mut scores);
+        assert_eq!(scores, vec![100, 100, 0]);
+    }
+}

@@ -1,0 +1,359 @@
+//! PodTopologySpread: `whenUnsatisfiable: DoNotSchedule` constraints filter (skew against the
+//! emptiest eligible domain), `ScheduleAnyway` constraints score.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::cache::Cache;
+use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Status};
+use crate::labels::Selector;
+use crate::plugins::node_affinity::PodNodeAffinity;
+use crate::plugins::taint_toleration::find_untolerated;
+use crate::types::{NodeInfo, PodInfo};
+
+pub const NAME: &str = "PodTopologySpread";
+pub const ERR_REASON_CONSTRAINTS_NOT_MATCH: &str =
+    "node(s) didn't match pod topology spread constraints";
+pub const ERR_REASON_NODE_LABEL_NOT_MATCH: &str =
+    "node(s) didn't match pod topology spread constraints (missing required label)";
+const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
+
+#[derive(Debug, Clone)]
+pub struct Constraint {
+    max_skew: i64,
+    topology_key: String,
+    selector: Selector,
+    min_domains: i64,
+    honor_node_affinity: bool,
+    honor_taints: bool,
+}
+
+fn constraints(pod: &PodInfo, hard: bool) -> Vec<Constraint> {
+    let Some(spec) = pod.pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let want = if hard { "DoNotSchedule" } else { "ScheduleAnyway" };
+    spec.topology_spread_constraints
+        .iter()
+        .flatten()
+        .filter(|c| c.when_unsatisfiable == want)
+        .map(|c| {
+            let mut selector = Selector::from_label_selector(c.label_selector.as_ref());
+            for k in c.match_label_keys.iter().flatten() {
+                if let Some(v) = pod.labels.get(k) {
+                    selector.add_equals(k, v);
+                }
+            }
+            Constraint {
+                max_skew: i64::from(c.max_skew),
+                topology_key: c.topology_key.clone(),
+                selector,
+                min_domains: i64::from(c.min_domains.unwrap_or(1)),
+                honor_node_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
+                honor_taints: c.node_taints_policy.as_deref() == Some("Honor"),
+            }
+        })
+        .collect()
+}
+
+fn count_matching(node: &NodeInfo, sel: &Selector, ns: &str) -> i64 {
+    node.pods
+        .iter()
+        .filter(|p| !p.deleting && p.namespace == ns && sel.matches(&p.labels))
+        .count() as i64
+}
+
+fn has_all_keys(node: &NodeInfo, cs: &[Constraint]) -> bool {
+    cs.iter().all(|c| node.labels.contains_key(&c.topology_key))
+}
+
+fn eligible(node: &NodeInfo, c: &Constraint, pod: &PodInfo, aff: &PodNodeAffinity) -> bool {
+    (!c.honor_node_affinity || aff.matches(node))
+        && (!c.honor_taints || find_untolerated(&node.taints, &pod.tolerations).is_none())
+}
+
+#[derive(Debug, Default)]
+pub struct PreFilterState {
+    constraints: Vec<Constraint>,
+    /// Per constraint: domain value -> matching pods.
+    counts: Vec<HashMap<String, i64>>,
+    /// Per constraint: the minimum over eligible domains (0 below minDomains).
+    min_match: Vec<i64>,
+}
+
+#[derive(Debug, Default)]
+pub struct PreScoreState {
+    constraints: Vec<Constraint>,
+    ignored: HashSet<usize>,
+    pair_counts: Vec<HashMap<String, i64>>,
+    weights: Vec<f64>,
+}
+
+pub struct PodTopologySpread;
+
+impl Plugin for PodTopologySpread {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn has_filter(&self) -> bool {
+        true
+    }
+
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, cache: &Cache) -> Status {
+        let cs = constraints(pod, true);
+        if cs.is_empty() {
+            return Status::skip();
+        }
+        let aff = state
+            .node_affinity
+            .clone()
+            .unwrap_or_else(|| PodNodeAffinity::new(pod));
+        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
+        for node in cache.nodes() {
+            if node.node.is_none() || !has_all_keys(node, &cs) {
+                continue;
+            }
+            for (i, c) in cs.iter().enumerate() {
+                if !eligible(node, c, pod, &aff) {
+                    continue;
+                }
+                let v = &node.labels[&c.topology_key];
+                let n = count_matching(node, &c.selector, &pod.namespace);
+                *counts[i].entry(v.clone()).or_default() += n;
+            }
+        }
+        let min_match = cs
+            .iter()
+            .zip(&counts)
+            .map(|(c, m)| {
+                if (m.len() as i64) < c.min_domains {
+                    0
+                } else {
+                    m.values().copied().min().unwrap_or(0)
+                }
+            })
+            .collect();
+        state.spread = Some(PreFilterState {
+            constraints: cs,
+            counts,
+            min_match,
+        });
+        Status::success()
+    }
+
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(s) = &state.spread else {
+            return Status::success();
+        };
+        for (i, c) in s.constraints.iter().enumerate() {
+            let Some(v) = node.labels.get(&c.topology_key) else {
+                return Status::unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH);
+            };
+            let self_match = i64::from(c.selector.matches(&pod.labels));
+            let matched = s.counts[i].get(v).copied().unwrap_or(0);
+            let skew = matched + self_match - s.min_match[i];
+            if skew > c.max_skew {
+                return Status::unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH);
+            }
+        }
+        Status::success()
+    }
+
+    fn score_weight(&self) -> i64 {
+        2
+    }
+
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, cache: &Cache, feasible: &[usize]) -> bool {
+        let cs = constraints(pod, false);
+        if cs.is_empty() {
+            return false;
+        }
+        let nodes = cache.nodes();
+        let mut s = PreScoreState {
+            pair_counts: vec![HashMap::new(); cs.len()],
+            ..Default::default()
+        };
+        let mut domains: Vec<HashSet<&str>> = vec![HashSet::new(); cs.len()];
+        for &idx in feasible {
+            let n = &nodes[idx];
+            if !has_all_keys(n, &cs) {
+                s.ignored.insert(idx);
+                continue;
+            }
+            for (i, c) in cs.iter().enumerate() {
+                let v = &n.labels[&c.topology_key];
+                domains[i].insert(v.as_str());
+                if c.topology_key != LABEL_HOSTNAME {
+                    s.pair_counts[i].entry(v.clone()).or_insert(0);
+                }
+            }
+        }
+        let usable = feasible.len() - s.ignored.len();
+        s.weights = cs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let size = if c.topology_key == LABEL_HOSTNAME {
+                    usable
+                } else {
+                    domains[i].len()
+                };
+                ((size + 2) as f64).ln()
+            })
+            .collect();
+        let aff = state
+            .node_affinity
+            .clone()
+            .unwrap_or_else(|| PodNodeAffinity::new(pod));
+        if cs.iter().any(|c| c.topology_key != LABEL_HOSTNAME) {
+            for node in nodes {
+                if node.node.is_none() || !has_all_keys(node, &cs) {
+                    continue;
+                }
+                for (i, c) in cs.iter().enumerate() {
+                    if c.topology_key == LABEL_HOSTNAME || !eligible(node, c, pod, &aff) {
+                        continue;
+                    }
+                    let v = &node.labels[&c.topology_key];
+                    if let Some(slot) = s.pair_counts[i].get_mut(v) {
+                        *slot += count_matching(node, &c.selector, &pod.namespace);
+                    }
+                }
+            }
+        }
+        s.constraints = cs;
+        state.spread_score = Some(s);
+        true
+    }
+
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
+        let Some(s) = &state.spread_score else {
+            return 0;
+        };
+        if !has_all_keys(node, &s.constraints) {
+            return -1;
+        }
+        let mut score = 0.0;
+        for (i, c) in s.constraints.iter().enumerate() {
+            let v = &node.labels[&c.topology_key];
+            let cnt = if c.topology_key == LABEL_HOSTNAME {
+                count_matching(node, &c.selector, &pod.namespace)
+            } else {
+                s.pair_counts[i].get(v).copied().unwrap_or(0)
+            };
+            score += cnt as f64 * s.weights[i] + (c.max_skew - 1) as f64;
+        }
+        score.round() as i64
+    }
+
+    fn normalize(&self, _s: &CycleState, scores: &mut [i64]) {
+        // Negative scores mark ignored nodes (missing a topology key).
+        let valid = scores.iter().copied().filter(|s| *s >= 0);
+        let min = valid.clone().min().unwrap_or(0);
+        let max = valid.max().unwrap_or(0);
+        for s in scores.iter_mut() {
+            *s = if *s < 0 {
+                0
+            } else if max == 0 {
+                MAX_NODE_SCORE
+            } else {
+                MAX_NODE_SCORE * (max + min - *s) / max
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Code;
+    use crate::types::testutil::*;
+    use k8s_openapi::api::core::v1::{Pod, TopologySpreadConstraint};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use std::sync::Arc;
+
+    fn spread_pod(name: &str, when: &str, max_skew: i32) -> Pod {
+        let mut p = pod(name, "", "");
+        p.metadata.labels = Some([("foo".to_string(), "".to_string())].into());
+        p.spec.as_mut().unwrap().topology_spread_constraints = Some(vec![TopologySpreadConstraint {
+            max_skew,
+            topology_key: "zone".into(),
+            when_unsatisfiable: when.into(),
+            label_selector: Some(LabelSelector {
+                match_expressions: Some(vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                        key: "foo".into(),
+                        operator: "Exists".into(),
+                        values: None,
+                    },
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]);
+        p
+    }
+
+    /// Upstream's classic case: zone1 {node-a: 2 pods, node-b: 1}, zone2 {node-x: 0, node-y: 0}.
+    fn cluster() -> Cache {
+        let mut c = Cache::new();
+        for (n, z) in [("node-a", "zone1"), ("node-b", "zone1"), ("node-x", "zone2"), ("node-y", "zone2")] {
+            let mut nd = node(n, "4", "8Gi", "110");
+            nd.metadata.labels.as_mut().unwrap().insert("zone".into(), z.into());
+            c.upsert_node(Arc::new(nd));
+        }
+        for (i, n) in ["node-a", "node-a", "node-b"].iter().enumerate() {
+            let mut p = pod(&format!("e{i}"), "", "");
+            p.metadata.labels = Some([("foo".to_string(), "".to_string())].into());
+            p.spec.as_mut().unwrap().node_name = Some(n.to_string());
+            c.upsert_bound_pod(Arc::new(PodInfo::new(p)));
+        }
+        c
+    }
+
+    #[test]
+    fn hard_constraint_filters_crowded_zone() {
+        let c = cluster();
+        let p = PodInfo::new(spread_pod("p", "DoNotSchedule", 1));
+        let mut s = CycleState::default();
+        assert!(PodTopologySpread.pre_filter(&mut s, &p, &c).is_success());
+        let res: Vec<bool> = ["node-a", "node-b", "node-x", "node-y"]
+            .iter()
+            .map(|n| PodTopologySpread.filter(&s, &p, c.node(n).unwrap()).is_success())
+            .collect();
+        assert_eq!(res, vec![false, false, true, true]);
+        let st = PodTopologySpread.filter(&s, &p, c.node("node-a").unwrap());
+        assert_eq!(st.code, Code::Unschedulable);
+        assert_eq!(st.reasons, vec![ERR_REASON_CONSTRAINTS_NOT_MATCH]);
+    }
+
+    #[test]
+    fn missing_label_is_unresolvable() {
+        let mut c = cluster();
+        c.upsert_node(Arc::new(node("bare", "4", "8Gi", "110")));
+        let p = PodInfo::new(spread_pod("p", "DoNotSchedule", 1));
+        let mut s = CycleState::default();
+        PodTopologySpread.pre_filter(&mut s, &p, &c);
+        let st = PodTopologySpread.filter(&s, &p, c.node("bare").unwrap());
+        assert_eq!(st.code, Code::UnschedulableAndUnresolvable);
+        assert_eq!(st.reasons, vec![ERR_REASON_NODE_LABEL_NOT_MATCH]);
+    }
+
+    #[test]
+    fn soft_constraint_prefers_empty_zone() {
+        let c = cluster();
+        let p = PodInfo::new(spread_pod("p", "ScheduleAnyway", 1));
+        let mut s = CycleState::default();
+        let feasible: Vec<usize> = c.node_indices().collect();
+        assert!(PodTopologySpread.pre_score(&mut s, &p, &c, &feasible));
+        let mut scores: Vec<i64> = feasible
+            .iter()
+            .map(|&i| PodTopologySpread.score(&s, &p, &c.nodes()[i]))
+            .collect();
+        PodTopologySpread.normalize(&s, &mut scores);
+        // zone1 has 3 matching pods, zone2 none.
+        assert!(scores[2] > scores[0]);
+        assert_eq!(scores[2], 100);
+        assert_eq!(scores[0], scores[1]);
+    }
+}

@@ -11,7 +11,7 @@
 //! carries the deleted value; `prev_revision` points at the row it supersedes
 //! (0 for a create). Table `meta` records `compact_rev`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -60,6 +60,9 @@ pub struct SqliteOptions {
     pub watch_buffer: usize,
     /// Most writes committed in one transaction.
     pub max_batch: usize,
+    /// Most revisions one compaction transaction covers; write batches run
+    /// between the steps of a larger compaction.
+    pub compact_step: Revision,
 }
 
 impl Default for SqliteOptions {
@@ -68,6 +71,7 @@ impl Default for SqliteOptions {
             event_window: state::DEFAULT_EVENT_WINDOW,
             watch_buffer: state::DEFAULT_WATCH_BUFFER,
             max_batch: 4096,
+            compact_step: 10_000,
         }
     }
 }
@@ -129,6 +133,7 @@ impl SqliteStore {
             conn,
             state: state.clone(),
             max_batch: opts.max_batch.max(1),
+            compact_step: opts.compact_step.max(1),
         };
         let writer = std::thread::Builder::new()
             .name("store-writer".into())
@@ -426,6 +431,7 @@ struct Writer {
     conn: Connection,
     state: Arc<State>,
     max_batch: usize,
+    compact_step: Revision,
 }
 
 type WriteRequest = (Op, oneshot::Sender<Result<KeyValue>>);
@@ -433,18 +439,44 @@ type WriteRequest = (Op, oneshot::Sender<Result<KeyValue>>);
 impl Writer {
     fn run(mut self, mut rx: mpsc::Receiver<Request>) {
         let mut writes: Vec<WriteRequest> = Vec::new();
-        while let Some(first) = rx.blocking_recv() {
-            let mut next = Some(first);
+        // Accepted compactions, done a step at a time between write batches
+        // so that a large one does not stall writers.
+        let mut compactions: VecDeque<(Revision, oneshot::Sender<Result<()>>)> = VecDeque::new();
+        let mut open = true;
+        while open || !compactions.is_empty() {
+            let first = if !open {
+                None
+            } else if compactions.is_empty() {
+                rx.blocking_recv()
+            } else {
+                match rx.try_recv() {
+                    Ok(request) => Some(request),
+                    Err(mpsc::error::TryRecvError::Empty) => None,
+                    Err(mpsc::error::TryRecvError::Disconnected) => {
+                        open = false;
+                        None
+                    }
+                }
+            };
+            if first.is_none() && compactions.is_empty() {
+                break;
+            }
+            let mut next = first;
             let mut taken = 0;
             while let Some(request) = next.take() {
                 taken += 1;
                 match request {
                     Request::Write { op, reply } => writes.push((op, reply)),
                     Request::Compact { revision, reply } => {
-                        // Keep the callers' order: writes queued before the
-                        // compaction commit first.
+                        // Writes queued before the compaction commit first, so
+                        // that it is checked against what its caller saw.
                         self.commit_writes(&mut writes);
-                        let _ = reply.send(self.compact(revision));
+                        let current = self.state.read().revision();
+                        if revision > current {
+                            let _ = reply.send(Err(StoreError::FutureRevision(revision)));
+                        } else {
+                            compactions.push_back((revision, reply));
+                        }
                     }
                 }
                 if taken < self.max_batch {
@@ -452,6 +484,14 @@ impl Writer {
                 }
             }
             self.commit_writes(&mut writes);
+            if let Some((target, _)) = compactions.front() {
+                let step = self.compact_step(*target);
+                if (step.is_err() || self.state.read().compacted() >= *target)
+                    && let Some((_, reply)) = compactions.pop_front()
+                {
+                    let _ = reply.send(step);
+                }
+            }
         }
         tracing::debug!("store writer stopped");
     }
@@ -533,21 +573,19 @@ impl Writer {
         tx.commit().context("commit")
     }
 
-    /// Deletes history rows older than `revision` that a later row (also older
-    /// than `revision`) supersedes, and tombstones older than `revision`.
-    /// Each key's latest row at `revision` stays, so lists at `revision` and
-    /// watches from it still work (with previous values).
-    fn compact(&mut self, revision: Revision) -> Result<()> {
-        let (current, old) = {
-            let state = self.state.read();
-            (state.revision(), state.compacted())
-        };
-        if revision > current {
-            return Err(StoreError::FutureRevision(revision));
-        }
-        if revision <= old {
+    /// Compacts towards `target`, at most `compact_step` revisions further
+    /// than the current compaction point.
+    ///
+    /// Deletes history rows older than the new point that a later row (also
+    /// older than it) supersedes, and tombstones older than it. Each key's
+    /// latest row at the point stays, so lists at it and watches from it still
+    /// work (with previous values).
+    fn compact_step(&mut self, target: Revision) -> Result<()> {
+        let old = self.state.read().compacted();
+        if target <= old {
             return Ok(());
         }
+        let revision = target.min(old.saturating_add(self.compact_step));
         let tx = self.conn.transaction().context("begin a compaction")?;
         // Rows superseded before `old` went in earlier compactions.
         let superseded = tx
@@ -670,6 +708,7 @@ mod tests {
     fn tiny_window() -> SqliteOptions {
         SqliteOptions {
             event_window: 1,
+            compact_step: 3,
             ..Default::default()
         }
     }
@@ -744,6 +783,35 @@ mod tests {
             .map(|kv| kv.key)
             .collect();
         assert_eq!(keys, ["/w/a", "/w/new", "/x/c"]);
+    }
+
+    #[tokio::test]
+    async fn compaction_deletes_superseded_rows_in_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = open_in(&dir, tiny_window());
+        conformance::write_history(&store).await;
+        let rows = || -> Vec<Revision> {
+            let conn = Connection::open(dir.path().join("state.db")).unwrap();
+            let mut stmt = conn.prepare("SELECT id FROM kv ORDER BY id").unwrap();
+            stmt.query_map([], |r| r.get(0))
+                .unwrap()
+                .map(|r| r.unwrap())
+                .collect()
+        };
+        assert_eq!(rows(), [1, 2, 3, 4, 5, 6]);
+        // Two steps of 3: superseded 1 (by 3) and 2 (by the tombstone 5), and the
+        // tombstone itself; 3, 4 and 6 are each key's latest row at 6.
+        store.compact(6).await.unwrap();
+        assert_eq!(rows(), [3, 4, 6]);
+        assert_eq!(store.compacted_revision().await.unwrap(), 6);
+        let mut watch = store.watch("", 6).await.unwrap();
+        store.update("/w/a", b"a3".to_vec(), 3).await.unwrap();
+        match next_event(&mut watch).await {
+            Event::Put {
+                prev: Some(prev), ..
+            } => assert_eq!(&prev.value[..], b"a2"),
+            other => panic!("{other:?}"),
+        }
     }
 
     /// Applies the same pseudo-random writes to both stores.

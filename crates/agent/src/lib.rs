@@ -1,4 +1,119 @@
-//! The node agent: registers a Node, runs the pods bound to it and reports their status.
+//! The node agent: registers a Node, runs the pods bound to it through the Docker Engine, reports their
+//! status and serves logs / exec / attach to the API server.
 //! `sim` runs simulated nodes (as kwok does) for scheduling tests and benchmarks.
+//!
+//! Code map:
+//! - `node`: Node registration, status and Lease heartbeats.
+//! - `pods`: the watch on pods bound to this node; one `worker` per pod; adoption of containers.
+//! - `worker`: the per-pod sync loop (sandbox, init and app containers, restarts, back-off, deletion).
+//! - `docker`: the runtime: container records, labels, stop/kill/remove.
+//! - `volumes`, `env`, `probes`, `status`, `events`: what the worker is made of.
+//! - `server`: the agent's HTTPS endpoint (containerLogs, exec, attach).
+//! - `images`: local busybox and pause images.
+//!
+//! Invariant: the agent never stops containers because it exits; containers are found again by label.
 
+pub mod docker;
+pub mod env;
+pub mod events;
+pub mod images;
+pub mod node;
+pub mod pods;
+pub mod probes;
+mod quantity;
+pub mod server;
 pub mod sim;
+pub mod status;
+pub mod volumes;
+pub mod worker;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+pub use images::build_local_images;
+
+/// How a node agent runs.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// The Node's name.
+    pub node_name: String,
+    /// Where pod directories live (`DATA_DIR/pods/UID`).
+    pub data_dir: PathBuf,
+    /// The address the agent's HTTPS endpoint listens on (port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// The address published as InternalIP; detected from the default route when `None`.
+    pub node_ip: Option<IpAddr>,
+    /// PEM of the cluster CA: clients of the HTTPS endpoint must present a certificate it signed.
+    /// Without it the endpoint is not started.
+    pub cluster_ca_pem: Option<String>,
+}
+
+impl AgentConfig {
+    pub fn new(node_name: impl Into<String>, data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            node_name: node_name.into(),
+            data_dir: data_dir.into(),
+            listen: SocketAddr::from(([0, 0, 0, 0], 10250)),
+            node_ip: None,
+            cluster_ca_pem: None,
+        }
+    }
+}
+
+/// Runs the agent until its pod watch ends or an error stops it. Containers keep running when it stops.
+pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
+    let docker = docker::connect().await?;
+    if docker::image_id(&docker, images::PAUSE_IMAGE)
+        .await?
+        .is_none()
+    {
+        images::build_pause_image(&docker)
+            .await
+            .context("building the pause image")?;
+    }
+    let node_ip = cfg.node_ip.unwrap_or_else(node::detect_host_ip);
+    let port = match &cfg.cluster_ca_pem {
+        Some(ca) => {
+            let state = server::ServerState {
+                docker: docker.clone(),
+                node: cfg.node_name.clone(),
+            };
+            let sans = vec![
+                node_ip.to_string(),
+                cfg.node_name.clone(),
+                "localhost".into(),
+                "127.0.0.1".into(),
+            ];
+            let bound = server::serve(cfg.listen, ca, sans, state)
+                .await
+                .context("starting the agent's HTTPS endpoint")?;
+            i32::from(bound.port())
+        }
+        None => {
+            tracing::warn!("no cluster CA configured: logs, exec and attach are not served");
+            0
+        }
+    };
+    let facts = node::gather(&docker, &cfg.node_name, &cfg.data_dir, Some(node_ip), port).await?;
+    let node = node::register(&client, &facts).await?;
+    tokio::spawn(node::heartbeat(
+        client.clone(),
+        facts.clone(),
+        node.metadata.uid.clone(),
+    ));
+    let ctx = Arc::new(worker::Ctx {
+        client: client.clone(),
+        docker,
+        node: cfg.node_name.clone(),
+        data_dir: cfg.data_dir.clone(),
+        host_ip: facts.internal_ip.clone(),
+        recorder: events::Recorder::new(client, &cfg.node_name),
+        allocatable_cpu_milli: i128::from(facts.cpus) * 1000,
+        allocatable_memory: facts.allocatable_memory(),
+        allocatable_storage: facts.allocatable_storage(),
+    });
+    pods::run(ctx).await
+}

@@ -1,0 +1,696 @@
+//! Pod volumes on the node: emptyDir (Memory as a tmpfs Docker volume), hostPath, secret, configMap,
+//! downwardAPI and projected (secret, configMap, downwardAPI, serviceAccountToken), plus the agent-managed
+//! `/etc/hosts`. Everything lives under `DATA_DIR/pods/UID/`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use bollard::Docker;
+use bollard::models::VolumeCreateRequest;
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{
+    Container, DownwardAPIVolumeFile, KeyToPath, Pod, ServiceAccount, Volume,
+};
+use kube::Api;
+use kube::api::PostParams;
+
+use crate::docker::LABEL_POD_UID;
+use crate::env::{EnvContext, ObjectCache, field_ref_value, resource_field_value};
+
+/// Where a pod volume lives on the host.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostVolume {
+    /// A host directory or file bound into containers; `read_only` is forced for projected kinds.
+    Path { path: PathBuf, read_only: bool },
+    /// A named Docker volume (tmpfs-backed emptyDir).
+    Docker(String),
+}
+
+/// A volume that could not be set up (reported as `FailedMount`).
+#[derive(Debug, thiserror::Error)]
+#[error("MountVolume.SetUp failed for volume \"{volume}\" : {message}")]
+pub struct MountError {
+    pub volume: String,
+    pub message: String,
+}
+
+pub fn pod_dir(data_dir: &Path, uid: &str) -> PathBuf {
+    data_dir.join("pods").join(uid)
+}
+
+/// The Docker volume name of a Memory emptyDir.
+pub fn tmpfs_volume_name(uid: &str, volume: &str) -> String {
+    format!("skiff-{uid}-{volume}")
+}
+
+/// Sets up (or refreshes) every volume of a pod.
+pub async fn setup(
+    pod: &Pod,
+    data_dir: &Path,
+    client: &kube::Client,
+    docker: &Docker,
+    objects: &mut ObjectCache,
+    ctx: &EnvContext<'_>,
+) -> anyhow::Result<Result<HashMap<String, HostVolume>, MountError>> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let base = pod_dir(data_dir, &uid).join("volumes");
+    let mut out = HashMap::new();
+    for volume in pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        match setup_one(pod, volume, &base, client, docker, objects, ctx).await? {
+            Ok(v) => {
+                out.insert(volume.name.clone(), v);
+            }
+            Err(message) => {
+                return Ok(Err(MountError {
+                    volume: volume.name.clone(),
+                    message,
+                }));
+            }
+        }
+    }
+    Ok(Ok(out))
+}
+
+async fn setup_one(
+    pod: &Pod,
+    volume: &Volume,
+    base: &Path,
+    client: &kube::Client,
+    docker: &Docker,
+    objects: &mut ObjectCache,
+    ctx: &EnvContext<'_>,
+) -> anyhow::Result<Result<HostVolume, String>> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let name = &volume.name;
+    if let Some(empty) = &volume.empty_dir {
+        if empty.medium.as_deref() == Some("Memory") {
+            let vol = tmpfs_volume_name(&uid, name);
+            let mut opts = HashMap::from([
+                ("type".to_string(), "tmpfs".to_string()),
+                ("device".to_string(), "tmpfs".to_string()),
+            ]);
+            if let Some(size) = empty
+                .size_limit
+                .as_ref()
+                .and_then(|q| crate::quantity::parse_value(&q.0))
+            {
+                opts.insert("o".to_string(), format!("size={size}"));
+            }
+            docker
+                .create_volume(VolumeCreateRequest {
+                    name: Some(vol.clone()),
+                    driver: Some("local".into()),
+                    driver_opts: Some(opts),
+                    labels: Some(HashMap::from([(LABEL_POD_UID.to_string(), uid.clone())])),
+                    ..Default::default()
+                })
+                .await
+                .context("creating a tmpfs volume")?;
+            return Ok(Ok(HostVolume::Docker(vol)));
+        }
+        let dir = base.join("kubernetes.io~empty-dir").join(name);
+        create_dir(&dir, 0o777).await?;
+        return Ok(Ok(HostVolume::Path {
+            path: dir,
+            read_only: false,
+        }));
+    }
+    if let Some(host) = &volume.host_path {
+        let path = PathBuf::from(&host.path);
+        let kind = host.type_.as_deref().unwrap_or("");
+        let meta = tokio::fs::metadata(&path).await.ok();
+        let check = match kind {
+            "DirectoryOrCreate" => {
+                if meta.is_none() {
+                    create_dir(&path, 0o755).await?;
+                }
+                Ok(())
+            }
+            "FileOrCreate" => {
+                if meta.is_none() {
+                    if let Some(parent) = path.parent() {
+                        tokio::fs::create_dir_all(parent).await.ok();
+                    }
+                    tokio::fs::write(&path, b"")
+                        .await
+                        .with_context(|| format!("creating {}", path.display()))?;
+                }
+                Ok(())
+            }
+            "Directory" if !meta.as_ref().is_some_and(|m| m.is_dir()) => Err(format!(
+                "hostPath type check failed: {} is not a directory",
+                host.path
+            )),
+            "File" if !meta.as_ref().is_some_and(|m| m.is_file()) => Err(format!(
+                "hostPath type check failed: {} is not a file",
+                host.path
+            )),
+            "Socket" | "CharDevice" | "BlockDevice" if meta.is_none() => Err(format!(
+                "hostPath type check failed: {} does not exist",
+                host.path
+            )),
+            _ => Ok(()),
+        };
+        return Ok(check.map(|()| HostVolume::Path {
+            path,
+            read_only: false,
+        }));
+    }
+    let mut files: BTreeMap<String, (Vec<u8>, u32)> = BTreeMap::new();
+    let dir;
+    if let Some(secret) = &volume.secret {
+        dir = base.join("kubernetes.io~secret").join(name);
+        let secret_name = secret.secret_name.clone().unwrap_or_default();
+        let mode = secret.default_mode.unwrap_or(0o644) as u32;
+        match objects.secret(&secret_name).await? {
+            Some(data) => {
+                if let Err(e) = project_keys(
+                    &data,
+                    secret.items.as_deref(),
+                    mode,
+                    secret.optional == Some(true),
+                    &mut files,
+                ) {
+                    return Ok(Err(format!("{e} in Secret {secret_name}")));
+                }
+            }
+            None if secret.optional == Some(true) => {}
+            None => return Ok(Err(format!("secret \"{secret_name}\" not found"))),
+        }
+    } else if let Some(cm) = &volume.config_map {
+        dir = base.join("kubernetes.io~configmap").join(name);
+        let mode = cm.default_mode.unwrap_or(0o644) as u32;
+        match objects.config_map(&cm.name).await? {
+            Some(data) => {
+                if let Err(e) = project_keys(
+                    &data,
+                    cm.items.as_deref(),
+                    mode,
+                    cm.optional == Some(true),
+                    &mut files,
+                ) {
+                    return Ok(Err(format!("{e} in ConfigMap {}", cm.name)));
+                }
+            }
+            None if cm.optional == Some(true) => {}
+            None => return Ok(Err(format!("configmap \"{}\" not found", cm.name))),
+        }
+    } else if let Some(dapi) = &volume.downward_api {
+        dir = base.join("kubernetes.io~downward-api").join(name);
+        let mode = dapi.default_mode.unwrap_or(0o644) as u32;
+        if let Err(e) = project_downward(
+            pod,
+            dapi.items.as_deref().unwrap_or_default(),
+            mode,
+            ctx,
+            &mut files,
+        ) {
+            return Ok(Err(e));
+        }
+    } else if let Some(projected) = &volume.projected {
+        dir = base.join("kubernetes.io~projected").join(name);
+        let mode = projected.default_mode.unwrap_or(0o644) as u32;
+        for source in projected.sources.iter().flatten() {
+            if let Some(secret) = &source.secret {
+                let optional = secret.optional == Some(true);
+                match objects.secret(&secret.name).await? {
+                    Some(data) => {
+                        if let Err(e) =
+                            project_keys(&data, secret.items.as_deref(), mode, optional, &mut files)
+                        {
+                            return Ok(Err(format!("{e} in Secret {}", secret.name)));
+                        }
+                    }
+                    None if optional => {}
+                    None => return Ok(Err(format!("secret \"{}\" not found", secret.name))),
+                }
+            }
+            if let Some(cm) = &source.config_map {
+                let optional = cm.optional == Some(true);
+                match objects.config_map(&cm.name).await? {
+                    Some(data) => {
+                        if let Err(e) =
+                            project_keys(&data, cm.items.as_deref(), mode, optional, &mut files)
+                        {
+                            return Ok(Err(format!("{e} in ConfigMap {}", cm.name)));
+                        }
+                    }
+                    None if optional => {}
+                    None => return Ok(Err(format!("configmap \"{}\" not found", cm.name))),
+                }
+            }
+            if let Some(dapi) = &source.downward_api
+                && let Err(e) = project_downward(
+                    pod,
+                    dapi.items.as_deref().unwrap_or_default(),
+                    mode,
+                    ctx,
+                    &mut files,
+                )
+            {
+                return Ok(Err(e));
+            }
+            if let Some(sat) = &source.service_account_token {
+                let token = service_account_token(
+                    pod,
+                    client,
+                    sat.audience.clone(),
+                    sat.expiration_seconds,
+                )
+                .await;
+                let token = match token {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::warn!(error = %format!("{e:#}"), "requesting a service account token; projecting an empty token");
+                        String::new()
+                    }
+                };
+                files.insert(sat.path.clone(), (token.into_bytes(), 0o600 & mode | 0o600));
+            }
+        }
+    } else {
+        // Volume kinds this node does not implement (persistentVolumeClaim, csi, ...) get an empty directory.
+        dir = base.join("kubernetes.io~unsupported").join(name);
+        tracing::warn!(volume = %name, "unsupported volume type; mounting an empty directory");
+        create_dir(&dir, 0o755).await?;
+        return Ok(Ok(HostVolume::Path {
+            path: dir,
+            read_only: false,
+        }));
+    }
+    let target = dir.clone();
+    tokio::task::spawn_blocking(move || write_atomic(&target, &files))
+        .await
+        .context("joining the volume writer")?
+        .with_context(|| format!("writing volume {name}"))?;
+    Ok(Ok(HostVolume::Path {
+        path: dir,
+        read_only: true,
+    }))
+}
+
+async fn create_dir(dir: &Path, mode: u32) -> anyhow::Result<()> {
+    tokio::fs::create_dir_all(dir)
+        .await
+        .with_context(|| format!("creating {}", dir.display()))?;
+    tokio::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+        .await
+        .with_context(|| format!("setting the mode of {}", dir.display()))
+}
+
+fn project_keys(
+    data: &BTreeMap<String, Vec<u8>>,
+    items: Option<&[KeyToPath]>,
+    default_mode: u32,
+    optional: bool,
+    files: &mut BTreeMap<String, (Vec<u8>, u32)>,
+) -> Result<(), String> {
+    match items {
+        None => {
+            for (k, v) in data {
+                files.insert(k.clone(), (v.clone(), default_mode));
+            }
+        }
+        Some(items) => {
+            for item in items {
+                match data.get(&item.key) {
+                    Some(v) => {
+                        let mode = item.mode.map(|m| m as u32).unwrap_or(default_mode);
+                        files.insert(item.path.clone(), (v.clone(), mode));
+                    }
+                    None if optional => {}
+                    None => {
+                        return Err(format!(
+                            "configured to use key {}, but it does not exist",
+                            item.key
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn project_downward(
+    pod: &Pod,
+    items: &[DownwardAPIVolumeFile],
+    default_mode: u32,
+    ctx: &EnvContext<'_>,
+    files: &mut BTreeMap<String, (Vec<u8>, u32)>,
+) -> Result<(), String> {
+    for item in items {
+        let mode = item.mode.map(|m| m as u32).unwrap_or(default_mode);
+        let value = if let Some(field) = &item.field_ref {
+            field_ref_value(pod, &field.field_path, ctx)
+                .ok_or_else(|| format!("unsupported fieldPath: {}", field.field_path))?
+        } else if let Some(res) = &item.resource_field_ref {
+            let containers = pod
+                .spec
+                .as_ref()
+                .map(|s| s.containers.as_slice())
+                .unwrap_or_default();
+            let name = res.container_name.as_deref().unwrap_or("");
+            let default = Container::default();
+            let container = containers
+                .iter()
+                .find(|c| c.name == name)
+                .unwrap_or(&default);
+            resource_field_value(
+                container,
+                &res.resource,
+                res.divisor.as_ref().map(|d| d.0.as_str()),
+                ctx,
+            )
+            .ok_or_else(|| format!("unsupported container resource: {}", res.resource))?
+        } else {
+            String::new()
+        };
+        files.insert(item.path.clone(), (value.into_bytes(), mode));
+    }
+    Ok(())
+}
+
+async fn service_account_token(
+    pod: &Pod,
+    client: &kube::Client,
+    audience: Option<String>,
+    expiration: Option<i64>,
+) -> anyhow::Result<String> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let sa = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .unwrap_or_else(|| "default".into());
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: audience.into_iter().collect(),
+            expiration_seconds: Some(expiration.unwrap_or(3607)),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+        },
+        ..Default::default()
+    };
+    let response = api
+        .create_token_request(&sa, &PostParams::default(), &request)
+        .await?;
+    Ok(response.status.map(|s| s.token).unwrap_or_default())
+}
+
+/// Writes a projected volume as upstream's atomic writer does: the files go into a fresh timestamped
+/// directory, `..data` is swapped to point at it, and each top-level name is a symlink through `..data`.
+pub fn write_atomic(dir: &Path, files: &BTreeMap<String, (Vec<u8>, u32)>) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let stamp = jiff::Timestamp::now()
+        .strftime("..%Y_%m_%d_%H_%M_%S.%f")
+        .to_string();
+    let fresh = dir.join(&stamp);
+    std::fs::create_dir_all(&fresh)?;
+    for (rel, (data, mode)) in files {
+        let rel = rel.trim_start_matches('/');
+        if rel.split('/').any(|c| c == "..") {
+            continue;
+        }
+        let path = fresh.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, data)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode & 0o7777))?;
+    }
+    std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o755))?;
+    let tmp_link = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp_link);
+    std::os::unix::fs::symlink(&stamp, &tmp_link)?;
+    let old = std::fs::read_link(dir.join("..data")).ok();
+    std::fs::rename(&tmp_link, dir.join("..data"))?;
+    let top: std::collections::BTreeSet<String> = files
+        .keys()
+        .filter_map(|k| {
+            k.trim_start_matches('/')
+                .split('/')
+                .next()
+                .map(str::to_string)
+        })
+        .collect();
+    for name in &top {
+        let link = dir.join(name);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(Path::new("..data").join(name), &link)?;
+        }
+    }
+    // Drop names that are no longer projected, and the previous generation.
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("..") && !top.contains(&name) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    if let Some(old) = old
+        && old != Path::new(&stamp)
+    {
+        let _ = std::fs::remove_dir_all(dir.join(old));
+    }
+    Ok(())
+}
+
+/// The `/etc/hosts` upstream's kubelet writes for pods not on the host network.
+pub fn hosts_file(pod: &Pod, pod_ip: &str) -> String {
+    let spec = pod.spec.as_ref();
+    let mut out = String::from("# Kubernetes-managed hosts file.\n");
+    out.push_str("127.0.0.1\tlocalhost\n");
+    out.push_str("::1\tlocalhost ip6-localhost ip6-loopback\n");
+    out.push_str("fe00::0\tip6-localnet\n");
+    out.push_str("fe00::0\tip6-mcastprefix\n");
+    out.push_str("fe00::1\tip6-allnodes\n");
+    out.push_str("fe00::2\tip6-allrouters\n");
+    let hostname = pod_hostname(pod);
+    if !pod_ip.is_empty() {
+        match spec
+            .and_then(|s| s.subdomain.as_deref())
+            .filter(|s| !s.is_empty())
+        {
+            Some(sub) => {
+                let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+                out.push_str(&format!(
+                    "{pod_ip}\t{hostname}.{sub}.{ns}.svc.cluster.local\t{hostname}\n"
+                ));
+            }
+            None => out.push_str(&format!("{pod_ip}\t{hostname}\n")),
+        }
+    }
+    out.push_str(&host_aliases(pod));
+    out
+}
+
+/// The "Entries added by HostAliases." block (also appended to the host's file for hostNetwork pods).
+pub fn host_aliases(pod: &Pod) -> String {
+    let aliases = pod.spec.as_ref().and_then(|s| s.host_aliases.as_ref());
+    let Some(aliases) = aliases.filter(|a| !a.is_empty()) else {
+        return String::new();
+    };
+    let mut out = String::from("\n# Entries added by HostAliases.\n");
+    for alias in aliases {
+        let names = alias.hostnames.clone().unwrap_or_default().join("\t");
+        out.push_str(&format!("{}\t{}\n", alias.ip, names));
+    }
+    out
+}
+
+/// The pod's hostname: spec.hostname or the pod name, at most 63 characters.
+pub fn pod_hostname(pod: &Pod) -> String {
+    let name = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.hostname.clone())
+        .filter(|h| !h.is_empty())
+        .or_else(|| pod.metadata.name.clone())
+        .unwrap_or_default();
+    let trimmed: String = name.chars().take(63).collect();
+    trimmed.trim_end_matches(['-', '.']).to_string()
+}
+
+/// Docker bind strings for a container's volumeMounts.
+pub fn binds(
+    container: &Container,
+    volumes: &HashMap<String, HostVolume>,
+) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for mount in container.volume_mounts.iter().flatten() {
+        let Some(volume) = volumes.get(&mount.name) else {
+            return Err(format!(
+                "cannot find volume \"{}\" to mount into container \"{}\"",
+                mount.name, container.name
+            ));
+        };
+        let ro = mount.read_only == Some(true);
+        let sub = mount.sub_path.as_deref().filter(|s| !s.is_empty());
+        match volume {
+            HostVolume::Path { path, read_only } => {
+                let source = match sub {
+                    Some(sub) => {
+                        if sub.split('/').any(|c| c == "..") || sub.starts_with('/') {
+                            return Err(format!("invalid subpath \"{sub}\""));
+                        }
+                        let p = path.join(sub);
+                        if std::fs::symlink_metadata(&p).is_err() {
+                            std::fs::create_dir_all(&p)
+                                .map_err(|e| format!("creating subpath {}: {e}", p.display()))?;
+                        }
+                        // Resolve symlinks (projected volumes) inside the volume.
+                        std::fs::canonicalize(&p).unwrap_or(p)
+                    }
+                    None => path.clone(),
+                };
+                let mode = if ro || *read_only { "ro" } else { "rw" };
+                out.push(format!("{}:{}:{mode}", source.display(), mount.mount_path));
+            }
+            HostVolume::Docker(name) => {
+                let mode = if ro { "ro" } else { "rw" };
+                out.push(format!("{name}:{}:{mode}", mount.mount_path));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{HostAlias, PodSpec, VolumeMount};
+
+    #[test]
+    fn atomic_writer_swaps_generations() {
+        let dir = std::env::temp_dir().join(format!("skiff-atomic-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut files = BTreeMap::new();
+        files.insert("a".to_string(), (b"1".to_vec(), 0o644));
+        files.insert("sub/b".to_string(), (b"2".to_vec(), 0o600));
+        write_atomic(&dir, &files).unwrap();
+        assert_eq!(std::fs::read(dir.join("a")).unwrap(), b"1");
+        assert_eq!(std::fs::read(dir.join("sub/b")).unwrap(), b"2");
+        let mode = std::fs::metadata(dir.join("sub/b"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let mut files = BTreeMap::new();
+        files.insert("a".to_string(), (b"3".to_vec(), 0o644));
+        write_atomic(&dir, &files).unwrap();
+        assert_eq!(std::fs::read(dir.join("a")).unwrap(), b"3");
+        assert!(std::fs::symlink_metadata(dir.join("sub")).is_err());
+        let generations = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter(|e| {
+                let n = e
+                    .as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned();
+                n.starts_with("..") && n != "..data"
+            })
+            .count();
+        assert_eq!(generations, 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn hosts_file_has_pod_entry_and_aliases() {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("web".into());
+        pod.metadata.namespace = Some("default".into());
+        pod.spec = Some(PodSpec {
+            host_aliases: Some(vec![HostAlias {
+                ip: "10.1.2.3".into(),
+                hostnames: Some(vec!["foo.remote".into(), "bar.remote".into()]),
+            }]),
+            ..Default::default()
+        });
+        let hosts = hosts_file(&pod, "172.17.0.5");
+        assert!(hosts.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"));
+        assert!(hosts.contains("172.17.0.5\tweb\n"));
+        assert!(
+            hosts
+                .ends_with("\n# Entries added by HostAliases.\n10.1.2.3\tfoo.remote\tbar.remote\n")
+        );
+    }
+
+    #[test]
+    fn binds_honour_read_only_and_subpath() {
+        let dir = std::env::temp_dir().join(format!("skiff-binds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let volumes = HashMap::from([
+            (
+                "data".to_string(),
+                HostVolume::Path {
+                    path: dir.clone(),
+                    read_only: false,
+                },
+            ),
+            (
+                "cfg".to_string(),
+                HostVolume::Path {
+                    path: dir.clone(),
+                    read_only: true,
+                },
+            ),
+            ("mem".to_string(), HostVolume::Docker("skiff-u-mem".into())),
+        ]);
+        let container = Container {
+            name: "c".into(),
+            volume_mounts: Some(vec![
+                VolumeMount {
+                    name: "data".into(),
+                    mount_path: "/data".into(),
+                    sub_path: Some("x".into()),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "cfg".into(),
+                    mount_path: "/cfg".into(),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "mem".into(),
+                    mount_path: "/mem".into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        let b = binds(&container, &volumes).unwrap();
+        assert_eq!(b[0], format!("{}:/data:rw", dir.join("x").display()));
+        assert_eq!(b[1], format!("{}:/cfg:ro", dir.display()));
+        assert_eq!(b[2], "skiff-u-mem:/mem:ro");
+        let bad = Container {
+            name: "c".into(),
+            volume_mounts: Some(vec![VolumeMount {
+                name: "nope".into(),
+                mount_path: "/x".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        assert!(binds(&bad, &volumes).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,1429 @@
+//! One pod's worker: brings the pod's containers to what its spec asks (sandbox, volumes, init
+//! containers in order, app containers with restart policy and back-off, probes, hooks), reports the
+//! status through `pods/NAME/status`, and tears the pod down when it is deleted.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, LogsOptionsBuilder,
+};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use parking_lot::Mutex;
+use sha2::Digest;
+use tokio::sync::{Notify, watch};
+
+use crate::docker::{self, ContainerRecord, PodRuntime, RunState};
+use crate::env::{self, EnvContext, ObjectCache};
+use crate::events::{NORMAL, Recorder, WARNING, container_field_path};
+use crate::images::PAUSE_IMAGE;
+use crate::probes::{self, ProbeKind, ProbeState, Target};
+use crate::status::{self, ContainerNote, StatusInput};
+use crate::volumes::{self, HostVolume};
+
+const INITIAL_BACKOFF: Duration = Duration::from_secs(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+const RESYNC: Duration = Duration::from_secs(1);
+const VOLUME_REFRESH: Duration = Duration::from_secs(60);
+
+/// What every pod worker shares.
+pub struct Ctx {
+    pub client: kube::Client,
+    pub docker: Docker,
+    pub node: String,
+    pub data_dir: PathBuf,
+    pub host_ip: String,
+    pub recorder: Recorder,
+    pub allocatable_cpu_milli: i128,
+    pub allocatable_memory: i128,
+    pub allocatable_storage: i128,
+}
+
+impl Ctx {
+    fn env_context<'a>(&self, pod_ip: &'a str, host_ip: &'a str) -> EnvContext<'a> {
+        EnvContext {
+            pod_ip,
+            host_ip,
+            node_allocatable_cpu_milli: self.allocatable_cpu_milli,
+            node_allocatable_memory: self.allocatable_memory,
+            node_allocatable_storage: self.allocatable_storage,
+        }
+    }
+}
+
+type Key = (bool, String);
+
+struct Backoff {
+    duration: Duration,
+    last_update: Instant,
+}
+
+struct ProbeRun {
+    state: Arc<Mutex<ProbeState>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for ProbeRun {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+pub struct PodWorker {
+    ctx: Arc<Ctx>,
+    uid: String,
+    notes: HashMap<Key, ContainerNote>,
+    backoff: HashMap<Key, Backoff>,
+    image_backoff: HashMap<String, Backoff>,
+    probes: HashMap<String, ProbeRun>,
+    wake: Arc<Notify>,
+    volumes: Option<(HashMap<String, HostVolume>, Instant)>,
+    last_status: Option<serde_json::Value>,
+    seen_exits: HashSet<String>,
+}
+
+/// Go's `time.Duration.String()` for whole seconds ("10s", "1m20s", "5m0s").
+pub fn go_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs < 60 {
+        format!("{secs}s")
+    } else if secs < 3600 {
+        format!("{}m{}s", secs / 60, secs % 60)
+    } else {
+        format!("{}h{}m{}s", secs / 3600, (secs % 3600) / 60, secs % 60)
+    }
+}
+
+/// upstream's `format.Pod`: `name_namespace(uid)`.
+pub fn format_pod(pod: &Pod) -> String {
+    format!(
+        "{}_{}({})",
+        pod.metadata.name.as_deref().unwrap_or(""),
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        pod.metadata.uid.as_deref().unwrap_or("")
+    )
+}
+
+/// The hash stored on a container; a spec change (other than resources) restarts it.
+pub fn container_hash(c: &Container) -> String {
+    let mut c = c.clone();
+    c.resources = None;
+    let json = serde_json::to_vec(&c).unwrap_or_default();
+    hex_prefix(&sha2::Sha256::digest(&json))
+}
+
+fn hex_prefix(bytes: &[u8]) -> String {
+    bytes.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+fn grace_seconds(pod: &Pod) -> i64 {
+    pod.metadata
+        .deletion_grace_period_seconds
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+        })
+        .unwrap_or(30)
+        .max(0)
+}
+
+fn default_pull_policy(image: &str) -> &'static str {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    if image.contains('@') {
+        "IfNotPresent"
+    } else if !last.contains(':') || last.ends_with(":latest") {
+        "Always"
+    } else {
+        "IfNotPresent"
+    }
+}
+
+/// Runs a pod worker until the pod is gone. `pods` carries the latest object; `None` means the API
+/// object no longer exists.
+pub async fn run(ctx: Arc<Ctx>, uid: String, mut pods: watch::Receiver<Option<Pod>>) {
+    let mut worker = PodWorker {
+        ctx,
+        uid,
+        notes: HashMap::new(),
+        backoff: HashMap::new(),
+        image_backoff: HashMap::new(),
+        probes: HashMap::new(),
+        wake: Arc::new(Notify::new()),
+        volumes: None,
+        last_status: None,
+        seen_exits: HashSet::new(),
+    };
+    loop {
+        let pod = pods.borrow_and_update().clone();
+        match pod {
+            None => {
+                if let Err(e) = worker.teardown(None).await {
+                    tracing::warn!(uid = %worker.uid, error = %format!("{e:#}"), "tearing down a removed pod");
+                }
+                return;
+            }
+            Some(pod) if pod.metadata.deletion_timestamp.is_some() => {
+                match worker.delete(&pod).await {
+                    Ok(()) => return,
+                    Err(e) => {
+                        tracing::warn!(uid = %worker.uid, error = %format!("{e:#}"), "terminating a pod")
+                    }
+                }
+            }
+            Some(pod) => {
+                if let Err(e) = worker.sync(&pod).await {
+                    tracing::warn!(pod = %format_pod(&pod), error = %format!("{e:#}"), "syncing a pod");
+                }
+            }
+        }
+        let wake = worker.wake.clone();
+        tokio::select! {
+            changed = pods.changed() => if changed.is_err() { return },
+            _ = wake.notified() => {},
+            _ = tokio::time::sleep(RESYNC) => {},
+        }
+    }
+}
+
+impl PodWorker {
+    fn docker(&self) -> &Docker {
+        &self.ctx.docker
+    }
+
+    fn event(
+        &self,
+        pod: &Pod,
+        container: Option<(bool, &str)>,
+        type_: &str,
+        reason: &str,
+        message: String,
+    ) {
+        let path = container.map(|(init, name)| container_field_path(init, name));
+        self.ctx
+            .recorder
+            .pod_event(pod, path, type_, reason, message);
+    }
+
+    async fn runtime(&self) -> anyhow::Result<PodRuntime> {
+        docker::pod_runtime(self.docker(), &self.ctx.node, &self.uid).await
+    }
+
+    /// One pass of the sync loop.
+    pub async fn sync(&mut self, pod: &Pod) -> anyhow::Result<()> {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let mut rt = self.runtime().await?;
+        self.observe_exits(pod, &rt).await;
+        self.refresh_probe_notes(&rt);
+
+        let preview = self.compute_status(pod, &rt);
+        let phase = preview.phase.clone().unwrap_or_default();
+        if phase == "Succeeded" || phase == "Failed" {
+            // Nothing more will run: stop what is left (the sandbox), keep the containers for logs.
+            for c in rt
+                .containers
+                .iter()
+                .filter(|c| c.state == RunState::Running)
+            {
+                docker::stop(self.docker(), &c.id, grace_seconds(pod)).await?;
+            }
+            for s in rt.sandboxes.iter().filter(|s| s.state == RunState::Running) {
+                docker::kill(self.docker(), &s.id).await?;
+            }
+            self.probes.clear();
+            let rt = self.runtime().await?;
+            return self.report(pod, &rt).await;
+        }
+
+        let sandbox = match rt.running_sandbox() {
+            Some(s) => s.clone(),
+            None => {
+                self.create_sandbox(pod, &spec, &rt).await?;
+                rt = self.runtime().await?;
+                match rt.running_sandbox() {
+                    Some(s) => s.clone(),
+                    None => anyhow::bail!("the pod sandbox did not start"),
+                }
+            }
+        };
+        let pod_ip = if spec.host_network == Some(true) {
+            self.ctx.host_ip.clone()
+        } else {
+            sandbox.ip.clone().unwrap_or_default()
+        };
+
+        // Volumes: set up once, then refreshed (secret, configMap, downwardAPI contents) every minute.
+        let stale = self
+            .volumes
+            .as_ref()
+            .is_none_or(|(_, at)| at.elapsed() > VOLUME_REFRESH);
+        if stale {
+            let mut objects = ObjectCache::new(
+                self.ctx.client.clone(),
+                pod.metadata.namespace.as_deref().unwrap_or("default"),
+            );
+            let host_ip = self.ctx.host_ip.clone();
+            let env_ctx = self.ctx.env_context(&pod_ip, &host_ip);
+            match volumes::setup(
+                pod,
+                &self.ctx.data_dir,
+                &self.ctx.client,
+                self.docker(),
+                &mut objects,
+                &env_ctx,
+            )
+            .await?
+            {
+                Ok(v) => self.volumes = Some((v, Instant::now())),
+                Err(e) => {
+                    self.event(pod, None, WARNING, "FailedMount", e.to_string());
+                    if self.volumes.is_none() {
+                        return self.report(pod, &rt).await;
+                    }
+                }
+            }
+        }
+        self.write_hosts_file(pod, &spec, &pod_ip).await?;
+
+        // Init containers, in order.
+        let policy = spec
+            .restart_policy
+            .clone()
+            .unwrap_or_else(|| "Always".into());
+        let mut initialized = true;
+        for c in spec.init_containers.iter().flatten() {
+            let sidecar = c.restart_policy.as_deref() == Some("Always");
+            let instances: Vec<ContainerRecord> =
+                rt.instances(&c.name, true).into_iter().cloned().collect();
+            match instances.first() {
+                None => {
+                    self.start_container(pod, c, true, 0, &sandbox, &pod_ip)
+                        .await?;
+                    initialized = false;
+                }
+                Some(l) if l.state == RunState::Created => {
+                    docker::remove(self.docker(), &l.id).await?;
+                    self.start_container(pod, c, true, l.restart_count, &sandbox, &pod_ip)
+                        .await?;
+                    initialized = false;
+                }
+                Some(l) if l.state == RunState::Running => {
+                    if sidecar {
+                        self.check_running(pod, c, true, l).await?;
+                        let started = self
+                            .notes
+                            .get(&(true, c.name.clone()))
+                            .is_none_or(|n| n.started);
+                        if started {
+                            continue;
+                        }
+                    }
+                    initialized = false;
+                }
+                Some(l) if l.exit_code == 0 && !sidecar => {
+                    self.notes
+                        .entry((true, c.name.clone()))
+                        .or_default()
+                        .waiting = None;
+                    continue;
+                }
+                Some(_) => {
+                    if policy != "Never" || sidecar {
+                        self.restart_with_backoff(pod, c, true, &instances, &sandbox, &pod_ip)
+                            .await?;
+                    }
+                    initialized = false;
+                }
+            }
+            if !initialized {
+                break;
+            }
+        }
+
+        if initialized {
+            for c in &spec.containers {
+                let instances: Vec<ContainerRecord> =
+                    rt.instances(&c.name, false).into_iter().cloned().collect();
+                match instances.first() {
+                    None => {
+                        self.start_container(pod, c, false, 0, &sandbox, &pod_ip)
+                            .await?
+                    }
+                    Some(l) if l.state == RunState::Created => {
+                        docker::remove(self.docker(), &l.id).await?;
+                        self.start_container(pod, c, false, l.restart_count, &sandbox, &pod_ip)
+                            .await?;
+                    }
+                    Some(l) if l.state == RunState::Running => {
+                        self.check_running(pod, c, false, l).await?
+                    }
+                    Some(l) => {
+                        let restart = match policy.as_str() {
+                            "Always" => true,
+                            "OnFailure" => l.exit_code != 0,
+                            _ => false,
+                        };
+                        if restart {
+                            self.restart_with_backoff(pod, c, false, &instances, &sandbox, &pod_ip)
+                                .await?;
+                        }
+                    }
+                }
+            }
+        }
+        let rt = self.runtime().await?;
+        self.refresh_probe_notes(&rt);
+        self.report(pod, &rt).await
+    }
+
+    fn compute_status(&self, pod: &Pod, rt: &PodRuntime) -> k8s_openapi::api::core::v1::PodStatus {
+        let mut status = status::compute(&StatusInput {
+            pod,
+            runtime: rt,
+            notes: &self.notes,
+            host_ip: &self.ctx.host_ip,
+            now: jiff::Timestamp::now(),
+        });
+        // A terminated pod keeps the IPs it had.
+        if status.pod_ip.is_none()
+            && let Some(old) = pod.status.as_ref()
+        {
+            status.pod_ip = old.pod_ip.clone();
+            status.pod_ips = old.pod_ips.clone();
+        }
+        status
+    }
+
+    /// Writes the status if it changed since the last write.
+    async fn report(&mut self, pod: &Pod, rt: &PodRuntime) -> anyhow::Result<()> {
+        let status = self.compute_status(pod, rt);
+        let mut value = serde_json::to_value(&status)?;
+        // Compare without transition times so an unchanged status is not rewritten.
+        let mut comparable = value.clone();
+        if let Some(conds) = comparable
+            .get_mut("conditions")
+            .and_then(|c| c.as_array_mut())
+        {
+            for c in conds {
+                if let Some(o) = c.as_object_mut() {
+                    o.remove("lastTransitionTime");
+                }
+            }
+        }
+        let mut old = serde_json::to_value(pod.status.clone().unwrap_or_default())?;
+        if let Some(conds) = old.get_mut("conditions").and_then(|c| c.as_array_mut()) {
+            for c in conds {
+                if let Some(o) = c.as_object_mut() {
+                    o.remove("lastTransitionTime");
+                }
+            }
+        }
+        if self.last_status.as_ref() == Some(&comparable) && old == comparable {
+            return Ok(());
+        }
+        // A merge patch replaces lists; nulls clear fields the runtime no longer reports.
+        if let Some(obj) = value.as_object_mut() {
+            for field in ["podIP", "podIPs", "initContainerStatuses"] {
+                obj.entry(field).or_insert(serde_json::Value::Null);
+            }
+        }
+        let api: Api<Pod> = Api::namespaced(
+            self.ctx.client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+        );
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let patch = serde_json::json!({ "status": value });
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("updating the status of pod {name}"))?;
+        self.last_status = Some(comparable);
+        Ok(())
+    }
+
+    /// Reads termination messages of newly exited containers.
+    async fn observe_exits(&mut self, pod: &Pod, rt: &PodRuntime) {
+        let spec = pod.spec.clone().unwrap_or_default();
+        for c in rt.containers.iter().filter(|c| c.state == RunState::Exited) {
+            if !self.seen_exits.insert(c.id.clone()) {
+                continue;
+            }
+            self.probes.remove(&c.id);
+            let Some(def) = spec
+                .containers
+                .iter()
+                .chain(spec.init_containers.iter().flatten())
+                .find(|d| d.name == c.name)
+            else {
+                continue;
+            };
+            let path = self.termination_log_path(&c.name, c.init, c.restart_count);
+            let mut message = tokio::fs::read(&path)
+                .await
+                .map(|b| String::from_utf8_lossy(&b[..b.len().min(4096)]).into_owned())
+                .unwrap_or_default();
+            if message.is_empty()
+                && c.exit_code != 0
+                && def.termination_message_policy.as_deref() == Some("FallbackToLogsOnError")
+            {
+                message = self.tail_logs(&c.id, 80).await;
+                if message.len() > 2048 {
+                    message = message[message.len() - 2048..].to_string();
+                }
+            }
+            if !message.is_empty() {
+                self.notes
+                    .entry((c.init, c.name.clone()))
+                    .or_default()
+                    .messages
+                    .insert(c.id.clone(), message);
+            }
+        }
+    }
+
+    async fn tail_logs(&self, id: &str, lines: usize) -> String {
+        let options = LogsOptionsBuilder::default()
+            .stdout(true)
+            .stderr(true)
+            .tail(&lines.to_string())
+            .build();
+        let mut stream = self.docker().logs(id, Some(options));
+        let mut out = String::new();
+        while let Some(Ok(chunk)) = stream.next().await {
+            out.push_str(&chunk.to_string());
+        }
+        out
+    }
+
+    fn termination_log_path(&self, name: &str, init: bool, restart: i32) -> PathBuf {
+        let kind = if init { "init" } else { "app" };
+        volumes::pod_dir(&self.ctx.data_dir, &self.uid)
+            .join("containers")
+            .join(format!("{kind}-{name}-{restart}"))
+    }
+
+    /// Copies probe results of running containers into the notes used by the status.
+    fn refresh_probe_notes(&mut self, rt: &PodRuntime) {
+        for c in rt
+            .containers
+            .iter()
+            .filter(|c| c.state == RunState::Running)
+        {
+            let note = self.notes.entry((c.init, c.name.clone())).or_default();
+            match self.probes.get(&c.id) {
+                Some(run) => {
+                    let s = run.state.lock();
+                    note.ready = s.ready;
+                    note.started = s.started;
+                }
+                None => {
+                    note.ready = true;
+                    note.started = true;
+                }
+            }
+            note.waiting = None;
+        }
+        // Probe tasks of containers that stopped are dropped (and aborted).
+        let running: HashSet<&str> = rt
+            .containers
+            .iter()
+            .filter(|c| c.state == RunState::Running)
+            .map(|c| c.id.as_str())
+            .collect();
+        self.probes.retain(|id, _| running.contains(id.as_str()));
+    }
+
+    async fn write_hosts_file(
+        &self,
+        pod: &Pod,
+        spec: &PodSpec,
+        pod_ip: &str,
+    ) -> anyhow::Result<()> {
+        let dir = volumes::pod_dir(&self.ctx.data_dir, &self.uid);
+        tokio::fs::create_dir_all(dir.join("containers"))
+            .await
+            .context("creating the pod directory")?;
+        let content = if spec.host_network == Some(true) {
+            let host = tokio::fs::read_to_string("/etc/hosts")
+                .await
+                .unwrap_or_default();
+            format!("{host}{}", volumes::host_aliases(pod))
+        } else {
+            volumes::hosts_file(pod, pod_ip)
+        };
+        let path = dir.join("etc-hosts");
+        if tokio::fs::read_to_string(&path).await.ok().as_deref() != Some(content.as_str()) {
+            tokio::fs::write(&path, content)
+                .await
+                .context("writing the pod's hosts file")?;
+        }
+        Ok(())
+    }
+
+    fn base_labels(&self, pod: &Pod, kind: &str) -> HashMap<String, String> {
+        HashMap::from([
+            (docker::LABEL_NODE.to_string(), self.ctx.node.clone()),
+            (docker::LABEL_POD_UID.to_string(), self.uid.clone()),
+            (
+                docker::LABEL_POD_NAME.to_string(),
+                pod.metadata.name.clone().unwrap_or_default(),
+            ),
+            (
+                docker::LABEL_POD_NAMESPACE.to_string(),
+                pod.metadata.namespace.clone().unwrap_or_default(),
+            ),
+            (docker::LABEL_TYPE.to_string(), kind.to_string()),
+            (
+                docker::LABEL_GRACE.to_string(),
+                grace_seconds(pod).to_string(),
+            ),
+        ])
+    }
+
+    async fn create_sandbox(
+        &mut self,
+        pod: &Pod,
+        spec: &PodSpec,
+        rt: &PodRuntime,
+    ) -> anyhow::Result<()> {
+        if !rt.sandboxes.is_empty() {
+            self.event(
+                pod,
+                None,
+                NORMAL,
+                "SandboxChanged",
+                "Pod sandbox changed, it will be killed and re-created.".into(),
+            );
+            for c in &rt.containers {
+                if c.state == RunState::Running {
+                    docker::stop(self.docker(), &c.id, grace_seconds(pod)).await?;
+                }
+                if c.init {
+                    docker::remove(self.docker(), &c.id).await?;
+                }
+            }
+            for s in &rt.sandboxes {
+                docker::remove(self.docker(), &s.id).await?;
+            }
+            self.probes.clear();
+        }
+        if docker::image_id(self.docker(), PAUSE_IMAGE)
+            .await?
+            .is_none()
+        {
+            crate::images::build_pause_image(self.docker())
+                .await
+                .context("building the pause image")?;
+        }
+        let attempt = rt.next_sandbox_attempt();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let mut labels = self.base_labels(pod, docker::TYPE_SANDBOX);
+        labels.insert(docker::LABEL_ATTEMPT.into(), attempt.to_string());
+        let host_network = spec.host_network == Some(true);
+        let mut port_bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
+        let mut exposed = Vec::new();
+        for c in &spec.containers {
+            for p in c.ports.iter().flatten() {
+                let proto = p.protocol.as_deref().unwrap_or("TCP").to_lowercase();
+                let key = format!("{}/{proto}", p.container_port);
+                exposed.push(key.clone());
+                if let Some(host_port) = p.host_port.filter(|h| *h > 0)
+                    && !host_network
+                {
+                    port_bindings
+                        .entry(key)
+                        .or_insert_with(|| Some(Vec::new()))
+                        .get_or_insert_with(Vec::new)
+                        .push(PortBinding {
+                            host_ip: p.host_ip.clone(),
+                            host_port: Some(host_port.to_string()),
+                        });
+                }
+            }
+        }
+        let dns = spec.dns_config.clone().unwrap_or_default();
+        let host_config = HostConfig {
+            network_mode: Some(if host_network {
+                "host".into()
+            } else {
+                "bridge".into()
+            }),
+            ipc_mode: Some(if spec.host_ipc == Some(true) {
+                "host".into()
+            } else {
+                "shareable".into()
+            }),
+            pid_mode: (spec.host_pid == Some(true)).then(|| "host".to_string()),
+            port_bindings: Some(port_bindings).filter(|p| !p.is_empty()),
+            dns: dns.nameservers.clone(),
+            dns_search: dns.searches.clone(),
+            dns_options: dns.options.as_ref().map(|o| {
+                o.iter()
+                    .map(|o| match &o.value {
+                        Some(v) => format!("{}:{v}", o.name.clone().unwrap_or_default()),
+                        None => o.name.clone().unwrap_or_default(),
+                    })
+                    .collect()
+            }),
+            sysctls: spec
+                .security_context
+                .as_ref()
+                .and_then(|s| s.sysctls.as_ref())
+                .map(|s| {
+                    s.iter()
+                        .map(|s| (s.name.clone(), s.value.clone()))
+                        .collect()
+                }),
+            ..Default::default()
+        };
+        let config = ContainerCreateBody {
+            image: Some(PAUSE_IMAGE.into()),
+            hostname: (!host_network).then(|| volumes::pod_hostname(pod)),
+            labels: Some(labels),
+            exposed_ports: Some(exposed).filter(|e| !e.is_empty()),
+            host_config: Some(host_config),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&docker::container_name(
+                "POD", &name, &namespace, &self.uid, attempt,
+            ))
+            .build();
+        let created = self
+            .docker()
+            .create_container(Some(options), config)
+            .await
+            .context("creating the pod sandbox")?;
+        if let Err(e) = self.docker().start_container(&created.id, None).await {
+            let _ = docker::remove(self.docker(), &created.id).await;
+            self.event(
+                pod,
+                None,
+                WARNING,
+                "FailedCreatePodSandBox",
+                format!("Failed to create pod sandbox: {e}"),
+            );
+            return Err(e).context("starting the pod sandbox");
+        }
+        Ok(())
+    }
+
+    /// Kills a running container whose probe asked for a restart or whose spec changed.
+    async fn check_running(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        init: bool,
+        latest: &ContainerRecord,
+    ) -> anyhow::Result<()> {
+        let restart = self
+            .probes
+            .get(&latest.id)
+            .and_then(|p| p.state.lock().restart.clone());
+        let changed = !latest.hash.is_empty() && latest.hash != container_hash(c);
+        let message = match (restart, changed) {
+            (Some(m), _) => m,
+            (None, true) => format!("Container {} definition changed, will be restarted", c.name),
+            (None, false) => {
+                if !self.probes.contains_key(&latest.id) {
+                    // Adopted after an agent restart: probes start again from scratch.
+                    self.start_probes(pod, c, &latest.id, latest.ip.clone());
+                }
+                return Ok(());
+            }
+        };
+        self.kill_container(pod, c, init, &latest.id, grace_seconds(pod), &message)
+            .await
+    }
+
+    async fn kill_container(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        init: bool,
+        id: &str,
+        grace: i64,
+        message: &str,
+    ) -> anyhow::Result<()> {
+        self.event(
+            pod,
+            Some((init, &c.name)),
+            NORMAL,
+            "Killing",
+            message.to_string(),
+        );
+        self.probes.remove(id);
+        let started = Instant::now();
+        if let Some(pre_stop) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) {
+            let target = self.target(pod, c, id);
+            let hook = probes::run_handler(pre_stop, &target);
+            match tokio::time::timeout(Duration::from_secs(grace.max(0) as u64), hook).await {
+                Ok(Err(msg)) => self.event(
+                    pod,
+                    Some((init, &c.name)),
+                    WARNING,
+                    "FailedPreStopHook",
+                    format!("PreStopHook failed: {msg}"),
+                ),
+                Err(_) => {
+                    tracing::info!(container = %c.name, "preStop hook did not finish within the grace period")
+                }
+                Ok(Ok(())) => {}
+            }
+        }
+        let remaining = grace - started.elapsed().as_secs() as i64;
+        docker::stop(self.docker(), id, remaining.max(0)).await
+    }
+
+    fn target(&self, pod: &Pod, c: &Container, id: &str) -> Target {
+        let pod_ip = if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
+            self.ctx.host_ip.clone()
+        } else {
+            pod.status
+                .as_ref()
+                .and_then(|s| s.pod_ip.clone())
+                .unwrap_or_default()
+        };
+        Target {
+            docker: self.ctx.docker.clone(),
+            container_id: id.to_string(),
+            pod_ip,
+            container: c.clone(),
+        }
+    }
+
+    fn start_probes(&mut self, pod: &Pod, c: &Container, id: &str, pod_ip: Option<String>) {
+        if c.liveness_probe.is_none() && c.readiness_probe.is_none() && c.startup_probe.is_none() {
+            return;
+        }
+        let mut target = self.target(pod, c, id);
+        if let Some(ip) = pod_ip.filter(|ip| !ip.is_empty()) {
+            target.pod_ip = ip;
+        }
+        let state = Arc::new(Mutex::new(ProbeState::default()));
+        let recorder = self.ctx.recorder.clone();
+        let pod_for_events = pod.clone();
+        let name = c.name.clone();
+        let on_failure: probes::FailureHook = Arc::new(move |kind: ProbeKind, message: &str| {
+            recorder.pod_event(
+                &pod_for_events,
+                Some(container_field_path(false, &name)),
+                WARNING,
+                "Unhealthy",
+                format!("{} probe failed: {message}", kind.name()),
+            );
+        });
+        let tasks = probes::start(target, state.clone(), self.wake.clone(), on_failure);
+        self.probes
+            .insert(id.to_string(), ProbeRun { state, tasks });
+    }
+
+    /// Restarts an exited container unless it is in back-off. `instances` is newest first and not empty.
+    async fn restart_with_backoff(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        init: bool,
+        instances: &[ContainerRecord],
+        sandbox: &ContainerRecord,
+        pod_ip: &str,
+    ) -> anyhow::Result<()> {
+        let Some(latest) = instances.first() else {
+            return Ok(());
+        };
+        let key = (init, c.name.clone());
+        let finished = latest.finished_at.unwrap_or_else(jiff::Timestamp::now);
+        let since_finish = Duration::from_secs(
+            jiff::Timestamp::now()
+                .duration_since(finished)
+                .as_secs()
+                .max(0) as u64,
+        );
+        if let Some(b) = self.backoff.get(&key) {
+            if b.last_update.elapsed() > MAX_BACKOFF * 2 {
+                self.backoff.remove(&key);
+            } else if since_finish < b.duration {
+                let message = format!(
+                    "back-off {} restarting failed container={} pod={}",
+                    go_duration(b.duration),
+                    c.name,
+                    format_pod(pod)
+                );
+                let note = self.notes.entry(key.clone()).or_default();
+                if note.waiting.as_ref().map(|w| w.0.as_str()) != Some("CrashLoopBackOff") {
+                    self.event(
+                        pod,
+                        Some((init, &c.name)),
+                        WARNING,
+                        "BackOff",
+                        format!(
+                            "Back-off restarting failed container {} in pod {}",
+                            c.name,
+                            format_pod(pod)
+                        ),
+                    );
+                }
+                self.notes.entry(key).or_default().waiting =
+                    Some(("CrashLoopBackOff".into(), message));
+                return Ok(());
+            }
+        }
+        let next = match self.backoff.get(&key) {
+            Some(b) => (b.duration * 2).min(MAX_BACKOFF),
+            None => INITIAL_BACKOFF,
+        };
+        self.backoff.insert(
+            key.clone(),
+            Backoff {
+                duration: next,
+                last_update: Instant::now(),
+            },
+        );
+        // Keep the newest dead instance (for lastState and `logs --previous`), drop older ones.
+        for old in instances.iter().skip(1) {
+            docker::remove(self.docker(), &old.id).await?;
+        }
+        self.start_container(pod, c, init, latest.restart_count + 1, sandbox, pod_ip)
+            .await
+    }
+
+    /// Resolves the image per imagePullPolicy; `Ok(false)` means the container must wait.
+    async fn ensure_image(&mut self, pod: &Pod, c: &Container, init: bool) -> anyhow::Result<bool> {
+        let image = c.image.clone().unwrap_or_default();
+        let key = (init, c.name.clone());
+        let policy = c
+            .image_pull_policy
+            .clone()
+            .unwrap_or_else(|| default_pull_policy(&image).to_string());
+        let present = docker::image_id(self.docker(), &image).await?.is_some();
+        let field = Some((init, c.name.as_str()));
+        if present {
+            // With no registry reachable, `Always` uses the local copy as IfNotPresent does.
+            self.event(
+                pod,
+                field,
+                NORMAL,
+                "Pulled",
+                format!("Container image \"{image}\" already present on machine"),
+            );
+            return Ok(true);
+        }
+        if policy == "Never" {
+            let message =
+                format!("Container image \"{image}\" is not present with pull policy of Never");
+            self.event(pod, field, WARNING, "ErrImageNeverPull", message.clone());
+            self.notes.entry(key).or_default().waiting =
+                Some(("ErrImageNeverPull".into(), message));
+            return Ok(false);
+        }
+        if let Some(b) = self.image_backoff.get(&image)
+            && b.last_update.elapsed() < b.duration
+        {
+            let message = format!("Back-off pulling image \"{image}\"");
+            self.event(pod, field, NORMAL, "BackOff", message.clone());
+            self.notes.entry(key).or_default().waiting = Some(("ImagePullBackOff".into(), message));
+            return Ok(false);
+        }
+        self.event(
+            pod,
+            field,
+            NORMAL,
+            "Pulling",
+            format!("Pulling image \"{image}\""),
+        );
+        let started = Instant::now();
+        let options = CreateImageOptionsBuilder::default()
+            .from_image(&image)
+            .build();
+        let mut stream = self.docker().create_image(Some(options), None, None);
+        let mut error = None;
+        let pull = async {
+            while let Some(item) = stream.next().await {
+                if let Err(e) = item {
+                    error = Some(e.to_string());
+                    break;
+                }
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(120), pull)
+            .await
+            .is_err()
+        {
+            error = Some("pull timed out".into());
+        }
+        match error {
+            None => {
+                let secs = started.elapsed().as_secs_f64();
+                self.image_backoff.remove(&image);
+                self.event(
+                    pod,
+                    field,
+                    NORMAL,
+                    "Pulled",
+                    format!("Successfully pulled image \"{image}\" in {secs:.3}s ({secs:.3}s including waiting)"),
+                );
+                Ok(true)
+            }
+            Some(err) => {
+                let next = self
+                    .image_backoff
+                    .get(&image)
+                    .map(|b| (b.duration * 2).min(MAX_BACKOFF))
+                    .unwrap_or(INITIAL_BACKOFF);
+                self.image_backoff.insert(
+                    image.clone(),
+                    Backoff {
+                        duration: next,
+                        last_update: Instant::now(),
+                    },
+                );
+                let message = format!("Failed to pull image \"{image}\": {err}");
+                self.event(pod, field, WARNING, "Failed", message.clone());
+                self.event(pod, field, WARNING, "Failed", "Error: ErrImagePull".into());
+                self.notes.entry(key).or_default().waiting = Some(("ErrImagePull".into(), message));
+                Ok(false)
+            }
+        }
+    }
+
+    async fn start_container(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        init: bool,
+        restart_count: i32,
+        sandbox: &ContainerRecord,
+        pod_ip: &str,
+    ) -> anyhow::Result<()> {
+        let key = (init, c.name.clone());
+        let field = Some((init, c.name.as_str()));
+        if !self.ensure_image(pod, c, init).await? {
+            return Ok(());
+        }
+        let spec = pod.spec.clone().unwrap_or_default();
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let mut objects = ObjectCache::new(self.ctx.client.clone(), &namespace);
+        let host_ip = self.ctx.host_ip.clone();
+        let env_ctx = self.ctx.env_context(pod_ip, &host_ip);
+        let env = match env::container_env(pod, c, &env_ctx, &mut objects).await? {
+            Ok(env) => env,
+            Err(e) => {
+                self.event(pod, field, WARNING, "Failed", format!("Error: {e}"));
+                self.notes.entry(key).or_default().waiting =
+                    Some(("CreateContainerConfigError".into(), e.to_string()));
+                return Ok(());
+            }
+        };
+        let volumes = self
+            .volumes
+            .as_ref()
+            .map(|(v, _)| v.clone())
+            .unwrap_or_default();
+        let mut binds = match volumes::binds(c, &volumes) {
+            Ok(b) => b,
+            Err(e) => {
+                self.event(pod, field, WARNING, "Failed", format!("Error: {e}"));
+                self.notes.entry(key).or_default().waiting =
+                    Some(("CreateContainerConfigError".into(), e));
+                return Ok(());
+            }
+        };
+        let pod_dir = volumes::pod_dir(&self.ctx.data_dir, &self.uid);
+        let mounted = |path: &str| {
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.mount_path == path)
+        };
+        if !mounted("/etc/hosts") {
+            binds.push(format!(
+                "{}:/etc/hosts",
+                pod_dir.join("etc-hosts").display()
+            ));
+        }
+        let log_path = self.termination_log_path(&c.name, init, restart_count);
+        tokio::fs::write(&log_path, b"")
+            .await
+            .with_context(|| format!("creating {}", log_path.display()))?;
+        let message_path = c
+            .termination_message_path
+            .clone()
+            .unwrap_or_else(|| "/dev/termination-log".into());
+        if !mounted(&message_path) {
+            binds.push(format!("{}:{message_path}", log_path.display()));
+        }
+
+        let lookup: HashMap<&str, &str> =
+            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let expand = |v: &Option<Vec<String>>| {
+            v.as_ref().map(|v| {
+                v.iter()
+                    .map(|s| env::expand(s, &lookup))
+                    .collect::<Vec<_>>()
+            })
+        };
+        let entrypoint = expand(&c.command);
+        let mut cmd = expand(&c.args);
+        if entrypoint.is_some() && cmd.is_none() {
+            cmd = Some(Vec::new());
+        }
+
+        let pod_sc = spec.security_context.clone().unwrap_or_default();
+        let sc = c.security_context.clone().unwrap_or_default();
+        let run_as_user = sc.run_as_user.or(pod_sc.run_as_user);
+        let run_as_group = sc.run_as_group.or(pod_sc.run_as_group);
+        let user = match (run_as_user, run_as_group) {
+            (Some(u), Some(g)) => Some(format!("{u}:{g}")),
+            (Some(u), None) => Some(u.to_string()),
+            (None, Some(g)) => Some(format!("0:{g}")),
+            (None, None) => None,
+        };
+        let mut groups: Vec<String> = pod_sc
+            .supplemental_groups
+            .iter()
+            .flatten()
+            .map(|g| g.to_string())
+            .collect();
+        if let Some(fs) = pod_sc.fs_group {
+            groups.push(fs.to_string());
+        }
+        let caps = sc.capabilities.clone().unwrap_or_default();
+        let sandbox_mode = format!("container:{}", sandbox.id);
+        let resources = c.resources.clone().unwrap_or_default();
+        let limit = |name: &str| {
+            resources
+                .limits
+                .as_ref()
+                .and_then(|l| l.get(name))
+                .and_then(|q| crate::quantity::parse_milli(&q.0))
+        };
+        let request = |name: &str| {
+            resources
+                .requests
+                .as_ref()
+                .and_then(|l| l.get(name))
+                .and_then(|q| crate::quantity::parse_milli(&q.0))
+        };
+        let cpu_request = request("cpu").or(limit("cpu"));
+        let mut security_opt = Vec::new();
+        if sc.allow_privilege_escalation == Some(false) {
+            security_opt.push("no-new-privileges".to_string());
+        }
+        let host_config = HostConfig {
+            binds: Some(binds),
+            network_mode: Some(sandbox_mode.clone()),
+            ipc_mode: Some(if spec.host_ipc == Some(true) {
+                "host".into()
+            } else {
+                sandbox_mode.clone()
+            }),
+            pid_mode: if spec.host_pid == Some(true) {
+                Some("host".into())
+            } else if spec.share_process_namespace == Some(true) {
+                Some(sandbox_mode.clone())
+            } else {
+                None
+            },
+            memory: limit("memory").map(|m| (m / 1000) as i64),
+            cpu_shares: Some(
+                cpu_request
+                    .map(|m| ((m * 1024) / 1000).max(2) as i64)
+                    .unwrap_or(2),
+            ),
+            cpu_quota: limit("cpu").map(|m| ((m * 100_000) / 1000).max(1000) as i64),
+            cpu_period: limit("cpu").map(|_| 100_000),
+            privileged: sc.privileged,
+            readonly_rootfs: sc.read_only_root_filesystem,
+            cap_add: caps.add.clone(),
+            cap_drop: caps.drop.clone(),
+            group_add: Some(groups).filter(|g| !g.is_empty()),
+            security_opt: Some(security_opt).filter(|s| !s.is_empty()),
+            ..Default::default()
+        };
+        let mut labels = self.base_labels(pod, docker::TYPE_CONTAINER);
+        labels.insert(docker::LABEL_CONTAINER_NAME.into(), c.name.clone());
+        labels.insert(
+            docker::LABEL_RESTART_COUNT.into(),
+            restart_count.to_string(),
+        );
+        labels.insert(docker::LABEL_HASH.into(), container_hash(c));
+        if init {
+            labels.insert(docker::LABEL_INIT.into(), "true".into());
+        }
+        let config = ContainerCreateBody {
+            image: c.image.clone(),
+            entrypoint,
+            cmd,
+            working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            labels: Some(labels),
+            tty: c.tty,
+            open_stdin: c.stdin,
+            stdin_once: c.stdin_once,
+            attach_stdin: c.stdin,
+            user,
+            host_config: Some(host_config),
+            ..Default::default()
+        };
+        let kind = if init {
+            format!("{}-init", c.name)
+        } else {
+            c.name.clone()
+        };
+        let name = docker::container_name(
+            &kind,
+            pod.metadata.name.as_deref().unwrap_or(""),
+            &namespace,
+            &self.uid,
+            restart_count,
+        );
+        let options = CreateContainerOptionsBuilder::default().name(&name).build();
+        let created = match self.docker().create_container(Some(options), config).await {
+            Ok(created) => created,
+            Err(e) => {
+                let message = e.to_string();
+                self.event(pod, field, WARNING, "Failed", format!("Error: {message}"));
+                self.notes.entry(key).or_default().waiting =
+                    Some(("CreateContainerError".into(), message));
+                return Ok(());
+            }
+        };
+        self.event(
+            pod,
+            field,
+            NORMAL,
+            "Created",
+            format!("Created container: {}", c.name),
+        );
+        if let Err(e) = self.docker().start_container(&created.id, None).await {
+            let message = e.to_string();
+            self.event(pod, field, WARNING, "Failed", format!("Error: {message}"));
+            self.notes.entry(key).or_default().waiting =
+                Some(("RunContainerError".into(), message));
+            return Ok(());
+        }
+        self.event(
+            pod,
+            field,
+            NORMAL,
+            "Started",
+            format!("Started container {}", c.name),
+        );
+        self.notes.entry(key.clone()).or_default().waiting = None;
+        let mut probe_pod = pod.clone();
+        probe_pod.status.get_or_insert_with(Default::default).pod_ip = Some(pod_ip.to_string());
+        if let Some(post_start) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            let target = self.target(&probe_pod, c, &created.id);
+            if let Err(msg) = probes::run_handler(post_start, &target).await {
+                self.event(pod, field, WARNING, "FailedPostStartHook", msg.clone());
+                self.kill_container(
+                    pod,
+                    c,
+                    init,
+                    &created.id,
+                    grace_seconds(pod),
+                    &format!("FailedPostStartHook: {msg}"),
+                )
+                .await?;
+                return Ok(());
+            }
+        }
+        self.start_probes(&probe_pod, c, &created.id, Some(pod_ip.to_string()));
+        Ok(())
+    }
+
+    /// Graceful deletion: stop everything within the grace period, delete the API object with grace 0,
+    /// then remove containers, volumes and the pod directory.
+    async fn delete(&mut self, pod: &Pod) -> anyhow::Result<()> {
+        self.stop_all(pod, grace_seconds(pod)).await?;
+        let rt = self.runtime().await?;
+        if let Err(e) = self.report(pod, &rt).await {
+            tracing::debug!(error = %format!("{e:#}"), "reporting the final status");
+        }
+        let api: Api<Pod> = Api::namespaced(
+            self.ctx.client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+        );
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(self.uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        match api.delete(&name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => return Err(e).with_context(|| format!("deleting pod {name}")),
+        }
+        self.cleanup().await
+    }
+
+    async fn stop_all(&mut self, pod: &Pod, grace: i64) -> anyhow::Result<()> {
+        let rt = self.runtime().await?;
+        let spec = pod.spec.clone().unwrap_or_default();
+        let mut stops = Vec::new();
+        for rec in rt
+            .containers
+            .iter()
+            .filter(|c| c.state == RunState::Running)
+        {
+            let def = spec
+                .containers
+                .iter()
+                .chain(spec.init_containers.iter().flatten())
+                .find(|d| d.name == rec.name)
+                .cloned()
+                .unwrap_or_else(|| Container {
+                    name: rec.name.clone(),
+                    ..Default::default()
+                });
+            stops.push((def, rec.init, rec.id.clone()));
+        }
+        let futures = stops.into_iter().map(|(def, init, id)| {
+            let docker = self.ctx.docker.clone();
+            let target = self.target(pod, &def, &id);
+            self.event(
+                pod,
+                Some((init, &def.name)),
+                NORMAL,
+                "Killing",
+                format!("Stopping container {}", def.name),
+            );
+            async move {
+                let started = Instant::now();
+                if let Some(pre_stop) = def.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) {
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(grace as u64),
+                        probes::run_handler(pre_stop, &target),
+                    )
+                    .await;
+                }
+                let remaining = grace - started.elapsed().as_secs() as i64;
+                docker::stop(&docker, &id, remaining.max(0)).await
+            }
+        });
+        for r in futures::future::join_all(futures).await {
+            r?;
+        }
+        self.probes.clear();
+        for s in rt.sandboxes.iter().filter(|s| s.state == RunState::Running) {
+            docker::kill(self.docker(), &s.id).await?;
+        }
+        Ok(())
+    }
+
+    /// The API object is gone (force deletion): stop and remove everything.
+    async fn teardown(&mut self, pod: Option<&Pod>) -> anyhow::Result<()> {
+        let rt = self.runtime().await?;
+        let grace = pod.map(grace_seconds).or_else(|| {
+            rt.containers
+                .iter()
+                .chain(&rt.sandboxes)
+                .find_map(|c| c.labels.get(docker::LABEL_GRACE)?.parse().ok())
+        });
+        let grace = grace.unwrap_or(30);
+        for c in rt
+            .containers
+            .iter()
+            .filter(|c| c.state == RunState::Running)
+        {
+            docker::stop(self.docker(), &c.id, grace).await?;
+        }
+        self.cleanup().await
+    }
+
+    async fn cleanup(&mut self) -> anyhow::Result<()> {
+        self.probes.clear();
+        cleanup_pod(
+            &self.ctx.docker,
+            &self.ctx.node,
+            &self.ctx.data_dir,
+            &self.uid,
+        )
+        .await
+    }
+}
+
+/// Removes every container, tmpfs volume and the directory of a pod.
+pub async fn cleanup_pod(
+    docker: &Docker,
+    node: &str,
+    data_dir: &std::path::Path,
+    uid: &str,
+) -> anyhow::Result<()> {
+    let rt = docker::pod_runtime(docker, node, uid).await?;
+    for c in rt.containers.iter().chain(&rt.sandboxes) {
+        docker::remove(docker, &c.id).await?;
+    }
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![format!("{}={uid}", docker::LABEL_POD_UID)],
+    )]);
+    let options = bollard::query_parameters::ListVolumesOptionsBuilder::default()
+        .filters(&filters)
+        .build();
+    if let Ok(list) = docker.list_volumes(Some(options)).await {
+        for v in list.volumes.unwrap_or_default() {
+            let _ = docker
+                .remove_volume(
+                    &v.name,
+                    None::<bollard::query_parameters::RemoveVolumeOptions>,
+                )
+                .await;
+        }
+    }
+    let dir = volumes::pod_dir(data_dir, uid);
+    match tokio::fs::remove_dir_all(&dir).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("removing {}", dir.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_print_as_go_does() {
+        assert_eq!(go_duration(Duration::from_secs(10)), "10s");
+        assert_eq!(go_duration(Duration::from_secs(80)), "1m20s");
+        assert_eq!(go_duration(Duration::from_secs(300)), "5m0s");
+    }
+
+    #[test]
+    fn pull_policy_defaults() {
+        assert_eq!(default_pull_policy("busybox"), "Always");
+        assert_eq!(default_pull_policy("busybox:latest"), "Always");
+        assert_eq!(default_pull_policy("busybox:1.36"), "IfNotPresent");
+        assert_eq!(default_pull_policy("localhost:5000/busybox"), "Always");
+        assert_eq!(default_pull_policy("busybox@sha256:abc"), "IfNotPresent");
+    }
+
+    #[test]
+    fn hash_ignores_resources() {
+        let a = Container {
+            name: "a".into(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        };
+        let mut b = a.clone();
+        b.resources = Some(Default::default());
+        assert_eq!(container_hash(&a), container_hash(&b));
+        b.image = Some("busybox:1".into());
+        assert_ne!(container_hash(&a), container_hash(&b));
+    }
+}

@@ -16,6 +16,9 @@ pub struct Cache {
     pod_nodes: HashMap<String, String>,
     assumed: HashSet<String>,
     num_nodes: usize,
+    /// node -> pending pods nominated to it by preemption.
+    nominated: HashMap<String, Vec<Arc<PodInfo>>>,
+    nominated_node_of: HashMap<String, String>,
 }
 
 /// What changed in a node update, for moving unschedulable pods.
@@ -110,7 +113,9 @@ impl Cache {
     }
 
     pub fn remove_node(&mut self, name: &str) {
-        let Some(&i) = self.index.get(name) else { return };
+        let Some(&i) = self.index.get(name) else {
+            return;
+        };
         if self.nodes[i].node.take().is_some() {
             self.num_nodes -= 1;
         }
@@ -186,6 +191,37 @@ impl Cache {
         self.nodes
             .iter()
             .flat_map(|n| n.pods.iter().map(move |p| (n, p)))
+    }
+
+    /// Records (or clears, with None) the node a pending pod was nominated to.
+    pub fn set_nominated(&mut self, pod: &Arc<PodInfo>, node: Option<&str>) {
+        if let Some(old) = self.nominated_node_of.remove(&pod.uid)
+            && let Some(list) = self.nominated.get_mut(&old)
+        {
+            list.retain(|p| p.uid != pod.uid);
+            if list.is_empty() {
+                self.nominated.remove(&old);
+            }
+        }
+        if let Some(node) = node {
+            self.nominated_node_of
+                .insert(pod.uid.clone(), node.to_string());
+            self.nominated
+                .entry(node.to_string())
+                .or_default()
+                .push(pod.clone());
+        }
+    }
+
+    pub fn has_nominated(&self) -> bool {
+        !self.nominated.is_empty()
+    }
+
+    pub fn nominated_on(&self, node: &str) -> &[Arc<PodInfo>] {
+        self.nominated
+            .get(node)
+            .map(|v| v.as_slice())
+            .unwrap_or(&[])
     }
 
     /// Mutable access to one node's info (preemption simulates on a copy instead).

@@ -225,6 +225,9 @@ pub struct NodeScore {
     pub per_plugin: Vec<(&'static str, i64)>,
 }
 
+/// A failed cycle: why, and the cycle state when PreFilter passed (for preemption).
+pub type Failure = Box<(Diagnosis, Option<CycleState>)>;
+
 /// A successful cycle.
 #[derive(Debug, Clone)]
 pub struct ScheduleResult {
@@ -313,7 +316,12 @@ impl Framework {
     }
 
     /// Runs the Filter plugins on one node, stopping at the first rejection.
-    pub fn run_filters(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (Status, usize) {
+    pub fn run_filters(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> (Status, usize) {
         for (i, p) in self.plugins.iter().enumerate() {
             if !p.has_filter() || state.skip_filter & (1 << i) != 0 {
                 continue;
@@ -326,20 +334,48 @@ impl Framework {
         (Status::success(), usize::MAX)
     }
 
+    /// As upstream's RunFilterPluginsWithNominatedPods: the node must fit the pod both with
+    /// the pods nominated to it (of at least the pod's priority) counted and without them.
+    pub fn run_filters_with_nominated(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        cache: &Cache,
+        node: &NodeInfo,
+    ) -> (Status, usize) {
+        let noms: Vec<_> = cache
+            .nominated_on(&node.name)
+            .iter()
+            .filter(|p| p.uid != pod.uid && p.priority >= pod.priority)
+            .cloned()
+            .collect();
+        if !noms.is_empty() {
+            let mut with = node.clone();
+            for p in noms {
+                with.add_pod(p);
+            }
+            let r = self.run_filters(state, pod, &with);
+            if !r.0.is_success() {
+                return r;
+            }
+        }
+        self.run_filters(state, pod, node)
+    }
+
     /// One scheduling cycle for `pod` over the cache: PreFilter, Filter (on enough nodes),
     /// Score, and host selection. The cache is not modified.
     pub fn schedule(
         &mut self,
         pod: &PodInfo,
         cache: &Cache,
-    ) -> Result<(ScheduleResult, CycleState), (Diagnosis, Option<CycleState>)> {
+    ) -> Result<(ScheduleResult, CycleState), Failure> {
         let num_all = cache.num_nodes();
         let mut diag = Diagnosis {
             num_all_nodes: num_all,
             ..Default::default()
         };
         if num_all == 0 {
-            return Err((diag, None));
+            return Err(Box::new((diag, None)));
         }
         let state = match self.run_pre_filter(pod, cache) {
             Ok(s) => s,
@@ -349,7 +385,7 @@ impl Framework {
                 for idx in cache.node_indices() {
                     diag.node_statuses.push((idx, st.clone()));
                 }
-                return Err((diag, None));
+                return Err(Box::new((diag, None)));
             }
         };
         let mut state = state;
@@ -367,7 +403,11 @@ impl Framework {
                 continue;
             }
             processed += 1;
-            let (st, plugin_idx) = self.run_filters(&state, pod, ni);
+            let (st, plugin_idx) = if cache.has_nominated() {
+                self.run_filters_with_nominated(&state, pod, cache, ni)
+            } else {
+                self.run_filters(&state, pod, ni)
+            };
             if st.is_success() {
                 feasible.push(idx);
                 if feasible.len() >= to_find {
@@ -384,7 +424,7 @@ impl Framework {
             self.next_start = (start + processed) % len;
         }
         if feasible.is_empty() {
-            return Err((diag, Some(state)));
+            return Err(Box::new((diag, Some(state))));
         }
         let evaluated = feasible.len() + diag.node_statuses.len();
         if feasible.len() == 1 {
@@ -409,14 +449,14 @@ impl Framework {
                 ties = 1;
             } else if s.total == scores[best].total {
                 ties += 1;
-                if self.next_rand() % ties == 0 {
+                if self.next_rand().is_multiple_of(ties) {
                     best = i;
                 }
             }
         }
         let node = scores[best].node;
         let mut scores = scores;
-        scores.sort_by(|a, b| b.total.cmp(&a.total));
+        scores.sort_by_key(|s| std::cmp::Reverse(s.total));
         Ok((
             ScheduleResult {
                 node,
@@ -496,7 +536,9 @@ mod tests {
             3,
             None,
             statuses.iter(),
-            Some("preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."),
+            Some(
+                "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.",
+            ),
         );
         assert_eq!(
             msg,
@@ -508,7 +550,11 @@ mod tests {
     fn fit_error_multiple_reasons_per_node_and_prefilter() {
         let mut s = Status::unschedulable("Insufficient cpu");
         s.reasons.push("Insufficient memory".into());
-        let statuses = [s.clone(), s, Status::unresolvable("node(s) were unschedulable")];
+        let statuses = [
+            s.clone(),
+            s,
+            Status::unresolvable("node(s) were unschedulable"),
+        ];
         assert_eq!(
             fit_error_message(3, None, statuses.iter(), None),
             "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu, 2 Insufficient memory."

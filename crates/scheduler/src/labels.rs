@@ -122,7 +122,9 @@ mod tests {
     #[test]
     fn nil_matches_nothing_empty_matches_all() {
         assert!(!Selector::from_label_selector(None).matches(&labels(&[])));
-        assert!(Selector::from_label_selector(Some(&LabelSelector::default())).matches(&labels(&[])));
+        assert!(
+            Selector::from_label_selector(Some(&LabelSelector::default())).matches(&labels(&[]))
+        );
     }
 
     #[test]

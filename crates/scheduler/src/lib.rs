@@ -1,9 +1,25 @@
 //! The scheduler: watches pods and nodes through the API, runs upstream's framework and
 //! default plugins over an in-memory cache, and binds pods through `pods/binding`.
+//!
+//! Code map: `types` (precomputed pod/node state), `cache` (nodes + bound/assumed pods),
+//! `queue` (active/backoff/unschedulable), `framework` (extension points, filtering with
+//! percentageOfNodesToScore, scoring, FitError), `plugins/*` (one file per upstream plugin),
+//! `scheduler` (the loop and the API I/O), `writer` (events, status), `explain`, `bench`.
+//!
+//! Architecture invariant: the scheduler talks to the API only; it never reads the store.
 
+pub mod bench;
 pub mod cache;
+pub mod explain;
 pub mod framework;
 pub mod labels;
 pub mod plugins;
 mod quantity;
+pub mod queue;
+pub mod scheduler;
 pub mod types;
+pub mod writer;
+
+pub use bench::{BenchConfig, BenchResult, bench};
+pub use explain::{EXPLAIN_ANNOTATION, Explain, render_explain};
+pub use scheduler::{SchedulerConfig, run};

@@ -33,7 +33,8 @@ fn is_scalar_resource(name: &str) -> bool {
     // Extended resources: fully qualified names outside the kubernetes.io domain.
     match name.split_once('/') {
         Some((domain, _)) => {
-            !(domain == "kubernetes.io" || domain.ends_with(".kubernetes.io"))
+            domain != "kubernetes.io"
+                && !domain.ends_with(".kubernetes.io")
                 && !name.starts_with("requests.")
         }
         None => false,
@@ -170,8 +171,9 @@ impl AffinityTerm {
             // An empty namespace selector selects every namespace. Non-empty namespace
             // selectors would need namespace labels, which the scheduler does not watch:
             // they select only the listed namespaces.
-            Some(ns) if ns.match_labels.as_ref().is_none_or(|m| m.is_empty())
-                && ns.match_expressions.as_ref().is_none_or(|m| m.is_empty()) =>
+            Some(ns)
+                if ns.match_labels.as_ref().is_none_or(|m| m.is_empty())
+                    && ns.match_expressions.as_ref().is_none_or(|m| m.is_empty()) =>
             {
                 Namespaces::All
             }
@@ -196,7 +198,7 @@ impl AffinityTerm {
     pub fn matches(&self, pod: &PodInfo) -> bool {
         let ns_ok = match &self.namespaces {
             Namespaces::All => true,
-            Namespaces::List(l) => l.iter().any(|n| *n == pod.namespace),
+            Namespaces::List(l) => l.contains(&pod.namespace),
         };
         ns_ok && self.selector.matches(&pod.labels)
     }
@@ -577,22 +579,26 @@ mod tests {
         spec.containers.push(Container {
             name: "c2".into(),
             resources: Some(ResourceRequirements {
-                requests: Some([("cpu".to_string(), q("1")), ("memory".to_string(), q("1G"))].into()),
+                requests: Some(
+                    [("cpu".to_string(), q("1")), ("memory".to_string(), q("1G"))].into(),
+                ),
                 ..Default::default()
             }),
             ..Default::default()
         });
         for (cpu, mem) in [("2", "1G"), ("2", "3G")] {
-            spec.init_containers.get_or_insert_with(Vec::new).push(Container {
-                name: "i".into(),
-                resources: Some(ResourceRequirements {
-                    requests: Some(
-                        [("cpu".to_string(), q(cpu)), ("memory".to_string(), q(mem))].into(),
-                    ),
+            spec.init_containers
+                .get_or_insert_with(Vec::new)
+                .push(Container {
+                    name: "i".into(),
+                    resources: Some(ResourceRequirements {
+                        requests: Some(
+                            [("cpu".to_string(), q(cpu)), ("memory".to_string(), q(mem))].into(),
+                        ),
+                        ..Default::default()
+                    }),
                     ..Default::default()
-                }),
-                ..Default::default()
-            });
+                });
         }
         spec.overhead = Some([("cpu".to_string(), q("500m"))].into());
         let pi = PodInfo::new(p);

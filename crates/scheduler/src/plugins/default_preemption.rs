@@ -66,8 +66,18 @@ fn select_victims_on_node(
     // Most important first: higher priority, then earlier start.
     potential.sort_by(|a, b| {
         b.priority.cmp(&a.priority).then_with(|| {
-            let sa = a.pod.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
-            let sb = b.pod.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
+            let sa = a
+                .pod
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .map(|t| t.0);
+            let sb = b
+                .pod
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .map(|t| t.0);
             sa.cmp(&sb)
         })
     });
@@ -141,7 +151,12 @@ pub fn preempt(
 /// lowest priority sum, then fewest victims, then first found.
 fn pick_one(mut candidates: Vec<Candidate>) -> Candidate {
     let key = |c: &Candidate| {
-        let highest = c.victims.iter().map(|v| v.priority).max().unwrap_or(i32::MIN);
+        let highest = c
+            .victims
+            .iter()
+            .map(|v| v.priority)
+            .max()
+            .unwrap_or(i32::MIN);
         let sum: i64 = c
             .victims
             .iter()
@@ -179,10 +194,14 @@ mod tests {
         let mut fw = Framework::with_default_plugins(0);
         let (diag, state) = match fw.schedule(p, c) {
             Ok(_) => panic!("pod should not fit"),
-            Err(e) => e,
+            Err(e) => *e,
         };
-        preempt(&fw, state.as_ref(), p, c, &diag)
-            .map(|cand| (cand.node, cand.victims.iter().map(|v| v.name.clone()).collect()))
+        preempt(&fw, state.as_ref(), p, c, &diag).map(|cand| {
+            (
+                cand.node,
+                cand.victims.iter().map(|v| v.name.clone()).collect(),
+            )
+        })
     }
 
     #[test]

@@ -122,7 +122,8 @@ impl Plugin for InterPodAffinity {
                     }
                 }
             }
-            if !pods_exist && !(s.affinity.is_empty() && matches_all(&pod.required_affinity, pod)) {
+            if !pods_exist && (!s.affinity.is_empty() || !matches_all(&pod.required_affinity, pod))
+            {
                 return Status::unresolvable(ERR_REASON_AFFINITY);
             }
         }
@@ -149,7 +150,13 @@ impl Plugin for InterPodAffinity {
         2
     }
 
-    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, cache: &Cache, _f: &[usize]) -> bool {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        cache: &Cache,
+        _f: &[usize],
+    ) -> bool {
         let own = !pod.preferred_affinity.is_empty() || !pod.preferred_anti_affinity.is_empty();
         let mut s = PreScoreState::default();
         let mut bump = |node: &NodeInfo, key: &str, w: i64| {
@@ -324,7 +331,9 @@ mod tests {
         let mut p = labelled_pod("web", "web");
         p.spec.as_mut().unwrap().affinity = Some(Affinity {
             pod_affinity: Some(PodAffinity {
-                required_during_scheduling_ignored_during_execution: Some(vec![term("web", "zone")]),
+                required_during_scheduling_ignored_during_execution: Some(vec![term(
+                    "web", "zone",
+                )]),
                 ..Default::default()
             }),
             ..Default::default()
@@ -354,7 +363,9 @@ mod tests {
         let mut p = labelled_pod("c", "other");
         p.spec.as_mut().unwrap().affinity = Some(Affinity {
             pod_anti_affinity: Some(PodAntiAffinity {
-                required_during_scheduling_ignored_during_execution: Some(vec![term("web", "zone")]),
+                required_during_scheduling_ignored_during_execution: Some(vec![term(
+                    "web", "zone",
+                )]),
                 ..Default::default()
             }),
             ..Default::default()

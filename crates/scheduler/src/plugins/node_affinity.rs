@@ -72,7 +72,11 @@ impl Req {
                 let Ok(have) = v.parse::<i64>() else {
                     return false;
                 };
-                if self.op == Op::Gt { have > want } else { have < want }
+                if self.op == Op::Gt {
+                    have > want
+                } else {
+                    have < want
+                }
             }
         }
     }
@@ -306,14 +310,18 @@ mod tests {
     #[test]
     fn node_selector() {
         let mut p = pod("p", "", "");
-        p.spec.as_mut().unwrap().node_selector = Some([("disktype".to_string(), "ssd".to_string())].into());
+        p.spec.as_mut().unwrap().node_selector =
+            Some([("disktype".to_string(), "ssd".to_string())].into());
         let p = PodInfo::new(p);
         assert!(fits(&p, &labelled("a", &[("disktype", "ssd")])));
         let n = labelled("b", &[("disktype", "hdd")]);
         assert!(!fits(&p, &n));
         let mut s = CycleState::default();
         NodeAffinity.pre_filter(&mut s, &p, &Cache::new());
-        assert_eq!(NodeAffinity.filter(&s, &p, &n).reasons, vec![ERR_REASON_POD]);
+        assert_eq!(
+            NodeAffinity.filter(&s, &p, &n).reasons,
+            vec![ERR_REASON_POD]
+        );
     }
 
     #[test]
@@ -323,13 +331,34 @@ mod tests {
             match_expressions: Some(r),
             match_fields: None,
         };
-        assert!(fits(&with_required(vec![t(vec![req("gpu", "In", &["nvidia-tesla"])])]), &n));
-        assert!(!fits(&with_required(vec![t(vec![req("gpu", "NotIn", &["nvidia-tesla"])])]), &n));
-        assert!(fits(&with_required(vec![t(vec![req("gpu", "Exists", &[])])]), &n));
-        assert!(fits(&with_required(vec![t(vec![req("tpu", "DoesNotExist", &[])])]), &n));
-        assert!(fits(&with_required(vec![t(vec![req("cores", "Gt", &["4"])])]), &n));
-        assert!(!fits(&with_required(vec![t(vec![req("cores", "Lt", &["4"])])]), &n));
-        assert!(!fits(&with_required(vec![t(vec![req("cores", "Gt", &["x"])])]), &n));
+        assert!(fits(
+            &with_required(vec![t(vec![req("gpu", "In", &["nvidia-tesla"])])]),
+            &n
+        ));
+        assert!(!fits(
+            &with_required(vec![t(vec![req("gpu", "NotIn", &["nvidia-tesla"])])]),
+            &n
+        ));
+        assert!(fits(
+            &with_required(vec![t(vec![req("gpu", "Exists", &[])])]),
+            &n
+        ));
+        assert!(fits(
+            &with_required(vec![t(vec![req("tpu", "DoesNotExist", &[])])]),
+            &n
+        ));
+        assert!(fits(
+            &with_required(vec![t(vec![req("cores", "Gt", &["4"])])]),
+            &n
+        ));
+        assert!(!fits(
+            &with_required(vec![t(vec![req("cores", "Lt", &["4"])])]),
+            &n
+        ));
+        assert!(!fits(
+            &with_required(vec![t(vec![req("cores", "Gt", &["x"])])]),
+            &n
+        ));
         // Terms are ORed, expressions ANDed.
         assert!(fits(
             &with_required(vec![
@@ -387,7 +416,10 @@ mod tests {
             labelled("b", &[("group", "ai"), ("zone", "z1")]),
             labelled("c", &[]),
         ];
-        let mut scores: Vec<i64> = nodes.iter().map(|n| NodeAffinity.score(&s, &p, n)).collect();
+        let mut scores: Vec<i64> = nodes
+            .iter()
+            .map(|n| NodeAffinity.score(&s, &p, n))
+            .collect();
         assert_eq!(scores, vec![1, 5, 0]);
         NodeAffinity.normalize(&s, &mut scores);
         assert_eq!(scores, vec![20, 100, 0]);

@@ -45,7 +45,11 @@ mod tests {
         p.spec.as_mut().unwrap().node_name = Some("a".into());
         let p = PodInfo::new(p);
         let s = CycleState::default();
-        assert!(NodeName.filter(&s, &p, &node_info(node("a", "1", "1", "1"))).is_success());
+        assert!(
+            NodeName
+                .filter(&s, &p, &node_info(node("a", "1", "1", "1")))
+                .is_success()
+        );
         let st = NodeName.filter(&s, &p, &node_info(node("b", "1", "1", "1")));
         assert_eq!(st.reasons, vec![ERR_REASON]);
     }

@@ -112,8 +112,14 @@ impl Plugin for NodeResourcesFit {
         let mut total = 0;
         let mut weights = 0;
         for (req, cap) in [
-            (node.non_zero_cpu + pod.non_zero_cpu, node.allocatable.milli_cpu),
-            (node.non_zero_mem + pod.non_zero_mem, node.allocatable.memory),
+            (
+                node.non_zero_cpu + pod.non_zero_cpu,
+                node.allocatable.milli_cpu,
+            ),
+            (
+                node.non_zero_mem + pod.non_zero_mem,
+                node.allocatable.memory,
+            ),
         ] {
             if cap == 0 {
                 continue;
@@ -189,7 +195,10 @@ mod tests {
         let st = filter(&PodInfo::new(p.clone()), &ni);
         assert_eq!(st.reasons, vec!["Insufficient nvidia.com/gpu"]);
         let plain = node_info(node("m", "4", "16Gi", "110"));
-        assert_eq!(filter(&PodInfo::new(p), &plain).reasons, vec!["Insufficient nvidia.com/gpu"]);
+        assert_eq!(
+            filter(&PodInfo::new(p), &plain).reasons,
+            vec!["Insufficient nvidia.com/gpu"]
+        );
     }
 
     #[test]

@@ -31,7 +31,11 @@ fn constraints(pod: &PodInfo, hard: bool) -> Vec<Constraint> {
     let Some(spec) = pod.pod.spec.as_ref() else {
         return Vec::new();
     };
-    let want = if hard { "DoNotSchedule" } else { "ScheduleAnyway" };
+    let want = if hard {
+        "DoNotSchedule"
+    } else {
+        "ScheduleAnyway"
+    };
     spec.topology_spread_constraints
         .iter()
         .flatten()
@@ -163,7 +167,13 @@ impl Plugin for PodTopologySpread {
         2
     }
 
-    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, cache: &Cache, feasible: &[usize]) -> bool {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        cache: &Cache,
+        feasible: &[usize],
+    ) -> bool {
         let cs = constraints(pod, false);
         if cs.is_empty() {
             return false;
@@ -275,31 +285,41 @@ mod tests {
     fn spread_pod(name: &str, when: &str, max_skew: i32) -> Pod {
         let mut p = pod(name, "", "");
         p.metadata.labels = Some([("foo".to_string(), "".to_string())].into());
-        p.spec.as_mut().unwrap().topology_spread_constraints = Some(vec![TopologySpreadConstraint {
-            max_skew,
-            topology_key: "zone".into(),
-            when_unsatisfiable: when.into(),
-            label_selector: Some(LabelSelector {
-                match_expressions: Some(vec![
-                    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
-                        key: "foo".into(),
-                        operator: "Exists".into(),
-                        values: None,
-                    },
-                ]),
+        p.spec.as_mut().unwrap().topology_spread_constraints =
+            Some(vec![TopologySpreadConstraint {
+                max_skew,
+                topology_key: "zone".into(),
+                when_unsatisfiable: when.into(),
+                label_selector: Some(LabelSelector {
+                    match_expressions: Some(vec![
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                            key: "foo".into(),
+                            operator: "Exists".into(),
+                            values: None,
+                        },
+                    ]),
+                    ..Default::default()
+                }),
                 ..Default::default()
-            }),
-            ..Default::default()
-        }]);
+            }]);
         p
     }
 
     /// Upstream's classic case: zone1 {node-a: 2 pods, node-b: 1}, zone2 {node-x: 0, node-y: 0}.
     fn cluster() -> Cache {
         let mut c = Cache::new();
-        for (n, z) in [("node-a", "zone1"), ("node-b", "zone1"), ("node-x", "zone2"), ("node-y", "zone2")] {
+        for (n, z) in [
+            ("node-a", "zone1"),
+            ("node-b", "zone1"),
+            ("node-x", "zone2"),
+            ("node-y", "zone2"),
+        ] {
             let mut nd = node(n, "4", "8Gi", "110");
-            nd.metadata.labels.as_mut().unwrap().insert("zone".into(), z.into());
+            nd.metadata
+                .labels
+                .as_mut()
+                .unwrap()
+                .insert("zone".into(), z.into());
             c.upsert_node(Arc::new(nd));
         }
         for (i, n) in ["node-a", "node-a", "node-b"].iter().enumerate() {
@@ -319,7 +339,11 @@ mod tests {
         assert!(PodTopologySpread.pre_filter(&mut s, &p, &c).is_success());
         let res: Vec<bool> = ["node-a", "node-b", "node-x", "node-y"]
             .iter()
-            .map(|n| PodTopologySpread.filter(&s, &p, c.node(n).unwrap()).is_success())
+            .map(|n| {
+                PodTopologySpread
+                    .filter(&s, &p, c.node(n).unwrap())
+                    .is_success()
+            })
             .collect();
         assert_eq!(res, vec![false, false, true, true]);
         let st = PodTopologySpread.filter(&s, &p, c.node("node-a").unwrap());

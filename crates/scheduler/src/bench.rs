@@ -1,0 +1,3 @@
+pub struct BenchConfig;
+pub struct BenchResult;
+pub async fn bench() {}

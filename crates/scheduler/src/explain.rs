@@ -1,0 +1,251 @@
+//! Explain: every node's verdict in a pod's last scheduling attempt, stored as compact JSON
+//! in the pod annotation `scheduler.skiff.dev/explain` and rendered for `skiff explain pod`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde::{Deserialize, Serialize};
+
+use crate::cache::Cache;
+use crate::framework::{NodeScore, Status};
+
+/// The pod annotation holding the last attempt's explanation.
+pub const EXPLAIN_ANNOTATION: &str = "scheduler.skiff.dev/explain";
+/// At most this many node names are listed per rejection reason.
+const MAX_NODES_PER_REASON: usize = 50;
+/// At most this many scored nodes are kept.
+const MAX_SCORED_NODES: usize = 10;
+
+/// Nodes rejected by one plugin for one reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejection {
+    pub plugin: String,
+    pub reason: String,
+    pub count: usize,
+    /// The first nodes with this verdict (at most 50).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+}
+
+/// A feasible node's final and per-plugin scores (normalized, before weights).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scored {
+    pub node: String,
+    pub total: i64,
+    pub plugins: BTreeMap<String, i64>,
+}
+
+/// The outcome of one scheduling attempt.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explain {
+    pub time: String,
+    /// "Scheduled" or "Unschedulable".
+    pub result: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Nodes in the cluster.
+    pub nodes: usize,
+    /// Nodes the filters ran on (upstream's percentageOfNodesToScore may stop early).
+    pub evaluated: usize,
+    pub feasible: usize,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<Rejection>,
+    /// The best scored nodes, best first (at most 10).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scores: Vec<Scored>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<String>,
+}
+
+/// Groups per-node statuses by (plugin, reason).
+pub fn group_rejections<'a>(
+    cache: &Cache,
+    statuses: impl Iterator<Item = &'a (usize, Status)>,
+) -> Vec<Rejection> {
+    let mut groups: BTreeMap<(String, String), Rejection> = BTreeMap::new();
+    for (idx, st) in statuses {
+        let reason = st.message();
+        let g = groups
+            .entry((st.plugin.to_string(), reason.clone()))
+            .or_insert_with(|| Rejection {
+                plugin: st.plugin.to_string(),
+                reason,
+                count: 0,
+                nodes: Vec::new(),
+            });
+        g.count += 1;
+        if g.nodes.len() < MAX_NODES_PER_REASON {
+            g.nodes.push(cache.node_name(*idx).to_string());
+        }
+    }
+    let mut out: Vec<Rejection> = groups.into_values().collect();
+    out.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.plugin.cmp(&b.plugin)));
+    out
+}
+
+/// Keeps the best scored nodes (scores must be sorted best first).
+pub fn top_scores(cache: &Cache, scores: &[NodeScore]) -> Vec<Scored> {
+    scores
+        .iter()
+        .take(MAX_SCORED_NODES)
+        .map(|s| Scored {
+            node: cache.node_name(s.node).to_string(),
+            total: s.total,
+            plugins: s
+                .per_plugin
+                .iter()
+                .map(|(p, v)| (p.to_string(), *v))
+                .collect(),
+        })
+        .collect()
+}
+
+impl Explain {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Reads the explanation a scheduler stored on the pod.
+    pub fn from_pod(pod: &Pod) -> Option<Explain> {
+        let raw = pod.metadata.annotations.as_ref()?.get(EXPLAIN_ANNOTATION)?;
+        serde_json::from_str(raw).ok()
+    }
+}
+
+/// Renders an explanation for people (used by `skiff explain pod NAME`).
+pub fn render_explain(pod_key: &str, e: &Explain) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "Pod:        {pod_key}");
+    let _ = writeln!(out, "Attempt:    {}", e.time);
+    let _ = writeln!(out, "Result:     {}", e.result);
+    if let Some(n) = &e.node {
+        let _ = writeln!(out, "Node:       {n}");
+    }
+    if let Some(m) = &e.message {
+        let _ = writeln!(out, "Message:    {m}");
+    }
+    let _ = writeln!(
+        out,
+        "Nodes:      {} in cluster, {} evaluated, {} feasible",
+        e.nodes, e.evaluated, e.feasible
+    );
+    if let Some(p) = &e.preemption {
+        let _ = writeln!(out, "Preemption: {p}");
+    }
+    if !e.rejected.is_empty() {
+        let _ = writeln!(out, "\nRejected:");
+        let w_plugin = e
+            .rejected
+            .iter()
+            .map(|r| r.plugin.len())
+            .max()
+            .unwrap_or(0)
+            .max("PLUGIN".len());
+        let _ = writeln!(
+            out,
+            "  {:<w_plugin$}  {:>5}  REASON / NODES",
+            "PLUGIN", "COUNT"
+        );
+        for r in &e.rejected {
+            let _ = writeln!(
+                out,
+                "  {:<w_plugin$}  {:>5}  {}",
+                r.plugin, r.count, r.reason
+            );
+            if !r.nodes.is_empty() {
+                let more = r.count.saturating_sub(r.nodes.len());
+                let mut list = r.nodes.join(", ");
+                if more > 0 {
+                    let _ = write!(list, " (+{more} more)");
+                }
+                let _ = writeln!(out, "  {:<w_plugin$}  {:>5}    {}", "", "", list);
+            }
+        }
+    }
+    if !e.scores.is_empty() {
+        let plugins: Vec<&String> = {
+            let mut v: Vec<&String> = e.scores.iter().flat_map(|s| s.plugins.keys()).collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        let w_node = e
+            .scores
+            .iter()
+            .map(|s| s.node.len())
+            .max()
+            .unwrap_or(0)
+            .max("NODE".len());
+        let _ = writeln!(
+            out,
+            "\nScores (best first; plugin scores 0-100 before weights):"
+        );
+        let mut header = format!("  {:<w_node$}  {:>6}", "NODE", "TOTAL");
+        for p in &plugins {
+            let _ = write!(header, "  {p}");
+        }
+        let _ = writeln!(out, "{header}");
+        for s in &e.scores {
+            let mut line = format!("  {:<w_node$}  {:>6}", s.node, s.total);
+            for p in &plugins {
+                let v = s
+                    .plugins
+                    .get(*p)
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "-".into());
+                let _ = write!(line, "  {:>width$}", v, width = p.len());
+            }
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Status;
+    use crate::types::testutil::node;
+    use std::sync::Arc;
+
+    #[test]
+    fn groups_and_renders() {
+        let mut c = Cache::new();
+        for n in ["a", "b", "c"] {
+            c.upsert_node(Arc::new(node(n, "1", "1Gi", "10")));
+        }
+        let mut st = Status::unresolvable("node(s) didn't match Pod's node affinity/selector");
+        st.plugin = "NodeAffinity";
+        let mut cpu = Status::unschedulable("Insufficient cpu");
+        cpu.plugin = "NodeResourcesFit";
+        let statuses = [(0, st.clone()), (1, cpu), (2, st)];
+        let rejected = group_rejections(&c, statuses.iter());
+        assert_eq!(rejected.len(), 2);
+        assert_eq!(rejected[0].plugin, "NodeAffinity");
+        assert_eq!(rejected[0].count, 2);
+        assert_eq!(rejected[0].nodes, vec!["a", "c"]);
+        let e = Explain {
+            time: "2026-01-01T00:00:00Z".into(),
+            result: "Unschedulable".into(),
+            message: Some("0/3 nodes are available".into()),
+            nodes: 3,
+            evaluated: 3,
+            feasible: 0,
+            rejected,
+            ..Default::default()
+        };
+        let json = e.to_json();
+        let mut pod = Pod::default();
+        pod.metadata.annotations = Some([(EXPLAIN_ANNOTATION.to_string(), json)].into());
+        let back = Explain::from_pod(&pod).unwrap();
+        assert_eq!(back, e);
+        let text = render_explain("default/x", &back);
+        assert!(text.contains("NodeAffinity"));
+        assert!(text.contains("a, c"));
+        assert!(text.contains("Insufficient cpu"));
+    }
+}

@@ -1,0 +1,643 @@
+//! The scheduling loop: one task owns the cache and the queue, applies watch events, runs
+//! cycles, and hands bindings and other writes to background tasks.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::PostParams;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::sync::{Semaphore, mpsc};
+
+use crate::cache::{Cache, NodeChange};
+use crate::explain::{EXPLAIN_ANNOTATION, Explain, group_rejections, top_scores};
+use crate::framework::Framework;
+use crate::plugins::{self, default_preemption};
+use crate::queue::{QueuedPod, SchedulingQueue};
+use crate::types::PodInfo;
+use crate::writer::{Writer, now_rfc3339};
+
+/// Upstream's message when the cluster has no nodes.
+pub const ERR_NO_NODES_AVAILABLE: &str = "no nodes available to schedule pods";
+
+/// How the scheduler runs.
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// Pods whose `spec.schedulerName` is one of these are scheduled here.
+    pub scheduler_names: Vec<String>,
+    /// 0 = upstream's adaptive percentage; 100 = always every node.
+    pub percentage_of_nodes_to_score: u32,
+    /// Bindings in flight at once.
+    pub max_concurrent_binds: usize,
+    /// Other writes (events, status, explanations) in flight at once.
+    pub max_concurrent_writes: usize,
+    /// Record Scheduled / FailedScheduling events.
+    pub record_events: bool,
+    /// Store the last attempt's explanation on the pod (annotation `scheduler.skiff.dev/explain`).
+    pub explain: bool,
+    /// Run DefaultPreemption when a pod fits nowhere.
+    pub preemption: bool,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            scheduler_names: vec!["default-scheduler".to_string()],
+            percentage_of_nodes_to_score: 0,
+            max_concurrent_binds: 256,
+            max_concurrent_writes: 64,
+            record_events: true,
+            explain: true,
+            preemption: true,
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(10),
+        }
+    }
+}
+
+enum Msg {
+    Pod(Box<WatchEvent<Pod>>),
+    Node(Box<WatchEvent<Node>>),
+    PriorityClass(Box<WatchEvent<PriorityClass>>),
+    Bound {
+        info: Arc<PodInfo>,
+        node: String,
+        result: Result<(), (u16, String)>,
+    },
+}
+
+/// Bit masks of the plugins a kind of cluster event may help.
+struct Masks {
+    node_labels: u64,
+    node_taints: u64,
+    node_schedulable: u64,
+    node_allocatable: u64,
+    pod_deleted: u64,
+    pod_added: u64,
+}
+
+impl Masks {
+    fn new(fw: &Framework) -> Self {
+        let bit = |name: &str| fw.plugin_index(name).map(|i| 1u64 << i).unwrap_or(0);
+        let fit = bit(plugins::node_resources_fit::NAME);
+        let ports = bit(plugins::node_ports::NAME);
+        let affinity = bit(plugins::node_affinity::NAME);
+        let taints = bit(plugins::taint_toleration::NAME);
+        let unsched = bit(plugins::node_unschedulable::NAME);
+        let spread = bit(plugins::pod_topology_spread::NAME);
+        let interpod = bit(plugins::inter_pod_affinity::NAME);
+        Masks {
+            node_labels: affinity | spread | interpod,
+            node_taints: taints | spread,
+            node_schedulable: unsched,
+            node_allocatable: fit,
+            pod_deleted: fit | ports | spread | interpod,
+            pod_added: spread | interpod,
+        }
+    }
+
+    fn for_node(&self, ch: &NodeChange) -> u64 {
+        if ch.added {
+            return u64::MAX;
+        }
+        let mut m = 0;
+        if ch.labels {
+            m |= self.node_labels;
+        }
+        if ch.taints {
+            m |= self.node_taints;
+        }
+        if ch.schedulable {
+            m |= self.node_schedulable;
+        }
+        if ch.allocatable {
+            m |= self.node_allocatable;
+        }
+        m
+    }
+}
+
+struct Scheduler {
+    cfg: SchedulerConfig,
+    client: Client,
+    fw: Framework,
+    cache: Cache,
+    queue: SchedulingQueue,
+    writer: Writer,
+    binds: Arc<Semaphore>,
+    tx: mpsc::UnboundedSender<Msg>,
+    masks: Masks,
+    pending_mask: u64,
+    priority_classes: HashMap<String, i32>,
+    global_default_priority: Option<(String, i32)>,
+    pods_synced: bool,
+    nodes_synced: bool,
+    init_pods: Option<HashSet<String>>,
+    init_nodes: Option<HashSet<String>>,
+    last_stale_flush: Instant,
+}
+
+fn spawn_watch<K, F>(api: Api<K>, tx: mpsc::UnboundedSender<Msg>, wrap: F)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    F: Fn(WatchEvent<K>) -> Msg + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut stream = watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(ev) => {
+                    if tx.send(wrap(ev)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "watch failed; retrying"),
+            }
+        }
+    });
+}
+
+/// Runs the scheduler until the client's watches end for good.
+pub async fn run(client: Client, cfg: SchedulerConfig) -> anyhow::Result<()> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    spawn_watch(Api::<Pod>::all(client.clone()), tx.clone(), |e| {
+        Msg::Pod(Box::new(e))
+    });
+    spawn_watch(Api::<Node>::all(client.clone()), tx.clone(), |e| {
+        Msg::Node(Box::new(e))
+    });
+    spawn_watch(Api::<PriorityClass>::all(client.clone()), tx.clone(), |e| {
+        Msg::PriorityClass(Box::new(e))
+    });
+    let fw = Framework::with_default_plugins(cfg.percentage_of_nodes_to_score);
+    let masks = Masks::new(&fw);
+    let component = cfg
+        .scheduler_names
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "default-scheduler".to_string());
+    let mut s = Scheduler {
+        writer: Writer::new(client.clone(), component, cfg.max_concurrent_writes),
+        binds: Arc::new(Semaphore::new(cfg.max_concurrent_binds.max(1))),
+        queue: SchedulingQueue::new(cfg.initial_backoff, cfg.max_backoff),
+        cache: Cache::new(),
+        client,
+        fw,
+        tx,
+        masks,
+        pending_mask: 0,
+        priority_classes: HashMap::new(),
+        global_default_priority: None,
+        pods_synced: false,
+        nodes_synced: false,
+        init_pods: None,
+        init_nodes: None,
+        last_stale_flush: Instant::now(),
+        cfg,
+    };
+    tracing::info!(names = ?s.cfg.scheduler_names, "scheduler started");
+    loop {
+        let mut drained = 0;
+        while drained < 8192 {
+            match rx.try_recv() {
+                Ok(m) => {
+                    s.handle(m);
+                    drained += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        if s.pending_mask != 0 {
+            let moved = s.queue.move_all(s.pending_mask);
+            if moved > 0 {
+                tracing::debug!(moved, "cluster event moved unschedulable pods to active");
+            }
+            s.pending_mask = 0;
+        }
+        let now = Instant::now();
+        s.queue.flush(
+            now,
+            now.duration_since(s.last_stale_flush) >= Duration::from_secs(30),
+        );
+        if now.duration_since(s.last_stale_flush) >= Duration::from_secs(30) {
+            s.last_stale_flush = now;
+        }
+        if s.pods_synced && s.nodes_synced {
+            let mut n = 0;
+            while n < 256 {
+                let Some(p) = s.queue.pop() else { break };
+                s.schedule_one(p);
+                n += 1;
+            }
+            if n > 0 {
+                tokio::task::yield_now().await;
+                continue;
+            }
+        }
+        let wait = s
+            .queue
+            .next_backoff()
+            .map(|t| t.saturating_duration_since(now))
+            .unwrap_or(Duration::from_secs(1))
+            .min(Duration::from_secs(1));
+        tokio::select! {
+            m = rx.recv() => match m {
+                Some(m) => s.handle(m),
+                None => anyhow::bail!("scheduler event channel closed"),
+            },
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+impl Scheduler {
+    fn responsible(&self, info: &PodInfo) -> bool {
+        self.cfg.scheduler_names.contains(&info.scheduler_name)
+    }
+
+    fn make_info(&self, pod: Pod) -> Arc<PodInfo> {
+        let mut info = PodInfo::new(pod);
+        let spec = info.pod.spec.as_ref();
+        if spec.and_then(|s| s.priority).is_none() {
+            let class = spec.and_then(|s| s.priority_class_name.as_deref());
+            info.priority = match class {
+                Some(c) if !c.is_empty() => self.priority_classes.get(c).copied().unwrap_or(0),
+                _ => self
+                    .global_default_priority
+                    .as_ref()
+                    .map(|g| g.1)
+                    .unwrap_or(0),
+            };
+        }
+        Arc::new(info)
+    }
+
+    fn handle(&mut self, m: Msg) {
+        match m {
+            Msg::Pod(ev) => self.handle_pod_event(*ev),
+            Msg::Node(ev) => self.handle_node_event(*ev),
+            Msg::PriorityClass(ev) => self.handle_priority_class(*ev),
+            Msg::Bound { info, node, result } => self.handle_bound(info, node, result),
+        }
+    }
+
+    fn handle_priority_class(&mut self, ev: WatchEvent<PriorityClass>) {
+        match ev {
+            WatchEvent::Apply(pc) | WatchEvent::InitApply(pc) => {
+                let name = pc.metadata.name.clone().unwrap_or_default();
+                self.priority_classes.insert(name.clone(), pc.value);
+                if pc.global_default == Some(true) {
+                    self.global_default_priority = Some((name, pc.value));
+                } else if self
+                    .global_default_priority
+                    .as_ref()
+                    .is_some_and(|g| g.0 == name)
+                {
+                    self.global_default_priority = None;
+                }
+            }
+            WatchEvent::Delete(pc) => {
+                let name = pc.metadata.name.clone().unwrap_or_default();
+                self.priority_classes.remove(&name);
+                if self
+                    .global_default_priority
+                    .as_ref()
+                    .is_some_and(|g| g.0 == name)
+                {
+                    self.global_default_priority = None;
+                }
+            }
+            WatchEvent::Init | WatchEvent::InitDone => {}
+        }
+    }
+
+    fn handle_node_event(&mut self, ev: WatchEvent<Node>) {
+        match ev {
+            WatchEvent::Init => self.init_nodes = Some(HashSet::new()),
+            WatchEvent::InitApply(n) | WatchEvent::Apply(n) => {
+                let name = n.metadata.name.clone().unwrap_or_default();
+                if let Some(seen) = &mut self.init_nodes {
+                    seen.insert(name);
+                }
+                let ch = self.cache.upsert_node(Arc::new(n));
+                self.pending_mask |= self.masks.for_node(&ch);
+            }
+            WatchEvent::Delete(n) => {
+                self.cache
+                    .remove_node(n.metadata.name.as_deref().unwrap_or_default());
+            }
+            WatchEvent::InitDone => {
+                if let Some(seen) = self.init_nodes.take() {
+                    let gone: Vec<String> = self
+                        .cache
+                        .node_indices()
+                        .map(|i| self.cache.node_name(i).to_string())
+                        .filter(|n| !seen.contains(n))
+                        .collect();
+                    for n in gone {
+                        self.cache.remove_node(&n);
+                    }
+                }
+                self.nodes_synced = true;
+            }
+        }
+    }
+
+    fn handle_pod_event(&mut self, ev: WatchEvent<Pod>) {
+        match ev {
+            WatchEvent::Init => self.init_pods = Some(HashSet::new()),
+            WatchEvent::InitApply(p) | WatchEvent::Apply(p) => {
+                if let Some(seen) = &mut self.init_pods
+                    && let Some(uid) = &p.metadata.uid
+                {
+                    seen.insert(uid.clone());
+                }
+                self.apply_pod(p);
+            }
+            WatchEvent::Delete(p) => {
+                let uid = p.metadata.uid.clone().unwrap_or_default();
+                self.delete_pod(&uid);
+            }
+            WatchEvent::InitDone => {
+                if let Some(seen) = self.init_pods.take() {
+                    let gone: Vec<String> = self
+                        .cache
+                        .all_pods()
+                        .filter(|(_, p)| !self.cache.is_assumed(&p.uid) && !seen.contains(&p.uid))
+                        .map(|(_, p)| p.uid.clone())
+                        .chain(self.queue.uids().filter(|u| !seen.contains(*u)).cloned())
+                        .collect();
+                    for uid in gone {
+                        self.delete_pod(&uid);
+                    }
+                }
+                self.pods_synced = true;
+            }
+        }
+    }
+
+    fn delete_pod(&mut self, uid: &str) {
+        if let Some(q) = self.queue.delete(uid) {
+            self.cache.set_nominated(&q.info, None);
+        }
+        if self.cache.remove_pod(uid).is_some() {
+            self.pending_mask |= self.masks.pod_deleted;
+        }
+    }
+
+    fn apply_pod(&mut self, pod: Pod) {
+        let info = self.make_info(pod);
+        if info.terminal {
+            // Finished pods hold no resources.
+            self.delete_pod(&info.uid);
+            return;
+        }
+        if info.node_name.is_some() {
+            if let Some(q) = self.queue.delete(&info.uid) {
+                self.cache.set_nominated(&q.info, None);
+            }
+            self.cache.set_nominated(&info, None);
+            let known = self.cache.has_pod(&info.uid) && !self.cache.is_assumed(&info.uid);
+            let labels_changed = known
+                && self
+                    .cache
+                    .pod_node(&info.uid)
+                    .and_then(|n| self.cache.node(n))
+                    .and_then(|n| n.pods.iter().find(|p| p.uid == info.uid))
+                    .is_some_and(|old| old.labels != info.labels);
+            if !known || labels_changed {
+                self.pending_mask |= self.masks.pod_added;
+            }
+            self.cache.upsert_bound_pod(info);
+            return;
+        }
+        if !self.responsible(&info) || info.deleting {
+            self.queue.delete(&info.uid);
+            self.cache.set_nominated(&info, None);
+            return;
+        }
+        if self.cache.is_assumed(&info.uid) {
+            // Its binding is in flight.
+            return;
+        }
+        let nominated = info.nominated_node().map(str::to_string);
+        self.cache.set_nominated(&info, nominated.as_deref());
+        self.queue.add_or_update(info, Instant::now());
+    }
+
+    fn handle_bound(
+        &mut self,
+        info: Arc<PodInfo>,
+        node: String,
+        result: Result<(), (u16, String)>,
+    ) {
+        match result {
+            Ok(()) => {
+                if self.cfg.record_events {
+                    self.writer.event(
+                        &info,
+                        "Normal",
+                        "Scheduled",
+                        "Binding",
+                        format!(
+                            "Successfully assigned {}/{} to {}",
+                            info.namespace, info.name, node
+                        ),
+                    );
+                }
+            }
+            Err((code, msg)) => {
+                if !self.cache.is_assumed(&info.uid) {
+                    return;
+                }
+                self.cache.forget_pod(&info.uid);
+                self.pending_mask |= self.masks.pod_deleted;
+                if code == 404 || code == 409 {
+                    // Deleted, or bound by someone else: the watch brings the truth.
+                    tracing::debug!(pod = %info.key(), code, %msg, "binding not applied");
+                    return;
+                }
+                tracing::warn!(pod = %info.key(), node = %node, %msg, "binding failed");
+                let message = format!("Binding rejected: {msg}");
+                if self.cfg.record_events {
+                    self.writer.event(
+                        &info,
+                        "Warning",
+                        "FailedScheduling",
+                        "Scheduling",
+                        message.clone(),
+                    );
+                }
+                self.writer
+                    .unschedulable(info.clone(), "SchedulerError", message, None, None);
+                self.queue.requeue_with_backoff(info, Instant::now());
+            }
+        }
+    }
+
+    fn schedule_one(&mut self, qp: QueuedPod) {
+        let pod = qp.info;
+        let now = Instant::now();
+        match self.fw.schedule(&pod, &self.cache) {
+            Ok((res, _state)) => {
+                let node = self.cache.node_name(res.node).to_string();
+                let explain = self.cfg.explain.then(|| Explain {
+                    time: now_rfc3339(),
+                    result: "Scheduled".into(),
+                    node: Some(node.clone()),
+                    message: None,
+                    nodes: self.cache.num_nodes(),
+                    evaluated: res.evaluated,
+                    feasible: res.feasible,
+                    rejected: group_rejections(&self.cache, res.rejected.iter()),
+                    scores: top_scores(&self.cache, &res.scores),
+                    preemption: None,
+                });
+                self.queue.done(&pod.uid);
+                self.cache.set_nominated(&pod, None);
+                self.cache.assume_pod(pod.clone(), &node);
+                self.bind(pod, node, explain.map(|e| e.to_json()));
+            }
+            Err(failure) => {
+                let (mut diag, state) = *failure;
+                let mut nominated = None;
+                let mut preemption_msg = None;
+                let message = if diag.num_all_nodes == 0 {
+                    ERR_NO_NODES_AVAILABLE.to_string()
+                } else {
+                    if self.cfg.preemption {
+                        match default_preemption::preempt(
+                            &self.fw,
+                            state.as_ref(),
+                            &pod,
+                            &self.cache,
+                            &diag,
+                        ) {
+                            Ok(c) => {
+                                let node = self.cache.node_name(c.node).to_string();
+                                for v in &c.victims {
+                                    if self.cfg.record_events {
+                                        self.writer.event(
+                                            v,
+                                            "Normal",
+                                            "Preempted",
+                                            "Preempting",
+                                            format!(
+                                                "Preempted by pod {} on node {}",
+                                                pod.uid, node
+                                            ),
+                                        );
+                                    }
+                                    self.writer.delete_victim(v.clone());
+                                }
+                                preemption_msg = Some(format!(
+                                    "nominated to {node}, evicting {} pod(s)",
+                                    c.victims.len()
+                                ));
+                                nominated = Some(node);
+                            }
+                            Err(msg) => {
+                                let msg = format!("preemption: {msg}");
+                                preemption_msg = Some(msg.clone());
+                                diag.post_filter_msg = Some(msg);
+                            }
+                        }
+                    }
+                    diag.message()
+                };
+                tracing::debug!(pod = %pod.key(), %message, "pod is unschedulable");
+                self.queue
+                    .unschedulable(&pod.uid, diag.unschedulable_plugins, now);
+                if let Some(n) = &nominated {
+                    self.cache.set_nominated(&pod, Some(n));
+                }
+                let explain = self.cfg.explain.then(|| {
+                    Explain {
+                        time: now_rfc3339(),
+                        result: "Unschedulable".into(),
+                        node: None,
+                        message: Some(message.clone()),
+                        nodes: diag.num_all_nodes,
+                        evaluated: diag.node_statuses.len(),
+                        feasible: 0,
+                        rejected: group_rejections(&self.cache, diag.node_statuses.iter()),
+                        scores: Vec::new(),
+                        preemption: preemption_msg,
+                    }
+                    .to_json()
+                });
+                if self.cfg.record_events {
+                    self.writer.event(
+                        &pod,
+                        "Warning",
+                        "FailedScheduling",
+                        "Scheduling",
+                        message.clone(),
+                    );
+                }
+                self.writer
+                    .unschedulable(pod, "Unschedulable", message, nominated, explain);
+            }
+        }
+    }
+
+    fn bind(&self, pod: Arc<PodInfo>, node: String, explain: Option<String>) {
+        let client = self.client.clone();
+        let tx = self.tx.clone();
+        let limit = self.binds.clone();
+        tokio::spawn(async move {
+            let result = match limit.acquire().await {
+                Ok(_permit) => bind_pod(&client, &pod, &node, explain).await,
+                Err(_) => Err((0, "scheduler shutting down".to_string())),
+            };
+            let _ = tx.send(Msg::Bound {
+                info: pod,
+                node,
+                result,
+            });
+        });
+    }
+}
+
+/// POST pods/NAME/binding.
+pub async fn bind_pod(
+    client: &Client,
+    pod: &PodInfo,
+    node: &str,
+    explain: Option<String>,
+) -> Result<(), (u16, String)> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let mut meta = json!({"name": pod.name, "namespace": pod.namespace, "uid": pod.uid});
+    if let Some(e) = explain {
+        meta["annotations"] = json!({ EXPLAIN_ANNOTATION: e });
+    }
+    let body = json!({
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": meta,
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    });
+    match api
+        .create_subresource::<_, serde_json::Value>(
+            "binding",
+            &pod.name,
+            &PostParams::default(),
+            &body,
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) => Err((s.code, s.message.clone())),
+        Err(e) => Err((0, e.to_string())),
+    }
+}

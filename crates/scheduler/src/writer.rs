@@ -1,0 +1,298 @@
+//! Writes the scheduler makes besides bindings: FailedScheduling/Scheduled events (aggregated
+//! like client-go's recorder), the PodScheduled condition, explain annotations, evictions.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::explain::EXPLAIN_ANNOTATION;
+use crate::types::PodInfo;
+
+/// Kubernetes timestamp (seconds precision, UTC).
+pub fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// (pod uid, reason, message) -> the event recording them.
+type AggregateMap = HashMap<(String, String, String), Aggregate>;
+
+struct Aggregate {
+    name: String,
+    count: i64,
+}
+
+/// Performs the writes on background tasks, at most `concurrency` at a time.
+#[derive(Clone)]
+pub struct Writer {
+    client: Client,
+    component: String,
+    limit: Arc<Semaphore>,
+    aggregates: Arc<Mutex<AggregateMap>>,
+    seq: Arc<AtomicU64>,
+}
+
+const MAX_AGGREGATES: usize = 10_000;
+
+impl Writer {
+    pub fn new(client: Client, component: String, concurrency: usize) -> Self {
+        Writer {
+            client,
+            component,
+            limit: Arc::new(Semaphore::new(concurrency.max(1))),
+            aggregates: Arc::new(Mutex::new(HashMap::new())),
+            seq: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Records an event about a pod; a repeat of the same (pod, reason, message) bumps the
+    /// existing event's count instead of creating a new one.
+    pub fn event(
+        &self,
+        pod: &PodInfo,
+        type_: &'static str,
+        reason: &'static str,
+        action: &'static str,
+        message: String,
+    ) {
+        let w = self.clone();
+        let ns = pod.namespace.clone();
+        let name = pod.name.clone();
+        let uid = pod.uid.clone();
+        let rv = pod.pod.metadata.resource_version.clone();
+        tokio::spawn(async move {
+            let Ok(_permit) = w.limit.acquire().await else {
+                return;
+            };
+            let api: Api<Event> = Api::namespaced(w.client.clone(), &ns);
+            let now = now_rfc3339();
+            let key = (uid.clone(), reason.to_string(), message.clone());
+            let existing = w
+                .aggregates
+                .lock()
+                .get(&key)
+                .map(|a| (a.name.clone(), a.count));
+            if let Some((ev_name, count)) = existing {
+                let patch = json!({"count": count + 1, "lastTimestamp": now});
+                match api
+                    .patch(&ev_name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => {
+                        if let Some(a) = w.aggregates.lock().get_mut(&key) {
+                            a.count = count + 1;
+                        }
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "updating event failed; creating a new one")
+                    }
+                }
+            }
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+                .wrapping_add(w.seq.fetch_add(1, Ordering::Relaxed));
+            let ev_name = format!("{name}.{nanos:x}");
+            let mut involved = json!({
+                "kind": "Pod", "namespace": ns, "name": name, "uid": uid, "apiVersion": "v1",
+            });
+            if let Some(rv) = rv {
+                involved["resourceVersion"] = Value::String(rv);
+            }
+            let ev = json!({
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": ev_name, "namespace": ns},
+                "involvedObject": involved,
+                "reason": reason,
+                "message": message,
+                "type": type_,
+                "action": action,
+                "source": {"component": w.component},
+                "reportingComponent": w.component,
+                "reportingInstance": w.component,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            });
+            let ev: Event = match serde_json::from_value(ev) {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!(error = %e, "building event failed");
+                    return;
+                }
+            };
+            match api.create(&PostParams::default(), &ev).await {
+                Ok(_) => {
+                    let mut agg = w.aggregates.lock();
+                    if agg.len() >= MAX_AGGREGATES {
+                        agg.clear();
+                    }
+                    agg.insert(
+                        key,
+                        Aggregate {
+                            name: ev_name,
+                            count: 1,
+                        },
+                    );
+                }
+                Err(e) => tracing::debug!(error = %e, pod = %name, "recording event failed"),
+            }
+        });
+    }
+
+    /// Sets PodScheduled=False (and nominatedNodeName) on the status subresource when it
+    /// changed, and stores the explanation annotation.
+    pub fn unschedulable(
+        &self,
+        pod: Arc<PodInfo>,
+        reason: &'static str,
+        message: String,
+        nominated: Option<String>,
+        explain: Option<String>,
+    ) {
+        let w = self.clone();
+        tokio::spawn(async move {
+            let Ok(_permit) = w.limit.acquire().await else {
+                return;
+            };
+            let api: Api<Pod> = Api::namespaced(w.client.clone(), &pod.namespace);
+            if let Some(patch) = status_patch(&pod.pod, reason, &message, nominated.as_deref())
+                && let Err(e) = api
+                    .patch_status(&pod.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+            {
+                tracing::debug!(error = %e, pod = %pod.key(), "updating pod status failed");
+            }
+            if let Some(explain) = explain {
+                let current = pod
+                    .pod
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(EXPLAIN_ANNOTATION));
+                if current != Some(&explain) {
+                    let patch = json!({"metadata": {"annotations": {EXPLAIN_ANNOTATION: explain}}});
+                    if let Err(e) = api
+                        .patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                    {
+                        tracing::debug!(error = %e, pod = %pod.key(), "storing explanation failed");
+                    }
+                }
+            }
+        });
+    }
+
+    /// Evicts a preemption victim.
+    pub fn delete_victim(&self, victim: Arc<PodInfo>) {
+        let w = self.clone();
+        tokio::spawn(async move {
+            let Ok(_permit) = w.limit.acquire().await else {
+                return;
+            };
+            let api: Api<Pod> = Api::namespaced(w.client.clone(), &victim.namespace);
+            let dp = DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid: Some(victim.uid.clone()),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            if let Err(e) = api.delete(&victim.name, &dp).await {
+                tracing::warn!(error = %e, pod = %victim.key(), "deleting preemption victim failed");
+            }
+        });
+    }
+}
+
+/// The merge patch for PodScheduled=False, or None when the pod already says so.
+pub fn status_patch(
+    pod: &Pod,
+    reason: &str,
+    message: &str,
+    nominated: Option<&str>,
+) -> Option<Value> {
+    let status = pod.status.as_ref();
+    let conditions = status
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let current_nominated = status.and_then(|s| s.nominated_node_name.as_deref());
+    let old = conditions.iter().find(|c| c.type_ == "PodScheduled");
+    let same = old.is_some_and(|c| {
+        c.status == "False"
+            && c.reason.as_deref() == Some(reason)
+            && c.message.as_deref() == Some(message)
+    });
+    let nominated_same = nominated.is_none() || nominated == current_nominated;
+    if same && nominated_same {
+        return None;
+    }
+    let now = now_rfc3339();
+    let transition = match old {
+        Some(c) if c.status == "False" => c
+            .last_transition_time
+            .as_ref()
+            .and_then(|t| serde_json::to_value(t).ok())
+            .unwrap_or(Value::String(now.clone())),
+        _ => Value::String(now),
+    };
+    let mut list: Vec<Value> = conditions
+        .iter()
+        .filter(|c| c.type_ != "PodScheduled")
+        .filter_map(|c| serde_json::to_value(c).ok())
+        .collect();
+    list.push(json!({
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": reason,
+        "message": message,
+        "lastProbeTime": null,
+        "lastTransitionTime": transition,
+    }));
+    let mut patch = json!({"status": {"conditions": list}});
+    if let Some(n) = nominated {
+        patch["status"]["nominatedNodeName"] = Value::String(n.to_string());
+    }
+    Some(patch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+
+    #[test]
+    fn status_patch_only_when_changed() {
+        let mut pod = Pod::default();
+        let p = status_patch(&pod, "Unschedulable", "0/1 nodes are available", None).unwrap();
+        let conds = p["status"]["conditions"].as_array().unwrap();
+        assert_eq!(conds.len(), 1);
+        assert_eq!(conds[0]["type"], "PodScheduled");
+        assert_eq!(conds[0]["status"], "False");
+        assert_eq!(conds[0]["reason"], "Unschedulable");
+        pod.status = Some(PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "PodScheduled".into(),
+                status: "False".into(),
+                reason: Some("Unschedulable".into()),
+                message: Some("0/1 nodes are available".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        assert!(status_patch(&pod, "Unschedulable", "0/1 nodes are available", None).is_none());
+        let p = status_patch(&pod, "Unschedulable", "0/1 nodes are available", Some("n1")).unwrap();
+        assert_eq!(p["status"]["nominatedNodeName"], "n1");
+    }
+}

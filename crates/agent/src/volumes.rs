@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
 use kube::Api;
 use kube::api::PostParams;
 
-use crate::docker::LABEL_POD_UID;
+use crate::docker::{LABEL_NODE, LABEL_POD_UID};
 use crate::env::{EnvContext, ObjectCache, field_ref_value, resource_field_value};
 
 /// Where a pod volume lives on the host.
@@ -109,7 +109,16 @@ async fn setup_one(
                     name: Some(vol.clone()),
                     driver: Some("local".into()),
                     driver_opts: Some(opts),
-                    labels: Some(HashMap::from([(LABEL_POD_UID.to_string(), uid.clone())])),
+                    labels: Some(HashMap::from([
+                        (LABEL_POD_UID.to_string(), uid.clone()),
+                        (
+                            LABEL_NODE.to_string(),
+                            pod.spec
+                                .as_ref()
+                                .and_then(|s| s.node_name.clone())
+                                .unwrap_or_default(),
+                        ),
+                    ])),
                     ..Default::default()
                 })
                 .await

@@ -90,6 +90,8 @@ pub struct PodWorker {
     volumes: Option<(HashMap<String, HostVolume>, Instant)>,
     last_status: Option<serde_json::Value>,
     seen_exits: HashSet<String>,
+    /// The sandbox's IP (the host's for hostNetwork pods) as of the last sync.
+    pod_ip: String,
 }
 
 /// Go's `time.Duration.String()` for whole seconds ("10s", "1m20s", "5m0s").
@@ -163,6 +165,7 @@ pub async fn run(ctx: Arc<Ctx>, uid: String, mut pods: watch::Receiver<Option<Po
         volumes: None,
         last_status: None,
         seen_exits: HashSet::new(),
+        pod_ip: String::new(),
     };
     loop {
         let pod = pods.borrow_and_update().clone();
@@ -261,6 +264,7 @@ impl PodWorker {
         } else {
             sandbox.ip.clone().unwrap_or_default()
         };
+        self.pod_ip = pod_ip.clone();
 
         // Volumes: set up once, then refreshed (secret, configMap, downwardAPI contents) every minute.
         let stale = self
@@ -737,7 +741,7 @@ impl PodWorker {
             (None, false) => {
                 if !self.probes.contains_key(&latest.id) {
                     // Adopted after an agent restart: probes start again from scratch.
-                    self.start_probes(pod, c, &latest.id, latest.ip.clone());
+                    self.start_probes(pod, c, &latest.id, None);
                 }
                 return Ok(());
             }
@@ -786,7 +790,9 @@ impl PodWorker {
     }
 
     fn target(&self, pod: &Pod, c: &Container, id: &str) -> Target {
-        let pod_ip = if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
+        let pod_ip = if !self.pod_ip.is_empty() {
+            self.pod_ip.clone()
+        } else if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
             self.ctx.host_ip.clone()
         } else {
             pod.status

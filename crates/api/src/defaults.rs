@@ -1,1 +1,1161 @@
-//! (being written)
+//! Defaulting of objects on create and update, as upstream's `SetDefaults_*` functions
+//! (core/v1, apps/v1, batch/v1, scheduling/v1) plus the parts of upstream's admission and
+//! create strategies that users see on every object: the default service account, priority,
+//! the `DefaultTolerationSeconds` tolerations, a Job's generated selector, a Namespace's
+//! finalizer and a Pod's QoS class.
+//!
+//! Objects are JSON; defaulting never fails: a field of an unexpected type is left alone for
+//! validation to report, and unknown fields are kept.
+
+use serde_json::{Map, Value, json};
+
+use crate::quantity::Quantity;
+use crate::registry::Resource;
+
+/// Fill in the defaults upstream fills for an object of this resource.
+pub fn apply_defaults(res: &Resource, obj: &mut Value) {
+    if !obj.is_object() {
+        return;
+    }
+    match (res.group, res.kind) {
+        ("", "Pod") => default_pod(obj),
+        ("", "Service") => default_service(obj),
+        ("", "Secret") => {
+            if let Some(m) = obj.as_object_mut() {
+                default_str(m, "type", "Opaque");
+            }
+        }
+        ("", "Namespace") => default_namespace(obj),
+        ("", "Node") => default_node(obj),
+        ("", "PersistentVolume") => default_persistent_volume(obj),
+        ("", "PersistentVolumeClaim") => default_pvc(obj),
+        ("", "Endpoints") => default_endpoints(obj),
+        ("apps", "Deployment") => default_deployment(obj),
+        ("apps", "ReplicaSet") => default_replicaset(obj),
+        ("apps", "StatefulSet") => default_statefulset(obj),
+        ("apps", "DaemonSet") => default_daemonset(obj),
+        ("batch", "Job") => default_job(obj),
+        ("batch", "CronJob") => default_cronjob(obj),
+        ("scheduling.k8s.io", "PriorityClass") => {
+            if let Some(m) = obj.as_object_mut() {
+                default_str(m, "preemptionPolicy", "PreemptLowerPriority");
+            }
+        }
+        _ => {}
+    }
+}
+
+// ---- helpers on JSON maps -------------------------------------------------------------------
+
+/// The object at `key`, created when missing or null; `None` when it holds another type.
+fn child<'a>(m: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Map<String, Value>> {
+    let e = m.entry(key.to_string()).or_insert(Value::Null);
+    if e.is_null() {
+        *e = Value::Object(Map::new());
+    }
+    e.as_object_mut()
+}
+
+/// The object at `key` only when it already exists.
+fn existing<'a>(m: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Map<String, Value>> {
+    m.get_mut(key).and_then(Value::as_object_mut)
+}
+
+/// The array at `key`, when it exists.
+fn array<'a>(m: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Vec<Value>> {
+    m.get_mut(key).and_then(Value::as_array_mut)
+}
+
+fn is_unset(m: &Map<String, Value>, key: &str) -> bool {
+    matches!(m.get(key), None | Some(Value::Null))
+}
+
+/// Set `key` when it is missing or null.
+fn default_val(m: &mut Map<String, Value>, key: &str, v: Value) {
+    if is_unset(m, key) {
+        m.insert(key.to_string(), v);
+    }
+}
+
+/// Set a string enum when it is missing, null or empty (Go's zero value).
+fn default_str(m: &mut Map<String, Value>, key: &str, v: &str) {
+    let unset = match m.get(key) {
+        None | Some(Value::Null) => true,
+        Some(Value::String(s)) => s.is_empty(),
+        _ => false,
+    };
+    if unset {
+        m.insert(key.to_string(), Value::String(v.to_string()));
+    }
+}
+
+fn str_of<'a>(m: &'a Map<String, Value>, key: &str) -> &'a str {
+    m.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+fn for_each_object(items: Option<&mut Vec<Value>>, mut f: impl FnMut(&mut Map<String, Value>)) {
+    if let Some(items) = items {
+        for item in items.iter_mut() {
+            if let Some(m) = item.as_object_mut() {
+                f(m);
+            }
+        }
+    }
+}
+
+// ---- pods -----------------------------------------------------------------------------------
+
+fn default_pod(obj: &mut Value) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    if let Some(spec) = child(root, "spec") {
+        // Pod-only (not templates): requests default to limits, service links, host ports.
+        for key in ["containers", "initContainers"] {
+            for_each_object(array(spec, key), default_requests_from_limits);
+        }
+        default_val(spec, "enableServiceLinks", json!(true));
+        if spec.get("hostNetwork").and_then(Value::as_bool) == Some(true) {
+            for key in ["containers", "initContainers"] {
+                for_each_object(array(spec, key), |c| {
+                    for_each_object(array(c, "ports"), |p| {
+                        if p.get("hostPort").and_then(Value::as_i64).unwrap_or(0) == 0
+                            && let Some(cp) = p.get("containerPort").cloned()
+                        {
+                            p.insert("hostPort".into(), cp);
+                        }
+                    })
+                });
+            }
+        }
+        default_pod_spec(spec);
+        // Admission: ServiceAccount, Priority, DefaultTolerationSeconds.
+        default_str(spec, "serviceAccountName", "default");
+        if let Some(sa) = spec.get("serviceAccountName").cloned() {
+            default_str(spec, "serviceAccount", sa.as_str().unwrap_or("default"));
+        }
+        if is_unset(spec, "priority") {
+            match str_of(spec, "priorityClassName") {
+                "" => {
+                    spec.insert("priority".into(), json!(0));
+                }
+                "system-node-critical" => {
+                    spec.insert("priority".into(), json!(2_000_001_000));
+                }
+                "system-cluster-critical" => {
+                    spec.insert("priority".into(), json!(2_000_000_000));
+                }
+                _ => {}
+            }
+        }
+        default_str(spec, "preemptionPolicy", "PreemptLowerPriority");
+        default_tolerations(spec);
+    }
+    let qos = root.get("spec").map(pod_qos_class).unwrap_or("BestEffort");
+    if let Some(status) = child(root, "status") {
+        default_str(status, "phase", "Pending");
+        default_str(status, "qosClass", qos);
+    }
+}
+
+/// What `SetDefaults_PodSpec` and the defaulters of its members do; applies to pod templates too.
+fn default_pod_spec(spec: &mut Map<String, Value>) {
+    default_str(spec, "dnsPolicy", "ClusterFirst");
+    default_str(spec, "restartPolicy", "Always");
+    default_val(spec, "securityContext", json!({}));
+    default_val(spec, "terminationGracePeriodSeconds", json!(30));
+    default_str(spec, "schedulerName", "default-scheduler");
+    for key in ["containers", "initContainers", "ephemeralContainers"] {
+        for_each_object(array(spec, key), default_container);
+    }
+    for_each_object(array(spec, "volumes"), default_volume);
+}
+
+/// A pod template (`spec.template` of workloads): the pod spec defaults, not the pod-only ones.
+fn default_template(template: &mut Map<String, Value>) {
+    if let Some(spec) = child(template, "spec") {
+        default_pod_spec(spec);
+    }
+}
+
+fn default_requests_from_limits(c: &mut Map<String, Value>) {
+    let Some(resources) = existing(c, "resources") else {
+        return;
+    };
+    let Some(limits) = resources.get("limits").and_then(Value::as_object).cloned() else {
+        return;
+    };
+    if limits.is_empty() {
+        return;
+    }
+    let Some(requests) = child(resources, "requests") else {
+        return;
+    };
+    for (name, q) in limits {
+        requests.entry(name).or_insert(q);
+    }
+}
+
+/// `IfNotPresent` unless the image's tag is `latest` (or absent, which means latest).
+pub fn default_image_pull_policy(image: &str) -> &'static str {
+    if image_tag(image) == "latest" {
+        "Always"
+    } else {
+        "IfNotPresent"
+    }
+}
+
+/// The tag of an image reference as upstream's `parsers.ParseImageName` reports it:
+/// `latest` when neither tag nor digest is given, empty when only a digest is.
+fn image_tag(image: &str) -> &str {
+    let (name, digest) = match image.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (image, None),
+    };
+    let last = name.rsplit('/').next().unwrap_or(name);
+    match last.rsplit_once(':') {
+        Some((_, tag)) if !tag.is_empty() => tag,
+        _ if digest.is_some() => "",
+        _ => "latest",
+    }
+}
+
+fn default_container(c: &mut Map<String, Value>) {
+    let image = str_of(c, "image").to_string();
+    default_str(c, "imagePullPolicy", default_image_pull_policy(&image));
+    default_str(c, "terminationMessagePath", "/dev/termination-log");
+    default_str(c, "terminationMessagePolicy", "File");
+    for_each_object(array(c, "ports"), |p| default_str(p, "protocol", "TCP"));
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        if let Some(p) = existing(c, probe) {
+            default_val(p, "timeoutSeconds", json!(1));
+            default_val(p, "periodSeconds", json!(10));
+            default_val(p, "successThreshold", json!(1));
+            default_val(p, "failureThreshold", json!(3));
+            default_handler(p);
+        }
+    }
+    if let Some(lc) = existing(c, "lifecycle") {
+        for hook in ["postStart", "preStop"] {
+            if let Some(h) = existing(lc, hook) {
+                default_handler(h);
+            }
+        }
+    }
+    for_each_object(array(c, "env"), |e| {
+        if let Some(vf) = existing(e, "valueFrom")
+            && let Some(fr) = existing(vf, "fieldRef")
+        {
+            default_str(fr, "apiVersion", "v1");
+        }
+    });
+}
+
+fn default_handler(h: &mut Map<String, Value>) {
+    if let Some(get) = existing(h, "httpGet") {
+        default_str(get, "path", "/");
+        default_str(get, "scheme", "HTTP");
+    }
+}
+
+/// The volume sources a `Volume` may name, in the order upstream validates them; a volume
+/// naming none becomes an `emptyDir`.
+pub const VOLUME_SOURCES: &[&str] = &[
+    "emptyDir",
+    "hostPath",
+    "gitRepo",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "secret",
+    "nfs",
+    "iscsi",
+    "glusterfs",
+    "flocker",
+    "persistentVolumeClaim",
+    "rbd",
+    "quobyte",
+    "cephfs",
+    "cinder",
+    "downwardAPI",
+    "fc",
+    "flexVolume",
+    "azureFile",
+    "vsphereVolume",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "azureDisk",
+    "storageos",
+    "projected",
+    "scaleIO",
+    "configMap",
+    "csi",
+    "ephemeral",
+    "image",
+];
+
+fn default_volume(v: &mut Map<String, Value>) {
+    if !VOLUME_SOURCES.iter().any(|s| !is_unset(v, s)) {
+        v.insert("emptyDir".into(), json!({}));
+    }
+    for src in ["secret", "configMap", "downwardAPI", "projected"] {
+        if let Some(s) = existing(v, src) {
+            default_val(s, "defaultMode", json!(420));
+            if src == "downwardAPI" {
+                for_each_object(array(s, "items"), |i| {
+                    if let Some(fr) = existing(i, "fieldRef") {
+                        default_str(fr, "apiVersion", "v1");
+                    }
+                });
+            }
+        }
+    }
+    if let Some(hp) = existing(v, "hostPath") {
+        default_val(hp, "type", json!(""));
+    }
+    if let Some(eph) = existing(v, "ephemeral")
+        && let Some(t) = existing(eph, "volumeClaimTemplate")
+        && let Some(spec) = existing(t, "spec")
+    {
+        default_str(spec, "volumeMode", "Filesystem");
+    }
+}
+
+/// The `DefaultTolerationSeconds` admission plugin: tolerate not-ready and unreachable nodes
+/// for 300 s unless the pod already tolerates them.
+fn default_tolerations(spec: &mut Map<String, Value>) {
+    let mut not_ready = false;
+    let mut unreachable = false;
+    if let Some(list) = spec.get("tolerations").and_then(Value::as_array) {
+        for t in list {
+            let key = t.get("key").and_then(Value::as_str).unwrap_or("");
+            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
+            let effect_ok = effect.is_empty() || effect == "NoExecute";
+            if effect_ok && (key.is_empty() || key == "node.kubernetes.io/not-ready") {
+                not_ready = true;
+            }
+            if effect_ok && (key.is_empty() || key == "node.kubernetes.io/unreachable") {
+                unreachable = true;
+            }
+        }
+    }
+    if not_ready && unreachable {
+        return;
+    }
+    let entry = spec.entry("tolerations").or_insert(Value::Null);
+    if entry.is_null() {
+        *entry = Value::Array(Vec::new());
+    }
+    let Some(list) = entry.as_array_mut() else {
+        return;
+    };
+    for (done, key) in [
+        (not_ready, "node.kubernetes.io/not-ready"),
+        (unreachable, "node.kubernetes.io/unreachable"),
+    ] {
+        if !done {
+            list.push(json!({
+                "key": key,
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300
+            }));
+        }
+    }
+}
+
+fn quantity_at(v: Option<&Value>) -> Option<Quantity> {
+    v.and_then(|q| Quantity::from_json(q).ok())
+}
+
+/// The QoS class of a pod spec, as upstream's `qos.ComputePodQOS` (cpu and memory only).
+pub fn pod_qos_class(spec: &Value) -> &'static str {
+    let mut requests: Vec<(String, Quantity)> = Vec::new();
+    let mut limits: Vec<(String, Quantity)> = Vec::new();
+    let mut guaranteed = true;
+    let zero = Quantity::default();
+    let add = |acc: &mut Vec<(String, Quantity)>, name: &str, q: Quantity| {
+        if let Some(e) = acc.iter_mut().find(|(n, _)| n == name) {
+            e.1 += q;
+        } else {
+            acc.push((name.to_string(), q));
+        }
+    };
+    for key in ["containers", "initContainers"] {
+        let Some(list) = spec.get(key).and_then(Value::as_array) else {
+            continue;
+        };
+        for c in list {
+            let res = c.get("resources");
+            if let Some(reqs) = res
+                .and_then(|r| r.get("requests"))
+                .and_then(Value::as_object)
+            {
+                for (name, q) in reqs {
+                    if name != "cpu" && name != "memory" {
+                        continue;
+                    }
+                    if let Some(q) = quantity_at(Some(q))
+                        && q > zero
+                    {
+                        add(&mut requests, name, q);
+                    }
+                }
+            }
+            let mut found = (false, false);
+            if let Some(lims) = res.and_then(|r| r.get("limits")).and_then(Value::as_object) {
+                for (name, q) in lims {
+                    if name != "cpu" && name != "memory" {
+                        continue;
+                    }
+                    if let Some(q) = quantity_at(Some(q))
+                        && q > zero
+                    {
+                        if name == "cpu" {
+                            found.0 = true;
+                        } else {
+                            found.1 = true;
+                        }
+                        add(&mut limits, name, q);
+                    }
+                }
+            }
+            if !(found.0 && found.1) {
+                guaranteed = false;
+            }
+        }
+    }
+    if requests.is_empty() && limits.is_empty() {
+        return "BestEffort";
+    }
+    if guaranteed {
+        for (name, req) in &requests {
+            match limits.iter().find(|(n, _)| n == name) {
+                Some((_, lim)) if lim == req => {}
+                _ => {
+                    guaranteed = false;
+                    break;
+                }
+            }
+        }
+    }
+    if guaranteed && requests.len() == limits.len() {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+// ---- core objects ---------------------------------------------------------------------------
+
+fn default_service(obj: &mut Value) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let Some(spec) = child(root, "spec") else {
+        return;
+    };
+    default_str(spec, "type", "ClusterIP");
+    default_str(spec, "sessionAffinity", "None");
+    match str_of(spec, "sessionAffinity") {
+        "None" => {
+            spec.remove("sessionAffinityConfig");
+        }
+        "ClientIP" => {
+            let has_timeout = spec
+                .get("sessionAffinityConfig")
+                .and_then(|c| c.get("clientIP"))
+                .and_then(|c| c.get("timeoutSeconds"))
+                .is_some_and(|t| !t.is_null());
+            if !has_timeout {
+                spec.insert(
+                    "sessionAffinityConfig".into(),
+                    json!({"clientIP": {"timeoutSeconds": 10800}}),
+                );
+            }
+        }
+        _ => {}
+    }
+    for_each_object(array(spec, "ports"), |p| {
+        default_str(p, "protocol", "TCP");
+        let unset = match p.get("targetPort") {
+            None | Some(Value::Null) => true,
+            Some(Value::String(s)) => s.is_empty(),
+            Some(Value::Number(n)) => n.as_i64() == Some(0),
+            _ => false,
+        };
+        if unset && let Some(port) = p.get("port").cloned() {
+            p.insert("targetPort".into(), port);
+        }
+    });
+    let ty = str_of(spec, "type").to_string();
+    let has_external_ips = spec
+        .get("externalIPs")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty());
+    let externally_accessible =
+        ty == "LoadBalancer" || ty == "NodePort" || (ty == "ClusterIP" && has_external_ips);
+    if externally_accessible {
+        default_str(spec, "externalTrafficPolicy", "Cluster");
+    }
+    if matches!(ty.as_str(), "ClusterIP" | "NodePort" | "LoadBalancer") {
+        default_str(spec, "internalTrafficPolicy", "Cluster");
+        default_str(spec, "ipFamilyPolicy", "SingleStack");
+        default_val(spec, "ipFamilies", json!(["IPv4"]));
+    }
+    if ty == "LoadBalancer" {
+        default_val(spec, "allocateLoadBalancerNodePorts", json!(true));
+    }
+}
+
+fn default_namespace(obj: &mut Value) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let name = root
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    if let Some(name) = name
+        && !name.is_empty()
+        && let Some(meta) = child(root, "metadata")
+        && let Some(labels) = child(meta, "labels")
+    {
+        labels.insert("kubernetes.io/metadata.name".into(), Value::String(name));
+    }
+    if let Some(spec) = child(root, "spec") {
+        default_val(spec, "finalizers", json!(["kubernetes"]));
+    }
+    if let Some(status) = child(root, "status") {
+        default_str(status, "phase", "Active");
+    }
+}
+
+fn default_node(obj: &mut Value) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let Some(status) = existing(root, "status") else {
+        return;
+    };
+    if is_unset(status, "allocatable")
+        && let Some(cap) = status.get("capacity").filter(|c| c.is_object()).cloned()
+    {
+        status.insert("allocatable".into(), cap);
+    }
+}
+
+fn default_persistent_volume(obj: &mut Value) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    if let Some(spec) = child(root, "spec") {
+        default_str(spec, "persistentVolumeReclaimPolicy", "Retain");
+        default_str(spec, "volumeMode", "Filesystem");
+    }
+    if let Some(status) = child(root, "status") {
+        default_str(status, "phase", "Pending");
+    }
+}
+
+fn default_pvc_spec(spec: &mut Map<String, Value>) {
+    default_str(spec, "volumeMode", "Filesystem");
+}
+
+fn default_pvc(obj: &mut Value) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    if let Some(spec) = child(root, "spec") {
+        default_pvc_spec(spec);
+    }
+    if let Some(status) = child(root, "status") {
+        default_str(status, "phase", "Pending");
+    }
+}
+
+fn default_endpoints(obj: &mut Value) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    for_each_object(array(root, "subsets"), |s| {
+        for_each_object(array(s, "ports"), |p| default_str(p, "protocol", "TCP"));
+    });
+}
+
+// ---- workloads ------------------------------------------------------------------------------
+
+fn default_deployment(obj: &mut Value) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let Some(spec) = child(root, "spec") else {
+        return;
+    };
+    default_val(spec, "replicas", json!(1));
+    if let Some(strategy) = child(spec, "strategy") {
+        default_str(strategy, "type", "RollingUpdate");
+        if str_of(strategy, "type") == "RollingUpdate"
+            && let Some(ru) = child(strategy, "rollingUpdate")
+        {
+            default_val(ru, "maxUnavailable", json!("25%"));
+            default_val(ru, "maxSurge", json!("25%"));
+        }
+    }
+    default_val(spec, "revisionHistoryLimit", json!(10));
+    default_val(spec, "progressDeadlineSeconds", json!(600));
+    if let Some(t) = child(spec, "template") {
+        default_template(t);
+    }
+}
+
+fn default_replicaset(obj: &mut Value) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let Some(spec) = child(root, "spec") else {
+        return;
+    };
+    default_val(spec, "replicas", json!(1));
+    if let Some(t) = child(spec, "template") {
+        default_template(t);
+    }
+}
+
+fn default_statefulset(obj: &mut Value) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let Some(spec) = child(root, "spec") else {
+        return;
+    };
+    default_str(spec, "podManagementPolicy", "OrderedReady");
+    if let Some(us) = child(spec, "updateStrategy") {
+        default_str(us, "type", "RollingUpdate");
+        if str_of(us, "type") == "RollingUpdate"
+            && let Some(ru) = child(us, "rollingUpdate")
+        {
+            default_val(ru, "partition", json!(0));
+        }
+    }
+    if let Some(p) = child(spec, "persistentVolumeClaimRetentionPolicy") {
+        default_str(p, "whenDeleted", "Retain");
+        default_str(p, "whenScaled", "Retain");
+    }
+    default_val(spec, "replicas", json!(1));
+    default_val(spec, "revisionHistoryLimit", json!(10));
+    if let Some(t) = child(spec, "template") {
+        default_template(t);
+    }
+    for_each_object(array(spec, "volumeClaimTemplates"), |pvc| {
+        if let Some(s) = child(pvc, "spec") {
+            default_pvc_spec(s);
+        }
+        if let Some(status) = child(pvc, "status") {
+            default_str(status, "phase", "Pending");
+        }
+    });
+}
+
+fn default_daemonset(obj: &mut Value) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let Some(spec) = child(root, "spec") else {
+        return;
+    };
+    if let Some(us) = child(spec, "updateStrategy") {
+        default_str(us, "type", "RollingUpdate");
+        if str_of(us, "type") == "RollingUpdate"
+            && let Some(ru) = child(us, "rollingUpdate")
+        {
+            default_val(ru, "maxUnavailable", json!(1));
+            default_val(ru, "maxSurge", json!(0));
+        }
+    }
+    default_val(spec, "revisionHistoryLimit", json!(10));
+    if let Some(t) = child(spec, "template") {
+        default_template(t);
+    }
+}
+
+/// Label keys a Job's generated selector uses.
+pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+pub const LEGACY_JOB_NAME_LABEL: &str = "job-name";
+pub const CONTROLLER_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";
+pub const LEGACY_CONTROLLER_UID_LABEL: &str = "controller-uid";
+
+fn default_job_spec_fields(spec: &mut Map<String, Value>) {
+    if is_unset(spec, "completions") && is_unset(spec, "parallelism") {
+        spec.insert("completions".into(), json!(1));
+        spec.insert("parallelism".into(), json!(1));
+    }
+    default_val(spec, "parallelism", json!(1));
+    if is_unset(spec, "backoffLimit") {
+        let limit = if is_unset(spec, "backoffLimitPerIndex") {
+            6
+        } else {
+            i64::from(i32::MAX)
+        };
+        spec.insert("backoffLimit".into(), json!(limit));
+    }
+    default_str(spec, "completionMode", "NonIndexed");
+    default_val(spec, "suspend", json!(false));
+    let has_failure_policy = !is_unset(spec, "podFailurePolicy");
+    if let Some(pfp) = existing(spec, "podFailurePolicy") {
+        for_each_object(array(pfp, "rules"), |r| {
+            for_each_object(array(r, "onPodConditions"), |c| {
+                default_str(c, "status", "True")
+            });
+        });
+    }
+    default_str(
+        spec,
+        "podReplacementPolicy",
+        if has_failure_policy {
+            "Failed"
+        } else {
+            "TerminatingOrFailed"
+        },
+    );
+}
+
+fn default_job(obj: &mut Value) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let meta = root.get("metadata");
+    let name = meta
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let uid = meta
+        .and_then(|m| m.get("uid"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let Some(spec) = child(root, "spec") else {
+        return;
+    };
+    default_job_spec_fields(spec);
+    let manual = spec.get("manualSelector").and_then(Value::as_bool) == Some(true);
+    if !manual && !uid.is_empty() {
+        generate_job_selector(spec, &name, &uid);
+    }
+    if let Some(t) = child(spec, "template") {
+        default_template(t);
+    }
+    // A Job without labels takes its template's labels.
+    let template_labels = spec
+        .get("template")
+        .and_then(|t| t.get("metadata"))
+        .and_then(|m| m.get("labels"))
+        .filter(|l| l.is_object())
+        .cloned();
+    if let Some(labels) = template_labels
+        && let Some(meta) = child(root, "metadata")
+    {
+        let empty = match meta.get("labels") {
+            None | Some(Value::Null) => true,
+            Some(Value::Object(m)) => m.is_empty(),
+            _ => false,
+        };
+        if empty {
+            meta.insert("labels".into(), labels);
+        }
+    }
+}
+
+/// Upstream's `generateSelector`: label the template with the job's name and uid and select
+/// the uid label.
+fn generate_job_selector(spec: &mut Map<String, Value>, name: &str, uid: &str) {
+    if let Some(t) = child(spec, "template")
+        && let Some(m) = child(t, "metadata")
+        && let Some(labels) = child(m, "labels")
+    {
+        for key in [LEGACY_JOB_NAME_LABEL, JOB_NAME_LABEL] {
+            labels
+                .entry(key.to_string())
+                .or_insert_with(|| Value::String(name.to_string()));
+        }
+        for key in [LEGACY_CONTROLLER_UID_LABEL, CONTROLLER_UID_LABEL] {
+            labels
+                .entry(key.to_string())
+                .or_insert_with(|| Value::String(uid.to_string()));
+        }
+    }
+    if let Some(sel) = child(spec, "selector")
+        && let Some(ml) = child(sel, "matchLabels")
+    {
+        ml.entry(CONTROLLER_UID_LABEL.to_string())
+            .or_insert_with(|| Value::String(uid.to_string()));
+    }
+}
+
+fn default_cronjob(obj: &mut Value) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let Some(spec) = child(root, "spec") else {
+        return;
+    };
+    default_str(spec, "concurrencyPolicy", "Allow");
+    default_val(spec, "suspend", json!(false));
+    default_val(spec, "successfulJobsHistoryLimit", json!(3));
+    default_val(spec, "failedJobsHistoryLimit", json!(1));
+    if let Some(jt) = child(spec, "jobTemplate")
+        && let Some(js) = child(jt, "spec")
+        && let Some(t) = child(js, "template")
+    {
+        default_template(t);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::lookup_kind;
+
+    fn defaulted(group: &str, kind: &str, mut v: Value) -> Value {
+        let res = lookup_kind(group, kind).expect("resource");
+        apply_defaults(res, &mut v);
+        v
+    }
+
+    #[test]
+    fn pod_defaults() {
+        let p = defaulted(
+            "",
+            "Pod",
+            json!({
+                "metadata": {"name": "p"},
+                "spec": {"containers": [
+                    {"name": "a", "image": "nginx", "ports": [{"containerPort": 80}],
+                     "readinessProbe": {"httpGet": {"port": 80}}, "x-unknown": 1},
+                    {"name": "b", "image": "nginx:1.25"},
+                    {"name": "c", "image": "reg:5000/app"},
+                    {"name": "d", "image": "nginx@sha256:abc"},
+                    {"name": "e", "image": "nginx:latest", "imagePullPolicy": "Never"}
+                ],
+                "volumes": [{"name": "s", "secret": {"secretName": "x"}}, {"name": "e"},
+                            {"name": "h", "hostPath": {"path": "/tmp"}}, {"name": "c", "configMap": {"name": "c"}}]}
+            }),
+        );
+        let s = &p["spec"];
+        assert_eq!(s["restartPolicy"], "Always");
+        assert_eq!(s["dnsPolicy"], "ClusterFirst");
+        assert_eq!(s["schedulerName"], "default-scheduler");
+        assert_eq!(s["terminationGracePeriodSeconds"], 30);
+        assert_eq!(s["securityContext"], json!({}));
+        assert_eq!(s["enableServiceLinks"], true);
+        assert_eq!(s["serviceAccountName"], "default");
+        assert_eq!(s["serviceAccount"], "default");
+        assert_eq!(s["priority"], 0);
+        assert_eq!(s["preemptionPolicy"], "PreemptLowerPriority");
+        let c = &s["containers"];
+        assert_eq!(c[0]["imagePullPolicy"], "Always");
+        assert_eq!(c[1]["imagePullPolicy"], "IfNotPresent");
+        assert_eq!(c[2]["imagePullPolicy"], "Always");
+        assert_eq!(c[3]["imagePullPolicy"], "IfNotPresent");
+        assert_eq!(c[4]["imagePullPolicy"], "Never");
+        assert_eq!(c[0]["terminationMessagePath"], "/dev/termination-log");
+        assert_eq!(c[0]["terminationMessagePolicy"], "File");
+        assert_eq!(c[0]["ports"][0]["protocol"], "TCP");
+        assert_eq!(c[0]["x-unknown"], 1);
+        let rp = &c[0]["readinessProbe"];
+        assert_eq!(
+            (
+                &rp["timeoutSeconds"],
+                &rp["periodSeconds"],
+                &rp["successThreshold"],
+                &rp["failureThreshold"]
+            ),
+            (&json!(1), &json!(10), &json!(1), &json!(3))
+        );
+        assert_eq!(rp["httpGet"]["path"], "/");
+        assert_eq!(rp["httpGet"]["scheme"], "HTTP");
+        let v = &s["volumes"];
+        assert_eq!(v[0]["secret"]["defaultMode"], 420);
+        assert_eq!(v[1]["emptyDir"], json!({}));
+        assert_eq!(v[2]["hostPath"]["type"], "");
+        assert_eq!(v[3]["configMap"]["defaultMode"], 420);
+        assert_eq!(
+            s["tolerations"],
+            json!([
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            ])
+        );
+        assert_eq!(p["status"]["qosClass"], "BestEffort");
+        assert_eq!(p["status"]["phase"], "Pending");
+    }
+
+    #[test]
+    fn pod_defaults_are_idempotent_and_keep_user_values() {
+        let once = defaulted(
+            "",
+            "Pod",
+            json!({"spec": {"restartPolicy": "Never", "containers": [{"name": "a", "image": "x"}],
+                "tolerations": [{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}]}}),
+        );
+        assert_eq!(once["spec"]["restartPolicy"], "Never");
+        let tol = once["spec"]["tolerations"].as_array().expect("tolerations");
+        assert_eq!(tol.len(), 2);
+        assert_eq!(tol[0]["tolerationSeconds"], 5);
+        assert_eq!(tol[1]["key"], "node.kubernetes.io/not-ready");
+        let twice = defaulted("", "Pod", once.clone());
+        assert_eq!(once, twice);
+    }
+
+    #[test]
+    fn requests_default_to_limits_and_qos() {
+        let p = defaulted(
+            "",
+            "Pod",
+            json!({"spec": {"containers": [{"name": "a", "image": "x",
+                "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}),
+        );
+        assert_eq!(
+            p["spec"]["containers"][0]["resources"]["requests"],
+            json!({"cpu": "1", "memory": "1Gi"})
+        );
+        assert_eq!(p["status"]["qosClass"], "Guaranteed");
+
+        let qos = |spec: Value| pod_qos_class(&spec);
+        assert_eq!(
+            qos(json!({"containers": [{"resources": {"requests": {"cpu": "100m"}}}]})),
+            "Burstable"
+        );
+        assert_eq!(
+            qos(
+                json!({"containers": [{"resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1000m", "memory": "1024Mi"}}}]})
+            ),
+            "Guaranteed"
+        );
+        assert_eq!(
+            qos(
+                json!({"containers": [{"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}]})
+            ),
+            "Burstable"
+        );
+        // A second container without limits breaks Guaranteed.
+        assert_eq!(
+            qos(json!({"containers": [
+                {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}},
+                {"resources": {}}
+            ]})),
+            "Burstable"
+        );
+        // Zero requests and non-compute resources do not count.
+        assert_eq!(
+            qos(
+                json!({"containers": [{"resources": {"requests": {"cpu": "0", "ephemeral-storage": "1Gi"}}}]})
+            ),
+            "BestEffort"
+        );
+    }
+
+    #[test]
+    fn host_network_ports() {
+        let p = defaulted(
+            "",
+            "Pod",
+            json!({"spec": {"hostNetwork": true, "containers": [{"name": "a", "image": "x", "ports": [{"containerPort": 8080}]}]}}),
+        );
+        assert_eq!(p["spec"]["containers"][0]["ports"][0]["hostPort"], 8080);
+    }
+
+    #[test]
+    fn deployment_defaults() {
+        let d = defaulted(
+            "apps",
+            "Deployment",
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "image": "x:1"}]}}}}),
+        );
+        let s = &d["spec"];
+        assert_eq!(s["replicas"], 1);
+        assert_eq!(
+            s["strategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+        );
+        assert_eq!(s["revisionHistoryLimit"], 10);
+        assert_eq!(s["progressDeadlineSeconds"], 600);
+        let ps = &s["template"]["spec"];
+        assert_eq!(ps["restartPolicy"], "Always");
+        assert_eq!(ps["containers"][0]["imagePullPolicy"], "IfNotPresent");
+        // Pod-only defaults stay off templates.
+        assert!(ps.get("tolerations").is_none());
+        assert!(ps.get("enableServiceLinks").is_none());
+        assert!(ps.get("serviceAccountName").is_none());
+
+        let r = defaulted(
+            "apps",
+            "Deployment",
+            json!({"spec": {"strategy": {"type": "Recreate"}}}),
+        );
+        assert_eq!(r["spec"]["strategy"], json!({"type": "Recreate"}));
+    }
+
+    #[test]
+    fn statefulset_daemonset_replicaset_defaults() {
+        let s = defaulted(
+            "apps",
+            "StatefulSet",
+            json!({"spec": {"volumeClaimTemplates": [{"spec": {}}]}}),
+        );
+        let sp = &s["spec"];
+        assert_eq!(sp["replicas"], 1);
+        assert_eq!(sp["podManagementPolicy"], "OrderedReady");
+        assert_eq!(
+            sp["updateStrategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+        );
+        assert_eq!(sp["revisionHistoryLimit"], 10);
+        assert_eq!(
+            sp["persistentVolumeClaimRetentionPolicy"],
+            json!({"whenDeleted": "Retain", "whenScaled": "Retain"})
+        );
+        assert_eq!(
+            sp["volumeClaimTemplates"][0]["spec"]["volumeMode"],
+            "Filesystem"
+        );
+
+        let d = defaulted("apps", "DaemonSet", json!({"spec": {}}));
+        assert_eq!(
+            d["spec"]["updateStrategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
+        );
+        assert_eq!(d["spec"]["revisionHistoryLimit"], 10);
+        let od = defaulted(
+            "apps",
+            "DaemonSet",
+            json!({"spec": {"updateStrategy": {"type": "OnDelete"}}}),
+        );
+        assert_eq!(od["spec"]["updateStrategy"], json!({"type": "OnDelete"}));
+
+        let r = defaulted("apps", "ReplicaSet", json!({"spec": {}}));
+        assert_eq!(r["spec"]["replicas"], 1);
+    }
+
+    #[test]
+    fn job_defaults_and_selector() {
+        let j = defaulted(
+            "batch",
+            "Job",
+            json!({"metadata": {"name": "pi", "uid": "u-1"},
+                   "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "a", "image": "x"}]}}}}),
+        );
+        let s = &j["spec"];
+        assert_eq!(
+            (&s["completions"], &s["parallelism"]),
+            (&json!(1), &json!(1))
+        );
+        assert_eq!(s["backoffLimit"], 6);
+        assert_eq!(s["completionMode"], "NonIndexed");
+        assert_eq!(s["suspend"], false);
+        assert_eq!(s["podReplacementPolicy"], "TerminatingOrFailed");
+        assert_eq!(
+            s["selector"],
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}})
+        );
+        let labels = &s["template"]["metadata"]["labels"];
+        assert_eq!(labels["job-name"], "pi");
+        assert_eq!(labels["batch.kubernetes.io/job-name"], "pi");
+        assert_eq!(labels["controller-uid"], "u-1");
+        assert_eq!(labels["batch.kubernetes.io/controller-uid"], "u-1");
+        assert_eq!(&j["metadata"]["labels"], labels);
+
+        let p = defaulted("batch", "Job", json!({"spec": {"parallelism": 3}}));
+        assert!(p["spec"].get("completions").is_none());
+        assert_eq!(p["spec"]["parallelism"], 3);
+
+        let m = defaulted(
+            "batch",
+            "Job",
+            json!({"metadata": {"name": "m", "uid": "u"},
+                   "spec": {"manualSelector": true, "selector": {"matchLabels": {"a": "b"}}, "podFailurePolicy": {"rules": []}}}),
+        );
+        assert_eq!(m["spec"]["selector"], json!({"matchLabels": {"a": "b"}}));
+        assert_eq!(m["spec"]["podReplacementPolicy"], "Failed");
+    }
+
+    #[test]
+    fn cronjob_defaults() {
+        let c = defaulted(
+            "batch",
+            "CronJob",
+            json!({"spec": {"schedule": "* * * * *"}}),
+        );
+        let s = &c["spec"];
+        assert_eq!(s["concurrencyPolicy"], "Allow");
+        assert_eq!(s["suspend"], false);
+        assert_eq!(s["successfulJobsHistoryLimit"], 3);
+        assert_eq!(s["failedJobsHistoryLimit"], 1);
+        assert_eq!(
+            s["jobTemplate"]["spec"]["template"]["spec"]["restartPolicy"],
+            "Always"
+        );
+        assert!(s["jobTemplate"]["spec"].get("backoffLimit").is_none());
+    }
+
+    #[test]
+    fn core_object_defaults() {
+        let svc = defaulted(
+            "",
+            "Service",
+            json!({"spec": {"ports": [{"port": 80}, {"port": 81, "targetPort": "http"}]}}),
+        );
+        let s = &svc["spec"];
+        assert_eq!(s["type"], "ClusterIP");
+        assert_eq!(s["sessionAffinity"], "None");
+        assert_eq!(s["internalTrafficPolicy"], "Cluster");
+        assert_eq!(
+            s["ports"][0],
+            json!({"port": 80, "protocol": "TCP", "targetPort": 80})
+        );
+        assert_eq!(s["ports"][1]["targetPort"], "http");
+        assert!(s.get("externalTrafficPolicy").is_none());
+        let np = defaulted("", "Service", json!({"spec": {"type": "NodePort"}}));
+        assert_eq!(np["spec"]["externalTrafficPolicy"], "Cluster");
+
+        let sec = defaulted("", "Secret", json!({"data": {}}));
+        assert_eq!(sec["type"], "Opaque");
+
+        let ns = defaulted("", "Namespace", json!({"metadata": {"name": "dev"}}));
+        assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
+        assert_eq!(ns["status"]["phase"], "Active");
+        assert_eq!(
+            ns["metadata"]["labels"]["kubernetes.io/metadata.name"],
+            "dev"
+        );
+
+        let node = defaulted("", "Node", json!({"status": {"capacity": {"cpu": "4"}}}));
+        assert_eq!(node["status"]["allocatable"], json!({"cpu": "4"}));
+
+        let pv = defaulted("", "PersistentVolume", json!({"spec": {}}));
+        assert_eq!(pv["spec"]["persistentVolumeReclaimPolicy"], "Retain");
+        let pvc = defaulted("", "PersistentVolumeClaim", json!({"spec": {}}));
+        assert_eq!(pvc["spec"]["volumeMode"], "Filesystem");
+
+        let pc = defaulted("scheduling.k8s.io", "PriorityClass", json!({"value": 5}));
+        assert_eq!(pc["preemptionPolicy"], "PreemptLowerPriority");
+    }
+
+    #[test]
+    fn odd_shapes_never_panic() {
+        for r in crate::registry::RESOURCES {
+            for v in [
+                json!(null),
+                json!("x"),
+                json!({"spec": "x"}),
+                json!({"spec": {"containers": "x", "template": 5, "strategy": [], "ports": {}}}),
+                json!({"spec": {"containers": [1, null, {"resources": {"limits": "x"}}], "tolerations": "x"}}),
+                json!({"metadata": 4, "status": 1, "spec": {"template": {"spec": {"volumes": [{"secret": 1}]}}}}),
+            ] {
+                let mut v = v;
+                apply_defaults(r, &mut v);
+            }
+        }
+    }
+}

@@ -1,0 +1,595 @@
+//! Core objects other than pods: Service, Node, Secret, ConfigMap, PersistentVolumeClaim and
+//! PriorityClass, as upstream's `pkg/apis/core/validation` and `pkg/apis/scheduling/validation`.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use super::meta::{
+    is_dns1123_label, is_dns1123_subdomain, is_valid_label_value, validate_label_name,
+    validate_labels,
+};
+use super::pod::{validate_port_num_or_name, validate_taint_effect};
+use super::{
+    Path, arr_at, field, forbidden, invalid, invalid_str, not_supported, required, str_at,
+};
+use crate::quantity::Quantity;
+use crate::status::{FieldError, FieldErrorKind};
+
+pub(crate) fn validate_service(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
+    let spec = field(Some(obj), "spec");
+    let p = Path::new("spec");
+    let ty_v = field(spec, "type")
+        .cloned()
+        .unwrap_or(Value::String(String::new()));
+    let ty = ty_v.as_str().unwrap_or("?");
+    let headless = str_at(spec, "clusterIP") == "None";
+    let ports = arr_at(spec, "ports");
+    if ty == "ExternalName" {
+        let name = str_at(spec, "externalName");
+        if name.is_empty() {
+            errs.push(required(&p.child("externalName"), ""));
+        } else {
+            for m in is_dns1123_subdomain(name.trim_end_matches('.')) {
+                errs.push(invalid_str(&p.child("externalName"), name, &m));
+            }
+        }
+    } else if ports.is_empty() && !headless {
+        errs.push(required(&p.child("ports"), ""));
+    }
+    let require_name = ports.len() > 1;
+    let mut names = HashSet::new();
+    for (i, port) in ports.iter().enumerate() {
+        let pp = p.child("ports").index(i);
+        let name = str_at(Some(port), "name");
+        if require_name && name.is_empty() {
+            errs.push(required(&pp.child("name"), ""));
+        } else if !name.is_empty() {
+            for m in is_dns1123_label(name) {
+                errs.push(invalid_str(&pp.child("name"), name, &m));
+            }
+            if !names.insert(name.to_string()) {
+                errs.push(FieldError::duplicate(
+                    pp.child("name").as_str(),
+                    &Value::String(name.into()),
+                ));
+            }
+        }
+        let pv = field(Some(port), "port").cloned().unwrap_or(Value::from(0));
+        if !pv.as_i64().is_some_and(|n| (1..=65535).contains(&n)) {
+            errs.push(invalid(
+                &pp.child("port"),
+                &pv,
+                "must be between 1 and 65535, inclusive",
+            ));
+        }
+        let proto = field(Some(port), "protocol")
+            .cloned()
+            .unwrap_or(Value::String(String::new()));
+        match proto.as_str().unwrap_or("?") {
+            "TCP" | "UDP" | "SCTP" => {}
+            "" => errs.push(required(&pp.child("protocol"), "")),
+            _ => errs.push(not_supported(
+                &pp.child("protocol"),
+                &proto,
+                &["SCTP", "TCP", "UDP"],
+            )),
+        }
+        if let Some(tp) = field(Some(port), "targetPort") {
+            validate_port_num_or_name(Some(tp), &pp.child("targetPort"), errs);
+        }
+        if let Some(np) = field(Some(port), "nodePort")
+            && np.as_i64() != Some(0)
+        {
+            if ty == "ClusterIP" {
+                errs.push(forbidden(
+                    &pp.child("nodePort"),
+                    "may not be used when `type` is 'ClusterIP'",
+                ));
+            } else if !np.as_i64().is_some_and(|n| (1..=65535).contains(&n)) {
+                errs.push(invalid(
+                    &pp.child("nodePort"),
+                    np,
+                    "must be between 1 and 65535, inclusive",
+                ));
+            }
+        }
+    }
+    if !matches!(
+        ty,
+        "ClusterIP" | "ExternalName" | "LoadBalancer" | "NodePort"
+    ) {
+        errs.push(not_supported(
+            &p.child("type"),
+            &ty_v,
+            &["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"],
+        ));
+    }
+    let aff = field(spec, "sessionAffinity")
+        .cloned()
+        .unwrap_or(Value::String(String::new()));
+    match aff.as_str().unwrap_or("?") {
+        "None" | "ClientIP" => {}
+        "" => errs.push(required(&p.child("sessionAffinity"), "")),
+        _ => errs.push(not_supported(
+            &p.child("sessionAffinity"),
+            &aff,
+            &["ClientIP", "None"],
+        )),
+    }
+    if ty != "ExternalName" {
+        validate_labels(field(spec, "selector"), &p.child("selector"), errs);
+    }
+    if let Some(old) = old {
+        let os = field(Some(old), "spec");
+        let old_ip = str_at(os, "clusterIP");
+        let new_ip = str_at(spec, "clusterIP");
+        if !old_ip.is_empty()
+            && old_ip != "None"
+            && str_at(os, "type") != "ExternalName"
+            && ty != "ExternalName"
+            && !new_ip.is_empty()
+            && new_ip != old_ip
+        {
+            errs.push(invalid_str(
+                &p.child("clusterIPs").index(0),
+                new_ip,
+                "may not change once set",
+            ));
+        }
+    }
+}
+
+/// Go's `%#v` of a `core.Taint` (duplicates are reported with it).
+fn go_taint(t: &Value) -> String {
+    format!(
+        "core.Taint{{Key:{:?}, Value:{:?}, Effect:{:?}, TimeAdded:(*v1.Time)(nil)}}",
+        str_at(Some(t), "key"),
+        str_at(Some(t), "value"),
+        str_at(Some(t), "effect"),
+    )
+}
+
+pub(crate) fn validate_node(obj: &Value, errs: &mut Vec<FieldError>) {
+    let spec = field(Some(obj), "spec");
+    let p = Path::new("spec").child("taints");
+    let mut seen: HashSet<(String, String)> = HashSet::new();
+    for (i, t) in arr_at(spec, "taints").iter().enumerate() {
+        let tp = p.index(i);
+        let key = str_at(Some(t), "key");
+        validate_label_name(key, &tp.child("key"), errs);
+        let value = str_at(Some(t), "value");
+        let msgs = is_valid_label_value(value);
+        if !msgs.is_empty() {
+            errs.push(invalid_str(&tp.child("value"), value, &msgs.join(";")));
+        }
+        validate_taint_effect(field(Some(t), "effect"), false, &tp.child("effect"), errs);
+        let effect = str_at(Some(t), "effect");
+        if !seen.insert((effect.to_string(), key.to_string())) {
+            errs.push(FieldError {
+                kind: FieldErrorKind::Duplicate(go_taint(t)),
+                field: tp.as_str().to_string(),
+                detail: "taints must be unique by key and effect pair".to_string(),
+            });
+        }
+    }
+}
+
+/// upstream's `IsConfigMapKey`.
+fn config_key_errors(key: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if key.len() > 253 {
+        errs.push("must be no more than 253 characters".to_string());
+    }
+    if key.is_empty()
+        || !key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        errs.push(super::meta::regex_error(
+            "a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
+            "[-._a-zA-Z0-9]+",
+            &["key.name", "KEY_NAME", "key-name"],
+        ));
+    }
+    if key == "." {
+        errs.push("must not be '.'".to_string());
+    } else if key == ".." {
+        errs.push("must not be '..'".to_string());
+    } else if key.starts_with("..") {
+        errs.push("must not start with '..'".to_string());
+    }
+    errs
+}
+
+fn validate_keys(map: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>) {
+    if let Some(m) = map.and_then(Value::as_object) {
+        for k in m.keys() {
+            for msg in config_key_errors(k) {
+                errs.push(invalid_str(&p.key(k), k, &msg));
+            }
+        }
+    }
+}
+
+/// Data may not change once an object is marked `immutable`.
+fn validate_immutable_data(
+    obj: &Value,
+    old: Option<&Value>,
+    keys: &[&str],
+    errs: &mut Vec<FieldError>,
+) {
+    let Some(old) = old else { return };
+    if field(Some(old), "immutable").and_then(Value::as_bool) != Some(true) {
+        return;
+    }
+    if field(Some(obj), "immutable").and_then(Value::as_bool) != Some(true) {
+        errs.push(forbidden(
+            &Path::new("immutable"),
+            "field is immutable when `immutable` is set",
+        ));
+    }
+    for k in keys {
+        if field(Some(obj), k) != field(Some(old), k) {
+            errs.push(forbidden(
+                &Path::new(k),
+                "field is immutable when `immutable` is set",
+            ));
+        }
+    }
+}
+
+pub(crate) fn validate_secret(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
+    validate_keys(field(Some(obj), "data"), &Path::new("data"), errs);
+    let ty = str_at(Some(obj), "type");
+    let data = field(Some(obj), "data");
+    let has = |k: &str| data.and_then(|d| d.get(k)).is_some();
+    match ty {
+        "kubernetes.io/service-account-token" => {
+            let ann = field(field(Some(obj), "metadata"), "annotations");
+            if ann
+                .and_then(|a| a.get("kubernetes.io/service-account.name"))
+                .is_none()
+            {
+                errs.push(required(
+                    &Path::new("metadata")
+                        .child("annotations")
+                        .key("kubernetes.io/service-account.name"),
+                    "",
+                ));
+            }
+        }
+        "kubernetes.io/dockercfg" if !has(".dockercfg") => {
+            errs.push(required(&Path::new("data").key(".dockercfg"), ""));
+        }
+        "kubernetes.io/dockerconfigjson" if !has(".dockerconfigjson") => {
+            errs.push(required(&Path::new("data").key(".dockerconfigjson"), ""));
+        }
+        "kubernetes.io/basic-auth" if !has("username") && !has("password") => {
+            errs.push(required(&Path::new("data").key("username"), ""));
+            errs.push(required(&Path::new("data").key("password"), ""));
+        }
+        "kubernetes.io/ssh-auth" if !has("ssh-privatekey") => {
+            errs.push(required(&Path::new("data").key("ssh-privatekey"), ""));
+        }
+        "kubernetes.io/tls" => {
+            for k in ["tls.key", "tls.crt"] {
+                if !has(k) {
+                    errs.push(required(&Path::new("data").key(k), ""));
+                }
+            }
+        }
+        _ => {}
+    }
+    if let Some(old) = old {
+        let old_ty = str_at(Some(old), "type");
+        if !old_ty.is_empty() && old_ty != ty {
+            errs.push(invalid_str(&Path::new("type"), ty, "field is immutable"));
+        }
+    }
+    validate_immutable_data(obj, old, &["data"], errs);
+}
+
+pub(crate) fn validate_configmap(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
+    let data = field(Some(obj), "data");
+    let binary = field(Some(obj), "binaryData");
+    validate_keys(data, &Path::new("data"), errs);
+    validate_keys(binary, &Path::new("binaryData"), errs);
+    if let (Some(d), Some(b)) = (
+        data.and_then(Value::as_object),
+        binary.and_then(Value::as_object),
+    ) {
+        for k in b.keys() {
+            if d.contains_key(k) {
+                errs.push(invalid_str(
+                    &Path::new("data").key(k),
+                    k,
+                    "duplicate of key present in binaryData",
+                ));
+            }
+        }
+    }
+    validate_immutable_data(obj, old, &["data", "binaryData"], errs);
+}
+
+pub(crate) fn validate_pvc(obj: &Value, errs: &mut Vec<FieldError>) {
+    let spec = field(Some(obj), "spec");
+    let p = Path::new("spec");
+    let modes = arr_at(spec, "accessModes");
+    if modes.is_empty() {
+        errs.push(required(
+            &p.child("accessModes"),
+            "at least 1 access mode is required",
+        ));
+    }
+    for m in modes {
+        if !matches!(
+            m.as_str(),
+            Some("ReadWriteOnce" | "ReadOnlyMany" | "ReadWriteMany" | "ReadWriteOncePod")
+        ) {
+            errs.push(not_supported(
+                &p.child("accessModes"),
+                m,
+                &[
+                    "ReadOnlyMany",
+                    "ReadWriteMany",
+                    "ReadWriteOnce",
+                    "ReadWriteOncePod",
+                ],
+            ));
+        }
+    }
+    let storage = field(field(field(spec, "resources"), "requests"), "storage");
+    let sp = p.child("resources").key("storage");
+    match storage {
+        None => errs.push(required(&sp, "")),
+        Some(v) => match Quantity::from_json(v) {
+            Err(e) => errs.push(invalid(&sp, v, &e.to_string())),
+            Ok(q) if q.is_negative() => errs.push(invalid_str(
+                &sp,
+                &q.to_string(),
+                "must be greater than or equal to 0",
+            )),
+            Ok(q) if q.is_zero() => errs.push(invalid_str(
+                &sp,
+                &q.to_string(),
+                "must be greater than zero",
+            )),
+            Ok(_) => {}
+        },
+    }
+    if let Some(vm) = field(spec, "volumeMode")
+        && !matches!(vm.as_str(), Some("Block" | "Filesystem"))
+    {
+        errs.push(not_supported(
+            &p.child("volumeMode"),
+            vm,
+            &["Block", "Filesystem"],
+        ));
+    }
+}
+
+/// The largest priority a user-defined class may have (`HighestUserDefinablePriority`).
+const HIGHEST_USER_PRIORITY: i64 = 1_000_000_000;
+
+pub(crate) fn validate_priority_class(
+    obj: &Value,
+    old: Option<&Value>,
+    errs: &mut Vec<FieldError>,
+) {
+    let name = str_at(field(Some(obj), "metadata"), "name");
+    let system = name.starts_with("system-");
+    if system {
+        if name != "system-node-critical" && name != "system-cluster-critical" {
+            errs.push(forbidden(
+                &Path::new("metadata").child("name"),
+                "priority class names with 'system-' prefix are reserved for system use only",
+            ));
+        }
+    } else if field(Some(obj), "value")
+        .and_then(Value::as_i64)
+        .is_some_and(|v| v > HIGHEST_USER_PRIORITY)
+    {
+        errs.push(forbidden(
+            &Path::new("value"),
+            &format!("maximum allowed value of a user defined priority is {HIGHEST_USER_PRIORITY}"),
+        ));
+    }
+    if let Some(pp) = field(Some(obj), "preemptionPolicy")
+        && !matches!(pp.as_str(), Some("PreemptLowerPriority" | "Never"))
+    {
+        errs.push(not_supported(
+            &Path::new("preemptionPolicy"),
+            pp,
+            &["Never", "PreemptLowerPriority"],
+        ));
+    }
+    if let Some(old) = old {
+        let (nv, ov) = (field(Some(obj), "value"), field(Some(old), "value"));
+        if nv != ov {
+            errs.push(forbidden(
+                &Path::new("value"),
+                "may not be changed in an update.",
+            ));
+        }
+        let (np, op) = (
+            field(Some(obj), "preemptionPolicy"),
+            field(Some(old), "preemptionPolicy"),
+        );
+        if np != op {
+            errs.push(invalid(
+                &Path::new("preemptionPolicy"),
+                np.unwrap_or(&Value::Null),
+                "field is immutable",
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::validation::test_util::{errors, errors_defaulted};
+    use serde_json::{Value, json};
+
+    fn svc(spec: Value) -> Value {
+        json!({"metadata": {"name": "web", "namespace": "default"}, "spec": spec})
+    }
+
+    #[test]
+    fn services() {
+        assert!(
+            errors_defaulted(
+                "",
+                "Service",
+                &svc(json!({"selector": {"app": "web"}, "ports": [{"port": 80}]})),
+                None
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            errors_defaulted("", "Service", &svc(json!({})), None),
+            vec!["spec.ports: Required value"]
+        );
+        let e = errors_defaulted(
+            "",
+            "Service",
+            &svc(
+                json!({"type": "Magic", "ports": [{"port": 0, "name": "a"}, {"port": 81, "protocol": "ICMP", "targetPort": "Bad_Name"}, {"port": 82, "name": "a"}]}),
+            ),
+            None,
+        );
+        assert_eq!(
+            e,
+            vec![
+                "spec.ports[0].port: Invalid value: 0: must be between 1 and 65535, inclusive",
+                "spec.ports[0].targetPort: Invalid value: 0: must be between 1 and 65535, inclusive",
+                "spec.ports[1].name: Required value",
+                "spec.ports[1].protocol: Unsupported value: \"ICMP\": supported values: \"SCTP\", \"TCP\", \"UDP\"",
+                "spec.ports[1].targetPort: Invalid value: \"Bad_Name\": must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)",
+                "spec.ports[2].name: Duplicate value: \"a\"",
+                "spec.type: Unsupported value: \"Magic\": supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\"",
+            ]
+        );
+        let e = errors_defaulted(
+            "",
+            "Service",
+            &svc(json!({"ports": [{"port": 80, "nodePort": 30000}]})),
+            None,
+        );
+        assert_eq!(
+            e,
+            vec!["spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'"]
+        );
+        let e = errors_defaulted("", "Service", &svc(json!({"type": "ExternalName"})), None);
+        assert_eq!(e, vec!["spec.externalName: Required value"]);
+        let old = svc(json!({"clusterIP": "10.0.0.1", "ports": [{"port": 80}]}));
+        let new = svc(json!({"clusterIP": "10.0.0.2", "ports": [{"port": 80}]}));
+        assert_eq!(
+            errors_defaulted("", "Service", &new, Some(&old)),
+            vec!["spec.clusterIPs[0]: Invalid value: \"10.0.0.2\": may not change once set"]
+        );
+    }
+
+    #[test]
+    fn node_taints() {
+        let node = json!({"metadata": {"name": "n1"}, "spec": {"taints": [
+            {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+            {"key": "dedicated", "value": "other", "effect": "NoSchedule"},
+            {"key": "bad key", "effect": "Sometimes"},
+            {"key": "k", "value": "-x"},
+            {"key": "dedicated", "value": "gpu", "effect": "NoExecute"}
+        ]}});
+        let e = errors("", "Node", &node, None);
+        assert_eq!(
+            e[0],
+            "spec.taints[1]: Duplicate value: core.Taint{Key:\"dedicated\", Value:\"other\", Effect:\"NoSchedule\", TimeAdded:(*v1.Time)(nil)}: taints must be unique by key and effect pair"
+        );
+        assert!(e[1].starts_with(
+            "spec.taints[2].key: Invalid value: \"bad key\": name part must consist of"
+        ));
+        assert_eq!(
+            e[2],
+            "spec.taints[2].effect: Unsupported value: \"Sometimes\": supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\""
+        );
+        assert!(
+            e[3].starts_with("spec.taints[3].value: Invalid value: \"-x\": a valid label must be")
+        );
+        assert_eq!(e[4], "spec.taints[3].effect: Required value");
+        assert_eq!(e.len(), 5);
+    }
+
+    #[test]
+    fn secrets_and_configmaps() {
+        let e = errors(
+            "",
+            "Secret",
+            &json!({"metadata": {"name": "s", "namespace": "d"}, "type": "Opaque", "data": {"bad key": "eA=="}}),
+            None,
+        );
+        assert_eq!(
+            e,
+            vec![
+                "data[bad key]: Invalid value: \"bad key\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+            ]
+        );
+        let e = errors(
+            "",
+            "Secret",
+            &json!({"metadata": {"name": "s", "namespace": "d"}, "type": "kubernetes.io/tls", "data": {"tls.crt": ""}}),
+            None,
+        );
+        assert_eq!(e, vec!["data[tls.key]: Required value"]);
+        let old = json!({"metadata": {"name": "s", "namespace": "d"}, "type": "Opaque", "immutable": true, "data": {"a": "eA=="}});
+        let mut new = old.clone();
+        new["data"]["a"] = json!("eQ==");
+        new["type"] = json!("other");
+        assert_eq!(
+            errors("", "Secret", &new, Some(&old)),
+            vec![
+                "type: Invalid value: \"other\": field is immutable",
+                "data: Forbidden: field is immutable when `immutable` is set",
+            ]
+        );
+        let e = errors(
+            "",
+            "ConfigMap",
+            &json!({"metadata": {"name": "c", "namespace": "d"}, "data": {"k": "v"}, "binaryData": {"k": "eA=="}}),
+            None,
+        );
+        assert_eq!(
+            e,
+            vec!["data[k]: Invalid value: \"k\": duplicate of key present in binaryData"]
+        );
+    }
+
+    #[test]
+    fn pvcs_and_priority_classes() {
+        let e = errors_defaulted(
+            "",
+            "PersistentVolumeClaim",
+            &json!({"metadata": {"name": "c", "namespace": "d"}, "spec": {}}),
+            None,
+        );
+        assert_eq!(
+            e,
+            vec![
+                "spec.accessModes: Required value: at least 1 access mode is required",
+                "spec.resources[storage]: Required value",
+            ]
+        );
+        let ok = json!({"metadata": {"name": "c", "namespace": "d"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}});
+        assert!(errors_defaulted("", "PersistentVolumeClaim", &ok, None).is_empty());
+        let e = errors_defaulted(
+            "scheduling.k8s.io",
+            "PriorityClass",
+            &json!({"metadata": {"name": "high"}, "value": 2_000_000_000}),
+            None,
+        );
+        assert_eq!(
+            e,
+            vec![
+                "value: Forbidden: maximum allowed value of a user defined priority is 1000000000"
+            ]
+        );
+    }
+}

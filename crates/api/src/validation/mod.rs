@@ -1,0 +1,392 @@
+//! Validation of objects on create and update, as upstream's `pkg/apis/*/validation` for the
+//! rules users hit, with upstream's field paths and messages.
+//!
+//! Objects are JSON as stored; validation runs after defaulting and never panics on any input.
+
+mod core;
+mod meta;
+mod pod;
+mod workloads;
+
+use serde_json::Value;
+
+use crate::registry::Resource;
+use crate::status::{FieldError, FieldErrorKind};
+
+pub use meta::{
+    is_dns1035_label, is_dns1123_label, is_dns1123_subdomain, is_qualified_name,
+    is_valid_label_value, validate_label_selector, validate_labels,
+};
+pub use workloads::validate_cron_schedule;
+
+/// Every problem with `obj` (and, on update, with the change from `old`), in upstream's order
+/// as far as it is deterministic. Empty means valid.
+pub fn validate(res: &Resource, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let name_fn = name_validator(res);
+    meta::validate_object_meta(obj.get("metadata"), res.namespaced, name_fn, &mut errs);
+    if let Some(old) = old {
+        meta::validate_object_meta_update(obj.get("metadata"), old.get("metadata"), &mut errs);
+    }
+    match (res.group, res.kind) {
+        ("", "Pod") => pod::validate_pod(obj, old, &mut errs),
+        ("", "Service") => core::validate_service(obj, old, &mut errs),
+        ("", "Node") => core::validate_node(obj, &mut errs),
+        ("", "Secret") => core::validate_secret(obj, old, &mut errs),
+        ("", "ConfigMap") => core::validate_configmap(obj, old, &mut errs),
+        ("", "PersistentVolumeClaim") => core::validate_pvc(obj, &mut errs),
+        ("scheduling.k8s.io", "PriorityClass") => {
+            core::validate_priority_class(obj, old, &mut errs)
+        }
+        ("apps", "Deployment") => workloads::validate_deployment(obj, old, &mut errs),
+        ("apps", "ReplicaSet") => workloads::validate_replicaset(obj, old, &mut errs),
+        ("apps", "DaemonSet") => workloads::validate_daemonset(obj, old, &mut errs),
+        ("apps", "StatefulSet") => workloads::validate_statefulset(obj, old, &mut errs),
+        ("batch", "Job") => workloads::validate_job(obj, old, &mut errs),
+        ("batch", "CronJob") => workloads::validate_cronjob(obj, &mut errs),
+        _ => {}
+    }
+    errs
+}
+
+/// Which name rule a kind's `metadata.name` follows (upstream's `ValidateXxxName`).
+fn name_validator(res: &Resource) -> fn(&str, bool) -> Vec<String> {
+    match (res.group, res.kind) {
+        ("", "Namespace") => meta::name_is_dns_label,
+        ("", "Service") => meta::name_is_dns1035_label,
+        _ => meta::name_is_dns_subdomain,
+    }
+}
+
+// ---- field paths ----------------------------------------------------------------------------
+
+/// A field path printed as upstream's `field.Path` (`spec.containers[0].resources.requests[cpu]`).
+#[derive(Clone, Debug)]
+pub struct Path(String);
+
+impl Path {
+    pub fn new(root: &str) -> Path {
+        Path(root.to_string())
+    }
+    pub fn child(&self, name: &str) -> Path {
+        if self.0.is_empty() {
+            Path(name.to_string())
+        } else {
+            Path(format!("{}.{name}", self.0))
+        }
+    }
+    pub fn index(&self, i: usize) -> Path {
+        Path(format!("{}[{i}]", self.0))
+    }
+    pub fn key(&self, k: &str) -> Path {
+        Path(format!("{}[{k}]", self.0))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Path {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+// ---- error constructors on paths --------------------------------------------------------------
+
+pub(crate) fn required(p: &Path, detail: &str) -> FieldError {
+    FieldError::required(p.as_str(), detail)
+}
+
+pub(crate) fn invalid(p: &Path, v: &Value, detail: &str) -> FieldError {
+    FieldError::invalid(p.as_str(), v, detail)
+}
+
+/// An invalid value already rendered the way upstream renders it (Go's `%#v` of a struct).
+pub(crate) fn invalid_raw(p: &Path, rendered: String, detail: &str) -> FieldError {
+    FieldError {
+        kind: FieldErrorKind::Invalid(rendered),
+        field: p.as_str().to_string(),
+        detail: detail.to_string(),
+    }
+}
+
+pub(crate) fn invalid_str(p: &Path, v: &str, detail: &str) -> FieldError {
+    FieldError::invalid(p.as_str(), &Value::String(v.to_string()), detail)
+}
+
+pub(crate) fn not_supported(p: &Path, v: &Value, supported: &[&str]) -> FieldError {
+    FieldError::not_supported(p.as_str(), v, supported)
+}
+
+pub(crate) fn forbidden(p: &Path, detail: &str) -> FieldError {
+    FieldError::forbidden(p.as_str(), detail)
+}
+
+pub(crate) fn duplicate(p: &Path, v: &Value) -> FieldError {
+    FieldError::duplicate(p.as_str(), v)
+}
+
+// ---- reading JSON -----------------------------------------------------------------------------
+
+/// A string field; empty when missing or not a string.
+pub(crate) fn str_at<'a>(v: Option<&'a Value>, key: &str) -> &'a str {
+    v.and_then(|v| v.get(key))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// An array field; empty when missing or not an array.
+pub(crate) fn arr_at<'a>(v: Option<&'a Value>, key: &str) -> &'a [Value] {
+    v.and_then(|v| v.get(key))
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+/// A field that is present and not null.
+pub(crate) fn field<'a>(v: Option<&'a Value>, key: &str) -> Option<&'a Value> {
+    v.and_then(|v| v.get(key)).filter(|x| !x.is_null())
+}
+
+pub(crate) fn int_at(v: Option<&Value>, key: &str) -> Option<i64> {
+    field(v, key).and_then(Value::as_i64)
+}
+
+/// upstream's `ValidateNonnegativeField`.
+pub(crate) fn nonnegative(v: Option<&Value>, key: &str, p: &Path, errs: &mut Vec<FieldError>) {
+    if let Some(x) = field(v, key)
+        && x.as_f64().is_some_and(|n| n < 0.0)
+    {
+        errs.push(invalid(
+            &p.child(key),
+            x,
+            "must be greater than or equal to 0",
+        ));
+    }
+}
+
+/// Go's `%#v` of a `map[string]string`, keys sorted.
+pub(crate) fn go_string_map(v: Option<&Value>) -> String {
+    match v.and_then(Value::as_object) {
+        None => "map[string]string(nil)".to_string(),
+        Some(m) => {
+            let mut pairs: Vec<(&String, &Value)> = m.iter().collect();
+            pairs.sort_by(|a, b| a.0.cmp(b.0));
+            let body = pairs
+                .iter()
+                .map(|(k, v)| format!("{:?}:{}", k, go_quote(v)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!("map[string]string{{{body}}}")
+        }
+    }
+}
+
+/// A JSON value as a Go quoted string (strings quoted, others printed then quoted).
+pub(crate) fn go_quote(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        other => format!("{:?}", other.to_string()),
+    }
+}
+
+fn go_string_slice(v: Option<&Value>) -> String {
+    match v.and_then(Value::as_array) {
+        None => "[]string(nil)".to_string(),
+        Some(a) => format!(
+            "[]string{{{}}}",
+            a.iter().map(go_quote).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+/// Go's `%#v` of a `metav1.LabelSelector`.
+pub(crate) fn go_label_selector(v: Option<&Value>) -> String {
+    let exprs = match field(v, "matchExpressions").and_then(Value::as_array) {
+        None => "[]v1.LabelSelectorRequirement(nil)".to_string(),
+        Some(a) => format!(
+            "[]v1.LabelSelectorRequirement{{{}}}",
+            a.iter()
+                .map(|e| format!(
+                    "v1.LabelSelectorRequirement{{Key:{:?}, Operator:{:?}, Values:{}}}",
+                    str_at(Some(e), "key"),
+                    str_at(Some(e), "operator"),
+                    go_string_slice(e.get("values"))
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    format!(
+        "v1.LabelSelector{{MatchLabels:{}, MatchExpressions:{exprs}}}",
+        go_string_map(field(v, "matchLabels"))
+    )
+}
+
+/// Go's `%#v` of an `intstr.IntOrString`.
+pub(crate) fn go_int_or_string(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => format!("intstr.IntOrString{{Type:1, IntVal:0, StrVal:{s:?}}}"),
+        Some(Value::Number(n)) => format!("intstr.IntOrString{{Type:0, IntVal:{n}, StrVal:\"\"}}"),
+        _ => "intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}".to_string(),
+    }
+}
+
+/// Whether a label selector (JSON `LabelSelector`) matches a label set. A selector that
+/// cannot be parsed matches nothing; a missing one matches nothing either.
+pub(crate) fn selector_matches(sel: Option<&Value>, labels: Option<&Value>) -> bool {
+    let Some(sel) = sel.filter(|s| s.is_object()) else {
+        return false;
+    };
+    let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+    if let Some(ml) = sel.get("matchLabels").and_then(Value::as_object) {
+        for (k, v) in ml {
+            if label(k) != v.as_str() {
+                return false;
+            }
+        }
+    }
+    for e in arr_at(Some(sel), "matchExpressions") {
+        let key = str_at(Some(e), "key");
+        let values: Vec<&str> = arr_at(Some(e), "values")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let ok = match str_at(Some(e), "operator") {
+            "In" => label(key).is_some_and(|v| values.contains(&v)),
+            "NotIn" => label(key).is_none_or(|v| !values.contains(&v)),
+            "Exists" => label(key).is_some(),
+            "DoesNotExist" => label(key).is_none(),
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether a selector selects nothing in particular (no labels, no expressions).
+pub(crate) fn selector_is_empty(sel: Option<&Value>) -> bool {
+    let n = |k| {
+        field(sel, k)
+            .map(|v| match v {
+                Value::Object(m) => m.len(),
+                Value::Array(a) => a.len(),
+                _ => 0,
+            })
+            .unwrap_or(0)
+    };
+    n("matchLabels") + n("matchExpressions") == 0
+}
+
+#[cfg(test)]
+pub(crate) mod test_util {
+    use super::*;
+    use crate::registry::lookup_kind;
+
+    /// Validate an object of a kind and return the errors as upstream prints them.
+    pub fn errors(group: &str, kind: &str, obj: &Value, old: Option<&Value>) -> Vec<String> {
+        let res = lookup_kind(group, kind).expect("resource");
+        validate(res, obj, old)
+            .iter()
+            .map(|e| e.to_string())
+            .collect()
+    }
+
+    /// Defaulted, then validated.
+    pub fn errors_defaulted(
+        group: &str,
+        kind: &str,
+        obj: &Value,
+        old: Option<&Value>,
+    ) -> Vec<String> {
+        let res = lookup_kind(group, kind).expect("resource");
+        let mut obj = obj.clone();
+        crate::defaults::apply_defaults(res, &mut obj);
+        validate(res, &obj, old)
+            .iter()
+            .map(|e| e.to_string())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn paths_print_as_upstream() {
+        let p = Path::new("spec")
+            .child("containers")
+            .index(0)
+            .child("resources")
+            .child("requests")
+            .key("cpu");
+        assert_eq!(p.to_string(), "spec.containers[0].resources.requests[cpu]");
+    }
+
+    #[test]
+    fn go_renderings() {
+        assert_eq!(
+            go_string_map(Some(&json!({"b": "2", "a": "1"}))),
+            "map[string]string{\"a\":\"1\", \"b\":\"2\"}"
+        );
+        assert_eq!(go_string_map(None), "map[string]string(nil)");
+        assert_eq!(
+            go_label_selector(Some(&json!({"matchLabels": {"app": "web"}}))),
+            "v1.LabelSelector{MatchLabels:map[string]string{\"app\":\"web\"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}"
+        );
+    }
+
+    #[test]
+    fn selectors_match() {
+        let labels = json!({"app": "web", "tier": "fe"});
+        assert!(selector_matches(
+            Some(&json!({"matchLabels": {"app": "web"}})),
+            Some(&labels)
+        ));
+        assert!(!selector_matches(
+            Some(&json!({"matchLabels": {"app": "db"}})),
+            Some(&labels)
+        ));
+        assert!(selector_matches(
+            Some(
+                &json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["fe", "be"]},
+                                               {"key": "x", "operator": "DoesNotExist"}]})
+            ),
+            Some(&labels)
+        ));
+        assert!(!selector_matches(
+            Some(
+                &json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["fe"]}]})
+            ),
+            Some(&labels)
+        ));
+        assert!(!selector_matches(None, Some(&labels)));
+    }
+
+    #[test]
+    fn arbitrary_shapes_never_panic() {
+        let shapes = [
+            json!(null),
+            json!(1),
+            json!({"metadata": "x"}),
+            json!({"metadata": {"name": 5, "labels": [1], "annotations": {"a": 1}}, "spec": []}),
+            json!({"metadata": {"name": "a"}, "spec": {"containers": [null, 1, {"name": 1, "resources": {"limits": {"cpu": []}}}],
+                   "template": {"metadata": 1, "spec": {"containers": {}}}, "selector": "x", "ports": [1, {"port": "x"}],
+                   "taints": [1, {}], "strategy": {"rollingUpdate": 3}, "updateStrategy": "x", "schedule": 1,
+                   "jobTemplate": {"spec": {"template": []}}, "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [1]}}},
+                   "tolerations": [1, {"operator": 3}], "volumes": [1, {"name": "v", "secret": 1}]}}),
+        ];
+        for r in crate::registry::RESOURCES {
+            for s in &shapes {
+                let _ = validate(r, s, None);
+                let _ = validate(r, s, Some(s));
+                let _ = validate(r, s, Some(&json!({"spec": {"containers": 1}})));
+            }
+        }
+    }
+}

@@ -224,6 +224,13 @@ impl<S: std::hash::BuildHasher> LabelSource for HashMap<String, String, S> {
     }
 }
 
+impl<T: LabelSource> LabelSource for Option<T> {
+    /// Absent labels (`metadata.labels` unset) are no labels.
+    fn label(&self, key: &str) -> Option<&str> {
+        self.as_ref().and_then(|l| l.label(key))
+    }
+}
+
 impl LabelSource for Value {
     /// A JSON object of labels; anything else has no labels.
     fn label(&self, key: &str) -> Option<&str> {
@@ -317,6 +324,17 @@ impl LabelSelector {
             requirements,
             nothing: false,
         })
+    }
+
+    /// Converts a typed `LabelSelector` (as controllers hold it); `None` selects nothing.
+    pub fn from_k8s(
+        selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    ) -> Result<Self, SelectorError> {
+        let value = match selector {
+            Some(s) => serde_json::to_value(s).map_err(|e| SelectorError::Label(e.to_string()))?,
+            None => Value::Null,
+        };
+        Self::from_label_selector_json(&value)
     }
 
     /// The selector `k1=v1,k2=v2` for a plain label map (a Service's or ReplicationController's
@@ -1157,7 +1175,9 @@ fn convert_field_label(res: &Resource, label: &str) -> Result<String, SelectorEr
         ],
         ("events.k8s.io", "Event") => {
             return match label {
-                "reason" | "type" | "metadata.namespace" | "metadata.name" => Ok(label.to_string()),
+                "reason" | "type" | "source" | "metadata.namespace" | "metadata.name" => {
+                    Ok(label.to_string())
+                }
                 "reportingController" => Ok("reportingComponent".to_string()),
                 l => match l.strip_prefix("regarding.") {
                     Some(
@@ -1435,6 +1455,18 @@ mod tests {
             "values: Invalid value: []string{}: for 'in', 'notin' operators, values set can't be empty"
         );
 
+        let typed = k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+            match_labels: Some(BTreeMap::from([("app".to_string(), "web".to_string())])),
+            match_expressions: None,
+        };
+        let s = LabelSelector::from_k8s(Some(&typed)).unwrap();
+        assert_eq!(s.to_string(), "app=web");
+        let present: Option<BTreeMap<String, String>> =
+            Some(BTreeMap::from([("app".into(), "web".into())]));
+        assert!(s.matches(&present));
+        assert!(!s.matches(&None::<BTreeMap<String, String>>));
+        assert!(LabelSelector::from_k8s(None).unwrap().is_nothing());
+
         let mut m = BTreeMap::new();
         m.insert("app".to_string(), "web".to_string());
         let s = LabelSelector::from_map(&m);
@@ -1521,6 +1553,11 @@ mod tests {
                 .matches(&ev2)
         );
         assert!(FieldSelector::parse(new_events, "involvedObject.name=n1").is_err());
+        assert!(
+            FieldSelector::parse(new_events, "source=kubelet")
+                .unwrap()
+                .matches(&ev2)
+        );
 
         let secrets = res("", "secrets");
         let secret = json!({"metadata": {"name": "s"}, "type": "Opaque"});

@@ -34,6 +34,10 @@ pub fn strategic_merge(
     patch: &Value,
     definition: &str,
 ) -> Result<Value, PatchError> {
+    merge_typed(original, patch, Ty::root(definition))
+}
+
+fn merge_typed(original: &Value, patch: &Value, ty: Ty) -> Result<Value, PatchError> {
     let Value::Object(p) = patch else {
         return Err(bad("invalid JSON document"));
     };
@@ -42,7 +46,7 @@ pub fn strategic_merge(
         Value::Null => Map::new(),
         _ => return Err(bad("invalid JSON document")),
     };
-    merge_map(o, p.clone(), Ty::root(definition)).map(Value::Object)
+    merge_map(o, p.clone(), ty).map(Value::Object)
 }
 
 fn merge_map(
@@ -167,7 +171,55 @@ fn apply_retain_keys(
             None => return Err(bad("invalid patch format of retainKeys")),
         }
     }
+    // Every field the patch sets must be one the directive keeps.
+    let outside = patch.iter().any(|(k, v)| {
+        !v.is_null()
+            && !k.starts_with(DELETE_FROM_PRIMITIVE_LIST)
+            && !k.starts_with(SET_ELEMENT_ORDER)
+            && !names.iter().any(|n| n == k)
+    });
+    if outside {
+        return Err(bad("invalid patch format of retainKeys"));
+    }
     original.retain(|k, _| names.iter().any(|n| n == k));
+    Ok(())
+}
+
+/// Upstream's `validatePatchWithSetOrderList`: the patch's items (deletions aside) must
+/// appear in the `$setElementOrder` list, in the same relative order.
+fn validate_order(
+    patch_list: &[Value],
+    order: &[Value],
+    key: Option<&str>,
+) -> Result<(), PatchError> {
+    if patch_list.is_empty() || order.is_empty() {
+        return Ok(());
+    }
+    let items: Vec<&Value> = patch_list
+        .iter()
+        .filter(|v| v.get(DIRECTIVE).is_none())
+        .collect();
+    let same = |a: &Value, b: &Value| match key {
+        Some(k) => match (a.get(k), b.get(k)) {
+            (Some(x), Some(y)) => json_eq(x, y),
+            _ => false,
+        },
+        None => json_eq(a, b),
+    };
+    let (mut pi, mut oi) = (0, 0);
+    while pi < items.len() && oi < order.len() {
+        if same(items[pi], &order[oi]) {
+            pi += 1;
+        }
+        oi += 1;
+    }
+    if pi < items.len() {
+        return Err(bad(format!(
+            "The order in patch list:\n{}\n doesn't match {SET_ELEMENT_ORDER} list:\n{}\n",
+            Value::Array(patch_list.to_vec()),
+            Value::Array(order.to_vec())
+        )));
+    }
     Ok(())
 }
 
@@ -221,6 +273,7 @@ fn merge_ordered_lists(
         if key.is_some() && order.iter().any(|o| !o.is_object()) {
             return Err(bad("invalid patch format of setElementOrder list"));
         }
+        validate_order(&patch_list, &order, key)?;
         let merged = merge_list(orig_list.clone(), patch_list, field_ty, &meta, false)?;
         let (in_order, server_only) = partition(merged, &order, key);
         let both = normalize_element_order(in_order, server_only, &order, &orig_list, key);
@@ -723,6 +776,249 @@ mod tests {
             "2025-01-01T00:00:00Z"
         );
         assert_eq!(out["spec"]["template"]["metadata"]["labels"]["app"], "web");
+    }
+
+    /// A schema in the shape of upstream's test type: merging and non-merging lists of
+    /// items and of integers, a map, a retainKeys struct and a retainKeys merging list.
+    fn item_schema(depth: usize) -> Value {
+        let item = if depth == 0 {
+            json!({"type": "object", "properties": {"name": {"type": "string"}}})
+        } else {
+            item_schema(depth - 1)
+        };
+        let scalar = json!({"type": "string"});
+        let retain = json!({
+            "x-kubernetes-patch-strategy": "retainKeys",
+            "type": "object",
+            "properties": {
+                "name": scalar, "value": scalar, "other": scalar,
+                "simpleMap": {"type": "object", "additionalProperties": scalar},
+                "mergingIntList": {"type": "array", "items": {"type": "integer"}, "x-kubernetes-patch-strategy": "merge"},
+                "mergingList": {"type": "array", "items": item, "x-kubernetes-patch-strategy": "merge", "x-kubernetes-patch-merge-key": "name"}
+            }
+        });
+        json!({
+            "type": "object",
+            "properties": {
+                "name": scalar, "value": scalar, "other": scalar,
+                "mergingList": {"type": "array", "items": item, "x-kubernetes-patch-strategy": "merge", "x-kubernetes-patch-merge-key": "name"},
+                "nonMergingList": {"type": "array", "items": item},
+                "mergingIntList": {"type": "array", "items": {"type": "integer"}, "x-kubernetes-patch-strategy": "merge"},
+                "nonMergingIntList": {"type": "array", "items": {"type": "integer"}},
+                "simpleMap": {"type": "object", "additionalProperties": scalar},
+                "retainKeysMap": retain,
+                "retainKeysMergingList": {"type": "array", "items": item, "x-kubernetes-patch-strategy": "merge,retainKeys", "x-kubernetes-patch-merge-key": "name"}
+            }
+        })
+    }
+
+    fn item_ty() -> Ty {
+        static SCHEMA: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+        Ty::inline(SCHEMA.get_or_init(|| item_schema(2)))
+    }
+
+    /// (description, current, patch, result) in the spirit of upstream's table tests.
+    #[test]
+    fn upstream_style_cases() {
+        let cases = [
+            (
+                "add field to map",
+                json!({"name": "1", "other": "a"}),
+                json!({"value": "1"}),
+                json!({"name": "1", "other": "a", "value": "1"}),
+            ),
+            (
+                "delete and add",
+                json!({"name": "1", "other": "a"}),
+                json!({"name": null, "value": "1"}),
+                json!({"other": "a", "value": "1"}),
+            ),
+            (
+                "delete from nested map",
+                json!({"simpleMap": {"key1": "1", "key2": "1", "other": "a"}}),
+                json!({"simpleMap": {"key2": null}}),
+                json!({"simpleMap": {"key1": "1", "other": "a"}}),
+            ),
+            (
+                "null for an absent field",
+                json!({"name": "a", "other": "a"}),
+                json!({"name": "1", "value": "1", "other": null}),
+                json!({"name": "1", "value": "1"}),
+            ),
+            (
+                "replace list of scalars",
+                json!({"nonMergingIntList": [1, 4]}),
+                json!({"nonMergingIntList": [2, 3]}),
+                json!({"nonMergingIntList": [2, 3]}),
+            ),
+            (
+                "unique scalars",
+                json!({"mergingIntList": [1, 2]}),
+                json!({"mergingIntList": [2, 3]}),
+                json!({"mergingIntList": [1, 2, 3]}),
+            ),
+            (
+                "patch order of scalars",
+                json!({"mergingIntList": [1, 2, 3]}),
+                json!({"mergingIntList": [3, 1, 2]}),
+                json!({"mergingIntList": [3, 1, 2]}),
+            ),
+            (
+                "patch order of scalars 2",
+                json!({"mergingIntList": [1, 2, 3]}),
+                json!({"mergingIntList": [3, 1]}),
+                json!({"mergingIntList": [2, 3, 1]}),
+            ),
+            (
+                "delete all maps",
+                json!({"mergingList": [{"name": "1", "other": "a"}, {"name": "2"}]}),
+                json!({"mergingList": [{"name": "1", "$patch": "delete"}, {"name": "2", "$patch": "delete"}]}),
+                json!({"mergingList": []}),
+            ),
+            (
+                "delete all duplicates",
+                json!({"mergingList": [{"name": "1"}, {"name": "1"}, {"name": "2"}]}),
+                json!({"mergingList": [{"name": "1", "$patch": "delete"}]}),
+                json!({"mergingList": [{"name": "2"}]}),
+            ),
+            (
+                "replace merging list",
+                json!({"mergingList": [{"name": "1"}, {"name": "2"}]}),
+                json!({"mergingList": [{"$patch": "replace"}]}),
+                json!({"mergingList": []}),
+            ),
+            (
+                "replace whole map",
+                json!({"name": "1", "value": "1"}),
+                json!({"$patch": "replace", "other": "a"}),
+                json!({"other": "a"}),
+            ),
+            (
+                "patch order of maps",
+                json!({"mergingList": [{"name": "1"}, {"name": "2", "value": "b"}, {"name": "3"}]}),
+                json!({"mergingList": [{"name": "3", "value": "c"}, {"name": "1", "value": "a"}, {"name": "2", "other": "x"}]}),
+                json!({"mergingList": [{"name": "3", "value": "c"}, {"name": "1", "value": "a"}, {"name": "2", "value": "b", "other": "x"}]}),
+            ),
+            (
+                "patch order of maps 2",
+                json!({"mergingList": [{"name": "1"}, {"name": "2", "value": "b"}, {"name": "3"}]}),
+                json!({"mergingList": [{"name": "3", "value": "c"}, {"name": "1", "value": "a"}]}),
+                json!({"mergingList": [{"name": "2", "value": "b"}, {"name": "3", "value": "c"}, {"name": "1", "value": "a"}]}),
+            ),
+            (
+                "order names an absent item",
+                json!({"mergingList": [{"name": "1"}, {"name": "3"}]}),
+                json!({"$setElementOrder/mergingList": [{"name": "3"}, {"name": "2"}, {"name": "1"}], "mergingList": [{"name": "3", "value": "3"}, {"name": "1", "value": "1"}]}),
+                json!({"mergingList": [{"name": "3", "value": "3"}, {"name": "1", "value": "1"}]}),
+            ),
+            (
+                "order of ints alone",
+                json!({"mergingIntList": [1, 3]}),
+                json!({"$setElementOrder/mergingIntList": [3, 2, 1]}),
+                json!({"mergingIntList": [3, 1]}),
+            ),
+            (
+                "delete from primitive list",
+                json!({"mergingIntList": [1, 2, 3, 3, 4]}),
+                json!({"$setElementOrder/mergingIntList": [1, 2], "$deleteFromPrimitiveList/mergingIntList": [3]}),
+                json!({"mergingIntList": [1, 2, 4]}),
+            ),
+            (
+                "merge maps with order",
+                json!({"mergingList": [{"name": "1", "other": "a"}, {"name": "2", "value": "2", "other": "b"}]}),
+                json!({"$setElementOrder/mergingList": [{"name": "4"}, {"name": "1"}, {"name": "2"}, {"name": "3"}], "mergingList": [{"name": "4", "value": "4"}, {"name": "3", "value": "3"}]}),
+                json!({"mergingList": [{"name": "4", "value": "4"}, {"name": "1", "other": "a"}, {"name": "2", "value": "2", "other": "b"}, {"name": "3", "value": "3"}]}),
+            ),
+            (
+                "nested merging list",
+                json!({"mergingList": [{"name": "1", "mergingList": [{"name": "a"}, {"name": "b"}]}]}),
+                json!({"mergingList": [{"name": "1", "mergingList": [{"name": "c"}, {"name": "a", "$patch": "delete"}]}]}),
+                json!({"mergingList": [{"name": "1", "mergingList": [{"name": "c"}, {"name": "b"}]}]}),
+            ),
+            (
+                "retainKeys map without directive",
+                json!({"retainKeysMap": {"name": "foo", "value": "a"}}),
+                json!({"retainKeysMap": {"value": "b"}}),
+                json!({"retainKeysMap": {"name": "foo", "value": "b"}}),
+            ),
+            (
+                "retainKeys map with directive",
+                json!({"retainKeysMap": {"name": "foo", "value": "a", "other": "x"}}),
+                json!({"retainKeysMap": {"$retainKeys": ["name", "simpleMap"], "simpleMap": {"k": "v"}}}),
+                json!({"retainKeysMap": {"name": "foo", "simpleMap": {"k": "v"}}}),
+            ),
+            (
+                "retainKeys list item",
+                json!({"retainKeysMergingList": [{"name": "bar"}, {"name": "foo", "value": "a"}]}),
+                json!({"retainKeysMergingList": [{"name": "foo", "$retainKeys": ["name", "other"], "other": "b"}]}),
+                json!({"retainKeysMergingList": [{"name": "bar"}, {"name": "foo", "other": "b"}]}),
+            ),
+        ];
+        for (desc, current, patch, want) in cases {
+            let got =
+                merge_typed(&current, &patch, item_ty()).unwrap_or_else(|e| panic!("{desc}: {e}"));
+            assert_eq!(got, want, "{desc}");
+        }
+    }
+
+    #[test]
+    fn upstream_style_errors() {
+        let cases = [
+            (
+                "order mismatch",
+                json!({"mergingList": [{"name": "1"}, {"name": "3"}, {"name": "2"}]}),
+                json!({"$setElementOrder/mergingList": [{"name": "1"}, {"name": "2"}, {"name": "3"}], "mergingList": [{"name": "3", "value": "3"}, {"name": "1", "value": "1"}]}),
+                "doesn't match",
+            ),
+            (
+                "int order mismatch",
+                json!({"mergingIntList": [1, 3, 2]}),
+                json!({"$setElementOrder/mergingIntList": [1, 2, 3], "mergingIntList": [3, 1]}),
+                "doesn't match",
+            ),
+            (
+                "missing merge key",
+                json!({"mergingList": [{"name": "1", "value": "a"}]}),
+                json!({"mergingList": [{"value": "b"}]}),
+                "does not contain declared merge key",
+            ),
+            (
+                "list of lists",
+                json!({"mergingIntList": [1]}),
+                json!({"mergingIntList": [[2]]}),
+                "lists of lists",
+            ),
+        ];
+        for (desc, current, patch, want) in cases {
+            let err = merge_typed(&current, &patch, item_ty()).expect_err(desc);
+            assert!(err.to_string().contains(want), "{desc}: {err}");
+            assert_eq!(err.code(), 400, "{desc}");
+        }
+    }
+
+    #[test]
+    fn set_element_order_must_match_the_patch() {
+        let patch = json!({"spec": {"template": {"spec": {
+            "$setElementOrder/containers": [{"name": "nginx"}],
+            "containers": [{"name": "other", "image": "x"}]
+        }}}});
+        let err = strategic_merge(&deployment(), &patch, DEPLOYMENT).expect_err("mismatch");
+        assert_eq!(err.code(), 400);
+        assert!(
+            err.to_string()
+                .contains("doesn't match $setElementOrder/ list"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn retain_keys_must_cover_the_patch() {
+        let patch = json!({"spec": {"strategy": {"$retainKeys": ["type"], "type": "Recreate", "rollingUpdate": {"maxSurge": 1}}}});
+        let err = strategic_merge(&deployment(), &patch, DEPLOYMENT).expect_err("outside");
+        assert_eq!(
+            err,
+            PatchError::BadRequest("invalid patch format of retainKeys".into())
+        );
     }
 
     #[test]

@@ -106,6 +106,15 @@ impl Ty {
         }
     }
 
+    /// A type described by an inline schema (no definition name).
+    #[cfg(test)]
+    pub fn inline(s: &'static Value) -> Ty {
+        Ty {
+            schema: Some(s),
+            name: None,
+        }
+    }
+
     fn of(s: &'static Value) -> Ty {
         match schema::resolve(s) {
             Some((name, def)) => Ty {

@@ -751,3 +751,190 @@ async fn graceful_deletion_stops_then_deletes_the_pod() {
         "{events:?}"
     );
 }
+
+struct Pki {
+    ca_pem: String,
+    client_cert_pem: String,
+    client_key_pem: String,
+}
+
+fn pki() -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "test-ca");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let client_key = KeyPair::generate().unwrap();
+    let mut client_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    client_params
+        .distinguished_name
+        .push(DnType::CommonName, "kube-apiserver-kubelet-client");
+    let client_cert = client_params.signed_by(&client_key, &issuer).unwrap();
+    Pki {
+        ca_pem: ca_cert.pem(),
+        client_cert_pem: client_cert.pem(),
+        client_key_pem: client_key.serialize_pem(),
+    }
+}
+
+async fn agent_client(addr: std::net::SocketAddr, cert: Option<(&str, &str)>) -> kube::Client {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let user = match cert {
+        Some((c, k)) => format!(
+            "    client-certificate-data: {}\n    client-key-data: {}\n",
+            b64(c),
+            b64(k)
+        ),
+        None => "    username: nobody\n".to_string(),
+    };
+    let yaml = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: agent\n  cluster:\n    server: https://{addr}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n{user}contexts:\n- name: c\n  context:\n    cluster: agent\n    user: u\ncurrent-context: c\n"
+    );
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+/// Reads frames until the server closes: (stdout, stderr, status).
+async fn collect_frames(
+    mut ws: impl futures::Stream<
+        Item = Result<
+            tokio_tungstenite::tungstenite::Message,
+            tokio_tungstenite::tungstenite::Error,
+        >,
+    > + Unpin,
+) -> (String, String, String) {
+    use futures::StreamExt;
+    let (mut out, mut err, mut status) = (Vec::new(), Vec::new(), Vec::new());
+    while let Some(Ok(msg)) = tokio::time::timeout(Duration::from_secs(20), ws.next())
+        .await
+        .unwrap()
+    {
+        if let tokio_tungstenite::tungstenite::Message::Binary(data) = msg
+            && let Some((&channel, payload)) = data.split_first()
+        {
+            match channel {
+                1 => out.extend_from_slice(payload),
+                2 => err.extend_from_slice(payload),
+                3 => status.extend_from_slice(payload),
+                _ => {}
+            }
+        }
+    }
+    let s = |v: Vec<u8>| String::from_utf8_lossy(&v).into_owned();
+    (s(out), s(err), s(status))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_endpoint_serves_logs_and_exec_to_ca_signed_clients() {
+    use futures::{SinkExt, StreamExt};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let h = Harness::new("stream").await;
+    let pod = h.pod(
+        "talk",
+        serde_json::json!({
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "busybox:latest",
+                "command": ["sh", "-c", "echo line-one; echo line-two; exec sleep 3600"]}]
+        }),
+    );
+    let (tx, task) = h.spawn(&pod);
+    h.wait_status("talk", 60, running).await;
+
+    let pki = pki();
+    let state = skiff_agent::server::ServerState {
+        docker: h.ctx.docker.clone(),
+        node: h.node.clone(),
+    };
+    let addr = skiff_agent::server::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        &pki.ca_pem,
+        vec!["127.0.0.1".into(), "localhost".into()],
+        state,
+    )
+    .await
+    .unwrap();
+    let client = agent_client(addr, Some((&pki.client_cert_pem, &pki.client_key_pem))).await;
+
+    let logs = client
+        .request_text(
+            http::Request::get("/containerLogs/default/talk/c")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(logs, "line-one\nline-two\n");
+    let tail = client
+        .request_text(
+            http::Request::get("/containerLogs/default/talk/c?tailLines=1")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(tail, "line-two\n");
+    let missing = client
+        .request_text(
+            http::Request::get("/containerLogs/default/talk/nope")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await;
+    assert!(missing.is_err());
+
+    // exec: stdout, stderr and a non-zero exit code in the status channel.
+    let uri = "/exec/default/talk/c?command=sh&command=-c&command=echo%20out%3B%20echo%20err%20%3E%262%3B%20exit%203&stdout=true&stderr=true";
+    let conn = client
+        .connect(http::Request::get(uri).body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    assert!(conn.supports_stream_close(), "v5.channel.k8s.io negotiated");
+    let (out, err, status) = collect_frames(conn.into_stream()).await;
+    assert_eq!((out.as_str(), err.as_str()), ("out\n", "err\n"));
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["reason"], "NonZeroExitCode");
+    assert_eq!(status["details"]["causes"][0]["message"], "3");
+
+    // exec with stdin, closed through the v5 close frame.
+    let uri = "/exec/default/talk/c?command=cat&stdin=true&stdout=true&stderr=true";
+    let conn = client
+        .connect(http::Request::get(uri).body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    let (mut sink, stream) = conn.into_stream().split();
+    use tokio_tungstenite::tungstenite::Message;
+    sink.send(Message::Binary(
+        [&[0u8][..], b"hello stdin"].concat().into(),
+    ))
+    .await
+    .unwrap();
+    sink.send(Message::Binary(vec![255u8, 0].into()))
+        .await
+        .unwrap();
+    let (out, _, status) = collect_frames(stream).await;
+    assert_eq!(out, "hello stdin");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&status).unwrap()["status"],
+        "Success"
+    );
+
+    // Without a client certificate the TLS handshake is refused.
+    let anonymous = agent_client(addr, None).await;
+    let denied = anonymous
+        .request_text(http::Request::get("/healthz").body(Vec::new()).unwrap())
+        .await;
+    assert!(
+        denied.is_err(),
+        "a client without a certificate is rejected"
+    );
+
+    h.finish(tx, task).await;
+}

@@ -652,3 +652,151 @@ fn whole_table() {
     assert_eq!(t["rows"], json!([]));
     assert_eq!(t["metadata"], json!({}));
 }
+
+/// Cases from upstream's `TestPrintPod` / `TestPrintPodWithRestartableInitContainer`:
+/// (pod, READY, STATUS, RESTARTS).
+#[test]
+fn upstream_print_pod_cases() {
+    let ago = |secs: i64| (now() - jiff::SignedDuration::from_secs(secs)).to_string();
+    let unnamed = |n: usize| Value::Array(vec![json!({}); n]);
+    let sidecars = json!([{"name": "r1", "restartPolicy": "Always"}, {"name": "r2", "restartPolicy": "Always"}]);
+    let cases: Vec<(Value, &str, &str, String)> = vec![
+        // The first container's reason wins (statuses are walked from the last).
+        (
+            json!({"spec": {"containers": unnamed(2)}, "status": {"phase": "podPhase", "containerStatuses": [
+                {"restartCount": 3, "state": {"waiting": {"reason": "ContainerWaitingReason"}}},
+                {"restartCount": 3, "state": {"terminated": {"reason": "ContainerTerminatedReason"}}}]}}),
+            "0/2",
+            "ContainerWaitingReason",
+            "6".into(),
+        ),
+        // Ready without running is not enough.
+        (
+            json!({"spec": {"containers": unnamed(2)}, "status": {"phase": "podPhase", "containerStatuses": [
+                {"ready": true, "restartCount": 3, "state": {"running": {}}},
+                {"ready": true, "restartCount": 3}]}}),
+            "1/2",
+            "podPhase",
+            "6".into(),
+        ),
+        // Completed plus running without the Ready condition.
+        (
+            json!({"spec": {"containers": unnamed(2)}, "status": {"phase": "Running", "containerStatuses": [
+                {"ready": true, "restartCount": 3, "state": {"terminated": {"reason": "Completed", "exitCode": 0}}},
+                {"ready": true, "restartCount": 3, "state": {"running": {}}}]}}),
+            "1/2",
+            "NotReady",
+            "6".into(),
+        ),
+        // Two init containers, one completed with restarts, one restarting.
+        (
+            json!({"spec": {"initContainers": unnamed(2), "containers": unnamed(1)}, "status": {"phase": "podPhase",
+                "initContainerStatuses": [
+                    {"restartCount": 2, "state": {"terminated": {}}, "lastState": {"terminated": {"finishedAt": ago(120)}}},
+                    {"restartCount": 3, "state": {"running": {}}, "lastState": {"terminated": {"finishedAt": ago(10)}}}],
+                "containerStatuses": [{"state": {"waiting": {}}}]}}),
+            "0/1",
+            "Init:1/2",
+            "5 (10s ago)".into(),
+        ),
+        // Initialized: init container restarts no longer count.
+        (
+            json!({"spec": {"initContainers": unnamed(1), "containers": unnamed(1)}, "status": {"phase": "Running",
+                "initContainerStatuses": [
+                    {"restartCount": 2, "state": {"terminated": {}}, "lastState": {"terminated": {"finishedAt": ago(120)}}}],
+                "containerStatuses": [
+                    {"restartCount": 4, "state": {"running": {}}, "lastState": {"terminated": {"finishedAt": ago(20)}}}]}}),
+            "0/1",
+            "Running",
+            "4 (20s ago)".into(),
+        ),
+        // The latest restart of all containers.
+        (
+            json!({"spec": {"containers": unnamed(2)}, "status": {"phase": "Running", "containerStatuses": [
+                {"ready": true, "restartCount": 6, "state": {"running": {}}, "lastState": {"terminated": {"finishedAt": ago(5 * 86400)}}},
+                {"ready": true, "restartCount": 3, "state": {"running": {}}, "lastState": {"terminated": {"finishedAt": ago(20 * 86400)}}}]}}),
+            "2/2",
+            "Running",
+            "9 (5d ago)".into(),
+        ),
+        // Pending and being deleted.
+        (
+            json!({"metadata": {"deletionTimestamp": ago(1)}, "spec": {"containers": unnamed(1)}, "status": {"phase": "Pending"}}),
+            "0/1",
+            "Terminating",
+            "0".into(),
+        ),
+        // Succeeded and being deleted stays Completed.
+        (
+            json!({"metadata": {"deletionTimestamp": ago(1)}, "spec": {"containers": unnamed(1)}, "status": {"phase": "Succeeded",
+                "containerStatuses": [{"state": {"terminated": {"reason": "Completed", "exitCode": 0}}}]}}),
+            "0/1",
+            "Completed",
+            "0".into(),
+        ),
+        // Sidecars: the first running but not started.
+        (
+            json!({"spec": {"initContainers": sidecars, "containers": unnamed(1)}, "status": {"phase": "Pending",
+                "initContainerStatuses": [
+                    {"name": "r1", "restartCount": 3, "started": false, "state": {"running": {}},
+                     "lastState": {"terminated": {"finishedAt": ago(10)}}},
+                    {"name": "r2", "started": false, "state": {"waiting": {}}}],
+                "containerStatuses": [{"state": {"waiting": {}}}],
+                "conditions": [{"type": "Initialized", "status": "False"}]}}),
+            "0/3",
+            "Init:0/2",
+            "3 (10s ago)".into(),
+        ),
+        // Sidecars started, the main container running.
+        (
+            json!({"spec": {"initContainers": sidecars, "containers": unnamed(1)}, "status": {"phase": "Running",
+                "initContainerStatuses": [
+                    {"name": "r1", "restartCount": 3, "started": true, "state": {"running": {}},
+                     "lastState": {"terminated": {"finishedAt": ago(10)}}},
+                    {"name": "r2", "started": true, "state": {"running": {}}}],
+                "containerStatuses": [{"ready": true, "restartCount": 4, "state": {"running": {}},
+                    "lastState": {"terminated": {"finishedAt": ago(20)}}}],
+                "conditions": [{"type": "Initialized", "status": "True"}]}}),
+            "1/3",
+            "Running",
+            "7 (10s ago)".into(),
+        ),
+        // Sidecars failed, the pod completed.
+        (
+            json!({"spec": {"initContainers": sidecars, "containers": unnamed(1)}, "status": {"phase": "Succeeded",
+                "initContainerStatuses": [
+                    {"name": "r1", "restartCount": 3, "started": false, "state": {"terminated": {"reason": "Error", "exitCode": 137}},
+                     "lastState": {"terminated": {"finishedAt": ago(10)}}},
+                    {"name": "r2", "started": false, "state": {"terminated": {"reason": "Error", "exitCode": 137}}}],
+                "containerStatuses": [{"restartCount": 4, "state": {"terminated": {"reason": "Completed", "exitCode": 0}},
+                    "lastState": {"terminated": {"finishedAt": ago(20)}}}],
+                "conditions": [{"type": "Initialized", "status": "True"}]}}),
+            "0/3",
+            "Completed",
+            "7 (10s ago)".into(),
+        ),
+        // Statuses for containers the spec does not have.
+        (
+            json!({"spec": {"initContainers": [{"name": "init1"}, {"name": "sidecar1", "restartPolicy": "Always"}],
+                            "containers": [{"name": "container1"}]},
+                   "status": {"phase": "Running",
+                       "initContainerStatuses": [{"name": "initinvalid"}, {"name": "init1"}, {"name": "sidecar1"}],
+                       "containerStatuses": [{"name": "containerinvalid"}, {"name": "container1"}]}}),
+            "0/2",
+            "Init:0/2",
+            "0".into(),
+        ),
+    ];
+    for (i, (pod, ready, status, restarts)) in cases.into_iter().enumerate() {
+        let c = cells("", "pods", &pod);
+        assert_eq!(
+            (
+                c[1].as_str().unwrap(),
+                c[2].as_str().unwrap(),
+                c[3].as_str().unwrap()
+            ),
+            (ready, status, restarts.as_str()),
+            "case {i}"
+        );
+    }
+}

@@ -919,6 +919,26 @@ pub fn apply(
         v if !v.is_empty() => v,
         _ => live.map(api_version_of).unwrap_or_default(),
     };
+    // An object nobody manages yet (written before fields were tracked): as upstream, its
+    // fields belong to "before-first-apply", so the first apply sees conflicts.
+    if let Some(l) = &live_clean
+        && entries.is_empty()
+    {
+        let cmp = comparison(None, l, ty);
+        let mut owned = cmp.added;
+        owned.union_with(&cmp.modified);
+        let owned = filter_set(owned, "");
+        if !owned.is_empty() {
+            entries.push(Entry {
+                manager: "before-first-apply".to_string(),
+                operation: "Update".to_string(),
+                api_version: api_version_of(l),
+                time: None,
+                subresource: String::new(),
+                set: owned,
+            });
+        }
+    }
 
     let mut merged = match &live_clean {
         Some(l) => merge(l, applied, ty, &FieldMeta::default()),
@@ -944,29 +964,49 @@ pub fn apply(
     changed.union_with(&cmp.modified);
 
     let mut conflicts = Vec::new();
-    for (i, e) in entries.iter_mut().enumerate() {
+    let mut conflict_set = FieldSet::default();
+    for (i, e) in entries.iter().enumerate() {
         if Some(i) == me {
             continue;
         }
         let clash = e.set.intersection(&changed);
-        if clash.is_empty() {
-            continue;
-        }
         for p in clash.paths() {
-            conflicts.push(Conflict {
-                manager: e.manager.clone(),
-                operation: e.operation.clone(),
-                api_version: e.api_version.clone(),
-                subresource: e.subresource.clone(),
-                field: path_string(&p),
-            });
-        }
-        if force {
-            e.set = e.set.difference(&clash);
+            conflicts.push((
+                p.clone(),
+                Conflict {
+                    manager: e.manager.clone(),
+                    operation: e.operation.clone(),
+                    api_version: e.api_version.clone(),
+                    subresource: e.subresource.clone(),
+                    field: path_string(&p),
+                },
+            ));
+            conflict_set.insert(&p);
         }
     }
     if !force && !conflicts.is_empty() {
-        return Err(ApplyError::Conflict(conflicts));
+        // Moving from client-side to server-side apply (manager "kubectl"): fields whose
+        // live value is still what the last client-side apply set do not conflict.
+        let allowed = if manager == KUBECTL {
+            live_clean
+                .as_ref()
+                .and_then(|l| allowed_from_last_applied(l, ty))
+        } else {
+            None
+        };
+        let remaining: Vec<Conflict> = conflicts
+            .iter()
+            .filter(|(p, _)| !allowed.as_ref().is_some_and(|a| a.contains(p)))
+            .map(|(_, c)| c.clone())
+            .collect();
+        if !remaining.is_empty() {
+            return Err(ApplyError::Conflict(remaining));
+        }
+    }
+    for (i, e) in entries.iter_mut().enumerate() {
+        if Some(i) != me {
+            e.set = e.set.difference(&conflict_set);
+        }
     }
     for (i, e) in entries.iter_mut().enumerate() {
         if Some(i) != me {
@@ -985,8 +1025,67 @@ pub fn apply(
         Some(i) => entries[i] = entry,
         None => entries.push(entry),
     }
+    if manager == KUBECTL
+        && live_clean
+            .as_ref()
+            .is_some_and(|l| last_applied(l).is_some())
+    {
+        set_last_applied(&mut merged, applied);
+    }
     set_managed_fields(&mut merged, entries);
     Ok(merged)
+}
+
+/// kubectl's field manager for `apply --server-side`.
+const KUBECTL: &str = "kubectl";
+/// The annotation client-side apply keeps the last applied configuration in.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+fn last_applied(obj: &Value) -> Option<&str> {
+    obj.get("metadata")?
+        .get("annotations")?
+        .get(LAST_APPLIED)?
+        .as_str()
+        .filter(|s| !s.is_empty())
+}
+
+/// Upstream's `allowedConflictsFromLastApplied`: the fields of the last client-side applied
+/// configuration whose live value is unchanged.
+fn allowed_from_last_applied(live: &Value, ty: Ty) -> Option<FieldSet> {
+    let last: Value = serde_json::from_str(last_applied(live)?).ok()?;
+    let set = object_set(&last, ty).ok()?;
+    let cmp = comparison(Some(&last), live, ty);
+    Some(
+        set.difference(&cmp.modified)
+            .difference(&cmp.added)
+            .difference(&cmp.removed),
+    )
+}
+
+/// Keep the client-side apply annotation in step with a server-side apply by kubectl, as
+/// upstream does, so a later client-side apply computes its patch from this configuration.
+fn set_last_applied(obj: &mut Value, applied: &Value) {
+    let mut config = applied.clone();
+    if let Some(Value::Object(a)) = config
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("annotations"))
+    {
+        a.shift_remove(LAST_APPLIED);
+        if a.is_empty()
+            && let Some(Value::Object(m)) = config.get_mut("metadata")
+        {
+            m.shift_remove("annotations");
+        }
+    }
+    let Ok(text) = serde_json::to_string(&config) else {
+        return;
+    };
+    if let Some(Value::Object(a)) = obj
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("annotations"))
+    {
+        a.insert(LAST_APPLIED.to_string(), Value::String(format!("{text}\n")));
+    }
 }
 
 /// Record an ordinary write (create, update, any non-apply patch) by `manager` in
@@ -1015,6 +1114,10 @@ pub fn update_managed_fields(
         Some(e) => e,
         None => decode(old.and_then(managed_fields_of)).unwrap_or_default(),
     };
+    // As upstream: an existing object nobody manages stays untracked until the first apply.
+    if old.is_some() && entries.is_empty() {
+        return Ok(without_managed_fields(new));
+    }
     let old_clean = old.map(without_managed_fields);
     let mut out = without_managed_fields(new);
     let api_version = match api_version_of(new) {
@@ -1425,6 +1528,107 @@ mod tests {
             json!({"f:status": {".": {}, "f:conditions": {".": {}, "k:{\"type\":\"Ready\"}": {".": {}, "f:status": {}, "f:type": {}}}, "f:phase": {}}})
         );
         assert!(entry(&out, "kubectl").is_some());
+    }
+
+    #[test]
+    fn untracked_objects_belong_to_before_first_apply() {
+        let mut live = config(1, "nginx:1");
+        live["metadata"]["uid"] = json!("u1");
+        // Updates of an untracked object record nothing.
+        let mut updated = live.clone();
+        updated["spec"]["replicas"] = json!(2);
+        let updated =
+            update_managed_fields(Some(&live), &updated, "m", "", DEPLOYMENT, T0).expect("update");
+        assert!(updated["metadata"].get("managedFields").is_none());
+        // The first apply conflicts with the untracked fields it changes.
+        let err = apply(
+            Some(&updated),
+            &config(3, "nginx:1"),
+            "kubectl",
+            false,
+            DEPLOYMENT,
+            T1,
+        )
+        .expect_err("conflict");
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 1 conflict: conflict with \"before-first-apply\" using apps/v1: .spec.replicas"
+        );
+        let out = apply(
+            Some(&updated),
+            &config(2, "nginx:1"),
+            "kubectl",
+            false,
+            DEPLOYMENT,
+            T1,
+        )
+        .expect("same values");
+        assert!(entry(&out, "before-first-apply").is_some());
+        assert!(entry(&out, "kubectl").is_some());
+    }
+
+    #[test]
+    fn kubectl_moves_from_client_side_apply_without_conflicts() {
+        // Created by `kubectl apply` (client side): last-applied annotation, CSA manager.
+        let mut csa = config(1, "nginx:1");
+        let last = serde_json::to_string(&csa).expect("json");
+        csa["metadata"]["annotations"] = json!({ LAST_APPLIED: format!("{last}\n") });
+        let created =
+            update_managed_fields(None, &csa, "kubectl-client-side-apply", "", DEPLOYMENT, T0)
+                .expect("create");
+        // `kubectl apply --server-side` with a new replica count: replicas is still what
+        // the client-side apply set, so kubectl takes it over.
+        let out = apply(
+            Some(&created),
+            &config(3, "nginx:1"),
+            "kubectl",
+            false,
+            DEPLOYMENT,
+            T1,
+        )
+        .expect("migration");
+        assert_eq!(out["spec"]["replicas"], 3);
+        let annotation = out["metadata"]["annotations"][LAST_APPLIED]
+            .as_str()
+            .expect("annotation");
+        let synced: Value = serde_json::from_str(annotation).expect("json");
+        assert_eq!(synced["spec"]["replicas"], 3);
+        // Another manager gets no such pass.
+        let err = apply(
+            Some(&created),
+            &config(3, "nginx:1"),
+            "other",
+            false,
+            DEPLOYMENT,
+            T1,
+        )
+        .expect_err("conflict");
+        assert!(matches!(err, ApplyError::Conflict(_)));
+        // Nor does kubectl once the live value moved away from the last applied one.
+        let mut scaled = created.clone();
+        scaled["spec"]["replicas"] = json!(5);
+        let scaled = update_managed_fields(
+            Some(&created),
+            &scaled,
+            "kubectl-client-side-apply",
+            "",
+            DEPLOYMENT,
+            T1,
+        )
+        .expect("scale");
+        let err = apply(
+            Some(&scaled),
+            &config(3, "nginx:1"),
+            "kubectl",
+            false,
+            DEPLOYMENT,
+            T1,
+        )
+        .expect_err("conflict");
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using apps/v1: .spec.replicas"
+        );
     }
 
     #[test]

@@ -608,4 +608,112 @@ mod tests {
             "{stderr}"
         );
     }
+
+    /// `kubectl exec` opens a WebSocket (`v5.channel.k8s.io`); it must come over HTTP/1.1 with
+    /// an upgrade: `cargo test -p skiff-apiserver -- --ignored kubectl`.
+    #[tokio::test]
+    #[ignore = "needs /usr/bin/kubectl"]
+    async fn kubectl_exec_websocket() {
+        use axum::extract::ws::{Message, WebSocketUpgrade};
+        let dir = tempfile::tempdir().unwrap();
+        let pki = pki::load_or_create(dir.path(), &[]).unwrap();
+        let versions = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let seen = versions.clone();
+        let router = axum::Router::new()
+            .route(
+                "/version",
+                axum::routing::get(|| async {
+                    axum::Json(serde_json::json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0"}))
+                }),
+            )
+            .route(
+                "/api",
+                axum::routing::get(|| async {
+                    axum::Json(serde_json::json!({"kind": "APIVersions", "versions": ["v1"],
+                        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}))
+                }),
+            )
+            .route(
+                "/apis",
+                axum::routing::get(|| async {
+                    axum::Json(serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}))
+                }),
+            )
+            .route(
+                "/api/v1",
+                axum::routing::get(|| async {
+                    axum::Json(serde_json::json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                        {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
+                         "verbs": ["get", "list"], "shortNames": ["po"]},
+                        {"name": "pods/exec", "singularName": "", "namespaced": true, "kind": "PodExecOptions",
+                         "verbs": ["create", "get"]}
+                    ]}))
+                }),
+            )
+            .route(
+                "/api/v1/namespaces/default/pods/p1",
+                axum::routing::get(|| async {
+                    axum::Json(serde_json::json!({
+                        "kind": "Pod", "apiVersion": "v1",
+                        "metadata": {"name": "p1", "namespace": "default"},
+                        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+                        "status": {"phase": "Running"}
+                    }))
+                }),
+            )
+            .route(
+                "/api/v1/namespaces/default/pods/p1/exec",
+                axum::routing::get(move |req: axum::extract::Request| async move {
+                    seen.lock().push(req.version());
+                    let (mut parts, _) = req.into_parts();
+                    let ws = match <WebSocketUpgrade as axum::extract::FromRequestParts<()>>::from_request_parts(
+                        &mut parts,
+                        &(),
+                    )
+                    .await
+                    {
+                        Ok(ws) => ws,
+                        Err(rejection) => return axum::response::IntoResponse::into_response(rejection),
+                    };
+                    ws.protocols(["v5.channel.k8s.io"]).on_upgrade(|mut socket| async move {
+                        let _ = socket.send(Message::Binary(b"\x01hello\n".to_vec().into())).await;
+                        let status = br#"{"metadata":{},"status":"Success"}"#;
+                        let mut frame = vec![3u8];
+                        frame.extend_from_slice(status);
+                        let _ = socket.send(Message::Binary(frame.into())).await;
+                        // A close without a status code (1005) is an error to kubectl.
+                        let close = axum::extract::ws::CloseFrame {
+                            code: axum::extract::ws::close_code::NORMAL,
+                            reason: "".into(),
+                        };
+                        let _ = socket.send(Message::Close(Some(close))).await;
+                    })
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve_tls(listener, server_config(&pki).unwrap(), router));
+
+        let kubeconfig = dir.path().join("kubeconfig");
+        pki.write_kubeconfig(
+            &kubeconfig,
+            &format!("https://127.0.0.1:{}", addr.port()),
+            &pki.admin_cert_pem,
+            &pki.admin_key_pem,
+        )
+        .unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let out = tokio::process::Command::new("kubectl")
+            .env("HOME", home.path())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["exec", "p1", "--", "echo", "hello"])
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "kubectl failed: {stderr}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n", "{stderr}");
+        assert_eq!(*versions.lock(), vec![http::Version::HTTP_11]);
+    }
 }

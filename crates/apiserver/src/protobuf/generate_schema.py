@@ -107,9 +107,6 @@ core.v1.TypedLocalObjectReference.apiGroup core.v1.TypedObjectReference.apiGroup
 core.v1.TypedObjectReference.namespace
 core.v1.NodeConfigSource.configMap core.v1.ContainerUser.linux
 core.v1.SeccompProfile.localhostProfile core.v1.AppArmorProfile.localhostProfile
-core.v1.EventSeries.count
-core.v1.ImageVolumeSource.reference core.v1.ImageVolumeSource.pullPolicy
-core.v1.RBDVolumeSource.pool core.v1.RBDVolumeSource.user core.v1.RBDVolumeSource.keyring
 apps.v1.DeploymentSpec.replicas apps.v1.DeploymentSpec.revisionHistoryLimit
 apps.v1.DeploymentSpec.progressDeadlineSeconds apps.v1.DeploymentStatus.collisionCount
 apps.v1.RollingUpdateDeployment.maxUnavailable apps.v1.RollingUpdateDeployment.maxSurge
@@ -179,7 +176,6 @@ admissionregistration.v1.ServiceReference.path admissionregistration.v1.ServiceR
 admissionregistration.v1.WebhookClientConfig.url
 admissionregistration.v1.ValidatingAdmissionPolicySpec.failurePolicy
 admissionregistration.v1.MatchResources.matchPolicy
-admissionregistration.v1.ParamKind.apiVersion admissionregistration.v1.ParamKind.kind
 admissionregistration.v1.ParamRef.parameterNotFoundAction
 admissionregistration.v1.Validation.reason
 flowcontrol.v1.LimitedPriorityLevelConfiguration.nominalConcurrencyShares

@@ -359,7 +359,10 @@ static API_ADMISSIONREGISTRATION_V1_NAMED_RULE_WITH_OPERATIONS: Message = Messag
 
 static API_ADMISSIONREGISTRATION_V1_PARAM_KIND: Message = Message {
     name: "io.k8s.api.admissionregistration.v1.ParamKind",
-    fields: &[f(1, "apiVersion", O, Str, true), f(2, "kind", O, Str, true)],
+    fields: &[
+        f(1, "apiVersion", O, Str, false),
+        f(2, "kind", O, Str, false),
+    ],
 };
 
 static API_ADMISSIONREGISTRATION_V1_PARAM_REF: Message = Message {
@@ -3129,7 +3132,7 @@ static API_CORE_V1_EVENT: Message = Message {
 static API_CORE_V1_EVENT_SERIES: Message = Message {
     name: "io.k8s.api.core.v1.EventSeries",
     fields: &[
-        f(1, "count", O, I32, true),
+        f(1, "count", O, I32, false),
         f(2, "lastObservedTime", O, MicroTime, false),
     ],
 };
@@ -3281,8 +3284,8 @@ static API_CORE_V1_HTTP_HEADER: Message = Message {
 static API_CORE_V1_IMAGE_VOLUME_SOURCE: Message = Message {
     name: "io.k8s.api.core.v1.ImageVolumeSource",
     fields: &[
-        f(1, "reference", O, Str, true),
-        f(2, "pullPolicy", O, Str, true),
+        f(1, "reference", O, Str, false),
+        f(2, "pullPolicy", O, Str, false),
     ],
 };
 
@@ -4618,9 +4621,9 @@ static API_CORE_V1_RBD_VOLUME_SOURCE: Message = Message {
         f(1, "monitors", R, Str, true),
         f(2, "image", O, Str, true),
         f(3, "fsType", O, Str, false),
-        f(4, "pool", O, Str, true),
-        f(5, "user", O, Str, true),
-        f(6, "keyring", O, Str, true),
+        f(4, "pool", O, Str, false),
+        f(5, "user", O, Str, false),
+        f(6, "keyring", O, Str, false),
         f(
             7,
             "secretRef",

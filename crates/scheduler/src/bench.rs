@@ -1,3 +1,487 @@
-pub struct BenchConfig;
-pub struct BenchResult;
-pub async fn bench() {}
+//! `skiff bench scheduler`: upstream's scheduler_perf shapes against a live API server.
+//! Creates the nodes, starts a scheduler of its own (a distinct schedulerName, so a running
+//! default scheduler leaves the pods alone), creates the pods through the API, and measures
+//! creation -> bound for each pod and the throughput from the first creation to the last bind.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+use crate::scheduler::{SchedulerConfig, run};
+
+const CONCURRENCY: usize = 64;
+
+/// The scheduler_perf workload shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// SchedulingBasic: pod-default on node-default.
+    Basic,
+    /// SchedulingNodeAffinity: nodes in zone1, pods requiring zone In [zone1, zone2].
+    NodeAffinity,
+    /// Tainted nodes (NoSchedule on all, PreferNoSchedule on half), tolerating pods.
+    Taints,
+    /// TopologySpreading: nodes over three zones, pods spread by zone (maxSkew 5, DoNotSchedule).
+    TopologySpread,
+    /// SchedulingPodAntiAffinity: pods repel each other by hostname.
+    PodAntiAffinity,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 5] = [
+        Workload::Basic,
+        Workload::NodeAffinity,
+        Workload::Taints,
+        Workload::TopologySpread,
+        Workload::PodAntiAffinity,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Workload::Basic => "basic",
+            Workload::NodeAffinity => "node-affinity",
+            Workload::Taints => "taints",
+            Workload::TopologySpread => "topology-spread",
+            Workload::PodAntiAffinity => "pod-anti-affinity",
+        }
+    }
+}
+
+impl FromStr for Workload {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        Workload::ALL
+            .into_iter()
+            .find(|w| w.as_str() == s)
+            .with_context(|| {
+                let names: Vec<&str> = Workload::ALL.iter().map(Workload::as_str).collect();
+                format!("unknown workload {s:?}; known: {}", names.join(", "))
+            })
+    }
+}
+
+impl std::fmt::Display for Workload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    pub nodes: usize,
+    pub pods: usize,
+    pub workload: Workload,
+    /// None: start a scheduler for the run. Some(name): pods go to that running scheduler.
+    pub scheduler_name: Option<String>,
+    /// Give up waiting for binds after this long.
+    pub timeout: Duration,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        BenchConfig {
+            nodes: 5000,
+            pods: 10_000,
+            workload: Workload::Basic,
+            scheduler_name: None,
+            timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BenchResult {
+    pub workload: String,
+    pub nodes: usize,
+    pub pods: usize,
+    /// Pods bound per second, first pod creation to last bind (SchedulingThroughput).
+    pub pods_per_second: f64,
+    /// Creation -> bound latency percentiles.
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+const TAINT_KEY: &str = "bench.skiff.dev/dedicated";
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+/// scheduler_perf's node-default, labelled and tainted per workload.
+pub fn bench_node(prefix: &str, i: usize, workload: Workload) -> Value {
+    let name = format!("{prefix}-{i}");
+    let mut labels = json!({"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"});
+    let mut taints = Vec::new();
+    match workload {
+        Workload::NodeAffinity => labels[ZONE] = json!("zone1"),
+        Workload::TopologySpread => labels[ZONE] = json!(format!("moon-{}", i % 3 + 1)),
+        Workload::Taints => {
+            taints.push(json!({"key": TAINT_KEY, "value": "bench", "effect": "NoSchedule"}));
+            if i % 2 == 1 {
+                taints.push(json!({"key": "bench.skiff.dev/busy", "value": "true", "effect": "PreferNoSchedule"}));
+            }
+        }
+        _ => {}
+    }
+    let res = json!({"cpu": "4", "memory": "32Gi", "pods": "110"});
+    let mut node = json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {},
+        "status": {
+            "capacity": res, "allocatable": res, "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "kubelet is posting ready status"}],
+        },
+    });
+    if !taints.is_empty() {
+        node["spec"]["taints"] = Value::Array(taints);
+    }
+    node
+}
+
+/// scheduler_perf's pod templates per workload.
+pub fn bench_pod(name: &str, scheduler: &str, workload: Workload) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "skiff-bench"}},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [{
+                "name": "pause",
+                "image": "registry.k8s.io/pause:3.10",
+                "ports": [{"containerPort": 80}],
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "500Mi"},
+                    "limits": {"cpu": "100m", "memory": "500Mi"},
+                },
+            }],
+        },
+    });
+    let spec = &mut pod["spec"];
+    match workload {
+        Workload::Basic => {}
+        Workload::NodeAffinity => {
+            spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": ZONE, "operator": "In", "values": ["zone1", "zone2"]}]}]}}});
+        }
+        Workload::Taints => {
+            spec["tolerations"] = json!([{"key": TAINT_KEY, "operator": "Equal", "value": "bench", "effect": "NoSchedule"}]);
+        }
+        Workload::TopologySpread => {
+            pod["metadata"]["labels"]["color"] = json!("blue");
+            pod["spec"]["topologySpreadConstraints"] = json!([{
+                "maxSkew": 5, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"color": "blue"}}}]);
+        }
+        Workload::PodAntiAffinity => {
+            pod["metadata"]["labels"]["color"] = json!("green");
+            pod["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"color": "green"}},
+                "topologyKey": "kubernetes.io/hostname"}]}});
+        }
+    }
+    pod
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Computes the result from per-pod creation and bind instants.
+pub fn summarize(
+    workload: Workload,
+    nodes: usize,
+    created: &HashMap<String, Instant>,
+    bound: &HashMap<String, Instant>,
+) -> BenchResult {
+    let first = created.values().min().copied();
+    let last = bound.values().max().copied();
+    let mut lat: Vec<f64> = bound
+        .iter()
+        .filter_map(|(n, b)| {
+            created
+                .get(n)
+                .map(|c| b.saturating_duration_since(*c).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    let pods_per_second = match (first, last) {
+        (Some(f), Some(l)) if l > f => bound.len() as f64 / l.duration_since(f).as_secs_f64(),
+        _ => 0.0,
+    };
+    BenchResult {
+        workload: workload.to_string(),
+        nodes,
+        pods: bound.len(),
+        pods_per_second,
+        p50_ms: percentile(&lat, 50.0),
+        p99_ms: percentile(&lat, 99.0),
+    }
+}
+
+/// Runs one workload and cleans up after it.
+pub async fn bench(client: Client, cfg: BenchConfig) -> anyhow::Result<BenchResult> {
+    let run_id = format!(
+        "{:08x}",
+        std::process::id() ^ (jiff::Timestamp::now().subsec_nanosecond() as u32)
+    );
+    let ns = format!("skiff-bench-{run_id}");
+    let node_prefix = format!("bench-{run_id}");
+    let ns_api: Api<Namespace> = Api::all(client.clone());
+    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+    ns_api
+        .create(&PostParams::default(), &ns_obj)
+        .await
+        .with_context(|| format!("creating namespace {ns}"))?;
+    let result = run_bench(&client, &cfg, &ns, &node_prefix, &run_id).await;
+    cleanup(&client, &ns, &node_prefix, cfg.nodes).await;
+    result
+}
+
+async fn run_bench(
+    client: &Client,
+    cfg: &BenchConfig,
+    ns: &str,
+    node_prefix: &str,
+    run_id: &str,
+) -> anyhow::Result<BenchResult> {
+    // Nodes first.
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let t = Instant::now();
+    stream::iter(0..cfg.nodes)
+        .map(|i| {
+            let api = nodes_api.clone();
+            let obj = bench_node(node_prefix, i, cfg.workload);
+            async move {
+                let node: Node = serde_json::from_value(obj.clone())?;
+                let created = api
+                    .create(&PostParams::default(), &node)
+                    .await
+                    .context("creating node")?;
+                let has_alloc = created
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.allocatable.as_ref())
+                    .is_some_and(|a| !a.is_empty());
+                if !has_alloc {
+                    let name = created.metadata.name.unwrap_or_default();
+                    api.patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({"status": obj["status"]})),
+                    )
+                    .await
+                    .context("writing node status")?;
+                }
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await?;
+    tracing::info!(
+        nodes = cfg.nodes,
+        elapsed_ms = t.elapsed().as_millis() as u64,
+        "bench nodes created"
+    );
+
+    // The scheduler under test.
+    let (scheduler_name, scheduler_task) = match &cfg.scheduler_name {
+        Some(n) => (n.clone(), None),
+        None => {
+            let name = format!("skiff-bench-scheduler-{run_id}");
+            let sc = SchedulerConfig {
+                scheduler_names: vec![name.clone()],
+                ..Default::default()
+            };
+            let c = client.clone();
+            (name, Some(tokio::spawn(async move { run(c, sc).await })))
+        }
+    };
+
+    // Observe binds.
+    let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
+    let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let (synced_tx, synced_rx) = tokio::sync::oneshot::channel::<()>();
+    let watch_bound = bound.clone();
+    let watch_api = pods_api.clone();
+    let watch_task = tokio::spawn(async move {
+        let mut synced = Some(synced_tx);
+        let mut s = watcher::watcher(watch_api, watcher::Config::default()).boxed();
+        while let Some(ev) = s.next().await {
+            match ev {
+                Ok(Event::Apply(p)) | Ok(Event::InitApply(p)) => {
+                    if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+                        let name = p.metadata.name.unwrap_or_default();
+                        watch_bound.lock().entry(name).or_insert_with(Instant::now);
+                    }
+                }
+                Ok(Event::InitDone) => {
+                    if let Some(tx) = synced.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, "bench watch failed"),
+            }
+        }
+    });
+    let _ = tokio::time::timeout(Duration::from_secs(10), synced_rx).await;
+    // Let the scheduler sync its caches before the clock starts.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let workload = cfg.workload;
+    let sched = scheduler_name.clone();
+    let create_result = stream::iter(0..cfg.pods)
+        .map(|i| {
+            let api = pods_api.clone();
+            let created = created.clone();
+            let name = format!("pod-{i}");
+            let obj = bench_pod(&name, &sched, workload);
+            async move {
+                let pod: Pod = serde_json::from_value(obj)?;
+                created.lock().insert(name.clone(), Instant::now());
+                api.create(&PostParams::default(), &pod)
+                    .await
+                    .with_context(|| format!("creating pod {name}"))?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await;
+    let deadline = Instant::now() + cfg.timeout;
+    let mut outcome = create_result.map(|_| ());
+    if outcome.is_ok() {
+        loop {
+            let n = bound.lock().len();
+            if n >= cfg.pods {
+                break;
+            }
+            if Instant::now() >= deadline {
+                outcome = Err(anyhow::anyhow!(
+                    "only {n} of {} pods were bound within {:?}",
+                    cfg.pods,
+                    cfg.timeout
+                ));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    watch_task.abort();
+    if let Some(t) = scheduler_task {
+        t.abort();
+    }
+    outcome?;
+    let created = created.lock().clone();
+    let bound = bound.lock().clone();
+    Ok(summarize(cfg.workload, cfg.nodes, &created, &bound))
+}
+
+async fn cleanup(client: &Client, ns: &str, node_prefix: &str, nodes: usize) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    if let Err(e) = pods.delete_collection(&dp, &ListParams::default()).await {
+        tracing::warn!(error = %e, "deleting bench pods failed");
+    }
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    stream::iter(0..nodes)
+        .for_each_concurrent(CONCURRENCY, |i| {
+            let api = nodes_api.clone();
+            let name = format!("{node_prefix}-{i}");
+            async move {
+                if let Err(e) = api.delete(&name, &DeleteParams::default()).await {
+                    tracing::debug!(error = %e, node = %name, "deleting bench node failed");
+                }
+            }
+        })
+        .await;
+    let ns_api: Api<Namespace> = Api::all(client.clone());
+    if let Err(e) = ns_api.delete(ns, &DeleteParams::default()).await {
+        tracing::debug!(error = %e, "deleting bench namespace failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::Cache;
+    use crate::framework::Framework;
+    use crate::types::PodInfo;
+
+    #[test]
+    fn workload_names_round_trip() {
+        for w in Workload::ALL {
+            assert_eq!(w.as_str().parse::<Workload>().unwrap(), w);
+        }
+        assert!("nope".parse::<Workload>().is_err());
+    }
+
+    #[test]
+    fn summarize_throughput_and_percentiles() {
+        let t0 = Instant::now();
+        let mut created = HashMap::new();
+        let mut bound = HashMap::new();
+        for i in 0..100u64 {
+            created.insert(format!("p{i}"), t0 + Duration::from_millis(i));
+            bound.insert(format!("p{i}"), t0 + Duration::from_millis(i + 10 + i / 10));
+        }
+        let r = summarize(Workload::Basic, 10, &created, &bound);
+        assert_eq!(r.pods, 100);
+        // Last bind at 99 + 10 + 9 = 118 ms.
+        assert!((r.pods_per_second - 100.0 / 0.118).abs() < 1.0);
+        assert!((r.p50_ms - 14.0).abs() < 1.0);
+        assert!((r.p99_ms - 19.0).abs() < 1.0);
+    }
+
+    /// Every workload's pods fit on its nodes through the real plugins, and the in-memory
+    /// cycle is fast enough to matter (pods scheduled without any API round trip).
+    #[test]
+    fn workloads_schedule_in_memory() {
+        for w in Workload::ALL {
+            let mut cache = Cache::new();
+            for i in 0..300 {
+                let n: Node = serde_json::from_value(bench_node("n", i, w)).unwrap();
+                cache.upsert_node(Arc::new(n));
+            }
+            let mut fw = Framework::with_default_plugins(0);
+            for i in 0..200 {
+                let mut p: Pod =
+                    serde_json::from_value(bench_pod(&format!("p{i}"), "s", w)).unwrap();
+                p.metadata.namespace = Some("default".into());
+                p.metadata.uid = Some(format!("u{i}"));
+                let info = Arc::new(PodInfo::new(p));
+                let (res, _) = fw
+                    .schedule(&info, &cache)
+                    .unwrap_or_else(|f| panic!("{w}: {}", f.0.message()));
+                let node = cache.node_name(res.node).to_string();
+                if w == Workload::NodeAffinity {
+                    assert_eq!(cache.node(&node).unwrap().labels[ZONE], "zone1");
+                }
+                cache.assume_pod(info, &node);
+            }
+            if w == Workload::PodAntiAffinity {
+                assert!(cache.nodes().iter().all(|n| n.pods.len() <= 1));
+            }
+        }
+    }
+}

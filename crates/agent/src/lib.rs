@@ -42,13 +42,16 @@ pub struct AgentConfig {
     pub node_name: String,
     /// Where pod directories live (`DATA_DIR/pods/UID`).
     pub data_dir: PathBuf,
-    /// The address the agent's HTTPS endpoint listens on (port 0 picks a free port).
+    /// The address the agent's HTTPS endpoint listens on. When the port is taken, a free port is used
+    /// instead (the Node status publishes whichever is bound).
     pub listen: SocketAddr,
     /// The address published as InternalIP; detected from the default route when `None`.
     pub node_ip: Option<IpAddr>,
     /// PEM of the cluster CA: clients of the HTTPS endpoint must present a certificate it signed.
-    /// Without it the endpoint is not started.
     pub cluster_ca_pem: Option<String>,
+    /// A kubeconfig whose current cluster's `certificate-authority(-data)` is the cluster CA, used
+    /// when `cluster_ca_pem` is not set. Without either, logs / exec / attach are not served.
+    pub kubeconfig: Option<PathBuf>,
 }
 
 impl AgentConfig {
@@ -59,7 +62,70 @@ impl AgentConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 10250)),
             node_ip: None,
             cluster_ca_pem: None,
+            kubeconfig: None,
         }
+    }
+
+    /// A configuration for this machine: the node is named after the host (lowercased, as upstream).
+    pub fn for_this_host(data_dir: impl Into<PathBuf>) -> Self {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let host = host.trim().to_lowercase();
+        Self::new(
+            if host.is_empty() {
+                "localhost".to_string()
+            } else {
+                host
+            },
+            data_dir,
+        )
+    }
+
+    /// The cluster CA, from `cluster_ca_pem` or the kubeconfig.
+    pub fn cluster_ca(&self) -> anyhow::Result<Option<String>> {
+        if let Some(pem) = &self.cluster_ca_pem {
+            return Ok(Some(pem.clone()));
+        }
+        let Some(path) = &self.kubeconfig else {
+            return Ok(None);
+        };
+        let kubeconfig = kube::config::Kubeconfig::read_from(path)
+            .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+        let context_name = kubeconfig.current_context.clone().unwrap_or_default();
+        let cluster_name = kubeconfig
+            .contexts
+            .iter()
+            .find(|c| c.name == context_name)
+            .and_then(|c| c.context.as_ref())
+            .map(|c| c.cluster.clone());
+        let cluster = kubeconfig
+            .clusters
+            .iter()
+            .find(|c| Some(&c.name) == cluster_name.as_ref())
+            .or_else(|| kubeconfig.clusters.first())
+            .and_then(|c| c.cluster.clone());
+        let Some(cluster) = cluster else {
+            return Ok(None);
+        };
+        if let Some(data) = cluster.certificate_authority_data {
+            use base64::Engine;
+            let pem = base64::engine::general_purpose::STANDARD
+                .decode(data.trim())
+                .context("decoding certificate-authority-data")?;
+            return Ok(Some(String::from_utf8_lossy(&pem).into_owned()));
+        }
+        if let Some(file) = cluster.certificate_authority {
+            let pem = std::fs::read_to_string(&file).with_context(|| format!("reading {file}"))?;
+            return Ok(Some(pem));
+        }
+        Ok(None)
+    }
+}
+
+/// Whether a Docker Engine answers on this machine.
+pub async fn docker_available() -> bool {
+    match docker::connect().await {
+        Ok(d) => d.ping().await.is_ok(),
+        Err(_) => false,
     }
 }
 

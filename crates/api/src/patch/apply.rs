@@ -1036,6 +1036,18 @@ pub fn apply(
     Ok(merged)
 }
 
+/// Decode an `application/apply-patch+yaml` request body (JSON bodies are YAML too).
+pub fn decode_apply_body(body: &[u8]) -> Result<Value, ApplyError> {
+    let v: Value = serde_saphyr::from_slice(body)
+        .map_err(|e| ApplyError::BadRequest(format!("error decoding YAML: {e}")))?;
+    if !v.is_object() {
+        return Err(ApplyError::BadRequest(
+            "error decoding YAML: the applied configuration must be an object".into(),
+        ));
+    }
+    Ok(v)
+}
+
 /// kubectl's field manager for `apply --server-side`.
 const KUBECTL: &str = "kubectl";
 /// The annotation client-side apply keeps the last applied configuration in.
@@ -1629,6 +1641,28 @@ mod tests {
             err.to_string(),
             "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using apps/v1: .spec.replicas"
         );
+    }
+
+    #[test]
+    fn decodes_yaml_bodies() {
+        let body = b"apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  paused: false\n  template:\n    spec:\n      containers:\n      - name: c\n        image: \"nginx:1\"\n        args: [\"a\", \"b\"]\n";
+        let v = decode_apply_body(body).expect("yaml");
+        assert_eq!(v["spec"]["replicas"], 2);
+        assert_eq!(v["spec"]["paused"], false);
+        assert_eq!(
+            v["spec"]["template"]["spec"]["containers"][0]["args"],
+            json!(["a", "b"])
+        );
+        let v = decode_apply_body(br#"{"kind": "Pod", "metadata": {"name": "p"}}"#).expect("json");
+        assert_eq!(v["kind"], "Pod");
+        assert!(matches!(
+            decode_apply_body(b"- a\n- b\n"),
+            Err(ApplyError::BadRequest(_))
+        ));
+        assert!(matches!(
+            decode_apply_body(b"a: [\n"),
+            Err(ApplyError::BadRequest(_))
+        ));
     }
 
     #[test]

@@ -3,6 +3,17 @@
 //!
 //! Every function works on `serde_json::Value` objects. Errors carry the HTTP status the
 //! API server answers with ([`PatchError::code`], [`PatchError::to_status`]).
+//!
+//! How a write uses it (the definition comes from [`crate::schema::definition_for`]):
+//! - PATCH: [`PatchType::from_content_type`] (None: 415); JSON, merge and strategic patches
+//!   go through [`patch()`] on the stored object, then [`update_managed_fields`] records the
+//!   request's field manager (`?fieldManager=`, else derived from the user agent as upstream).
+//! - PATCH with `application/apply-patch+yaml`: [`decode_apply_body`], then [`apply()`]
+//!   with `?fieldManager=` (required) and `?force=`; a missing object is created from the
+//!   configuration (`live` None). [`ApplyError`] converts into [`PatchError`].
+//! - POST / PUT: [`update_managed_fields`] with the stored object (None on create).
+//!
+//! Defaulting, validation and status resets run after these, on the returned object.
 
 pub mod apply;
 pub mod json;
@@ -13,7 +24,7 @@ mod typed;
 
 use serde_json::Value;
 
-pub use apply::{ApplyError, Conflict, apply, update_managed_fields};
+pub use apply::{ApplyError, Conflict, apply, decode_apply_body, update_managed_fields};
 pub use json::json_patch;
 pub use merge::merge_patch;
 pub use strategic::strategic_merge;

@@ -67,8 +67,28 @@ macro_rules! res {
 
 /// Every resource served, in discovery order.
 pub static RESOURCES: &[Resource] = &[
-    res!("", "v1", "Namespace", "namespaces", "namespace", false, &["ns"], &[], &["status", "finalize"]),
-    res!("", "v1", "Node", "nodes", "node", false, &["no"], &[], &["status", "proxy"]),
+    res!(
+        "",
+        "v1",
+        "Namespace",
+        "namespaces",
+        "namespace",
+        false,
+        &["ns"],
+        &[],
+        &["status", "finalize"]
+    ),
+    res!(
+        "",
+        "v1",
+        "Node",
+        "nodes",
+        "node",
+        false,
+        &["no"],
+        &[],
+        &["status", "proxy"]
+    ),
     res!(
         "",
         "v1",
@@ -78,16 +98,65 @@ pub static RESOURCES: &[Resource] = &[
         true,
         &["po"],
         ALL,
-        &["status", "binding", "eviction", "log", "exec", "attach", "portforward", "ephemeralcontainers"]
+        &[
+            "status",
+            "binding",
+            "eviction",
+            "log",
+            "exec",
+            "attach",
+            "portforward",
+            "ephemeralcontainers"
+        ]
     ),
     res!("", "v1", "Binding", "bindings", "binding", true, &[], &[], &[]),
     res!("", "v1", "Event", "events", "event", true, &["ev"], &[], &[]),
     res!("", "v1", "Secret", "secrets", "secret", true, &[], &[], &[]),
-    res!("", "v1", "ConfigMap", "configmaps", "configmap", true, &["cm"], &[], &[]),
-    res!("", "v1", "Service", "services", "service", true, &["svc"], ALL, &["status"]),
+    res!(
+        "",
+        "v1",
+        "ConfigMap",
+        "configmaps",
+        "configmap",
+        true,
+        &["cm"],
+        &[],
+        &[]
+    ),
+    res!(
+        "",
+        "v1",
+        "Service",
+        "services",
+        "service",
+        true,
+        &["svc"],
+        ALL,
+        &["status"]
+    ),
     res!("", "v1", "Endpoints", "endpoints", "endpoints", true, &["ep"], &[], &[]),
-    res!("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", true, &["sa"], &[], &["token"]),
-    res!("", "v1", "PersistentVolume", "persistentvolumes", "persistentvolume", false, &["pv"], &[], &["status"]),
+    res!(
+        "",
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        "serviceaccount",
+        true,
+        &["sa"],
+        &[],
+        &["token"]
+    ),
+    res!(
+        "",
+        "v1",
+        "PersistentVolume",
+        "persistentvolumes",
+        "persistentvolume",
+        false,
+        &["pv"],
+        &[],
+        &["status"]
+    ),
     res!(
         "",
         "v1",
@@ -110,14 +179,84 @@ pub static RESOURCES: &[Resource] = &[
         ALL,
         &["status", "scale"]
     ),
-    res!("apps", "v1", "ReplicaSet", "replicasets", "replicaset", true, &["rs"], ALL, &["status", "scale"]),
-    res!("apps", "v1", "StatefulSet", "statefulsets", "statefulset", true, &["sts"], ALL, &["status", "scale"]),
-    res!("apps", "v1", "DaemonSet", "daemonsets", "daemonset", true, &["ds"], ALL, &["status"]),
-    res!("apps", "v1", "ControllerRevision", "controllerrevisions", "controllerrevision", true, &[], &[], &[]),
+    res!(
+        "apps",
+        "v1",
+        "ReplicaSet",
+        "replicasets",
+        "replicaset",
+        true,
+        &["rs"],
+        ALL,
+        &["status", "scale"]
+    ),
+    res!(
+        "apps",
+        "v1",
+        "StatefulSet",
+        "statefulsets",
+        "statefulset",
+        true,
+        &["sts"],
+        ALL,
+        &["status", "scale"]
+    ),
+    res!(
+        "apps",
+        "v1",
+        "DaemonSet",
+        "daemonsets",
+        "daemonset",
+        true,
+        &["ds"],
+        ALL,
+        &["status"]
+    ),
+    res!(
+        "apps",
+        "v1",
+        "ControllerRevision",
+        "controllerrevisions",
+        "controllerrevision",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
     res!("batch", "v1", "Job", "jobs", "job", true, &[], ALL, &["status"]),
-    res!("batch", "v1", "CronJob", "cronjobs", "cronjob", true, &["cj"], ALL, &["status"]),
-    res!("coordination.k8s.io", "v1", "Lease", "leases", "lease", true, &[], &[], &[]),
-    res!("events.k8s.io", "v1", "Event", "events", "event", true, &["ev"], &[], &[]),
+    res!(
+        "batch",
+        "v1",
+        "CronJob",
+        "cronjobs",
+        "cronjob",
+        true,
+        &["cj"],
+        ALL,
+        &["status"]
+    ),
+    res!(
+        "coordination.k8s.io",
+        "v1",
+        "Lease",
+        "leases",
+        "lease",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "events.k8s.io",
+        "v1",
+        "Event",
+        "events",
+        "event",
+        true,
+        &["ev"],
+        &[],
+        &[]
+    ),
     res!(
         "policy",
         "v1",
@@ -129,7 +268,17 @@ pub static RESOURCES: &[Resource] = &[
         &[],
         &["status"]
     ),
-    res!("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", false, &["pc"], &[], &[]),
+    res!(
+        "scheduling.k8s.io",
+        "v1",
+        "PriorityClass",
+        "priorityclasses",
+        "priorityclass",
+        false,
+        &["pc"],
+        &[],
+        &[]
+    ),
 ];
 
 /// The groups served, in discovery order, with their single version.

@@ -57,9 +57,19 @@ fn build() -> Schemas {
         ("batch", "v1", "CronJob", api::batch::v1::CronJob),
         ("coordination.k8s.io", "v1", "Lease", api::coordination::v1::Lease),
         ("events.k8s.io", "v1", "Event", api::events::v1::Event),
-        ("policy", "v1", "PodDisruptionBudget", api::policy::v1::PodDisruptionBudget),
+        (
+            "policy",
+            "v1",
+            "PodDisruptionBudget",
+            api::policy::v1::PodDisruptionBudget
+        ),
         ("policy", "v1", "Eviction", api::policy::v1::Eviction),
-        ("scheduling.k8s.io", "v1", "PriorityClass", api::scheduling::v1::PriorityClass),
+        (
+            "scheduling.k8s.io",
+            "v1",
+            "PriorityClass",
+            api::scheduling::v1::PriorityClass
+        ),
         ("autoscaling", "v1", "Scale", api::autoscaling::v1::Scale),
         ("meta.k8s.io", "v1", "Status", metav1::Status),
         ("meta.k8s.io", "v1", "DeleteOptions", metav1::DeleteOptions),
@@ -92,7 +102,12 @@ fn add_list_metadata(defs: &mut Map<String, Value>) {
             if !meta.list_map_keys.is_empty() {
                 obj.insert(
                     "x-kubernetes-list-map-keys".into(),
-                    Value::Array(meta.list_map_keys.iter().map(|k| Value::String(k.to_string())).collect()),
+                    Value::Array(
+                        meta.list_map_keys
+                            .iter()
+                            .map(|k| Value::String(k.to_string()))
+                            .collect(),
+                    ),
                 );
             }
         }
@@ -137,9 +152,71 @@ pub fn property(def: &str, prop: &str) -> Option<&'static Value> {
     definitions().get(def)?.get("properties")?.get(prop)
 }
 
+/// Fields of `obj` that definition `def` does not declare, as paths like
+/// `spec.containers[0].foo` (what strict field validation reports).
+pub fn unknown_fields(def: &str, obj: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(schema) = definitions().get(def) {
+        walk(schema, obj, "", &mut out);
+    }
+    out
+}
+
+fn walk(schema: &Value, v: &Value, path: &str, out: &mut Vec<String>) {
+    let schema = match resolve(schema) {
+        Some((_, s)) => s,
+        None => schema,
+    };
+    match v {
+        Value::Object(m) => {
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (k, child) in m {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    match props.get(k) {
+                        Some(s) => walk(s, child, &p, out),
+                        None => out.push(p),
+                    }
+                }
+            } else if let Some(ap) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                for (k, child) in m {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(ap, child, &p, out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, child) in items.iter().enumerate() {
+                    walk(item_schema, child, &format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_fields_are_found() {
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "a", "labels": {"x": "y"}},
+            "spec": {"foo": 1, "containers": [{"name": "c", "image": "i", "bar": true}]}
+        });
+        let def = definition_for("", "v1", "Pod").expect("pod");
+        assert_eq!(unknown_fields(def, &pod), vec!["spec.foo", "spec.containers[0].bar"]);
+    }
 
     #[test]
     fn pod_spec_is_reachable() {

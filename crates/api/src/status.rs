@@ -69,8 +69,12 @@ impl StatusError {
     /// `Operation cannot be fulfilled on pods "x": <detail>`.
     pub fn conflict(group: &str, plural: &str, name: &str, detail: &str) -> Self {
         let q = qualified(group, plural);
-        StatusError::new(409, "Conflict", format!("Operation cannot be fulfilled on {q} \"{name}\": {detail}"))
-            .with_details(group, plural, name)
+        StatusError::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {q} \"{name}\": {detail}"),
+        )
+        .with_details(group, plural, name)
     }
 
     /// The optimistic-concurrency conflict message upstream sends.
@@ -93,9 +97,16 @@ impl StatusError {
         let list = if errs.len() == 1 {
             errs[0].to_string()
         } else {
-            format!("[{}]", errs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", "))
+            format!(
+                "[{}]",
+                errs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")
+            )
         };
-        let mut e = StatusError::new(422, "Invalid", format!("{qualified_kind} \"{name}\" is invalid: {list}"));
+        let mut e = StatusError::new(
+            422,
+            "Invalid",
+            format!("{qualified_kind} \"{name}\" is invalid: {list}"),
+        );
         if !group.is_empty() {
             e.group = Some(group.to_string());
         }
@@ -151,7 +162,11 @@ impl StatusError {
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
-        StatusError::new(500, "InternalError", format!("Internal error occurred: {}", message.into()))
+        StatusError::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {}", message.into()),
+        )
     }
 
     pub fn timeout(message: impl Into<String>) -> Self {
@@ -221,7 +236,10 @@ pub enum FieldErrorKind {
     Required,
     /// The offending value, already rendered as upstream renders it (strings quoted).
     Invalid(String),
-    NotSupported { value: String, supported: Vec<String> },
+    NotSupported {
+        value: String,
+        supported: Vec<String>,
+    },
     Forbidden,
     Duplicate(String),
     NotFound(String),
@@ -370,7 +388,10 @@ mod tests {
         let j = e.to_json();
         assert_eq!(j["code"], 422);
         assert_eq!(j["details"]["causes"][0]["reason"], "FieldValueInvalid");
-        assert_eq!(j["details"]["causes"][0]["field"], "spec.containers[0].resources.requests");
+        assert_eq!(
+            j["details"]["causes"][0]["field"],
+            "spec.containers[0].resources.requests"
+        );
     }
 
     #[test]

@@ -1,1 +1,40 @@
+//! Controllers, one file per controller named as upstream's: they talk to the API only
+//! (list + watch + write), never to the store.
 
+pub mod garbagecollector;
+pub mod namespace;
+pub mod resources;
+
+/// Which controllers run.
+#[derive(Clone, Debug)]
+pub struct ControllersConfig {
+    pub garbage_collector: bool,
+    pub namespace: bool,
+}
+
+impl Default for ControllersConfig {
+    fn default() -> Self {
+        ControllersConfig {
+            garbage_collector: true,
+            namespace: true,
+        }
+    }
+}
+
+/// Run the enabled controllers until one fails.
+pub async fn run(client: kube::Client, cfg: ControllersConfig) -> anyhow::Result<()> {
+    let mut set = tokio::task::JoinSet::new();
+    if cfg.garbage_collector {
+        let c = client.clone();
+        set.spawn(async move { garbagecollector::run(c).await });
+    }
+    if cfg.namespace {
+        let c = client.clone();
+        set.spawn(async move { namespace::run(c).await });
+    }
+    match set.join_next().await {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => Err(anyhow::anyhow!("a controller panicked: {e}")),
+        None => std::future::pending().await,
+    }
+}

@@ -1,1 +1,265 @@
-fn main() {}
+//! `skiff`: Kubernetes in one binary. This file only wires the command line to the crates.
+
+mod bench;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "skiff", version, about = "Kubernetes rebuilt in Rust, in one binary")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the control plane (API server, scheduler, controllers) and a local node.
+    Server(ServerArgs),
+    /// Run the scheduler alone against an API server.
+    Scheduler {
+        #[arg(long)]
+        kubeconfig: PathBuf,
+    },
+    /// Run a node agent that joins a cluster and runs pods in Docker.
+    Agent {
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        #[arg(long)]
+        node_name: Option<String>,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Register simulated nodes (as kwok does).
+    Sim(SimArgs),
+    /// Show a pod's last scheduling attempt: every node's verdict.
+    Explain {
+        /// "pod"
+        kind: String,
+        name: String,
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+    },
+    /// Benchmarks (figures in BENCHMARKS.md).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+    /// Local images (no registry is needed).
+    #[command(subcommand)]
+    Images(ImagesCommand),
+}
+
+#[derive(clap::Args, Clone)]
+struct ServerArgs {
+    /// Where the store, certificates and kubeconfig live (default ~/.skiff).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    #[arg(long, default_value_t = 6443)]
+    port: u16,
+    /// Where to write the admin kubeconfig (default DATA_DIR/kubeconfig).
+    #[arg(long)]
+    write_kubeconfig: Option<PathBuf>,
+    /// Also register N simulated nodes.
+    #[arg(long, default_value_t = 0)]
+    sim_nodes: usize,
+    /// Do not run a node agent for this machine.
+    #[arg(long)]
+    no_agent: bool,
+    /// Do not run the scheduler in this process.
+    #[arg(long)]
+    no_scheduler: bool,
+    /// Do not run the controllers in this process.
+    #[arg(long)]
+    no_controllers: bool,
+}
+
+#[derive(clap::Args, Clone)]
+struct SimArgs {
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    #[arg(long)]
+    nodes: usize,
+    #[arg(long, default_value = "4")]
+    cpu: String,
+    #[arg(long, default_value = "16Gi")]
+    memory: String,
+    #[arg(long, default_value_t = 110)]
+    pods: u32,
+    #[arg(long, default_value = "sim-node-")]
+    name_prefix: String,
+    /// Extra labels, k=v,k2=v2.
+    #[arg(long, default_value = "")]
+    labels: String,
+}
+
+#[derive(Subcommand)]
+enum ImagesCommand {
+    /// Build busybox:latest and the pause image from local packages.
+    Build,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SKIFF_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(run(cli))
+}
+
+fn default_data_dir() -> PathBuf {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join(".skiff")
+}
+
+async fn kube_client(kubeconfig: &std::path::Path) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("reading kubeconfig {}", kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .context("loading kubeconfig")?;
+    kube::Client::try_from(config).context("building the API client")
+}
+
+fn parse_labels(s: &str) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    let mut out = std::collections::BTreeMap::new();
+    for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .with_context(|| format!("label {part:?} is not key=value"))?;
+        out.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(out)
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Server(args) => server(args).await,
+        Command::Scheduler { kubeconfig } => {
+            let client = kube_client(&kubeconfig).await?;
+            skiff_scheduler::run(client, Default::default()).await
+        }
+        Command::Agent {
+            kubeconfig,
+            node_name,
+            data_dir,
+        } => {
+            let client = kube_client(&kubeconfig).await?;
+            let mut cfg =
+                skiff_agent::AgentConfig::for_this_host(data_dir.unwrap_or_else(|| default_data_dir().join("agent")));
+            if let Some(n) = node_name {
+                cfg.node_name = n;
+            }
+            cfg.kubeconfig = Some(kubeconfig);
+            skiff_agent::run(client, cfg).await
+        }
+        Command::Sim(a) => {
+            let client = kube_client(&a.kubeconfig).await?;
+            let cfg = skiff_agent::sim::SimConfig {
+                nodes: a.nodes,
+                cpu: a.cpu,
+                memory: a.memory,
+                pods: a.pods,
+                name_prefix: a.name_prefix,
+                labels: parse_labels(&a.labels)?,
+            };
+            skiff_agent::sim::run(client, cfg).await
+        }
+        Command::Explain {
+            kind,
+            name,
+            namespace,
+            kubeconfig,
+        } => {
+            anyhow::ensure!(
+                kind == "pod" || kind == "pods" || kind == "po",
+                "only pods can be explained"
+            );
+            let path = kubeconfig.unwrap_or_else(|| default_data_dir().join("kubeconfig"));
+            let client = kube_client(&path).await?;
+            let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, &namespace);
+            let pod = pods
+                .get(&name)
+                .await
+                .with_context(|| format!("getting pod {namespace}/{name}"))?;
+            match skiff_scheduler::Explain::from_pod(&pod) {
+                Some(e) => print!(
+                    "{}",
+                    skiff_scheduler::render_explain(&format!("{namespace}/{name}"), &e)
+                ),
+                None => println!("pod {namespace}/{name} has no recorded scheduling attempt"),
+            }
+            Ok(())
+        }
+        Command::Bench(b) => bench::run(b).await,
+        Command::Images(ImagesCommand::Build) => {
+            let docker = skiff_agent::docker::connect().await?;
+            skiff_agent::build_local_images(&docker).await
+        }
+    }
+}
+
+async fn server(args: ServerArgs) -> anyhow::Result<()> {
+    let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+    let mut opts = skiff_apiserver::ServerOptions::new(data_dir.clone(), args.port);
+    opts.kubeconfig = args.write_kubeconfig.clone();
+    let running = skiff_apiserver::start(opts).await?;
+    println!("skiff: API server listening on {}", running.url);
+    println!("skiff: kubeconfig written to {}", running.kubeconfig.display());
+    println!("skiff: export KUBECONFIG={}", running.kubeconfig.display());
+    let client = skiff_apiserver::client(running.state.clone());
+    let mut tasks = tokio::task::JoinSet::new();
+    if !args.no_controllers {
+        let c = client.clone();
+        tasks.spawn(async move {
+            skiff_controllers::run(c, Default::default())
+                .await
+                .context("controllers")
+        });
+    }
+    if !args.no_scheduler {
+        let c = client.clone();
+        tasks.spawn(async move { skiff_scheduler::run(c, Default::default()).await.context("scheduler") });
+    }
+    if args.sim_nodes > 0 {
+        let c = client.clone();
+        let cfg = skiff_agent::sim::SimConfig {
+            nodes: args.sim_nodes,
+            ..Default::default()
+        };
+        tasks.spawn(async move { skiff_agent::sim::run(c, cfg).await.context("simulated nodes") });
+    }
+    if !args.no_agent {
+        match skiff_agent::docker::connect().await {
+            Ok(_) => {
+                let c = client.clone();
+                let mut cfg = skiff_agent::AgentConfig::for_this_host(data_dir.join("agent"));
+                cfg.cluster_ca_pem = Some(running.state.pki.ca_cert_pem.clone());
+                tasks.spawn(async move { skiff_agent::run(c, cfg).await.context("node agent") });
+            }
+            Err(e) => tracing::warn!(error = %e, "no Docker Engine reachable: running without a local node"),
+        }
+    }
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {
+            tracing::info!("interrupted, stopping");
+            Ok(())
+        }
+        Some(res) = tasks.join_next() => {
+            match res {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(e),
+                Err(e) => Err(anyhow::anyhow!("a component panicked: {e}")),
+            }
+        }
+    }
+}

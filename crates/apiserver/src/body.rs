@@ -1,0 +1,159 @@
+//! Request bodies in (JSON, YAML, protobuf; size limit) and responses out (JSON, Table,
+//! PartialObjectMetadata; Status errors).
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use serde_json::Value;
+use skiff_api::StatusError;
+
+/// Upstream's limit on request bodies (3 MiB).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+pub const JSON: &str = "application/json";
+
+/// How the client wants objects back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    Object,
+    Table,
+    PartialMetadata,
+}
+
+/// Read the Accept header as the API server's content negotiation does.
+pub fn negotiate(headers: &HeaderMap) -> Output {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    // The first acceptable entry wins; kubectl lists Table first and plain JSON last.
+    for part in accept.split(',') {
+        let p = part.trim();
+        if p.contains("as=Table") && p.contains("g=meta.k8s.io") {
+            return Output::Table;
+        }
+        if (p.contains("as=PartialObjectMetadataList") || p.contains("as=PartialObjectMetadata"))
+            && p.contains("g=meta.k8s.io")
+        {
+            return Output::PartialMetadata;
+        }
+        if p.starts_with("application/json") || p.starts_with("*/*") || p.is_empty() {
+            return Output::Object;
+        }
+    }
+    Output::Object
+}
+
+/// Decode a body to JSON according to its content type.
+pub fn decode(headers: &HeaderMap, body: &Bytes) -> Result<Value, StatusError> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(StatusError::too_large(format!(
+            "Request entity too large: limit is {MAX_BODY_BYTES}"
+        )));
+    }
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or(JSON)
+        .to_ascii_lowercase();
+    let media = ct.split(';').next().unwrap_or("").trim().to_string();
+    if body.is_empty() {
+        return Err(StatusError::bad_request(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf",
+        ));
+    }
+    let v = match media.as_str() {
+        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body)
+            .map_err(|e| StatusError::bad_request(format!("failed to decode protobuf body: {e}")))?,
+        m if m.ends_with("yaml") => decode_yaml(body)?,
+        _ => serde_json::from_slice(body).map_err(|e| {
+            StatusError::bad_request(format!(
+                "couldn't get version/kind; json parse error: {}",
+                e.to_string().replace('\n', " ")
+            ))
+        })?,
+    };
+    Ok(v)
+}
+
+pub fn decode_yaml(body: &[u8]) -> Result<Value, StatusError> {
+    let text = std::str::from_utf8(body).map_err(|_| StatusError::bad_request("yaml body is not valid UTF-8"))?;
+    serde_saphyr::from_str::<Value>(text)
+        .map_err(|e| StatusError::bad_request(format!("error converting YAML to JSON: {e}")))
+}
+
+/// A JSON response.
+pub fn json_response(code: StatusCode, body: impl Into<Body>) -> Response {
+    let mut r = Response::new(body.into());
+    *r.status_mut() = code;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON));
+    r
+}
+
+pub fn value_response(code: StatusCode, v: &Value) -> Response {
+    json_response(code, serde_json::to_vec(v).unwrap_or_default())
+}
+
+/// A `Status` error response.
+pub fn error_response(e: &StatusError) -> Response {
+    let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut r = value_response(code, &e.to_json());
+    if let Some(s) = e.retry_after_seconds
+        && let Ok(v) = HeaderValue::from_str(&s.to_string())
+    {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    r
+}
+
+/// Add `Warning: 299 - "msg"` headers (kubectl prints them).
+pub fn add_warnings(r: &mut Response, warnings: &[String]) {
+    for w in warnings {
+        let text = format!("299 - {:?}", w);
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+}
+
+/// The `PartialObjectMetadata` form of an object.
+pub fn partial_metadata(obj: &Value) -> Value {
+    serde_json::json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| serde_json::json!({})),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation() {
+        let mut h = HeaderMap::new();
+        assert_eq!(negotiate(&h), Output::Object);
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static(
+                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json",
+            ),
+        );
+        assert_eq!(negotiate(&h), Output::Table);
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/vnd.kubernetes.protobuf, */*"),
+        );
+        assert_eq!(negotiate(&h), Output::Object);
+    }
+
+    #[test]
+    fn bad_bodies_are_400() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        assert_eq!(decode(&h, &Bytes::from_static(b"{not json")).unwrap_err().code, 400);
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/yaml"));
+        assert_eq!(decode(&h, &Bytes::from_static(b"a: [")).unwrap_err().code, 400);
+        let big = Bytes::from(vec![b' '; MAX_BODY_BYTES + 1]);
+        assert_eq!(decode(&h, &big).unwrap_err().code, 413);
+    }
+}

@@ -1,0 +1,218 @@
+//! The request dispatcher: authentication, routing, and the verbs on resources.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
+use serde_json::Value;
+use skiff_api::StatusError;
+
+use crate::body::{self, Output};
+use crate::request::{ResourceRequest, Route, route};
+use crate::{ApiState, discovery, objects, openapi, watch};
+
+pub type Params = HashMap<String, String>;
+
+/// The one entry point for every request.
+pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> Response {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let params: Params = Query::<Params>::try_from_uri(&parts.uri)
+        .map(|q| q.0)
+        .unwrap_or_default();
+    let r = route(&path);
+    let public = matches!(r, Route::Health(_) | Route::Version);
+    if !public && state.authenticate(&parts.headers, &parts.extensions).is_none() {
+        return body::error_response(&StatusError::unauthorized());
+    }
+    let method = parts.method.clone();
+    let headers = parts.headers;
+    match r {
+        Route::Version => body::value_response(StatusCode::OK, &discovery::version_info()),
+        Route::Health(name) => health(&state, name).await,
+        Route::CoreDiscovery => discovery_response(&headers, true),
+        Route::GroupsDiscovery => discovery_response(&headers, false),
+        Route::Group(g) => match discovery::api_group_doc(&g) {
+            Some(group) => body::value_response(StatusCode::OK, &group),
+            None => not_found_path(),
+        },
+        Route::GroupVersion(g, v) => match discovery::api_resource_list(&g, &v) {
+            Some(list) => body::value_response(StatusCode::OK, &list),
+            None => not_found_path(),
+        },
+        Route::OpenApiIndex => body::value_response(StatusCode::OK, &openapi::v3_index()),
+        Route::OpenApiDocument(p) => match openapi::v3_document_bytes(&p) {
+            Some(doc) => {
+                let mut r = body::json_response(StatusCode::OK, doc);
+                r.headers_mut()
+                    .insert(header::CACHE_CONTROL, HeaderValue::from_static("public, immutable"));
+                r
+            }
+            None => not_found_path(),
+        },
+        Route::UnknownResource(_) | Route::NotFound => not_found_path(),
+        Route::Resource(rr) => {
+            let bytes = match axum::body::to_bytes(body, body::MAX_BODY_BYTES + 1).await {
+                Ok(b) => b,
+                Err(_) => {
+                    return body::error_response(&StatusError::too_large(format!(
+                        "Request entity too large: limit is {}",
+                        body::MAX_BODY_BYTES
+                    )));
+                }
+            };
+            let ctx = Ctx {
+                state: state.clone(),
+                rr,
+                params,
+                headers,
+                method,
+            };
+            match dispatch(ctx, bytes).await {
+                Ok(resp) => resp,
+                Err(e) => {
+                    if e.code >= 500 {
+                        tracing::warn!(error = %e.message, "request failed");
+                    }
+                    body::error_response(&e)
+                }
+            }
+        }
+    }
+}
+
+fn not_found_path() -> Response {
+    let mut e = StatusError::new(404, "NotFound", "the server could not find the requested resource");
+    e.causes.clear();
+    body::error_response(&e)
+}
+
+async fn health(state: &ApiState, name: &str) -> Response {
+    match state.store.current_revision().await {
+        Ok(_) => {
+            let mut r = Response::new(Body::from("ok"));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            r
+        }
+        Err(e) => {
+            tracing::warn!(check = name, error = %e, "health check failed");
+            let mut r = Response::new(Body::from(format!("[-]etcd failed: {e}\n{name} check failed")));
+            *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            r
+        }
+    }
+}
+
+fn discovery_response(headers: &HeaderMap, core: bool) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if accept.contains("as=APIGroupDiscoveryList") {
+        let mut r = body::value_response(StatusCode::OK, &discovery::aggregated_discovery(core));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE),
+        );
+        return r;
+    }
+    let v = if core {
+        discovery::api_versions()
+    } else {
+        discovery::api_group_list()
+    };
+    body::value_response(StatusCode::OK, &v)
+}
+
+/// Everything a resource handler needs to know about the request.
+pub struct Ctx {
+    pub state: Arc<ApiState>,
+    pub rr: ResourceRequest,
+    pub params: Params,
+    pub headers: HeaderMap,
+    pub method: Method,
+}
+
+impl Ctx {
+    pub fn param(&self, k: &str) -> Option<&str> {
+        self.params.get(k).map(String::as_str)
+    }
+    pub fn flag(&self, k: &str) -> bool {
+        matches!(self.param(k), Some("1" | "t" | "T" | "true" | "TRUE" | "True"))
+    }
+    pub fn dry_run(&self) -> bool {
+        self.params.get("dryRun").is_some_and(|v| !v.is_empty())
+    }
+    pub fn output(&self) -> Output {
+        body::negotiate(&self.headers)
+    }
+}
+
+async fn dispatch(ctx: Ctx, bytes: Bytes) -> Result<Response, StatusError> {
+    let rr = &ctx.rr;
+    let res = rr.resource;
+    if res.namespaced && rr.name.is_empty() && ctx.method != Method::GET && rr.namespace.is_empty() {
+        if ctx.method == Method::POST {
+            return Err(StatusError::new(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ));
+        }
+        return Err(StatusError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource"
+        )));
+    }
+    if !rr.subresource.is_empty() {
+        return crate::subresources::handle(ctx, bytes).await;
+    }
+    if res.plural == "bindings" {
+        if ctx.method == Method::POST {
+            return crate::subresources::create_binding(&ctx, bytes, None).await;
+        }
+        return Err(StatusError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    let watching = rr.watch_path || ctx.flag("watch");
+    match (ctx.method.clone(), rr.name.is_empty()) {
+        (Method::GET, true) if watching => watch::serve(ctx, None).await,
+        (Method::GET, false) if watching => {
+            let name = ctx.rr.name.clone();
+            watch::serve(ctx, Some(name)).await
+        }
+        (Method::GET, true) => crate::read::list(&ctx).await,
+        (Method::GET, false) => crate::read::get(&ctx).await,
+        (Method::POST, true) => crate::write::create(&ctx, bytes).await,
+        (Method::PUT, false) => crate::write::update(&ctx, bytes).await,
+        (Method::PATCH, false) => crate::write::patch(&ctx, bytes).await,
+        (Method::DELETE, false) => crate::write::delete(&ctx, bytes).await,
+        (Method::DELETE, true) => crate::write::delete_collection(&ctx, bytes).await,
+        _ => Err(StatusError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        )),
+    }
+}
+
+/// The object's JSON bytes with its resourceVersion, ready to send.
+pub fn object_response(code: StatusCode, obj: &Value) -> Response {
+    body::value_response(code, obj)
+}
+
+/// Answer with one object in the form the client asked for.
+pub fn render_one(ctx: &Ctx, code: StatusCode, obj: &Value) -> Response {
+    match ctx.output() {
+        Output::Object => object_response(code, obj),
+        Output::PartialMetadata => body::value_response(code, &body::partial_metadata(obj)),
+        Output::Table => {
+            let now = jiff::Timestamp::now();
+            let t =
+                skiff_api::printers::table(ctx.rr.resource, &[obj], now, true, objects::resource_version(obj), None);
+            body::value_response(code, &t)
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Starting the API server: store, certificates, kubeconfig, HTTPS listener, and the
+//! in-process client other components use.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use http::HeaderMap;
+use serde_json::json;
+use skiff_store::Store;
+
+use crate::pki::{self, Pki};
+use crate::tls::{self, Identity, TokenAuth};
+
+/// Shared state of every request.
+pub struct ApiState {
+    pub store: Arc<dyn Store>,
+    pub tokens: TokenAuth,
+    pub pki: Pki,
+}
+
+impl ApiState {
+    /// The caller: a verified client certificate (set by the TLS layer or the in-process
+    /// client), else a bearer token.
+    pub fn authenticate(&self, headers: &HeaderMap, ext: &http::Extensions) -> Option<Identity> {
+        if let Some(Some(id)) = ext.get::<Option<Identity>>() {
+            return Some(id.clone());
+        }
+        let auth = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+        self.tokens.authenticate_header(auth)
+    }
+}
+
+/// How to start the server.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    pub data_dir: PathBuf,
+    pub port: u16,
+    pub bind: IpAddr,
+    /// Where to write the admin kubeconfig (default: DATA_DIR/kubeconfig).
+    pub kubeconfig: Option<PathBuf>,
+    /// Extra names for the serving certificate.
+    pub hostnames: Vec<String>,
+}
+
+impl ServerOptions {
+    pub fn new(data_dir: PathBuf, port: u16) -> Self {
+        ServerOptions {
+            data_dir,
+            port,
+            bind: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            kubeconfig: None,
+            hostnames: Vec::new(),
+        }
+    }
+}
+
+/// A started server.
+pub struct Running {
+    pub state: Arc<ApiState>,
+    pub addr: SocketAddr,
+    pub kubeconfig: PathBuf,
+    pub url: String,
+}
+
+/// The namespaces every cluster starts with.
+const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+pub fn router(state: Arc<ApiState>) -> Router {
+    Router::new().fallback(crate::handlers::handle).with_state(state)
+}
+
+/// Open the store, make sure certificates and initial namespaces exist, and serve HTTPS.
+pub async fn start(opts: ServerOptions) -> anyhow::Result<Running> {
+    std::fs::create_dir_all(&opts.data_dir)
+        .with_context(|| format!("creating data dir {}", opts.data_dir.display()))?;
+    let store_path = opts.data_dir.join("state.db");
+    let store: Arc<dyn Store> = skiff_store::sqlite::SqliteStore::open(&store_path)
+        .with_context(|| format!("opening store {}", store_path.display()))?;
+    start_with_store(opts, store).await
+}
+
+pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> anyhow::Result<Running> {
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+    if let Ok(h) = hostname() {
+        names.push(h);
+    }
+    names.extend(opts.hostnames.iter().cloned());
+    let pki = pki::load_or_create(&opts.data_dir, &names).context("preparing certificates")?;
+    let tokens = TokenAuth::load_or_create(&opts.data_dir).context("preparing tokens")?;
+    let tls_config = tls::server_config(&pki).context("configuring TLS")?;
+    let state = Arc::new(ApiState { store, tokens, pki });
+    ensure_namespaces(&state).await.context("creating initial namespaces")?;
+
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(opts.bind, opts.port))
+        .await
+        .with_context(|| format!("binding port {}", opts.port))?;
+    let addr = listener.local_addr().context("reading the bound address")?;
+    let url = format!("https://127.0.0.1:{}", addr.port());
+    let kubeconfig = opts
+        .kubeconfig
+        .clone()
+        .unwrap_or_else(|| opts.data_dir.join("kubeconfig"));
+    state
+        .pki
+        .write_kubeconfig(&kubeconfig, &url, &state.pki.admin_cert_pem, &state.pki.admin_key_pem)
+        .context("writing kubeconfig")?;
+    tokio::spawn(tls::serve_tls(listener, tls_config, router(state.clone())));
+    tokio::spawn(compactor(state.store.clone()));
+    // Build the OpenAPI documents before the first kubectl asks for them.
+    tokio::task::spawn_blocking(|| {
+        let _ = crate::openapi::v3_index();
+    });
+    Ok(Running {
+        state,
+        addr,
+        kubeconfig,
+        url,
+    })
+}
+
+fn hostname() -> anyhow::Result<String> {
+    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").context("reading host name")?;
+    Ok(h.trim().to_string())
+}
+
+async fn ensure_namespaces(state: &ApiState) -> anyhow::Result<()> {
+    let ns = skiff_api::registry::lookup("", "v1", "namespaces").context("namespaces resource")?;
+    for name in INITIAL_NAMESPACES {
+        let key = crate::objects::key(ns, "", name);
+        if state.store.get(&key).await?.is_some() {
+            continue;
+        }
+        let obj = json!({
+            "kind": "Namespace",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": name,
+                "uid": uuid::Uuid::new_v4().to_string(),
+                "creationTimestamp": crate::objects::now_rfc3339(),
+                "labels": {"kubernetes.io/metadata.name": name},
+            },
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
+        });
+        match state.store.create(&key, crate::objects::encode_for_store(&obj)).await {
+            Ok(_) | Err(skiff_store::StoreError::AlreadyExists(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// How much history the store keeps for watches and paginated lists.
+const KEEP_REVISIONS: i64 = 100_000;
+const COMPACT_EVERY: Duration = Duration::from_secs(60);
+
+/// Compact old history periodically, as upstream's apiserver asks etcd to.
+async fn compactor(store: Arc<dyn Store>) {
+    let mut tick = tokio::time::interval(COMPACT_EVERY);
+    loop {
+        tick.tick().await;
+        let current = match store.current_revision().await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the current revision for compaction");
+                continue;
+            }
+        };
+        let target = current - KEEP_REVISIONS;
+        if target <= 0 {
+            continue;
+        }
+        if let Err(e) = store.compact(target).await {
+            tracing::warn!(error = %e, revision = target, "compaction failed");
+        }
+    }
+}
+
+/// A kube client that calls this server in-process (no sockets), as `system:masters`.
+pub fn client(state: Arc<ApiState>) -> kube::Client {
+    let identity = Identity {
+        user: "system:skiff".to_string(),
+        groups: vec!["system:masters".to_string()],
+    };
+    let router = router(state);
+    let service = tower::ServiceBuilder::new()
+        .map_request(move |mut req: http::Request<kube::client::Body>| {
+            req.extensions_mut().insert(Some(identity.clone()));
+            req.map(axum::body::Body::new)
+        })
+        .service(router);
+    kube::Client::new(service, "default")
+}

@@ -1,0 +1,787 @@
+//! create, update, patch, delete and deletecollection, with admission (defaulting,
+//! validation, strict field validation) and managedFields bookkeeping.
+
+use axum::response::Response;
+use bytes::Bytes;
+use http::{StatusCode, header};
+use serde_json::{Map, Value, json};
+use skiff_api::patch::PatchType;
+use skiff_api::{Resource, StatusError};
+use skiff_store::{Revision, StoreError};
+
+use crate::body;
+use crate::handlers::{Ctx, render_one};
+use crate::objects::{self, metadata_mut};
+use crate::read::Filter;
+
+const GENERATE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// Resources whose main endpoint ignores status changes (they have a status subresource).
+fn has_status(res: &Resource) -> bool {
+    res.has_subresource("status")
+}
+
+/// Resources whose spec changes bump metadata.generation.
+fn tracks_generation(res: &Resource) -> bool {
+    matches!(
+        res.plural,
+        "deployments"
+            | "replicasets"
+            | "statefulsets"
+            | "daemonsets"
+            | "jobs"
+            | "cronjobs"
+            | "poddisruptionbudgets"
+            | "services"
+            | "persistentvolumeclaims"
+            | "pods"
+    )
+}
+
+impl Ctx {
+    /// The field manager of a write: `fieldManager`, else the user agent's program name.
+    pub fn manager(&self) -> String {
+        if let Some(m) = self.param("fieldManager").filter(|m| !m.is_empty()) {
+            return m.to_string();
+        }
+        self.headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|ua| ua.split('/').next())
+            .filter(|s| !s.is_empty())
+            .unwrap_or("unknown")
+            .to_string()
+    }
+}
+
+/// Fill or check kind and apiVersion against the URL.
+fn check_type(res: &Resource, obj: &mut Value) -> Result<(), StatusError> {
+    let Some(m) = obj.as_object_mut() else {
+        return Err(StatusError::bad_request(
+            "Object 'Kind' is missing in request body; expected an object",
+        ));
+    };
+    let want_api = res.api_version();
+    match m.get("kind").and_then(Value::as_str) {
+        None | Some("") => {
+            m.insert("kind".into(), json!(res.kind));
+        }
+        Some(k) if k == res.kind => {}
+        Some(k) => {
+            return Err(StatusError::bad_request(format!(
+                "the API version in the data ({}) does not match the expected API version ({want_api}) or kind {k} does not match {}",
+                m.get("apiVersion").and_then(Value::as_str).unwrap_or(""),
+                res.kind
+            )));
+        }
+    }
+    match m.get("apiVersion").and_then(Value::as_str) {
+        None | Some("") => {
+            m.insert("apiVersion".into(), json!(want_api));
+        }
+        Some(v) if v == want_api => {}
+        Some(v) => {
+            return Err(StatusError::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({want_api})"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `fieldValidation`: Strict rejects unknown fields, Warn (the default) warns, Ignore ignores.
+fn field_validation(ctx: &Ctx, obj: &Value) -> Result<Vec<String>, StatusError> {
+    let mode = ctx.param("fieldValidation").unwrap_or("Warn");
+    if mode.eq_ignore_ascii_case("Ignore") {
+        return Ok(Vec::new());
+    }
+    let res = ctx.rr.resource;
+    let Some(def) = skiff_api::schema::definition_for(res.group, res.version, res.kind) else {
+        return Ok(Vec::new());
+    };
+    let unknown = skiff_api::schema::unknown_fields(def, obj);
+    if unknown.is_empty() {
+        return Ok(Vec::new());
+    }
+    let msgs: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+    if mode.eq_ignore_ascii_case("Strict") {
+        return Err(StatusError::bad_request(format!(
+            "strict decoding error: {}",
+            msgs.join(", ")
+        )));
+    }
+    Ok(msgs)
+}
+
+fn random_suffix() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| GENERATE_ALPHABET[rng.random_range(0..GENERATE_ALPHABET.len())] as char)
+        .collect()
+}
+
+/// Namespaced writes need an existing namespace that is not terminating.
+async fn check_namespace(ctx: &Ctx, name: &str) -> Result<(), StatusError> {
+    let res = ctx.rr.resource;
+    if !res.namespaced {
+        return Ok(());
+    }
+    let ns_res =
+        skiff_api::registry::lookup("", "v1", "namespaces").ok_or_else(|| StatusError::internal("no namespaces"))?;
+    let kv = ctx
+        .state
+        .store
+        .get(&objects::key(ns_res, "", &ctx.rr.namespace))
+        .await
+        .map_err(|e| ctx.store_err(e))?
+        .ok_or_else(|| StatusError::not_found("", "namespaces", &ctx.rr.namespace))?;
+    if let Some(ns) = objects::decode_kv(&kv)
+        && objects::deletion_timestamp(&ns).is_some()
+    {
+        let mut e = StatusError::forbidden(format!(
+            "{} \"{}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
+            res.qualified_plural(),
+            name,
+            ctx.rr.namespace
+        ));
+        e.kind = Some(res.plural.to_string());
+        e.name = Some(name.to_string());
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Defaulting then validation.
+fn admit(res: &Resource, obj: &mut Value, old: Option<&Value>) -> Result<(), StatusError> {
+    skiff_api::defaults::apply_defaults(res, obj);
+    let errs = skiff_api::validation::validate(res, obj, old);
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(StatusError::invalid(res.group, res.kind, objects::name(obj), &errs))
+    }
+}
+
+/// Record the writer's fields in managedFields, as upstream does for every write.
+fn manage_fields(ctx: &Ctx, old: Option<&Value>, new: &mut Value, operation: &str) {
+    let res = ctx.rr.resource;
+    let manager = ctx.manager();
+    let def = skiff_api::schema::definition_for(res.group, res.version, res.kind).unwrap_or("");
+    let sub = ctx.rr.subresource.as_str();
+    if operation == "Apply" {
+        // apply() already recorded the applier's fields.
+        return;
+    }
+    match skiff_api::patch::apply::update_managed_fields(old, new, &manager, sub, def, &objects::now_rfc3339()) {
+        Ok(v) => *new = v,
+        // Bookkeeping must never fail a valid write; the fields stay as they were.
+        Err(e) => tracing::debug!(error = %e, "managedFields not updated"),
+    }
+}
+
+fn created(ctx: &Ctx, obj: &Value, warnings: &[String]) -> Response {
+    let mut r = render_one(ctx, StatusCode::CREATED, obj);
+    body::add_warnings(&mut r, warnings);
+    r
+}
+
+pub async fn create(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
+    let mut obj = body::decode(&ctx.headers, &bytes)?;
+    let (obj, warnings) = create_object(ctx, &mut obj, "Update").await?;
+    Ok(created(ctx, &obj, &warnings))
+}
+
+/// Create `obj` (already decoded) in the request's resource; returns the stored object.
+/// `operation` is "Update" for ordinary creates, "Apply" when server-side apply already
+/// recorded the applier's managedFields.
+pub async fn create_object(ctx: &Ctx, obj: &mut Value, operation: &str) -> Result<(Value, Vec<String>), StatusError> {
+    let res = ctx.rr.resource;
+    check_type(res, obj)?;
+    let warnings = field_validation(ctx, obj)?;
+    {
+        let md = metadata_mut(obj);
+        let ns_in_body = md.get("namespace").and_then(Value::as_str).unwrap_or("").to_string();
+        if res.namespaced {
+            if !ns_in_body.is_empty() && ns_in_body != ctx.rr.namespace {
+                return Err(StatusError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            md.insert("namespace".into(), json!(ctx.rr.namespace));
+        } else {
+            md.remove("namespace");
+        }
+        let name = md.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+        if name.is_empty() {
+            if let Some(g) = md.get("generateName").and_then(Value::as_str).filter(|g| !g.is_empty()) {
+                let n = format!("{g}{}", random_suffix());
+                md.insert("name".into(), json!(n));
+            }
+        }
+        md.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        md.insert("creationTimestamp".into(), json!(objects::now_rfc3339()));
+        md.remove("deletionTimestamp");
+        md.remove("deletionGracePeriodSeconds");
+        md.remove("resourceVersion");
+        md.remove("selfLink");
+        if operation != "Apply" {
+            md.remove("managedFields");
+        }
+        if tracks_generation(res) || md.contains_key("generation") {
+            md.insert("generation".into(), json!(1));
+        }
+    }
+    let name = objects::name(obj).to_string();
+    if name.is_empty() {
+        let errs = [skiff_api::FieldError::required(
+            "metadata.name",
+            "name or generateName is required",
+        )];
+        return Err(StatusError::invalid(res.group, res.kind, "", &errs));
+    }
+    check_namespace(ctx, &name).await?;
+    reset_status_on_create(res, obj);
+    admit(res, obj, None)?;
+    manage_fields(ctx, None, obj, operation);
+    let key = objects::key(res, &ctx.rr.namespace, &name);
+    if ctx.dry_run() {
+        return Ok((obj.clone(), warnings));
+    }
+    let kv = ctx
+        .state
+        .store
+        .create(&key, objects::encode_for_store(obj))
+        .await
+        .map_err(|e| crate::read::store_error(res.group, res.plural, &name, e))?;
+    objects::set_resource_version(obj, kv.mod_revision);
+    Ok((obj.clone(), warnings))
+}
+
+/// As upstream's PrepareForCreate: status is the system's, not the creator's.
+fn reset_status_on_create(res: &Resource, obj: &mut Value) {
+    let Some(m) = obj.as_object_mut() else { return };
+    match res.plural {
+        "pods" => {
+            let qos = m.get("status").and_then(|s| s.get("qosClass")).cloned();
+            let mut st = Map::new();
+            st.insert("phase".into(), json!("Pending"));
+            if let Some(q) = qos {
+                st.insert("qosClass".into(), q);
+            }
+            m.insert("status".into(), Value::Object(st));
+        }
+        "deployments"
+        | "replicasets"
+        | "statefulsets"
+        | "daemonsets"
+        | "jobs"
+        | "cronjobs"
+        | "poddisruptionbudgets" => {
+            m.remove("status");
+        }
+        "namespaces" => {
+            m.insert("status".into(), json!({"phase": "Active"}));
+        }
+        _ => {}
+    }
+}
+
+/// How an update treats the parts of the object.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum UpdateScope {
+    /// The main resource: status changes are ignored where a status subresource exists.
+    Main,
+    /// The status subresource: only status changes.
+    Status,
+}
+
+/// Outcome of a write to an existing object.
+pub enum Written {
+    Updated(Value),
+    /// Finalization finished: the object is gone.
+    Deleted(Value),
+}
+
+impl Written {
+    pub fn object(&self) -> &Value {
+        match self {
+            Written::Updated(v) | Written::Deleted(v) => v,
+        }
+    }
+}
+
+/// Turn `new` (the desired object) into the stored successor of `old` (at `rev`).
+pub async fn finish_update(
+    ctx: &Ctx,
+    old: &Value,
+    mut new: Value,
+    rev: Revision,
+    scope: UpdateScope,
+    operation: &str,
+) -> Result<Written, StatusError> {
+    let res = ctx.rr.resource;
+    check_type(res, &mut new)?;
+    let old_md = objects::metadata(old).cloned().unwrap_or_default();
+    if scope == UpdateScope::Status {
+        // Only status (and nothing else) changes through the status subresource.
+        let status = new.get("status").cloned();
+        let mut merged = old.clone();
+        if let Some(m) = merged.as_object_mut() {
+            match status {
+                Some(s) => m.insert("status".into(), s),
+                None => m.remove("status"),
+            };
+        }
+        new = merged;
+    } else if has_status(res)
+        && let (Some(m), Some(old_status)) = (new.as_object_mut(), old.get("status"))
+    {
+        m.insert("status".into(), old_status.clone());
+    }
+    {
+        let md = metadata_mut(&mut new);
+        for k in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "namespace",
+            "generation",
+        ] {
+            match old_md.get(k) {
+                Some(v) => md.insert(k.to_string(), v.clone()),
+                None => md.remove(k),
+            };
+        }
+        md.remove("resourceVersion");
+        md.remove("selfLink");
+        if md.get("name").and_then(Value::as_str).unwrap_or("").is_empty() {
+            md.insert("name".into(), old_md.get("name").cloned().unwrap_or(json!("")));
+        }
+    }
+    if scope == UpdateScope::Main
+        && spec_changed(old, &new)
+        && objects::metadata(old).and_then(|m| m.get("generation")).is_some()
+    {
+        let g = old_md.get("generation").and_then(Value::as_i64).unwrap_or(1);
+        metadata_mut(&mut new).insert("generation".into(), json!(g + 1));
+    }
+    admit(res, &mut new, Some(old))?;
+    manage_fields(ctx, Some(old), &mut new, operation);
+    let key = ctx.key();
+    if objects::deletion_timestamp(&new).is_some()
+        && objects::finalizers(&new).is_empty()
+        && !namespace_pending(res, &new)
+    {
+        if ctx.dry_run() {
+            return Ok(Written::Deleted(new));
+        }
+        ctx.state
+            .store
+            .delete(&key, Some(rev))
+            .await
+            .map_err(|e| ctx.store_err(e))?;
+        return Ok(Written::Deleted(new));
+    }
+    let bytes = objects::encode_for_store(&new);
+    let mut old_cmp = old.clone();
+    if let Some(m) = old_cmp.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+    }
+    if bytes == objects::encode_for_store(&old_cmp) {
+        objects::set_resource_version(&mut new, rev);
+        return Ok(Written::Updated(new));
+    }
+    if ctx.dry_run() {
+        return Ok(Written::Updated(new));
+    }
+    let kv = ctx
+        .state
+        .store
+        .update(&key, bytes, rev)
+        .await
+        .map_err(|e| ctx.store_err(e))?;
+    objects::set_resource_version(&mut new, kv.mod_revision);
+    Ok(Written::Updated(new))
+}
+
+/// A namespace being deleted stays until its spec.finalizers are empty too.
+fn namespace_pending(res: &Resource, obj: &Value) -> bool {
+    res.plural == "namespaces"
+        && obj
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty())
+}
+
+fn spec_changed(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| -> Value {
+        let mut v = v.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("metadata");
+            m.remove("status");
+        }
+        v
+    };
+    strip(old) != strip(new)
+}
+
+fn written_response(ctx: &Ctx, w: &Written, warnings: &[String]) -> Response {
+    let mut r = render_one(ctx, StatusCode::OK, w.object());
+    body::add_warnings(&mut r, warnings);
+    r
+}
+
+pub async fn update(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
+    let obj = body::decode(&ctx.headers, &bytes)?;
+    let (w, warnings) = update_object(ctx, obj, UpdateScope::Main).await?;
+    Ok(written_response(ctx, &w, &warnings))
+}
+
+/// PUT: replace the object, honouring a resourceVersion precondition.
+pub async fn update_object(
+    ctx: &Ctx,
+    mut obj: Value,
+    scope: UpdateScope,
+) -> Result<(Written, Vec<String>), StatusError> {
+    let res = ctx.rr.resource;
+    check_type(res, &mut obj)?;
+    let body_name = objects::name(&obj).to_string();
+    if !body_name.is_empty() && body_name != ctx.rr.name {
+        return Err(StatusError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({})",
+            ctx.rr.name
+        )));
+    }
+    let warnings = field_validation(ctx, &obj)?;
+    let precondition = objects::resource_version(&obj).to_string();
+    let (old, rev) = ctx.current().await?;
+    if !precondition.is_empty() && precondition != rev.to_string() {
+        return Err(StatusError::modified(res.group, res.plural, &ctx.rr.name));
+    }
+    let w = finish_update(ctx, &old, obj, rev, scope, "Update").await?;
+    Ok((w, warnings))
+}
+
+pub async fn patch(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
+    let (w, code) = patch_object(ctx, bytes, UpdateScope::Main).await?;
+    Ok(render_one(ctx, code, w.object()))
+}
+
+/// Parse the patch document of a request.
+fn patch_document(ctx: &Ctx, bytes: &Bytes) -> Result<(PatchType, Value), StatusError> {
+    let ct = ctx
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let ptype = PatchType::from_content_type(ct).ok_or_else(|| {
+        StatusError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json"
+        ))
+    })?;
+    if bytes.len() > body::MAX_BODY_BYTES {
+        return Err(StatusError::too_large(format!(
+            "Request entity too large: limit is {}",
+            body::MAX_BODY_BYTES
+        )));
+    }
+    let doc = match ptype {
+        PatchType::Apply => body::decode_yaml(bytes)?,
+        _ => {
+            serde_json::from_slice(bytes).map_err(|e| StatusError::bad_request(format!("error decoding patch: {e}")))?
+        }
+    };
+    Ok((ptype, doc))
+}
+
+pub async fn patch_object(ctx: &Ctx, bytes: Bytes, scope: UpdateScope) -> Result<(Written, StatusCode), StatusError> {
+    let res = ctx.rr.resource;
+    let (ptype, doc) = patch_document(ctx, &bytes)?;
+    let def = skiff_api::schema::definition_for(res.group, res.version, res.kind).unwrap_or("");
+    let force = ctx.flag("force");
+    let manager = ctx.manager();
+    if ptype == PatchType::Apply && ctx.param("fieldManager").is_none_or(str::is_empty) {
+        return Err(StatusError::bad_request(
+            "PATCH /apply requests require a fieldManager parameter",
+        ));
+    }
+    for _ in 0..8 {
+        let current = match ctx.current().await {
+            Ok(c) => Some(c),
+            Err(e) if e.code == 404 && ptype == PatchType::Apply && scope == UpdateScope::Main => None,
+            Err(e) => return Err(e),
+        };
+        let Some((old, rev)) = current else {
+            // Server-side apply creates what does not exist.
+            let mut applied = skiff_api::patch::apply::apply(None, &doc, &manager, force, def, &objects::now_rfc3339())
+                .map_err(|e| apply_error(ctx, e))?;
+            metadata_mut(&mut applied).insert("name".into(), json!(ctx.rr.name));
+            let (obj, _) = create_object(ctx, &mut applied, "Apply").await?;
+            return Ok((Written::Updated(obj), StatusCode::CREATED));
+        };
+        let new = match ptype {
+            PatchType::Json => skiff_api::patch::json::json_patch(&old, &doc).map_err(patch_error)?,
+            PatchType::Merge => skiff_api::patch::merge::merge_patch(&old, &doc).map_err(patch_error)?,
+            PatchType::Strategic => {
+                skiff_api::patch::strategic::strategic_merge(&old, &doc, def).map_err(patch_error)?
+            }
+            PatchType::Apply => {
+                skiff_api::patch::apply::apply(Some(&old), &doc, &manager, force, def, &objects::now_rfc3339())
+                    .map_err(|e| apply_error(ctx, e))?
+            }
+        };
+        let precondition = objects::resource_version(&new).to_string();
+        if !precondition.is_empty() && precondition != rev.to_string() {
+            return Err(StatusError::modified(res.group, res.plural, &ctx.rr.name));
+        }
+        let operation = if ptype == PatchType::Apply { "Apply" } else { "Update" };
+        match finish_update(ctx, &old, new, rev, scope, operation).await {
+            Err(e) if e.reason == "Conflict" && precondition.is_empty() => continue,
+            other => return other.map(|w| (w, StatusCode::OK)),
+        }
+    }
+    Err(StatusError::modified(res.group, res.plural, &ctx.rr.name))
+}
+
+fn patch_error(e: skiff_api::patch::PatchError) -> StatusError {
+    e.to_status()
+}
+
+fn apply_error(_ctx: &Ctx, e: skiff_api::patch::apply::ApplyError) -> StatusError {
+    skiff_api::patch::PatchError::from(e).to_status()
+}
+
+/// DeleteOptions from the body or the query.
+#[derive(Default, Debug)]
+pub struct DeleteOpts {
+    pub grace: Option<i64>,
+    pub propagation: Option<String>,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+pub fn delete_options(ctx: &Ctx, bytes: &Bytes) -> Result<DeleteOpts, StatusError> {
+    let mut o = DeleteOpts::default();
+    if !bytes.is_empty() {
+        let v = body::decode(&ctx.headers, bytes)?;
+        o.grace = v.get("gracePeriodSeconds").and_then(Value::as_i64);
+        o.propagation = v.get("propagationPolicy").and_then(Value::as_str).map(str::to_string);
+        if o.propagation.is_none() {
+            match v.get("orphanDependents").and_then(Value::as_bool) {
+                Some(true) => o.propagation = Some("Orphan".into()),
+                Some(false) => o.propagation = Some("Background".into()),
+                None => {}
+            }
+        }
+        o.uid = v
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        o.resource_version = v
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+    }
+    if let Some(g) = ctx.param("gracePeriodSeconds") {
+        o.grace = Some(
+            g.parse()
+                .map_err(|_| StatusError::bad_request(format!("invalid gracePeriodSeconds: {g}")))?,
+        );
+    }
+    if let Some(p) = ctx.param("propagationPolicy") {
+        o.propagation = Some(p.to_string());
+    }
+    if let Some(p) = &o.propagation
+        && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
+    {
+        let errs = [skiff_api::FieldError::not_supported(
+            "propagationPolicy",
+            &json!(p),
+            &["Foreground", "Background", "Orphan", "nil"],
+        )];
+        return Err(StatusError::invalid("meta.k8s.io", "DeleteOptions", "", &errs));
+    }
+    Ok(o)
+}
+
+pub async fn delete(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
+    let opts = delete_options(ctx, &bytes)?;
+    let (w, code) = delete_object(ctx, &opts).await?;
+    Ok(render_one(ctx, code, w.object()))
+}
+
+/// The grace period a pod deletion gets (None: not a graceful kind).
+fn pod_grace(obj: &Value, requested: Option<i64>) -> i64 {
+    let bound = obj
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    let phase = obj.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
+    if !bound || phase == "Succeeded" || phase == "Failed" {
+        return 0;
+    }
+    let g = requested
+        .or_else(|| {
+            obj.pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(Value::as_i64)
+        })
+        .unwrap_or(30);
+    // Upstream turns a requested 0 into 1 unless the deletion is forced by the node.
+    g.max(0)
+}
+
+pub async fn delete_object(ctx: &Ctx, opts: &DeleteOpts) -> Result<(Written, StatusCode), StatusError> {
+    let res = ctx.rr.resource;
+    for _ in 0..8 {
+        let (obj, rev) = ctx.current().await?;
+        if let Some(uid) = &opts.uid
+            && uid != objects::uid(&obj)
+        {
+            return Err(StatusError::conflict(
+                res.group,
+                res.plural,
+                &ctx.rr.name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    objects::uid(&obj)
+                ),
+            ));
+        }
+        if let Some(rv) = &opts.resource_version
+            && *rv != rev.to_string()
+        {
+            return Err(StatusError::conflict(
+                res.group,
+                res.plural,
+                &ctx.rr.name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {rev}"
+                ),
+            ));
+        }
+        let mut new = obj.clone();
+        let mut changed = false;
+        let now = jiff::Timestamp::now();
+        // Graceful deletion of pods on nodes: the node confirms with a zero-grace delete.
+        let mut grace_pending = false;
+        if res.plural == "pods" {
+            let grace = pod_grace(&obj, opts.grace);
+            if grace > 0 {
+                let current_grace = objects::metadata(&obj)
+                    .and_then(|m| m.get("deletionGracePeriodSeconds"))
+                    .and_then(Value::as_i64);
+                if current_grace.is_none_or(|g| grace < g) {
+                    let at = now + jiff::SignedDuration::from_secs(grace);
+                    let md = metadata_mut(&mut new);
+                    md.insert(
+                        "deletionTimestamp".into(),
+                        json!(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
+                    );
+                    md.insert("deletionGracePeriodSeconds".into(), json!(grace));
+                    changed = true;
+                }
+                grace_pending = true;
+            }
+        }
+        if res.plural == "namespaces" {
+            if let Some(m) = new.as_object_mut() {
+                m.insert("status".into(), json!({"phase": "Terminating"}));
+            }
+            changed = true;
+        }
+        // Propagation through finalizers.
+        let propagation = opts.propagation.as_deref().unwrap_or("Background");
+        let mut fins = objects::finalizers(&new);
+        let want = match propagation {
+            "Orphan" => Some("orphan"),
+            "Foreground" => Some("foregroundDeletion"),
+            _ => None,
+        };
+        if objects::deletion_timestamp(&obj).is_none() {
+            if let Some(f) = want
+                && !fins.iter().any(|x| x == f)
+            {
+                fins.push(f.to_string());
+                metadata_mut(&mut new).insert("finalizers".into(), json!(fins));
+                changed = true;
+            }
+        }
+        let keep = grace_pending || !fins.is_empty() || namespace_pending(res, &new);
+        if keep {
+            if objects::deletion_timestamp(&new).is_none() {
+                let md = metadata_mut(&mut new);
+                md.insert("deletionTimestamp".into(), json!(objects::now_rfc3339()));
+                md.insert("deletionGracePeriodSeconds".into(), json!(0));
+                changed = true;
+            }
+            if !changed {
+                return Ok((Written::Updated(obj), StatusCode::OK));
+            }
+            if ctx.dry_run() {
+                return Ok((Written::Updated(new), StatusCode::OK));
+            }
+            let bytes = objects::encode_for_store(&new);
+            match ctx.state.store.update(&ctx.key(), bytes, rev).await {
+                Ok(kv) => {
+                    objects::set_resource_version(&mut new, kv.mod_revision);
+                    return Ok((Written::Updated(new), StatusCode::OK));
+                }
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(ctx.store_err(e)),
+            }
+        }
+        if ctx.dry_run() {
+            return Ok((Written::Deleted(obj), StatusCode::OK));
+        }
+        match ctx.state.store.delete(&ctx.key(), Some(rev)).await {
+            Ok(_) => return Ok((Written::Deleted(obj), StatusCode::OK)),
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(ctx.store_err(e)),
+        }
+    }
+    Err(StatusError::modified(res.group, res.plural, &ctx.rr.name))
+}
+
+pub async fn delete_collection(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
+    let res = ctx.rr.resource;
+    let opts = delete_options(ctx, &bytes)?;
+    let filter = Filter::from_ctx(ctx)?;
+    let prefix = objects::prefix(res, &ctx.rr.namespace);
+    let page = ctx
+        .state
+        .store
+        .list(&prefix, Default::default())
+        .await
+        .map_err(|e| ctx.store_err(e))?;
+    let mut deleted = Vec::new();
+    for kv in &page.items {
+        let Some(obj) = objects::decode_kv(kv) else { continue };
+        if !filter.matches(&obj) {
+            continue;
+        }
+        let mut rr = ctx.rr.clone();
+        rr.name = objects::name(&obj).to_string();
+        rr.namespace = objects::namespace(&obj).to_string();
+        let one = Ctx {
+            state: ctx.state.clone(),
+            rr,
+            params: ctx.params.clone(),
+            headers: ctx.headers.clone(),
+            method: ctx.method.clone(),
+        };
+        match delete_object(&one, &opts).await {
+            Ok((w, _)) => deleted.push(w.object().clone()),
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let list = json!({
+        "kind": res.list_kind(),
+        "apiVersion": res.api_version(),
+        "metadata": {"resourceVersion": page.revision.to_string()},
+        "items": deleted,
+    });
+    Ok(body::value_response(StatusCode::OK, &list))
+}

@@ -1,0 +1,247 @@
+//! `skiff bench ...`: measured against a real `skiff server` child process over HTTPS.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Subcommand;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use serde_json::json;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Pod creates from many clients, a full list, and the server's memory.
+    Api {
+        #[arg(long, default_value_t = 10_000)]
+        pods: usize,
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Scheduling throughput on upstream's scheduler_perf shapes.
+    Scheduling {
+        #[arg(long, default_value_t = 5000)]
+        nodes: usize,
+        #[arg(long, default_value_t = 10_000)]
+        pods: usize,
+        #[arg(long, default_value = "basic")]
+        workload: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A `skiff server` child process on a free port with a temporary data dir.
+pub struct ChildServer {
+    child: std::process::Child,
+    pub kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl ChildServer {
+    pub async fn start(extra: &[&str]) -> anyhow::Result<ChildServer> {
+        let dir = tempfile::tempdir().context("creating a temp dir")?;
+        let port = free_port()?;
+        let kubeconfig = dir.path().join("kubeconfig");
+        let exe = std::env::current_exe().context("locating the skiff binary")?;
+        let child = std::process::Command::new(exe)
+            .arg("server")
+            .arg("--data-dir")
+            .arg(dir.path())
+            .arg("--port")
+            .arg(port.to_string())
+            .args(extra)
+            .env("SKIFF_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting skiff server")?;
+        let server = ChildServer {
+            child,
+            kubeconfig,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !server.kubeconfig.exists() {
+            anyhow::ensure!(Instant::now() < deadline, "server did not start");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(server)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        crate::kube_client(&self.kubeconfig).await
+    }
+}
+
+impl Drop for ChildServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// Resident memory of a process in MiB.
+pub fn rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    match cmd {
+        BenchCommand::Api { pods, clients, json } => bench_api(pods, clients, json).await,
+        BenchCommand::Scheduling {
+            nodes,
+            pods,
+            workload,
+            json,
+        } => {
+            let server = ChildServer::start(&["--no-agent", "--no-scheduler"]).await?;
+            let client = server.client().await?;
+            wait_ready(&client).await?;
+            let result = skiff_scheduler::bench(
+                client,
+                skiff_scheduler::BenchConfig {
+                    nodes,
+                    pods,
+                    workload: workload.parse()?,
+                    ..Default::default()
+                },
+            )
+            .await?;
+            print_result(&serde_json::to_value(&result)?, json);
+            Ok(())
+        }
+    }
+}
+
+async fn wait_ready(client: &kube::Client) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let req = http::Request::get("/readyz").body(Vec::new())?;
+        if client.request_text(req).await.is_ok() {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "server never became ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn print_result(v: &serde_json::Value, as_json: bool) {
+    if as_json {
+        println!("{v}");
+    } else if let Some(m) = v.as_object() {
+        for (k, val) in m {
+            println!("{k:>20}: {val}");
+        }
+    }
+}
+
+async fn bench_api(pods: usize, clients: usize, as_json: bool) -> anyhow::Result<()> {
+    let server = ChildServer::start(&["--no-agent", "--no-scheduler", "--no-controllers"]).await?;
+    let client = server.client().await?;
+    wait_ready(&client).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_rss = rss_mb(server.pid());
+    let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..clients.max(1) {
+        let api = api.clone();
+        let next = next.clone();
+        handles.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= pods {
+                    break;
+                }
+                let pod: Pod = serde_json::from_value(bench_pod(i))?;
+                let t = Instant::now();
+                api.create(&PostParams::default(), &pod)
+                    .await
+                    .with_context(|| format!("creating pod {i}"))?;
+                lat.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+            anyhow::Ok(lat)
+        }));
+    }
+    let mut lat = Vec::with_capacity(pods);
+    for h in handles {
+        lat.extend(h.await.context("client task")??);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    lat.sort_by(f64::total_cmp);
+    // A full list, as kubectl would ask for it without paging.
+    let t = Instant::now();
+    let list = api.list(&ListParams::default()).await.context("listing pods")?;
+    let list_ms = t.elapsed().as_secs_f64() * 1000.0;
+    anyhow::ensure!(
+        list.items.len() == pods,
+        "listed {} pods, created {pods}",
+        list.items.len()
+    );
+    let rss = rss_mb(server.pid());
+    let result = json!({
+        "pods": pods,
+        "clients": clients,
+        "creates_per_second": (pods as f64 / elapsed).round(),
+        "p50_ms": round2(percentile(&lat, 0.50)),
+        "p99_ms": round2(percentile(&lat, 0.99)),
+        "list_ms": round2(list_ms),
+        "rss_mb": round2(rss),
+        "idle_rss_mb": round2(idle_rss),
+    });
+    print_result(&result, as_json);
+    Ok(())
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn bench_pod(i: usize) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": format!("bench-{i:06}"), "labels": {"app": "bench", "shard": (i % 16).to_string()}},
+        "spec": {
+            "schedulerName": "bench-no-scheduler",
+            "containers": [{
+                "name": "app",
+                "image": "busybox:latest",
+                "command": ["sleep", "3600"],
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+            }],
+        },
+    })
+}

@@ -1,0 +1,210 @@
+//! End-to-end test harness: a real `skiff server` on a free port with a temporary data dir,
+//! driven by the real kubectl with a fresh HOME. Everything is stopped and removed on drop.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Cluster {
+    pub child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub home: tempfile::TempDir,
+    pub port: u16,
+    pub kubeconfig: PathBuf,
+    args: Vec<String>,
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+pub fn skiff_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_skiff")
+}
+
+impl Cluster {
+    /// A control plane without a local node agent.
+    pub fn start(extra: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().expect("data dir");
+        let home = tempfile::tempdir().expect("home");
+        let port = free_port();
+        let kubeconfig = dir.path().join("kubeconfig");
+        let mut c = Cluster {
+            child: None,
+            dir,
+            home,
+            port,
+            kubeconfig,
+            args: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        c.spawn();
+        c
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log file");
+        let child = Command::new(skiff_bin())
+            .arg("server")
+            .arg("--data-dir")
+            .arg(self.dir.path())
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(&self.args)
+            .env("HOME", self.home.path())
+            .env("SKIFF_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start skiff server");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if self.kubeconfig.exists() {
+                let out = self.kubectl(&["get", "--raw", "/readyz"]);
+                if out.status.success() {
+                    return;
+                }
+            }
+            if Instant::now() > deadline {
+                panic!("server did not become ready; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// kill -9 the server (containers and data stay).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start the server again on the same data dir and port.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    pub fn kubectl_cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .env("HOME", self.home.path())
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_cmd(args).output().expect("run kubectl")
+    }
+
+    /// kubectl that must succeed; returns stdout.
+    pub fn k(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed ({:?}):\nstdout: {stdout}\nstderr: {stderr}\nserver log tail:\n{}",
+            out.status,
+            tail(&self.log(), 40)
+        );
+        stdout
+    }
+
+    /// kubectl that must fail; returns stderr.
+    pub fn k_err(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} unexpectedly succeeded: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).to_string()
+    }
+
+    /// kubectl apply -f - with this YAML.
+    pub fn apply(&self, yaml: &str, extra: &[&str]) -> String {
+        self.stdin_kubectl(&[&["apply", "-f", "-"], extra].concat(), yaml)
+    }
+
+    pub fn stdin_kubectl(&self, args: &[&str], input: &str) -> String {
+        use std::io::Write;
+        let mut child = self
+            .kubectl_cmd(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
+        let out = child.wait_with_output().expect("kubectl output");
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed:\nstdout: {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
+    /// Parsed `kubectl get ... -o json`.
+    pub fn get_json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.k(&[&["get"], args, &["-o", "json"]].concat());
+        serde_json::from_str(&out).expect("kubectl json")
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Poll `f` until it returns Some or the timeout passes.
+pub fn eventually<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

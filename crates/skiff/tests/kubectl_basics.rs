@@ -1,0 +1,411 @@
+//! The control plane driven by the real kubectl: discovery, apply, get in every form,
+//! label, taint, cordon, create, scale, delete, explain.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Cluster, eventually};
+
+const CONTROL_PLANE: &[&str] = &["--no-agent", "--no-scheduler"];
+
+#[test]
+fn version_discovery_and_api_resources() {
+    let c = Cluster::start(CONTROL_PLANE);
+    let v = c.k(&["version", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&v).expect("version json");
+    assert_eq!(v["serverVersion"]["major"], "1");
+    assert_eq!(v["serverVersion"]["minor"], "33");
+    let res = c.k(&["api-resources"]);
+    for line in [
+        "pods",
+        "po",
+        "deployments",
+        "deploy",
+        "daemonsets",
+        "ds",
+        "cronjobs",
+        "cj",
+        "leases",
+        "priorityclasses",
+        "poddisruptionbudgets",
+    ] {
+        assert!(res.contains(line), "api-resources lacks {line}:\n{res}");
+    }
+    let ns = c.k(&["get", "namespaces"]);
+    for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        assert!(ns.contains(n), "{ns}");
+    }
+    assert!(ns.contains("Active"));
+}
+
+#[test]
+fn unauthenticated_requests_get_401() {
+    let c = Cluster::start(CONTROL_PLANE);
+    let out = std::process::Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}"])
+        .arg(format!("https://127.0.0.1:{}/api/v1/namespaces/default/pods", c.port))
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "401");
+    let ok = std::process::Command::new("curl")
+        .args(["-sk"])
+        .arg(format!("https://127.0.0.1:{}/readyz", c.port))
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&ok.stdout), "ok");
+}
+
+const DEPLOY: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels:
+    app: web
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.15
+        ports:
+        - containerPort: 80
+"#;
+
+#[test]
+fn apply_create_update_unchanged_and_server_side() {
+    let c = Cluster::start(CONTROL_PLANE);
+    let out = c.apply(DEPLOY, &[]);
+    assert!(out.contains("deployment.apps/web created"), "{out}");
+    let out = c.apply(DEPLOY, &[]);
+    assert!(out.contains("deployment.apps/web unchanged"), "{out}");
+    let edited = DEPLOY
+        .replace("nginx:1.15", "nginx:1.16")
+        .replace("replicas: 2", "replicas: 3");
+    let out = c.apply(&edited, &[]);
+    assert!(out.contains("deployment.apps/web configured"), "{out}");
+    let d = c.get_json(&["deployment", "web"]);
+    assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.16");
+    assert_eq!(d["spec"]["replicas"], 3);
+    assert_eq!(d["metadata"]["generation"], 2);
+    // Defaults kubectl relies on.
+    assert_eq!(d["spec"]["strategy"]["type"], "RollingUpdate");
+    assert_eq!(d["spec"]["revisionHistoryLimit"], 10);
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
+
+    // Server-side apply creates and then updates, with managedFields.
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\ndata:\n  a: \"1\"\n";
+    let out = c.apply(cm, &["--server-side"]);
+    assert!(out.contains("configmap/ssa serverside-applied"), "{out}");
+    let out = c.apply(&cm.replace("\"1\"", "\"2\""), &["--server-side"]);
+    assert!(out.contains("serverside-applied"), "{out}");
+    let got = c.get_json(&["configmap", "ssa", "--show-managed-fields"]);
+    assert_eq!(got["data"]["a"], "2");
+    let managers: Vec<&str> = got["metadata"]["managedFields"]
+        .as_array()
+        .expect("managedFields")
+        .iter()
+        .filter_map(|m| m["manager"].as_str())
+        .collect();
+    assert!(managers.contains(&"kubectl"), "{managers:?}");
+}
+
+#[test]
+fn get_in_every_form() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.apply(DEPLOY, &[]);
+    c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p1\n  labels:\n    tier: front\nspec:\n  containers:\n  - name: c\n    image: busybox:latest\n",
+        &[],
+    );
+    let out = c.k(&["get", "pods"]);
+    assert!(out.starts_with("NAME"), "{out}");
+    assert!(
+        out.contains("READY") && out.contains("STATUS") && out.contains("RESTARTS"),
+        "{out}"
+    );
+    assert!(
+        out.contains("p1") && out.contains("0/1") && out.contains("Pending"),
+        "{out}"
+    );
+    let wide = c.k(&["get", "pods", "-o", "wide"]);
+    assert!(
+        wide.contains("NOMINATED NODE") && wide.contains("READINESS GATES"),
+        "{wide}"
+    );
+    let labels = c.k(&["get", "pods", "--show-labels"]);
+    assert!(labels.contains("tier=front"), "{labels}");
+    let col = c.k(&["get", "pods", "-L", "tier"]);
+    assert!(col.contains("TIER") && col.contains("front"), "{col}");
+    let all = c.k(&["get", "pods", "-A"]);
+    assert!(all.contains("NAMESPACE") && all.contains("default"), "{all}");
+    let name = c.k(&["get", "pods", "-o", "name"]);
+    assert_eq!(name.trim(), "pod/p1");
+    let yaml = c.k(&["get", "pod", "p1", "-o", "yaml"]);
+    assert!(
+        yaml.contains("restartPolicy: Always") && yaml.contains("qosClass: BestEffort"),
+        "{yaml}"
+    );
+    let deploy = c.k(&["get", "deploy"]);
+    assert!(deploy.contains("UP-TO-DATE") && deploy.contains("web"), "{deploy}");
+    let sel = c.k(&["get", "pods", "-l", "tier=front", "-o", "name"]);
+    assert_eq!(sel.trim(), "pod/p1");
+    let none = c.k(&["get", "pods", "-l", "tier!=front", "-o", "name"]);
+    assert_eq!(none.trim(), "");
+    let fsel = c.k(&["get", "pods", "--field-selector", "metadata.name=p1", "-o", "name"]);
+    assert_eq!(fsel.trim(), "pod/p1");
+    let bad = c.k_err(&["get", "pods", "--field-selector", "spec.foo=bar"]);
+    assert!(
+        bad.contains("BadRequest") || bad.contains("field label not supported"),
+        "{bad}"
+    );
+    // Every resource kind can be listed.
+    for r in [
+        "namespaces",
+        "nodes",
+        "pods",
+        "events",
+        "secrets",
+        "configmaps",
+        "services",
+        "endpoints",
+        "serviceaccounts",
+        "persistentvolumes",
+        "persistentvolumeclaims",
+        "deployments",
+        "replicasets",
+        "statefulsets",
+        "daemonsets",
+        "controllerrevisions",
+        "jobs",
+        "cronjobs",
+        "leases",
+        "poddisruptionbudgets",
+        "priorityclasses",
+        "events.events.k8s.io",
+    ] {
+        let out = c.kubectl(&["get", r, "-A"]);
+        assert!(
+            out.status.success(),
+            "get {r}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn pagination_with_limit_and_continue() {
+    let c = Cluster::start(CONTROL_PLANE);
+    for i in 0..7 {
+        c.k(&["create", "configmap", &format!("cm{i}"), "--from-literal=k=v"]);
+    }
+    let out = c.k(&["get", "configmaps", "--chunk-size=2", "-o", "name"]);
+    let names: Vec<&str> = out.lines().filter(|l| l.starts_with("configmap/cm")).collect();
+    assert_eq!(names.len(), 7, "{out}");
+}
+
+#[test]
+fn label_taint_cordon() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.apply("apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n", &[]);
+    c.k(&["label", "nodes", "n1", "disktype=ssd"]);
+    assert!(c.k(&["get", "nodes", "n1", "--show-labels"]).contains("disktype=ssd"));
+    let err = c.k_err(&["label", "nodes", "n1", "disktype=hdd"]);
+    assert!(err.contains("already has a value"), "{err}");
+    c.k(&["label", "nodes", "n1", "disktype=hdd", "--overwrite"]);
+    assert_eq!(c.get_json(&["node", "n1"])["metadata"]["labels"]["disktype"], "hdd");
+    c.k(&["label", "nodes", "n1", "disktype-"]);
+    assert!(
+        c.get_json(&["node", "n1"])["metadata"]["labels"]
+            .get("disktype")
+            .is_none()
+    );
+
+    c.k(&["taint", "node", "n1", "key=value:NoSchedule"]);
+    let n = c.get_json(&["node", "n1"]);
+    assert_eq!(n["spec"]["taints"][0]["key"], "key");
+    assert_eq!(n["spec"]["taints"][0]["effect"], "NoSchedule");
+    c.k(&["taint", "node", "n1", "other=x:PreferNoSchedule"]);
+    c.k(&["taint", "node", "n1", "key:NoSchedule-"]);
+    let n = c.get_json(&["node", "n1"]);
+    let taints = n["spec"]["taints"].as_array().expect("taints");
+    assert_eq!(taints.len(), 1, "{taints:?}");
+    assert_eq!(taints[0]["key"], "other");
+    let bad = c.k_err(&["taint", "node", "n1", "k=v:Sometimes"]);
+    assert!(bad.contains("Sometimes") || bad.contains("effect"), "{bad}");
+
+    c.k(&["cordon", "n1"]);
+    assert_eq!(c.get_json(&["node", "n1"])["spec"]["unschedulable"], true);
+    let out = c.k(&["get", "nodes"]);
+    assert!(out.contains("SchedulingDisabled"), "{out}");
+    c.k(&["uncordon", "n1"]);
+    assert!(c.get_json(&["node", "n1"])["spec"].get("unschedulable").is_none());
+}
+
+#[test]
+fn create_secret_configmap_namespace_scale() {
+    let c = Cluster::start(CONTROL_PLANE);
+    let f = c.path().join("username.txt");
+    std::fs::write(&f, "admin").expect("write");
+    c.k(&[
+        "create",
+        "secret",
+        "generic",
+        "user",
+        &format!("--from-file={}", f.display()),
+    ]);
+    c.k(&[
+        "create",
+        "secret",
+        "generic",
+        "pass",
+        "--from-literal=password=c1oudc0w!",
+    ]);
+    let s = c.get_json(&["secret", "user"]);
+    assert_eq!(s["data"]["username.txt"], "YWRtaW4=");
+    assert_eq!(s["type"], "Opaque");
+    let out = c.k(&["get", "secrets"]);
+    assert!(
+        out.contains("user") && out.contains("Opaque") && out.contains("DATA"),
+        "{out}"
+    );
+    c.k(&["create", "configmap", "conf", "--from-literal=a=b"]);
+    assert_eq!(c.get_json(&["configmap", "conf"])["data"]["a"], "b");
+    c.k(&["create", "namespace", "team"]);
+    assert!(c.k(&["get", "ns", "team"]).contains("Active"));
+    c.k(&["create", "deployment", "d1", "--image=busybox:latest", "-n", "team"]);
+    c.k(&["scale", "deployment", "d1", "--replicas=4", "-n", "team"]);
+    assert_eq!(c.get_json(&["deployment", "d1", "-n", "team"])["spec"]["replicas"], 4);
+    let already = c.k_err(&["create", "namespace", "team"]);
+    assert!(
+        already.contains("AlreadyExists") && already.contains("namespaces \"team\" already exists"),
+        "{already}"
+    );
+    let missing = c.k_err(&["get", "pod", "nope"]);
+    assert!(
+        missing.contains("NotFound") && missing.contains("pods \"nope\" not found"),
+        "{missing}"
+    );
+    let no_ns = c.k_err(&["create", "configmap", "x", "--from-literal=a=b", "-n", "ghost"]);
+    assert!(no_ns.contains("namespaces \"ghost\" not found"), "{no_ns}");
+}
+
+#[test]
+fn delete_cascades_and_namespace_deletion() {
+    let c = Cluster::start(&["--no-agent", "--no-scheduler"]);
+    let owner = c.apply("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: owner\n", &[]);
+    assert!(owner.contains("created"));
+    let uid = c.get_json(&["configmap", "owner"])["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_string();
+    let dep = |name: &str, uid: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  ownerReferences:\n  - apiVersion: v1\n    kind: ConfigMap\n    name: owner\n    uid: {uid}\n"
+        )
+    };
+    c.apply(&dep("child-a", &uid), &[]);
+    // Orphan: the child stays, without its ownerReference.
+    c.k(&["delete", "configmap", "owner", "--cascade=orphan"]);
+    let orphaned = eventually(Duration::from_secs(10), || {
+        let v = c.get_json(&["configmap", "child-a"]);
+        v["metadata"].get("ownerReferences").is_none().then_some(())
+    });
+    assert!(orphaned.is_some(), "child-a kept its ownerReference");
+    assert!(c.kubectl(&["get", "configmap", "owner"]).status.code() != Some(0));
+
+    // Background: the child goes after the owner.
+    c.apply("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: owner\n", &[]);
+    let uid = c.get_json(&["configmap", "owner"])["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_string();
+    c.apply(&dep("child-b", &uid), &[]);
+    c.k(&["delete", "configmap", "owner"]);
+    let gone = eventually(Duration::from_secs(10), || {
+        (!c.kubectl(&["get", "configmap", "child-b"]).status.success()).then_some(())
+    });
+    assert!(gone.is_some(), "child-b survived its owner");
+
+    // Foreground: delete --wait returns once owner and child are gone.
+    c.apply("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: owner\n", &[]);
+    let uid = c.get_json(&["configmap", "owner"])["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_string();
+    let dep3 = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: child-c\n  ownerReferences:\n  - apiVersion: v1\n    kind: ConfigMap\n    name: owner\n    uid: {uid}\n    blockOwnerDeletion: true\n"
+    );
+    c.apply(&dep3, &[]);
+    c.k(&[
+        "delete",
+        "configmap",
+        "owner",
+        "--cascade=foreground",
+        "--wait=true",
+        "--timeout=30s",
+    ]);
+    assert!(!c.kubectl(&["get", "configmap", "child-c"]).status.success());
+
+    // Deleting a namespace deletes what is in it.
+    c.k(&["create", "namespace", "gone"]);
+    c.k(&["create", "configmap", "x", "--from-literal=a=b", "-n", "gone"]);
+    c.k(&["delete", "namespace", "gone", "--wait=true", "--timeout=60s"]);
+    assert!(!c.kubectl(&["get", "namespace", "gone"]).status.success());
+}
+
+#[test]
+fn explain_and_validation_errors() {
+    let c = Cluster::start(CONTROL_PLANE);
+    let out = c.k(&["explain", "pod.spec.containers.resources"]);
+    assert!(out.contains("limits") && out.contains("requests"), "{out}");
+    let bad = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad\nspec:\n  containers:\n  - name: c\n    image: busybox\n    resources:\n      requests:\n        cpu: \"2\"\n      limits:\n        cpu: \"1\"\n";
+    let out = c
+        .kubectl_cmd(&["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut ch| {
+            use std::io::Write;
+            ch.stdin.take().expect("stdin").write_all(bad.as_bytes())?;
+            ch.wait_with_output()
+        })
+        .expect("kubectl");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(
+            "spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit of 1"
+        ),
+        "{err}"
+    );
+    // Unknown fields are rejected under kubectl's strict validation.
+    let unknown = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: u\nfoo: bar\n";
+    let out = c
+        .kubectl_cmd(&["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut ch| {
+            use std::io::Write;
+            ch.stdin.take().expect("stdin").write_all(unknown.as_bytes())?;
+            ch.wait_with_output()
+        })
+        .expect("kubectl");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "unknown field accepted");
+    assert!(err.contains("unknown field \"foo\""), "{err}");
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace. On a fresh machine it first installs what the tests
+# need: curl, Debian's busybox-static (for the local busybox image), the Python Kubernetes
+# client, and builds the local images into Docker.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v curl >/dev/null || need_apt+=(curl)
+[ -x /bin/busybox ] || need_apt+=(busybox-static)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}"
+fi
+python3 -c 'import kubernetes' 2>/dev/null || python3 -m pip install -q kubernetes
+command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest
+
+cargo build --workspace --bins
+if docker info >/dev/null 2>&1; then
+  ./target/debug/skiff images build
+fi
+cargo nextest run --workspace --no-fail-fast "$@"

@@ -54,6 +54,7 @@ fn name_validator(res: &Resource) -> fn(&str, bool) -> Vec<String> {
     match (res.group, res.kind) {
         ("", "Namespace") => meta::name_is_dns_label,
         ("", "Service") => meta::name_is_dns1035_label,
+        ("apps", "StatefulSet") => meta::name_is_dns_label,
         _ => meta::name_is_dns_subdomain,
     }
 }

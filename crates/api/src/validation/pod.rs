@@ -40,17 +40,32 @@ pub(crate) fn validate_pod_template(
     p: &Path,
     errs: &mut Vec<FieldError>,
 ) {
+    validate_template_metadata(template, p, errs);
+    validate_pod_spec(field(template, "spec"), &p.child("spec"), errs);
+    if !arr_at(field(template, "spec"), "ephemeralContainers").is_empty() {
+        errs.push(forbidden(
+            &p.child("spec").child("ephemeralContainers"),
+            "ephemeral containers not allowed in pod template",
+        ));
+    }
+}
+
+/// A template's labels and annotations; upstream reports them at `<template>.labels`, as its
+/// metadata is embedded.
+pub(crate) fn validate_template_metadata(
+    template: Option<&Value>,
+    p: &Path,
+    errs: &mut Vec<FieldError>,
+) {
     let meta = field(template, "metadata");
-    let mp = p.child("metadata");
-    validate_labels(field(meta, "labels"), &mp.child("labels"), errs);
+    validate_labels(field(meta, "labels"), &p.child("labels"), errs);
     if let Some(m) = field(meta, "annotations").and_then(Value::as_object) {
         for k in m.keys() {
             for msg in super::meta::is_qualified_name(&k.to_lowercase()) {
-                errs.push(invalid_str(&mp.child("annotations"), k, &msg));
+                errs.push(invalid_str(&p.child("annotations"), k, &msg));
             }
         }
     }
-    validate_pod_spec(field(template, "spec"), &p.child("spec"), errs);
 }
 
 /// upstream's `ValidatePodSpec`.
@@ -61,25 +76,13 @@ pub(crate) fn validate_pod_spec(spec: Option<&Value>, p: &Path, errs: &mut Vec<F
     if containers.is_empty() {
         errs.push(required(&p.child("containers"), ""));
     }
-    for (i, c) in arr_at(spec, "initContainers").iter().enumerate() {
-        validate_container(
-            c,
-            &p.child("initContainers").index(i),
-            &volumes,
-            &mut names,
-            true,
-            errs,
-        );
-    }
     for (i, c) in containers.iter().enumerate() {
-        validate_container(
-            c,
-            &p.child("containers").index(i),
-            &volumes,
-            &mut names,
-            false,
-            errs,
-        );
+        let cp = p.child("containers").index(i);
+        validate_container(c, &cp, &volumes, &mut names, false, errs);
+    }
+    for (i, c) in arr_at(spec, "initContainers").iter().enumerate() {
+        let cp = p.child("initContainers").index(i);
+        validate_container(c, &cp, &volumes, &mut names, true, errs);
     }
     validate_restart_policy(spec, &p.child("restartPolicy"), errs);
     if let Some(v) = field(spec, "dnsPolicy") {
@@ -406,14 +409,8 @@ pub(crate) fn validate_port_num_or_name(v: Option<&Value>, p: &Path, errs: &mut 
             }
         }
         Some(Value::String(s)) => {
-            if let Ok(n) = s.parse::<i64>() {
-                if !valid_port_num(n) {
-                    errs.push(invalid_str(p, s, PORT_RANGE_MSG));
-                }
-            } else {
-                for m in port_name_errors(s) {
-                    errs.push(invalid_str(p, s, &m));
-                }
+            for m in port_name_errors(s) {
+                errs.push(invalid_str(p, s, &m));
             }
         }
         Some(other) => errs.push(invalid(p, other, "must be an integer or a string")),
@@ -533,6 +530,15 @@ fn validate_probe(probe: &Value, p: &Path, liveness_or_startup: bool, errs: &mut
     ] {
         nonnegative(Some(probe), key, p, errs);
     }
+    if let Some(g) = field(Some(probe), "terminationGracePeriodSeconds")
+        && g.as_i64().is_none_or(|g| g <= 0)
+    {
+        errs.push(invalid(
+            &p.child("terminationGracePeriodSeconds"),
+            g,
+            "must be greater than 0",
+        ));
+    }
     if liveness_or_startup
         && let Some(st) = field(Some(probe), "successThreshold")
         && st.as_i64() != Some(1)
@@ -541,6 +547,8 @@ fn validate_probe(probe: &Value, p: &Path, liveness_or_startup: bool, errs: &mut
     }
 }
 
+/// upstream's `validateContainerCommon`, then the per-list rules of `validateContainers` /
+/// `validateInitContainers` (duplicate names, lifecycle, probes, restartPolicy), in its order.
 fn validate_container(
     c: &Value,
     p: &Path,
@@ -556,42 +564,20 @@ fn validate_container(
         for m in is_dns1123_label(name) {
             errs.push(invalid_str(&p.child("name"), name, &m));
         }
-        if !names.insert(name.to_string()) {
-            errs.push(duplicate(
-                &p.child("name"),
-                &Value::String(name.to_string()),
-            ));
-        }
     }
     let image = str_at(Some(c), "image");
     if image.is_empty() {
         errs.push(required(&p.child("image"), ""));
-    } else if image.trim() != image {
-        errs.push(invalid_str(
-            &p.child("image"),
-            image,
-            "must not have leading or trailing whitespace",
-        ));
-    }
-    if let Some(v) = field(Some(c), "imagePullPolicy") {
-        match v.as_str().unwrap_or("") {
-            "Always" | "IfNotPresent" | "Never" => {}
-            "" => errs.push(required(&p.child("imagePullPolicy"), "")),
-            _ => errs.push(not_supported(
-                &p.child("imagePullPolicy"),
-                v,
-                &["Always", "IfNotPresent", "Never"],
-            )),
-        }
     }
     if let Some(v) = field(Some(c), "terminationMessagePolicy") {
-        let s = v.as_str().unwrap_or("");
-        if s != "File" && s != "FallbackToLogsOnError" {
-            errs.push(not_supported(
+        match v.as_str().unwrap_or("") {
+            "File" | "FallbackToLogsOnError" => {}
+            "" => errs.push(required(&p.child("terminationMessagePolicy"), "")),
+            _ => errs.push(not_supported(
                 &p.child("terminationMessagePolicy"),
                 v,
                 &["File", "FallbackToLogsOnError"],
-            ));
+            )),
         }
     }
     validate_container_ports(arr_at(Some(c), "ports"), &p.child("ports"), errs);
@@ -634,6 +620,25 @@ fn validate_container(
             errs.push(invalid_str(&mp.child("mountPath"), path, "must be unique"));
         }
     }
+    if let Some(v) = field(Some(c), "imagePullPolicy") {
+        match v.as_str().unwrap_or("") {
+            "Always" | "IfNotPresent" | "Never" => {}
+            "" => errs.push(required(&p.child("imagePullPolicy"), "")),
+            _ => errs.push(not_supported(
+                &p.child("imagePullPolicy"),
+                v,
+                &["Always", "IfNotPresent", "Never"],
+            )),
+        }
+    }
+    validate_resources(field(Some(c), "resources"), &p.child("resources"), errs);
+
+    if !name.is_empty() && !names.insert(name.to_string()) {
+        errs.push(duplicate(
+            &p.child("name"),
+            &Value::String(name.to_string()),
+        ));
+    }
     let sidecar = init && str_at(Some(c), "restartPolicy") == "Always";
     if init
         && let Some(rp) = field(Some(c), "restartPolicy")
@@ -641,31 +646,50 @@ fn validate_container(
     {
         errs.push(not_supported(&p.child("restartPolicy"), rp, &["Always"]));
     }
-    for (key, live) in [
-        ("livenessProbe", true),
-        ("readinessProbe", false),
-        ("startupProbe", true),
+    for key in [
+        "lifecycle",
+        "livenessProbe",
+        "readinessProbe",
+        "startupProbe",
     ] {
-        let Some(probe) = field(Some(c), key) else {
+        let Some(v) = field(Some(c), key) else {
             continue;
         };
+        let kp = p.child(key);
         if init && !sidecar {
             errs.push(forbidden(
-                &p.child(key),
+                &kp,
                 "may not be set for init containers without restartPolicy=Always",
             ));
             continue;
         }
-        validate_probe(probe, &p.child(key), live, errs);
-    }
-    if let Some(lc) = field(Some(c), "lifecycle") {
-        for hook in ["postStart", "preStop"] {
-            if let Some(h) = field(Some(lc), hook) {
-                validate_handler(h, &p.child("lifecycle").child(hook), errs);
+        match key {
+            "lifecycle" => {
+                for hook in ["postStart", "preStop"] {
+                    if let Some(h) = field(Some(v), hook) {
+                        validate_handler(h, &kp.child(hook), errs);
+                    }
+                }
             }
+            "readinessProbe" => {
+                validate_probe(v, &kp, false, errs);
+                if field(Some(v), "terminationGracePeriodSeconds").is_some() {
+                    errs.push(invalid(
+                        &kp.child("terminationGracePeriodSeconds"),
+                        field(Some(v), "terminationGracePeriodSeconds").unwrap_or(&Value::Null),
+                        "must not be set for readinessProbes",
+                    ));
+                }
+            }
+            _ => validate_probe(v, &kp, true, errs),
         }
     }
-    validate_resources(field(Some(c), "resources"), &p.child("resources"), errs);
+    if !init && let Some(_rp) = field(Some(c), "restartPolicy") {
+        errs.push(forbidden(
+            &p.child("restartPolicy"),
+            "may not be set for non-init containers",
+        ));
+    }
 }
 
 /// upstream's `validateTaintEffect`.
@@ -1137,8 +1161,8 @@ mod tests {
         let e = pod_errors(
             json!({"containers": [{"name": "a", "image": "x"}, {"name": "a"}, {"name": "B_", "image": "x"}]}),
         );
-        assert_eq!(e[0], "spec.containers[1].name: Duplicate value: \"a\"");
-        assert_eq!(e[1], "spec.containers[1].image: Required value");
+        assert_eq!(e[0], "spec.containers[1].image: Required value");
+        assert_eq!(e[1], "spec.containers[1].name: Duplicate value: \"a\"");
         assert!(e[2].starts_with(
             "spec.containers[2].name: Invalid value: \"B_\": a lowercase RFC 1123 label"
         ));

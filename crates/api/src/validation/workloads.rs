@@ -4,14 +4,16 @@
 use serde_json::Value;
 
 use super::meta::validate_label_selector;
-use super::pod::validate_pod_template;
+use super::pod::{validate_pod_template, validate_template_metadata};
 use super::{
     Path, field, forbidden, go_int_or_string, go_label_selector, go_string_map, int_at, invalid,
     invalid_raw, invalid_str, nonnegative, not_supported, required, selector_is_empty,
     selector_matches, str_at,
 };
-use crate::defaults::{CONTROLLER_UID_LABEL, LEGACY_CONTROLLER_UID_LABEL};
-use crate::status::FieldError;
+use crate::defaults::{
+    CONTROLLER_UID_LABEL, JOB_NAME_LABEL, LEGACY_CONTROLLER_UID_LABEL, LEGACY_JOB_NAME_LABEL,
+};
+use crate::status::{FieldError, FieldErrorKind};
 
 const SELECTOR_MISMATCH: &str = "`selector` does not match template `labels`";
 
@@ -23,15 +25,39 @@ fn template_labels(template: Option<&Value>) -> Option<&Value> {
     field(field(template, "metadata"), "labels")
 }
 
-/// Selector required, valid, non-empty, and matching the template's labels.
-fn validate_selector_and_template(
+/// Go's `%#v` of an optional pointer field that is set (the address cannot be reproduced).
+fn go_ptr(ty: &str, v: Option<&Value>) -> String {
+    match v {
+        None => format!("(*{ty})(nil)"),
+        Some(_) => format!("(*{ty})(0xc000000000)"),
+    }
+}
+
+/// upstream: a selector that matches the template's labels. A missing selector selects
+/// nothing (and so never matches); an empty one selects everything (and is not checked).
+fn validate_template_matches(spec: Option<&Value>, tp: &Path, errs: &mut Vec<FieldError>) {
+    let sel = field(spec, "selector");
+    if sel.is_some() && selector_is_empty(sel) {
+        return;
+    }
+    let template = field(spec, "template");
+    if !selector_matches(sel, template_labels(template)) {
+        errs.push(invalid_raw(
+            &tp.child("metadata").child("labels"),
+            go_string_map(template_labels(template)),
+            SELECTOR_MISMATCH,
+        ));
+    }
+}
+
+/// Selector required, valid and non-empty (Deployment, ReplicaSet, StatefulSet).
+fn validate_required_selector(
     spec: Option<&Value>,
     p: &Path,
     what: &str,
     errs: &mut Vec<FieldError>,
 ) {
-    let sel = field(spec, "selector");
-    match sel {
+    match field(spec, "selector") {
         None => errs.push(required(&p.child("selector"), "")),
         Some(s) => {
             validate_label_selector(Some(s), &p.child("selector"), errs);
@@ -44,29 +70,16 @@ fn validate_selector_and_template(
             }
         }
     }
-    let template = field(spec, "template");
-    let tp = p.child("template");
-    if sel.is_some() && !selector_is_empty(sel) && !selector_matches(sel, template_labels(template))
-    {
-        errs.push(invalid_raw(
-            &tp.child("metadata").child("labels"),
-            go_string_map(template_labels(template)),
-            SELECTOR_MISMATCH,
-        ));
-    }
 }
 
-/// The template of a controller whose pods always restart.
-fn validate_always_restart_template(
+/// Only `restartPolicy: Always` and no `activeDeadlineSeconds` in the template.
+fn validate_always_restart(
     spec: Option<&Value>,
-    p: &Path,
+    tp: &Path,
     kind: &str,
     errs: &mut Vec<FieldError>,
 ) {
-    let template = field(spec, "template");
-    let tp = p.child("template");
-    validate_pod_template(template, &tp, errs);
-    let ts = field(template, "spec");
+    let ts = field(field(spec, "template"), "spec");
     let rp = field(ts, "restartPolicy")
         .cloned()
         .unwrap_or(Value::String(String::new()));
@@ -77,26 +90,37 @@ fn validate_always_restart_template(
             &["Always"],
         ));
     }
-    if let Some(ads) = field(ts, "activeDeadlineSeconds") {
-        errs.push(invalid(
+    if field(ts, "activeDeadlineSeconds").is_some() {
+        errs.push(forbidden(
             &tp.child("spec").child("activeDeadlineSeconds"),
-            ads,
             &format!("activeDeadlineSeconds in {kind} is not Supported"),
         ));
     }
 }
 
-/// The selector may not change after creation.
+/// upstream's `ValidatePodTemplateSpecForReplicaSet` (Deployments and ReplicaSets).
+fn validate_template_for_replicaset(spec: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>) {
+    let tp = p.child("template");
+    validate_template_matches(spec, &tp, errs);
+    validate_pod_template(field(spec, "template"), &tp, errs);
+    validate_always_restart(spec, &tp, "ReplicaSet", errs);
+}
+
+/// The selector may not change after creation (`ValidateImmutableField`).
 fn validate_selector_immutable(
     new: Option<&Value>,
     old: Option<&Value>,
     errs: &mut Vec<FieldError>,
 ) {
     let (ns, os) = (field(new, "selector"), field(old, "selector"));
-    if os.is_some() && ns != os {
+    if ns != os {
+        let rendered = match ns {
+            None => "null".to_string(),
+            Some(_) => go_label_selector(ns),
+        };
         errs.push(invalid_raw(
             &Path::new("spec").child("selector"),
-            go_label_selector(ns),
+            rendered,
             "field is immutable",
         ));
     }
@@ -136,17 +160,31 @@ fn percent_value(s: &str) -> Option<u64> {
     Some(digits.parse::<u64>().unwrap_or(u64::MAX))
 }
 
+/// upstream's `getIntOrPercentValue` compared with zero.
 fn int_or_percent_is_zero(v: Option<&Value>) -> bool {
     match v {
         None | Some(Value::Null) => true,
         Some(Value::Number(n)) => n.as_i64() == Some(0),
-        Some(Value::String(s)) => percent_value(s) == Some(0),
+        Some(Value::String(s)) => percent_value(s).unwrap_or(0) == 0,
         _ => false,
     }
 }
 
-/// upstream's `ValidateRollingUpdateDeployment` (DaemonSets share its rules).
-fn validate_rolling_update(ru: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>) {
+/// upstream's `IsNotMoreThan100Percent`.
+fn not_more_than_100_percent(v: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>) {
+    if let Some(Value::String(s)) = v
+        && percent_value(s).is_some_and(|n| n > 100)
+    {
+        errs.push(invalid_raw(
+            p,
+            go_int_or_string(v),
+            "must not be greater than 100%",
+        ));
+    }
+}
+
+/// upstream's `ValidateRollingUpdateDeployment`.
+fn validate_rolling_update_deployment(ru: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>) {
     let mu = field(ru, "maxUnavailable");
     let ms = field(ru, "maxSurge");
     validate_int_or_percent(mu, &p.child("maxUnavailable"), errs);
@@ -158,13 +196,29 @@ fn validate_rolling_update(ru: Option<&Value>, p: &Path, errs: &mut Vec<FieldErr
             "may not be 0 when `maxSurge` is 0",
         ));
     }
-    if let Some(Value::String(s)) = mu
-        && percent_value(s).is_some_and(|n| n > 100)
-    {
-        errs.push(invalid_str(
+    not_more_than_100_percent(mu, &p.child("maxUnavailable"), errs);
+}
+
+/// upstream's `ValidateRollingUpdateDaemonSet`: exactly one of maxSurge and maxUnavailable.
+fn validate_rolling_update_daemonset(ru: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>) {
+    let mu = field(ru, "maxUnavailable");
+    let ms = field(ru, "maxSurge");
+    validate_int_or_percent(mu, &p.child("maxUnavailable"), errs);
+    validate_int_or_percent(ms, &p.child("maxSurge"), errs);
+    not_more_than_100_percent(mu, &p.child("maxUnavailable"), errs);
+    not_more_than_100_percent(ms, &p.child("maxSurge"), errs);
+    let has_unavailable = !int_or_percent_is_zero(mu);
+    let has_surge = !int_or_percent_is_zero(ms);
+    if has_unavailable && has_surge {
+        errs.push(invalid_raw(
+            &p.child("maxSurge"),
+            go_int_or_string(ms),
+            "may not be set when maxUnavailable is non-zero",
+        ));
+    } else if !has_unavailable && !has_surge {
+        errs.push(required(
             &p.child("maxUnavailable"),
-            s,
-            "must not be greater than 100%",
+            "cannot be 0 when maxSurge is 0",
         ));
     }
 }
@@ -173,14 +227,11 @@ pub(crate) fn validate_deployment(obj: &Value, old: Option<&Value>, errs: &mut V
     let spec = spec_of(obj);
     let p = Path::new("spec");
     nonnegative(spec, "replicas", &p, errs);
-    validate_selector_and_template(spec, &p, "deployment", errs);
-    validate_always_restart_template(spec, &p, "ReplicaSet", errs);
+    validate_required_selector(spec, &p, "deployment", errs);
+    validate_template_for_replicaset(spec, &p, errs);
     let strategy = field(spec, "strategy");
     let sp = p.child("strategy");
-    let ty = field(strategy, "type")
-        .cloned()
-        .unwrap_or(Value::String(String::new()));
-    match ty.as_str().unwrap_or("") {
+    match str_at(strategy, "type") {
         "Recreate" => {
             if field(strategy, "rollingUpdate").is_some() {
                 errs.push(forbidden(
@@ -194,13 +245,24 @@ pub(crate) fn validate_deployment(obj: &Value, old: Option<&Value>, errs: &mut V
                 &sp.child("rollingUpdate"),
                 "this should be defaulted and never be nil",
             )),
-            Some(ru) => validate_rolling_update(Some(ru), &sp.child("rollingUpdate"), errs),
+            Some(ru) => {
+                validate_rolling_update_deployment(Some(ru), &sp.child("rollingUpdate"), errs)
+            }
         },
-        _ => errs.push(not_supported(
-            &sp.child("type"),
-            &ty,
-            &["Recreate", "RollingUpdate"],
-        )),
+        other => errs.push(FieldError {
+            kind: FieldErrorKind::NotSupported {
+                value: format!(
+                    "apps.DeploymentStrategy{{Type:{other:?}, RollingUpdate:{}}}",
+                    go_ptr(
+                        "apps.RollingUpdateDeployment",
+                        field(strategy, "rollingUpdate")
+                    )
+                ),
+                supported: vec!["\"Recreate\"".into(), "\"RollingUpdate\"".into()],
+            },
+            field: sp.as_str().to_string(),
+            detail: String::new(),
+        }),
     }
     nonnegative(spec, "minReadySeconds", &p, errs);
     nonnegative(spec, "revisionHistoryLimit", &p, errs);
@@ -225,8 +287,8 @@ pub(crate) fn validate_replicaset(obj: &Value, old: Option<&Value>, errs: &mut V
     let p = Path::new("spec");
     nonnegative(spec, "replicas", &p, errs);
     nonnegative(spec, "minReadySeconds", &p, errs);
-    validate_selector_and_template(spec, &p, "deployment", errs);
-    validate_always_restart_template(spec, &p, "ReplicaSet", errs);
+    validate_required_selector(spec, &p, "deployment", errs);
+    validate_template_for_replicaset(spec, &p, errs);
     if let Some(old) = old {
         validate_selector_immutable(spec, spec_of(old), errs);
     }
@@ -235,27 +297,45 @@ pub(crate) fn validate_replicaset(obj: &Value, old: Option<&Value>, errs: &mut V
 pub(crate) fn validate_daemonset(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     let spec = spec_of(obj);
     let p = Path::new("spec");
-    validate_selector_and_template(spec, &p, "daemonset", errs);
-    validate_always_restart_template(spec, &p, "DaemonSet", errs);
+    let sel = field(spec, "selector");
+    validate_label_selector(sel, &p.child("selector"), errs);
+    let template = field(spec, "template");
+    validate_template_matches(spec, &p.child("template"), errs);
+    if sel.is_some() && selector_is_empty(sel) {
+        errs.push(invalid_raw(
+            &p.child("selector"),
+            go_label_selector(sel),
+            "empty selector is invalid for daemonset",
+        ));
+    }
+    let tp = p.child("template");
+    validate_pod_template(template, &tp, errs);
+    validate_always_restart(spec, &tp, "DaemonSet", errs);
     nonnegative(spec, "minReadySeconds", &p, errs);
-    nonnegative(spec, "revisionHistoryLimit", &p, errs);
+    nonnegative(spec, "templateGeneration", &p, errs);
     let us = field(spec, "updateStrategy");
     let up = p.child("updateStrategy");
-    let ty = field(us, "type")
-        .cloned()
-        .unwrap_or(Value::String(String::new()));
-    match ty.as_str().unwrap_or("") {
+    match str_at(us, "type") {
         "OnDelete" => {}
         "RollingUpdate" => match field(us, "rollingUpdate") {
             None => errs.push(required(&up.child("rollingUpdate"), "")),
-            Some(ru) => validate_rolling_update(Some(ru), &up.child("rollingUpdate"), errs),
+            Some(ru) => {
+                validate_rolling_update_daemonset(Some(ru), &up.child("rollingUpdate"), errs)
+            }
         },
-        _ => errs.push(not_supported(
-            &up.child("type"),
-            &ty,
-            &["RollingUpdate", "OnDelete"],
-        )),
+        other => errs.push(FieldError {
+            kind: FieldErrorKind::NotSupported {
+                value: format!(
+                    "apps.DaemonSetUpdateStrategy{{Type:{other:?}, RollingUpdate:{}}}",
+                    go_ptr("apps.RollingUpdateDaemonSet", field(us, "rollingUpdate"))
+                ),
+                supported: vec!["\"RollingUpdate\"".into(), "\"OnDelete\"".into()],
+            },
+            field: up.as_str().to_string(),
+            detail: String::new(),
+        }),
     }
+    nonnegative(spec, "revisionHistoryLimit", &p, errs);
     if let Some(old) = old {
         validate_selector_immutable(spec, spec_of(old), errs);
     }
@@ -278,25 +358,36 @@ pub(crate) fn validate_statefulset(obj: &Value, old: Option<&Value>, errs: &mut 
     }
     let us = field(spec, "updateStrategy");
     let up = p.child("updateStrategy");
+    let ru = field(us, "rollingUpdate");
+    let go_ru = || {
+        format!(
+            "apps.RollingUpdateStatefulSetStrategy{{Partition:{}, MaxUnavailable:{}}}",
+            int_at(ru, "partition").unwrap_or(0),
+            go_ptr("intstr.IntOrString", field(ru, "maxUnavailable"))
+        )
+    };
     match str_at(us, "type") {
-        "RollingUpdate" => {
-            if let Some(ru) = field(us, "rollingUpdate") {
-                nonnegative(Some(ru), "partition", &up.child("rollingUpdate"), errs);
-            }
-        }
+        "" => errs.push(required(&up, "")),
         "OnDelete" => {
-            if field(us, "rollingUpdate").is_some() {
-                errs.push(invalid_str(
+            if ru.is_some() {
+                errs.push(invalid_raw(
                     &up.child("rollingUpdate"),
-                    "",
+                    go_ru(),
                     "only allowed for updateStrategy 'RollingUpdate'",
                 ));
             }
         }
-        "" => errs.push(required(&up, "")),
-        _ => errs.push(invalid(
+        "RollingUpdate" => {
+            if ru.is_some() {
+                nonnegative(ru, "partition", &up.child("rollingUpdate"), errs);
+            }
+        }
+        other => errs.push(invalid_raw(
             &up,
-            us.unwrap_or(&Value::Null),
+            format!(
+                "apps.StatefulSetUpdateStrategy{{Type:{other:?}, RollingUpdate:{}}}",
+                go_ptr("apps.RollingUpdateStatefulSetStrategy", ru)
+            ),
             "must be 'RollingUpdate' or 'OnDelete'",
         )),
     }
@@ -313,9 +404,15 @@ pub(crate) fn validate_statefulset(obj: &Value, old: Option<&Value>, errs: &mut 
     }
     nonnegative(spec, "replicas", &p, errs);
     nonnegative(spec, "minReadySeconds", &p, errs);
-    nonnegative(spec, "revisionHistoryLimit", &p, errs);
-    validate_selector_and_template(spec, &p, "statefulset", errs);
-    validate_always_restart_template(spec, &p, "StatefulSet", errs);
+    if let Some(ord) = field(spec, "ordinals") {
+        nonnegative(Some(ord), "start", &p.child("ordinals"), errs);
+    }
+    validate_required_selector(spec, &p, "statefulset", errs);
+    // Upstream checks only the template's labels and annotations here, not its pod spec.
+    let tp = p.child("template");
+    validate_template_matches(spec, &tp, errs);
+    validate_template_metadata(field(spec, "template"), &tp, errs);
+    validate_always_restart(spec, &tp, "StatefulSet", errs);
     if let Some(old) = old {
         let os = spec_of(old);
         let updatable = [
@@ -364,6 +461,15 @@ fn validate_job_spec(spec: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>)
                         "when completion mode is Indexed",
                     ));
                 }
+                if let Some(par) = field(spec, "parallelism")
+                    && par.as_i64().is_some_and(|n| n > 100_000)
+                {
+                    errs.push(invalid(
+                        &p.child("parallelism"),
+                        par,
+                        "must be less than or equal to 100000 when completion mode is Indexed",
+                    ));
+                }
             }
             _ => errs.push(not_supported(
                 &p.child("completionMode"),
@@ -372,72 +478,76 @@ fn validate_job_spec(spec: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>)
             )),
         }
     }
-    if let Some(sel) = field(spec, "selector") {
-        validate_label_selector(Some(sel), &p.child("selector"), errs);
-        let template = field(spec, "template");
-        if !selector_matches(Some(sel), template_labels(template)) {
-            errs.push(invalid_raw(
-                &p.child("template").child("metadata").child("labels"),
-                go_string_map(template_labels(template)),
-                SELECTOR_MISMATCH,
-            ));
-        }
-    }
     let tp = p.child("template");
     let template = field(spec, "template");
     validate_pod_template(template, &tp, errs);
     let rp = field(field(template, "spec"), "restartPolicy")
         .cloned()
         .unwrap_or(Value::String(String::new()));
-    if !matches!(rp.as_str(), Some("OnFailure" | "Never")) {
-        errs.push(not_supported(
-            &tp.child("spec").child("restartPolicy"),
-            &rp,
-            &["OnFailure", "Never"],
-        ));
+    let rpp = tp.child("spec").child("restartPolicy");
+    match rp.as_str().unwrap_or("?") {
+        "OnFailure" | "Never" => {}
+        "Always" | "" => errs.push(required(&rpp, "valid values: \"OnFailure\", \"Never\"")),
+        _ => errs.push(not_supported(&rpp, &rp, &["OnFailure", "Never"])),
+    }
+}
+
+/// upstream's `ValidateHasLabel`.
+fn validate_has_label(
+    labels: Option<&Value>,
+    lp: &Path,
+    key: &str,
+    want: &str,
+    errs: &mut Vec<FieldError>,
+) {
+    match labels.and_then(|l| l.get(key)) {
+        None => errs.push(required(&lp.key(key), want)),
+        Some(v) if v.as_str() != Some(want) => errs.push(invalid_raw(
+            &lp.key(key),
+            go_string_map(labels),
+            &format!("must be '{want}'"),
+        )),
+        Some(_) => {}
     }
 }
 
 pub(crate) fn validate_job(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     let spec = spec_of(obj);
     let p = Path::new("spec");
+    let meta = field(Some(obj), "metadata");
     let manual = field(spec, "manualSelector").and_then(Value::as_bool) == Some(true);
-    if !manual {
-        let uid = str_at(field(Some(obj), "metadata"), "uid");
+    let sel = field(spec, "selector");
+    // upstream's `ValidateGeneratedSelector`.
+    if !manual && sel.is_some() {
+        let uid = str_at(meta, "uid");
+        let name = str_at(meta, "name");
         if uid.is_empty() {
             errs.push(required(&Path::new("metadata").child("uid"), ""));
         }
         let labels = template_labels(field(spec, "template"));
         let lp = p.child("template").child("metadata").child("labels");
-        for key in [LEGACY_CONTROLLER_UID_LABEL, CONTROLLER_UID_LABEL] {
-            match labels.and_then(|l| l.get(key)).and_then(Value::as_str) {
-                None => errs.push(required(&lp.key(key), "")),
-                Some(v) if v != uid => errs.push(invalid_raw(
-                    &lp.key(key),
-                    go_string_map(labels),
-                    &format!("must be '{uid}'"),
-                )),
-                Some(_) => {}
-            }
-        }
+        validate_has_label(labels, &lp, LEGACY_CONTROLLER_UID_LABEL, uid, errs);
+        validate_has_label(labels, &lp, LEGACY_JOB_NAME_LABEL, name, errs);
+        validate_has_label(labels, &lp, CONTROLLER_UID_LABEL, uid, errs);
+        validate_has_label(labels, &lp, JOB_NAME_LABEL, name, errs);
         let expected = serde_json::json!({ CONTROLLER_UID_LABEL: uid });
-        if let Some(sel) = field(spec, "selector")
-            && !selector_matches(Some(sel), Some(&expected))
-        {
+        if !selector_matches(sel, Some(&expected)) {
             errs.push(invalid_raw(
                 &p.child("selector"),
-                go_label_selector(Some(sel)),
+                go_label_selector(sel),
                 "`selector` not auto-generated",
             ));
         }
     }
-    if field(spec, "selector").is_none() {
-        errs.push(required(&p.child("selector"), ""));
-    }
+    // upstream's `ValidateJobSpec`.
     validate_job_spec(spec, &p, errs);
+    match sel {
+        None => errs.push(required(&p.child("selector"), "")),
+        Some(s) => validate_label_selector(Some(s), &p.child("selector"), errs),
+    }
+    validate_template_matches(spec, &p.child("template"), errs);
     if let Some(old) = old {
         let os = spec_of(old);
-        validate_selector_immutable(spec, os, errs);
         let indexed = str_at(spec, "completionMode") == "Indexed";
         let (nc, oc) = (field(spec, "completions"), field(os, "completions"));
         if nc != oc && !(indexed && nc.is_some() && nc == field(spec, "parallelism")) {
@@ -447,6 +557,7 @@ pub(crate) fn validate_job(obj: &Value, old: Option<&Value>, errs: &mut Vec<Fiel
                 "field is immutable",
             ));
         }
+        validate_selector_immutable(spec, os, errs);
         let (nt, ot) = (field(spec, "template"), field(os, "template"));
         if nt != ot {
             let suspended = field(spec, "suspend").and_then(Value::as_bool) == Some(true);
@@ -474,33 +585,33 @@ pub(crate) fn validate_job(obj: &Value, old: Option<&Value>, errs: &mut Vec<Fiel
                 ));
             }
         }
+        let (nm, om) = (field(spec, "completionMode"), field(os, "completionMode"));
+        if nm != om {
+            errs.push(invalid(
+                &p.child("completionMode"),
+                nm.unwrap_or(&Value::Null),
+                "field is immutable",
+            ));
+        }
     }
 }
 
 pub(crate) fn validate_cronjob(obj: &Value, errs: &mut Vec<FieldError>) {
     let p = Path::new("spec");
-    let name = str_at(field(Some(obj), "metadata"), "name");
-    if name.len() > 52 {
-        errs.push(invalid_str(
-            &Path::new("metadata").child("name"),
-            name,
-            "must be no more than 52 characters",
-        ));
-    }
     let spec = spec_of(obj);
     let schedule = str_at(spec, "schedule");
     if schedule.is_empty() {
         errs.push(required(&p.child("schedule"), ""));
     } else {
+        if let Err(msg) = validate_cron_schedule(schedule) {
+            errs.push(invalid_str(&p.child("schedule"), schedule, &msg));
+        }
         if schedule.contains("TZ") {
             errs.push(invalid_str(
                 &p.child("schedule"),
                 schedule,
                 "cannot use TZ or CRON_TZ in schedule, use timeZone field instead",
             ));
-        }
-        if let Err(msg) = validate_cron_schedule(schedule) {
-            errs.push(invalid_str(&p.child("schedule"), schedule, &msg));
         }
     }
     nonnegative(spec, "startingDeadlineSeconds", &p, errs);
@@ -516,11 +627,10 @@ pub(crate) fn validate_cronjob(obj: &Value, errs: &mut Vec<FieldError>) {
             &["Allow", "Forbid", "Replace"],
         )),
     }
-    nonnegative(spec, "successfulJobsHistoryLimit", &p, errs);
-    nonnegative(spec, "failedJobsHistoryLimit", &p, errs);
     let jt = field(spec, "jobTemplate");
     let jp = p.child("jobTemplate");
     let js = field(jt, "spec");
+    validate_job_spec(js, &jp.child("spec"), errs);
     if let Some(sel) = field(js, "selector")
         && field(js, "manualSelector").and_then(Value::as_bool) != Some(true)
     {
@@ -530,7 +640,16 @@ pub(crate) fn validate_cronjob(obj: &Value, errs: &mut Vec<FieldError>) {
             "`selector` will be auto-generated",
         ));
     }
-    validate_job_spec(js, &jp.child("spec"), errs);
+    nonnegative(spec, "successfulJobsHistoryLimit", &p, errs);
+    nonnegative(spec, "failedJobsHistoryLimit", &p, errs);
+    let name = str_at(field(Some(obj), "metadata"), "name");
+    if name.len() > 52 {
+        errs.push(invalid_str(
+            &Path::new("metadata").child("name"),
+            name,
+            "must be no more than 52 characters",
+        ));
+    }
 }
 
 // ---- cron schedules -----------------------------------------------------------------------
@@ -760,7 +879,10 @@ mod tests {
             "spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx"}]}}}});
         assert_eq!(
             errors_defaulted("apps", "Deployment", &missing, None),
-            vec!["spec.selector: Required value"]
+            vec![
+                "spec.selector: Required value",
+                "spec.template.metadata.labels: Invalid value: map[string]string(nil): `selector` does not match template `labels`",
+            ]
         );
         let empty = deployment(json!({}), json!({"app": "web"}));
         assert_eq!(
@@ -788,7 +910,7 @@ mod tests {
                 "spec.replicas: Invalid value: -1: must be greater than or equal to 0",
                 "spec.template.spec.restartPolicy: Unsupported value: \"Never\": supported values: \"Always\"",
                 "spec.strategy.rollingUpdate.maxSurge: Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:\"x\"}: a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')",
-                "spec.strategy.rollingUpdate.maxUnavailable: Invalid value: \"120%\": must not be greater than 100%",
+                "spec.strategy.rollingUpdate.maxUnavailable: Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:\"120%\"}: must not be greater than 100%",
                 "spec.revisionHistoryLimit: Invalid value: -2: must be greater than or equal to 0",
             ]
         );
@@ -822,7 +944,7 @@ mod tests {
         assert_eq!(
             errors_defaulted("apps", "Deployment", &t, None),
             vec![
-                "spec.strategy.type: Unsupported value: \"Blue\": supported values: \"Recreate\", \"RollingUpdate\""
+                "spec.strategy: Unsupported value: apps.DeploymentStrategy{Type:\"Blue\", RollingUpdate:(*apps.RollingUpdateDeployment)(nil)}: supported values: \"Recreate\", \"RollingUpdate\""
             ]
         );
     }
@@ -866,7 +988,7 @@ mod tests {
         assert_eq!(
             errors_defaulted("apps", "DaemonSet", &ds, None),
             vec![
-                "spec.updateStrategy.type: Unsupported value: \"Sometimes\": supported values: \"RollingUpdate\", \"OnDelete\""
+                "spec.updateStrategy: Unsupported value: apps.DaemonSetUpdateStrategy{Type:\"Sometimes\", RollingUpdate:(*apps.RollingUpdateDaemonSet)(nil)}: supported values: \"RollingUpdate\", \"OnDelete\""
             ]
         );
         let ds = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "x"}));
@@ -875,6 +997,41 @@ mod tests {
             vec![
                 "spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"x\"}: `selector` does not match template `labels`"
             ]
+        );
+        let mut both = deployment(
+            json!({"matchLabels": {"app": "web"}}),
+            json!({"app": "web"}),
+        );
+        both["spec"]["updateStrategy"] = json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": "10%"}});
+        assert_eq!(
+            errors_defaulted("apps", "DaemonSet", &both, None),
+            vec![
+                "spec.updateStrategy.rollingUpdate.maxSurge: Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:\"10%\"}: may not be set when maxUnavailable is non-zero"
+            ]
+        );
+        let mut none = deployment(
+            json!({"matchLabels": {"app": "web"}}),
+            json!({"app": "web"}),
+        );
+        none["spec"]["updateStrategy"] =
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 0}});
+        assert_eq!(
+            errors_defaulted("apps", "DaemonSet", &none, None),
+            vec![
+                "spec.updateStrategy.rollingUpdate.maxUnavailable: Required value: cannot be 0 when maxSurge is 0"
+            ]
+        );
+        let mut dotted = deployment(
+            json!({"matchLabels": {"app": "web"}}),
+            json!({"app": "web"}),
+        );
+        dotted["metadata"]["name"] = json!("web.v1");
+        let e = errors_defaulted("apps", "StatefulSet", &dotted, None);
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].starts_with(
+                "metadata.name: Invalid value: \"web.v1\": a lowercase RFC 1123 label"
+            )
         );
         let mut sts = deployment(
             json!({"matchLabels": {"app": "web"}}),
@@ -918,7 +1075,7 @@ mod tests {
         assert_eq!(
             errors_defaulted("batch", "Job", &job(""), None),
             vec![
-                "spec.template.spec.restartPolicy: Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\""
+                "spec.template.spec.restartPolicy: Required value: valid values: \"OnFailure\", \"Never\""
             ]
         );
         let mut j = job("OnFailure");

@@ -9,8 +9,7 @@ use skiff_api::Resource;
 use skiff_api::registry::{self, RESOURCES};
 
 /// Content type of an aggregated discovery answer (`APIGroupDiscoveryList`).
-pub const AGGREGATED_CONTENT_TYPE: &str =
-    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+pub const AGGREGATED_CONTENT_TYPE: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
 /// The `apiVersion` of aggregated discovery documents.
 pub const AGGREGATED_API_VERSION: &str = "apidiscovery.k8s.io/v2";
@@ -33,9 +32,7 @@ const ALL_VERBS: &[&str] = &[
 ];
 
 /// Namespaces have no deletecollection upstream.
-const NAMESPACE_VERBS: &[&str] = &[
-    "create", "delete", "get", "list", "patch", "update", "watch",
-];
+const NAMESPACE_VERBS: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
 
 const CREATE_ONLY: &[&str] = &["create"];
 
@@ -142,11 +139,7 @@ pub fn subresource(r: &Resource, sub: &'static str) -> Option<Subresource> {
 
 /// Every subresource of `r` that discovery lists, sorted by name as upstream lists them.
 pub fn subresources(r: &Resource) -> Vec<Subresource> {
-    let mut out: Vec<Subresource> = r
-        .subresources
-        .iter()
-        .filter_map(|s| subresource(r, s))
-        .collect();
+    let mut out: Vec<Subresource> = r.subresources.iter().filter_map(|s| subresource(r, s)).collect();
     out.sort_by(|a, b| a.name.cmp(b.name));
     out
 }
@@ -179,12 +172,7 @@ fn resources_of(group: &str, version: &str) -> Vec<&'static Resource> {
 }
 
 fn strings(items: &[&str]) -> Value {
-    Value::Array(
-        items
-            .iter()
-            .map(|s| Value::String((*s).to_string()))
-            .collect(),
-    )
+    Value::Array(items.iter().map(|s| Value::String((*s).to_string())).collect())
 }
 
 fn group_version(group: &str, version: &str) -> String {
@@ -312,11 +300,7 @@ fn aggregated_resource(r: &Resource) -> Value {
     m.insert("responseKind".into(), response_kind(r).to_value());
     m.insert(
         "scope".into(),
-        json!(if r.namespaced {
-            "Namespaced"
-        } else {
-            "Cluster"
-        }),
+        json!(if r.namespaced { "Namespaced" } else { "Cluster" }),
     );
     m.insert("singularResource".into(), json!(r.singular));
     m.insert("verbs".into(), strings(verbs(r)));
@@ -347,10 +331,7 @@ fn aggregated_group(group: &str) -> Value {
     let versions: Vec<Value> = versions_of(group)
         .into_iter()
         .map(|v| {
-            let resources: Vec<Value> = resources_of(group, v)
-                .into_iter()
-                .map(aggregated_resource)
-                .collect();
+            let resources: Vec<Value> = resources_of(group, v).into_iter().map(aggregated_resource).collect();
             json!({"version": v, "resources": resources, "freshness": "Current"})
         })
         .collect();
@@ -367,10 +348,7 @@ pub fn aggregated_discovery(core: bool) -> Value {
     let items: Vec<Value> = if core {
         vec![aggregated_group("")]
     } else {
-        registry::groups()
-            .into_iter()
-            .map(aggregated_group)
-            .collect()
+        registry::groups().into_iter().map(aggregated_group).collect()
     };
     json!({
         "kind": "APIGroupDiscoveryList",
@@ -505,10 +483,7 @@ mod tests {
         assert_eq!(verb_list(status), vec!["get", "patch", "update"]);
 
         assert_eq!(entry(&core, "nodes/proxy")["kind"], "NodeProxyOptions");
-        assert_eq!(
-            verb_list(entry(&core, "namespaces/finalize")),
-            vec!["update"]
-        );
+        assert_eq!(verb_list(entry(&core, "namespaces/finalize")), vec!["update"]);
         assert_eq!(entry(&core, "nodes")["namespaced"], false);
 
         let apps = api_resource_list("apps", "v1").expect("apps");
@@ -524,10 +499,7 @@ mod tests {
     fn storage_version_hash_is_upstreams() {
         // Upstream's value for core v1 pods.
         assert_eq!(storage_version_hash("", "v1", "Pod"), "xPOwRZ+Yhw8=");
-        assert_eq!(
-            storage_version_hash("apps", "v1", "Deployment"),
-            "8aSe+NMegvE="
-        );
+        assert_eq!(storage_version_hash("apps", "v1", "Deployment"), "8aSe+NMegvE=");
     }
 
     #[test]
@@ -535,10 +507,7 @@ mod tests {
         let v = api_versions();
         assert_eq!(v["kind"], "APIVersions");
         assert_eq!(v["versions"], json!(["v1"]));
-        assert_eq!(
-            v["serverAddressByClientCIDRs"][0]["clientCIDR"],
-            "0.0.0.0/0"
-        );
+        assert_eq!(v["serverAddressByClientCIDRs"][0]["clientCIDR"], "0.0.0.0/0");
         assert_eq!(
             api_versions_at("10.0.0.1:6443")["serverAddressByClientCIDRs"][0]["serverAddress"],
             "10.0.0.1:6443"
@@ -549,10 +518,7 @@ mod tests {
         let groups = g["groups"].as_array().expect("groups");
         assert_eq!(groups.len(), registry::groups().len());
         let apps = groups.iter().find(|x| x["name"] == "apps").expect("apps");
-        assert_eq!(
-            apps["versions"],
-            json!([{"groupVersion": "apps/v1", "version": "v1"}])
-        );
+        assert_eq!(apps["versions"], json!([{"groupVersion": "apps/v1", "version": "v1"}]));
         assert_eq!(
             apps["preferredVersion"],
             json!({"groupVersion": "apps/v1", "version": "v1"})
@@ -626,18 +592,11 @@ mod tests {
                 .iter()
                 .find(|x| x["resource"] == r.plural)
                 .unwrap_or_else(|| panic!("{} missing", r.plural));
-            let scope = if r.namespaced {
-                "Namespaced"
-            } else {
-                "Cluster"
-            };
+            let scope = if r.namespaced { "Namespaced" } else { "Cluster" };
             assert_eq!(res["scope"], scope);
             assert_eq!(verb_list(res), verbs(r).to_vec());
             assert_eq!(res["responseKind"]["kind"], r.kind);
-            let subs = res
-                .get("subresources")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
+            let subs = res.get("subresources").and_then(Value::as_array).map_or(0, Vec::len);
             assert_eq!(subs, r.subresources.len(), "{}", r.plural);
         }
         let scale = groups

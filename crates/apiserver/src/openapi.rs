@@ -96,10 +96,7 @@ fn doc_path(group: &str, version: &str) -> String {
 fn build_all() -> BTreeMap<String, Doc> {
     let mut out = BTreeMap::new();
     for (group, version) in group_versions() {
-        out.insert(
-            doc_path(group, version),
-            finish(group_version_document(group, version)),
-        );
+        out.insert(doc_path(group, version), finish(group_version_document(group, version)));
     }
     out.insert("api".into(), finish(root_document(true)));
     out.insert("apis".into(), finish(root_document(false)));
@@ -356,12 +353,7 @@ fn write_params() -> Vec<Value> {
 }
 
 fn patch_params() -> Vec<Value> {
-    vec![
-        p_dry_run(),
-        p_field_manager(),
-        p_field_validation(),
-        p_force(),
-    ]
+    vec![p_dry_run(), p_field_manager(), p_field_validation(), p_force()]
 }
 
 // ---- operations -------------------------------------------------------------------
@@ -419,10 +411,7 @@ fn body_of(schema_name: &str) -> Value {
 fn patch_body() -> Value {
     let mut content = Map::new();
     for t in PATCH_TYPES {
-        content.insert(
-            (*t).to_string(),
-            json!({"schema": reference(&format!("{META}.Patch"))}),
-        );
+        content.insert((*t).to_string(), json!({"schema": reference(&format!("{META}.Patch"))}));
     }
     json!({"content": content, "required": true})
 }
@@ -458,11 +447,7 @@ struct Names {
 
 fn resource_paths(set: &mut PathSet, r: &Resource, prefix: &str) {
     let Some(def) = schema::definition_for(r.group, r.version, r.kind) else {
-        tracing::warn!(
-            kind = r.kind,
-            group = r.group,
-            "no schema for a served kind"
-        );
+        tracing::warn!(kind = r.kind, group = r.group, "no schema for a served kind");
         return;
     };
     let n = Names {
@@ -828,18 +813,8 @@ fn subresource_paths(
             let params = connect_params(sub.name);
             for method in ["get", "post"] {
                 let op = Op {
-                    description: format!(
-                        "connect {} requests to {} of {kind}",
-                        method.to_uppercase(),
-                        sub.name
-                    ),
-                    operation_id: format!(
-                        "connect{}{}{}{}",
-                        capitalize(method),
-                        n.gv,
-                        n.scoped,
-                        suffix
-                    ),
+                    description: format!("connect {} requests to {} of {kind}", method.to_uppercase(), sub.name),
+                    operation_id: format!("connect{}{}{}{}", capitalize(method), n.gv, n.scoped, suffix),
                     parameters: params.clone(),
                     request_body: None,
                     responses: vec![("200", string_response())],
@@ -859,10 +834,7 @@ fn subresource_paths(
                 for method in ["get", "post", "put", "patch", "delete"] {
                     let with_sub_path = p.ends_with("{path}");
                     let op = Op {
-                        description: format!(
-                            "connect {} requests to proxy of {kind}",
-                            method.to_uppercase()
-                        ),
+                        description: format!("connect {} requests to proxy of {kind}", method.to_uppercase()),
                         operation_id: format!(
                             "connect{}{}{}Proxy{}",
                             capitalize(method),
@@ -976,10 +948,7 @@ fn connect_params(sub: &str) -> Vec<Value> {
                 "string",
                 "Container in which to execute the command. Defaults to only container if there is only one container in the pod.",
             ),
-            stream(
-                "stderr",
-                "Redirect the standard error stream of the pod for this call.",
-            ),
+            stream("stderr", "Redirect the standard error stream of the pod for this call."),
             stream(
                 "stdin",
                 "Redirect the standard input stream of the pod for this call. Defaults to false.",
@@ -1017,12 +986,7 @@ fn connect_params(sub: &str) -> Vec<Value> {
                 "TTY if true indicates that a tty will be allocated for the attach call.",
             ),
         ],
-        _ => vec![param(
-            "ports",
-            "query",
-            "integer",
-            "List of ports to forward.",
-        )],
+        _ => vec![param("ports", "query", "integer", "List of ports to forward.")],
     }
 }
 
@@ -1118,11 +1082,7 @@ fn mark_root(schema: &mut Value, gvks: &[Value]) {
     let Some(m) = schema.as_object_mut() else {
         return;
     };
-    let mut list: Vec<Value> = m
-        .get(GVK_EXT)
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let mut list: Vec<Value> = m.get(GVK_EXT).and_then(Value::as_array).cloned().unwrap_or_default();
     for v in gvks {
         if !list.contains(v) {
             list.push(v.clone());
@@ -1181,10 +1141,7 @@ fn security() -> (Value, Value) {
 
 fn document(paths: BTreeMap<String, Map<String, Value>>, schemas: Map<String, Value>) -> Value {
     let (schemes, security) = security();
-    let paths: Map<String, Value> = paths
-        .into_iter()
-        .map(|(k, v)| (k, Value::Object(v)))
-        .collect();
+    let paths: Map<String, Value> = paths.into_iter().map(|(k, v)| (k, Value::Object(v))).collect();
     json!({
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": GIT_VERSION},
@@ -1223,10 +1180,7 @@ fn group_version_document(group: &str, version: &str) -> Value {
     gvks.insert(format!("{META}.DeleteOptions"), shared("DeleteOptions"));
     gvks.insert(format!("{META}.WatchEvent"), shared("WatchEvent"));
 
-    for r in RESOURCES
-        .iter()
-        .filter(|r| r.group == group && r.version == version)
-    {
+    for r in RESOURCES.iter().filter(|r| r.group == group && r.version == version) {
         resource_paths(&mut set, r, &prefix);
         let Some(def) = schema::definition_for(r.group, r.version, r.kind) else {
             continue;
@@ -1423,11 +1377,7 @@ mod tests {
             }
             // explain finds the kind through a GET operation on its collection or item path.
             let get = ops(&doc, "get", discovery::response_kind(r));
-            assert!(
-                !get.is_empty() || r.plural == "bindings",
-                "{} has no get",
-                r.kind
-            );
+            assert!(!get.is_empty() || r.plural == "bindings", "{} has no get", r.kind);
         }
     }
 
@@ -1446,10 +1396,7 @@ mod tests {
 
     #[test]
     fn patch_operations_carry_field_validation() {
-        for r in RESOURCES
-            .iter()
-            .filter(|r| discovery::verbs(r).contains(&"patch"))
-        {
+        for r in RESOURCES.iter().filter(|r| discovery::verbs(r).contains(&"patch")) {
             let doc = doc_of(r);
             let patches = ops(&doc, "patch", discovery::response_kind(r));
             assert!(!patches.is_empty(), "{} has no patch", r.kind);
@@ -1471,10 +1418,7 @@ mod tests {
             param_names(op),
             vec!["dryRun", "fieldManager", "fieldValidation", "force"]
         );
-        assert_eq!(
-            op[GVK_EXT],
-            json!({"group": "", "kind": "Pod", "version": "v1"})
-        );
+        assert_eq!(op[GVK_EXT], json!({"group": "", "kind": "Pod", "version": "v1"}));
     }
 
     #[test]
@@ -1499,10 +1443,7 @@ mod tests {
             "watch"
         );
         assert_eq!(paths["/api/v1/watch/pods"]["get"][ACTION_EXT], "watchlist");
-        assert_eq!(
-            paths["/api/v1/nodes/{name}"]["get"]["operationId"],
-            "readCoreV1Node"
-        );
+        assert_eq!(paths["/api/v1/nodes/{name}"]["get"]["operationId"], "readCoreV1Node");
         assert!(paths.get("/api/v1/namespaces/{namespace}/nodes").is_none());
         // Namespaces have no deletecollection; bindings are create-only.
         assert!(paths["/api/v1/namespaces"].get("delete").is_none());
@@ -1529,13 +1470,8 @@ mod tests {
             json!({"group": "autoscaling", "kind": "Scale", "version": "v1"})
         );
         assert!(param_names(&scale["patch"]).contains(&"fieldValidation"));
-        assert_eq!(
-            scale["get"]["operationId"],
-            "readAppsV1NamespacedDeploymentScale"
-        );
-        assert!(
-            apps["components"]["schemas"]["io.k8s.api.autoscaling.v1.Scale"][GVK_EXT].is_array()
-        );
+        assert_eq!(scale["get"]["operationId"], "readAppsV1NamespacedDeploymentScale");
+        assert!(apps["components"]["schemas"]["io.k8s.api.autoscaling.v1.Scale"][GVK_EXT].is_array());
         assert_eq!(apps["openapi"], "3.0.0");
 
         let lease = v3_document("apis/coordination.k8s.io/v1").expect("coordination");
@@ -1584,14 +1520,8 @@ mod tests {
     fn names() {
         assert_eq!(group_camel(""), "Core");
         assert_eq!(group_camel("coordination.k8s.io"), "Coordination");
-        assert_eq!(
-            group_camel("rbac.authorization.k8s.io"),
-            "RbacAuthorization"
-        );
-        assert_eq!(
-            tag("rbac.authorization.k8s.io", "v1"),
-            "rbacAuthorization_v1"
-        );
+        assert_eq!(group_camel("rbac.authorization.k8s.io"), "RbacAuthorization");
+        assert_eq!(tag("rbac.authorization.k8s.io", "v1"), "rbacAuthorization_v1");
         assert_eq!(tag("", "v1"), "core_v1");
     }
 }

@@ -21,8 +21,8 @@ use anyhow::{Context, bail};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
 };
 use x509_parser::extensions::GeneralName;
 
@@ -87,25 +87,23 @@ pub fn load_or_create(dir: &Path, hostnames: &[String]) -> anyhow::Result<Pki> {
     let pki_dir = dir.join("pki");
     fs::create_dir_all(&pki_dir).with_context(|| format!("creating {}", pki_dir.display()))?;
 
-    let (ca_cert_pem, ca_key_pem, ca_created) =
-        match (read_opt(&paths.ca_cert)?, read_opt(&paths.ca_key)?) {
-            (Some(cert), Some(key)) => (cert, key, false),
-            (None, None) => {
-                let (cert, key) = generate_ca()?;
-                write_file(&paths.ca_key, key.as_bytes(), 0o600)?;
-                write_file(&paths.ca_cert, cert.as_bytes(), 0o644)?;
-                tracing::info!(path = %paths.ca_cert.display(), "created cluster CA");
-                (cert, key, true)
-            }
-            _ => bail!(
-                "only one of {} and {} exists; restore the other or remove both to create a new CA",
-                paths.ca_cert.display(),
-                paths.ca_key.display()
-            ),
-        };
+    let (ca_cert_pem, ca_key_pem, ca_created) = match (read_opt(&paths.ca_cert)?, read_opt(&paths.ca_key)?) {
+        (Some(cert), Some(key)) => (cert, key, false),
+        (None, None) => {
+            let (cert, key) = generate_ca()?;
+            write_file(&paths.ca_key, key.as_bytes(), 0o600)?;
+            write_file(&paths.ca_cert, cert.as_bytes(), 0o644)?;
+            tracing::info!(path = %paths.ca_cert.display(), "created cluster CA");
+            (cert, key, true)
+        }
+        _ => bail!(
+            "only one of {} and {} exists; restore the other or remove both to create a new CA",
+            paths.ca_cert.display(),
+            paths.ca_key.display()
+        ),
+    };
     let ca_key = KeyPair::from_pem(&ca_key_pem).context("parsing the CA key")?;
-    let issuer =
-        Issuer::from_ca_cert_pem(&ca_cert_pem, ca_key).context("parsing the CA certificate")?;
+    let issuer = Issuer::from_ca_cert_pem(&ca_cert_pem, ca_key).context("parsing the CA certificate")?;
     let ca_subject = subject_raw(&ca_cert_pem).context("parsing the CA certificate")?;
 
     let names = serving_names(hostnames);
@@ -211,12 +209,7 @@ fn serving_names(extra: &[String]) -> Vec<String> {
     if let Some(host) = host_name() {
         names.push(host);
     }
-    names.extend(
-        extra
-            .iter()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty()),
-    );
+    names.extend(extra.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()));
     let mut seen = BTreeSet::new();
     names.retain(|n| seen.insert(n.to_ascii_lowercase()));
     names
@@ -258,8 +251,7 @@ pub(crate) fn write_file(path: &Path, data: &[u8], mode: u32) -> anyhow::Result<
         .with_context(|| format!("writing {}", tmp.display()))?;
     fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))
         .with_context(|| format!("setting the mode of {}", tmp.display()))?;
-    fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+    fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
 }
 
 /// Reuses the certificate at `cert_path` when it is signed by the CA, not about to expire and
@@ -333,16 +325,13 @@ fn parse_pem_cert(pem: &str) -> anyhow::Result<Vec<u8>> {
 
 fn subject_raw(cert_pem: &str) -> anyhow::Result<Vec<u8>> {
     let der = parse_pem_cert(cert_pem)?;
-    let (_, x509) =
-        x509_parser::parse_x509_certificate(&der).context("parsing X.509 certificate")?;
+    let (_, x509) = x509_parser::parse_x509_certificate(&der).context("parsing X.509 certificate")?;
     Ok(x509.subject().as_raw().to_vec())
 }
 
 /// Makes `params` valid for `days` from yesterday (to tolerate clock skew).
 fn set_validity(params: &mut CertificateParams, days: i64) -> anyhow::Result<()> {
-    let today = jiff::Zoned::now()
-        .with_time_zone(jiff::tz::TimeZone::UTC)
-        .date();
+    let today = jiff::Zoned::now().with_time_zone(jiff::tz::TimeZone::UTC).date();
     let start = today
         .checked_sub(jiff::Span::new().days(1))
         .context("computing the start of validity")?;
@@ -351,11 +340,7 @@ fn set_validity(params: &mut CertificateParams, days: i64) -> anyhow::Result<()>
         .context("computing the end of validity")?;
     let to_dt = |d: jiff::civil::Date| {
         // jiff months and days are always positive.
-        rcgen::date_time_ymd(
-            i32::from(d.year()),
-            d.month().unsigned_abs(),
-            d.day().unsigned_abs(),
-        )
+        rcgen::date_time_ymd(i32::from(d.year()), d.month().unsigned_abs(), d.day().unsigned_abs())
     };
     params.not_before = to_dt(start);
     params.not_after = to_dt(end);
@@ -388,16 +373,11 @@ fn generate_ca() -> anyhow::Result<(String, String)> {
     ];
     set_validity(&mut params, CA_DAYS)?;
     params.serial_number = Some(random_serial());
-    let cert = params
-        .self_signed(&key)
-        .context("signing the CA certificate")?;
+    let cert = params.self_signed(&key).context("signing the CA certificate")?;
     Ok((cert.pem(), key.serialize_pem()))
 }
 
-fn issue_serving(
-    issuer: &Issuer<'_, KeyPair>,
-    names: &[String],
-) -> anyhow::Result<(String, String)> {
+fn issue_serving(issuer: &Issuer<'_, KeyPair>, names: &[String]) -> anyhow::Result<(String, String)> {
     let key = KeyPair::generate().context("generating the serving key")?;
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
@@ -414,10 +394,7 @@ fn issue_serving(
             )),
         })
         .collect::<anyhow::Result<_>>()?;
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.use_authority_key_identifier_extension = true;
     set_validity(&mut params, LEAF_DAYS)?;
@@ -428,11 +405,7 @@ fn issue_serving(
     Ok((cert.pem(), key.serialize_pem()))
 }
 
-fn issue_client(
-    issuer: &Issuer<'_, KeyPair>,
-    cn: &str,
-    orgs: &[&str],
-) -> anyhow::Result<(String, String)> {
+fn issue_client(issuer: &Issuer<'_, KeyPair>, cn: &str, orgs: &[&str]) -> anyhow::Result<(String, String)> {
     if cn.is_empty() {
         bail!("a client certificate needs a common name");
     }
@@ -447,17 +420,12 @@ fn issue_client(
         dn.push(DnType::OrganizationName, *org);
     }
     params.distinguished_name = dn;
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     params.use_authority_key_identifier_extension = true;
     set_validity(&mut params, LEAF_DAYS)?;
     params.serial_number = Some(random_serial());
-    let cert = params
-        .signed_by(&key, issuer)
-        .context("signing a client certificate")?;
+    let cert = params.signed_by(&key, issuer).context("signing a client certificate")?;
     Ok((cert.pem(), key.serialize_pem()))
 }
 
@@ -500,10 +468,7 @@ mod tests {
 
         let der = parse_pem_cert(&first.serving_cert_pem).unwrap();
         let (_, serving) = x509_parser::parse_x509_certificate(&der).unwrap();
-        assert!(covers_names(
-            &serving,
-            &serving_names(&["api.example.com".into()])
-        ));
+        assert!(covers_names(&serving, &serving_names(&["api.example.com".into()])));
         assert!(covers_names(
             &serving,
             &["127.0.0.1".into(), "::1".into(), "localhost".into()]
@@ -528,10 +493,7 @@ mod tests {
         assert_eq!(first.admin_cert_pem, third.admin_cert_pem);
         let der = parse_pem_cert(&third.serving_cert_pem).unwrap();
         let (_, serving) = x509_parser::parse_x509_certificate(&der).unwrap();
-        assert!(covers_names(
-            &serving,
-            &["10.1.2.3".into(), "localhost".into()]
-        ));
+        assert!(covers_names(&serving, &["10.1.2.3".into(), "localhost".into()]));
     }
 
     #[test]
@@ -558,9 +520,7 @@ mod tests {
     fn node_certificates() {
         let dir = tempfile::tempdir().unwrap();
         let pki = load_or_create(dir.path(), &[]).unwrap();
-        let (cert, key) = pki
-            .issue_client_cert("system:node:n1", &["system:nodes"])
-            .unwrap();
+        let (cert, key) = pki.issue_client_cert("system:node:n1", &["system:nodes"]).unwrap();
         assert_eq!(
             x509_names(&cert),
             (vec!["system:node:n1".into()], vec!["system:nodes".into()])
@@ -575,26 +535,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pki = load_or_create(dir.path(), &[]).unwrap();
         let path = dir.path().join("sub/kubeconfig");
-        pki.write_kubeconfig(
-            &path,
-            "https://127.0.0.1:6443",
-            &pki.admin_cert_pem,
-            &pki.admin_key_pem,
-        )
-        .unwrap();
+        pki.write_kubeconfig(&path, "https://127.0.0.1:6443", &pki.admin_cert_pem, &pki.admin_key_pem)
+            .unwrap();
         assert_eq!(mode(&path), 0o600);
-        let value: serde_json::Value =
-            serde_saphyr::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+        let value: serde_json::Value = serde_saphyr::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(value["current-context"], "skiff");
         assert_eq!(value["clusters"][0]["name"], "skiff");
-        assert_eq!(
-            value["clusters"][0]["cluster"]["server"],
-            "https://127.0.0.1:6443"
-        );
+        assert_eq!(value["clusters"][0]["cluster"]["server"], "https://127.0.0.1:6443");
         assert_eq!(value["contexts"][0]["context"]["user"], "skiff");
-        let decode = |v: &serde_json::Value| {
-            String::from_utf8(BASE64.decode(v.as_str().unwrap()).unwrap()).unwrap()
-        };
+        let decode = |v: &serde_json::Value| String::from_utf8(BASE64.decode(v.as_str().unwrap()).unwrap()).unwrap();
         assert_eq!(
             decode(&value["clusters"][0]["cluster"]["certificate-authority-data"]),
             pki.ca_cert_pem
@@ -603,9 +552,6 @@ mod tests {
             decode(&value["users"][0]["user"]["client-certificate-data"]),
             pki.admin_cert_pem
         );
-        assert_eq!(
-            decode(&value["users"][0]["user"]["client-key-data"]),
-            pki.admin_key_pem
-        );
+        assert_eq!(decode(&value["users"][0]["user"]["client-key-data"]), pki.admin_key_pem);
     }
 }

@@ -62,18 +62,15 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
 }
 
 fn decode_at(body: &[u8], depth: usize) -> Result<Value, ProtobufError> {
-    let envelope = body
-        .strip_prefix(MAGIC)
-        .ok_or(ProtobufError::MissingMagic)?;
+    let envelope = body.strip_prefix(MAGIC).ok_or(ProtobufError::MissingMagic)?;
     let unknown = Unknown::parse(envelope)?;
     if !unknown.content_encoding.is_empty() {
         return Err(ProtobufError::UnsupportedEncoding(unknown.content_encoding));
     }
-    let message =
-        lookup(&unknown.api_version, &unknown.kind).ok_or_else(|| ProtobufError::UnknownKind {
-            api_version: unknown.api_version.clone(),
-            kind: unknown.kind.clone(),
-        })?;
+    let message = lookup(&unknown.api_version, &unknown.kind).ok_or_else(|| ProtobufError::UnknownKind {
+        api_version: unknown.api_version.clone(),
+        kind: unknown.kind.clone(),
+    })?;
     let fields = decode_message(unknown.raw, message, depth + 1)?;
     let mut object = Map::with_capacity(fields.len() + 2);
     object.insert("kind".into(), Value::String(unknown.kind));
@@ -292,15 +289,9 @@ enum Slot {
     Inline(Map<String, Value>),
 }
 
-fn decode_message(
-    buf: &[u8],
-    message: &'static Message,
-    depth: usize,
-) -> Result<Map<String, Value>, ProtobufError> {
+fn decode_message(buf: &[u8], message: &'static Message, depth: usize) -> Result<Map<String, Value>, ProtobufError> {
     if depth > MAX_DEPTH {
-        return Err(malformed(format!(
-            "nested deeper than {MAX_DEPTH} messages"
-        )));
+        return Err(malformed(format!("nested deeper than {MAX_DEPTH} messages")));
     }
     let mut slots: Vec<Slot> = message.fields.iter().map(|_| Slot::Empty).collect();
     let mut r = Reader::new(buf);
@@ -448,12 +439,7 @@ fn zero_value(ty: Ty) -> Value {
     }
 }
 
-fn decode_value(
-    r: &mut Reader<'_>,
-    wire: u8,
-    ty: Ty,
-    depth: usize,
-) -> Result<Value, ProtobufError> {
+fn decode_value(r: &mut Reader<'_>, wire: u8, ty: Ty, depth: usize) -> Result<Value, ProtobufError> {
     Ok(match ty {
         Ty::Str => Value::String(r.string(wire)?),
         Ty::Bool => {
@@ -523,8 +509,7 @@ fn decode_value(
             } else if raw.starts_with(MAGIC) {
                 decode_at(raw, depth + 1)?
             } else {
-                serde_json::from_slice(raw)
-                    .map_err(|e| malformed(format!("embedded object is not JSON: {e}")))?
+                serde_json::from_slice(raw).map_err(|e| malformed(format!("embedded object is not JSON: {e}")))?
             }
         }
         Ty::StrList => {
@@ -538,9 +523,7 @@ fn decode_value(
             }
             Value::Array(items)
         }
-        Ty::Msg(message) => {
-            Value::Object(decode_message(r.len_delimited(wire)?, message, depth + 1)?)
-        }
+        Ty::Msg(message) => Value::Object(decode_message(r.len_delimited(wire)?, message, depth + 1)?),
     })
 }
 
@@ -579,8 +562,7 @@ fn format_time(seconds: Option<i64>, nanos: i32, micro: bool) -> Result<Value, P
     if seconds == GO_ZERO_TIME && nanos == 0 {
         return Ok(Value::Null);
     }
-    let ts = jiff::Timestamp::new(seconds, nanos)
-        .map_err(|e| malformed(format!("invalid timestamp: {e}")))?;
+    let ts = jiff::Timestamp::new(seconds, nanos).map_err(|e| malformed(format!("invalid timestamp: {e}")))?;
     let dt = ts.to_zoned(jiff::tz::TimeZone::UTC);
     if !(0..=9999).contains(&dt.year()) {
         return Err(malformed("timestamp year outside of range [0,9999]"));
@@ -670,23 +652,12 @@ mod tests {
         );
         // Key order follows the API's field order.
         let keys: Vec<_> = value.as_object().unwrap().keys().cloned().collect();
-        assert_eq!(
-            keys,
-            [
-                "kind",
-                "apiVersion",
-                "metadata",
-                "data",
-                "type",
-                "immutable"
-            ]
-        );
+        assert_eq!(keys, ["kind", "apiVersion", "metadata", "data", "type", "immutable"]);
     }
 
     #[test]
     fn deployment_built_with_k8s_pb() {
-        let labels: std::collections::BTreeMap<String, String> =
-            [("app".to_string(), "web".to_string())].into();
+        let labels: std::collections::BTreeMap<String, String> = [("app".to_string(), "web".to_string())].into();
         let container = core::Container {
             name: Some("web".into()),
             image: Some("nginx:1.27".into()),
@@ -781,12 +752,7 @@ mod tests {
             }),
             status: Some(apps::DeploymentStatus::default()),
         };
-        let value = decode(&envelope(
-            "apps/v1",
-            "Deployment",
-            deployment.encode_to_vec(),
-        ))
-        .unwrap();
+        let value = decode(&envelope("apps/v1", "Deployment", deployment.encode_to_vec())).unwrap();
         assert_eq!(
             value,
             json!({
@@ -844,12 +810,7 @@ mod tests {
             }),
         };
         assert_eq!(
-            decode(&envelope(
-                "coordination.k8s.io/v1",
-                "Lease",
-                lease.encode_to_vec()
-            ))
-            .unwrap(),
+            decode(&envelope("coordination.k8s.io/v1", "Lease", lease.encode_to_vec())).unwrap(),
             json!({
                 "kind": "Lease",
                 "apiVersion": "coordination.k8s.io/v1",
@@ -871,12 +832,7 @@ mod tests {
         };
         // DeleteOptions is accepted under any group version.
         assert_eq!(
-            decode(&envelope(
-                "apps/v1",
-                "DeleteOptions",
-                options.encode_to_vec()
-            ))
-            .unwrap(),
+            decode(&envelope("apps/v1", "DeleteOptions", options.encode_to_vec())).unwrap(),
             json!({
                 "kind": "DeleteOptions",
                 "apiVersion": "apps/v1",
@@ -894,12 +850,7 @@ mod tests {
             revision: Some(2),
         };
         assert_eq!(
-            decode(&envelope(
-                "apps/v1",
-                "ControllerRevision",
-                revision.encode_to_vec()
-            ))
-            .unwrap()["data"],
+            decode(&envelope("apps/v1", "ControllerRevision", revision.encode_to_vec())).unwrap()["data"],
             json!({"spec": {"template": {"x": 1}}})
         );
 
@@ -948,10 +899,7 @@ mod tests {
     #[test]
     fn clean_errors() {
         assert_eq!(decode(b""), Err(ProtobufError::MissingMagic));
-        assert_eq!(
-            decode(b"{\"kind\":\"Pod\"}"),
-            Err(ProtobufError::MissingMagic)
-        );
+        assert_eq!(decode(b"{\"kind\":\"Pod\"}"), Err(ProtobufError::MissingMagic));
         assert_eq!(
             decode(&envelope("v1", "Widget", vec![])),
             Err(ProtobufError::UnknownKind {
@@ -960,9 +908,7 @@ mod tests {
             })
         );
         assert_eq!(
-            decode(&envelope("v1", "Widget", vec![]))
-                .unwrap_err()
-                .to_string(),
+            decode(&envelope("v1", "Widget", vec![])).unwrap_err().to_string(),
             r#"no kind "Widget" is registered for version "v1""#
         );
         let mut gzipped = k8s_pb::apimachinery::pkg::runtime::Unknown {
@@ -973,10 +919,7 @@ mod tests {
         }
         .encode_to_vec();
         gzipped.splice(0..0, MAGIC.iter().copied());
-        assert_eq!(
-            decode(&gzipped),
-            Err(ProtobufError::UnsupportedEncoding("gzip".into()))
-        );
+        assert_eq!(decode(&gzipped), Err(ProtobufError::UnsupportedEncoding("gzip".into())));
         // A string field sent as a varint.
         let err = decode(&envelope("v1", "Namespace", vec![0x0a, 0x02, 0x08, 0x01])).unwrap_err();
         assert!(matches!(err, ProtobufError::Malformed(_)), "{err}");
@@ -1076,9 +1019,7 @@ mod tests {
             assert!(lookup(api_version, kind).is_some(), "{api_version} {kind}");
         }
         assert!(is_protobuf("application/vnd.kubernetes.protobuf"));
-        assert!(is_protobuf(
-            "Application/Vnd.Kubernetes.Protobuf; charset=x"
-        ));
+        assert!(is_protobuf("Application/Vnd.Kubernetes.Protobuf; charset=x"));
         assert!(!is_protobuf("application/json"));
     }
 

@@ -50,8 +50,7 @@ pub fn server_config(pki: &Pki) -> anyhow::Result<Arc<rustls::ServerConfig>> {
     let chain = CertificateDer::pem_slice_iter(pki.serving_cert_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .context("parsing the serving certificate")?;
-    let key = PrivateKeyDer::from_pem_slice(pki.serving_key_pem.as_bytes())
-        .context("parsing the serving key")?;
+    let key = PrivateKeyDer::from_pem_slice(pki.serving_key_pem.as_bytes()).context("parsing the serving key")?;
 
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -86,11 +85,7 @@ pub fn identity_from_cert(der: &[u8]) -> Option<Identity> {
 ///
 /// HTTP/1.1 (with upgrades, for WebSockets) and HTTP/2 are both spoken, whichever the client
 /// negotiates. Failed handshakes are logged at debug level and the connection dropped.
-pub async fn serve_tls(
-    listener: tokio::net::TcpListener,
-    config: Arc<rustls::ServerConfig>,
-    router: axum::Router,
-) {
+pub async fn serve_tls(listener: tokio::net::TcpListener, config: Arc<rustls::ServerConfig>, router: axum::Router) {
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     loop {
         let (tcp, peer) = match listener.accept().await {
@@ -130,31 +125,24 @@ pub async fn serve_tls(
     }
 }
 
-async fn serve_connection<S>(
-    stream: S,
-    peer: SocketAddr,
-    identity: Option<Identity>,
-    router: axum::Router,
-) where
+async fn serve_connection<S>(stream: S, peer: SocketAddr, identity: Option<Identity>, router: axum::Router)
+where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     use tower::ServiceExt;
-    let service =
-        hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
-            req.extensions_mut().insert(identity.clone());
-            req.extensions_mut()
-                .insert(axum::extract::ConnectInfo(peer));
-            let router = router.clone();
-            async move {
-                let response = router.oneshot(req.map(axum::body::Body::new)).await;
-                Ok::<_, Infallible>(match response {
-                    Ok(r) => r,
-                    Err(never) => match never {},
-                })
-            }
-        });
-    let builder =
-        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(identity.clone());
+        req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+        let router = router.clone();
+        async move {
+            let response = router.oneshot(req.map(axum::body::Body::new)).await;
+            Ok::<_, Infallible>(match response {
+                Ok(r) => r,
+                Err(never) => match never {},
+            })
+        }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
     if let Err(e) = builder
         .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service)
         .await
@@ -174,9 +162,7 @@ pub struct TokenAuth {
 impl std::fmt::Debug for TokenAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Tokens are secrets: only their number is shown.
-        f.debug_struct("TokenAuth")
-            .field("tokens", &self.tokens.len())
-            .finish()
+        f.debug_struct("TokenAuth").field("tokens", &self.tokens.len()).finish()
     }
 }
 
@@ -186,11 +172,7 @@ impl TokenAuth {
     pub fn load_or_create(dir: &Path) -> anyhow::Result<TokenAuth> {
         let path = dir.join("tokens.csv");
         if !path.exists() {
-            let token = format!(
-                "{}{}",
-                uuid::Uuid::new_v4().simple(),
-                uuid::Uuid::new_v4().simple()
-            );
+            let token = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
             let line = format!("{token},{ADMIN_USER},{ADMIN_USER},\"{ADMIN_GROUP}\"\n");
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             crate::pki::write_file(&path, line.as_bytes(), 0o600)?;
@@ -201,8 +183,7 @@ impl TokenAuth {
 
     /// Loads a token file.
     pub fn load(path: &Path) -> anyhow::Result<TokenAuth> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         Self::parse(&text).with_context(|| format!("parsing token file {}", path.display()))
     }
 
@@ -223,10 +204,7 @@ impl TokenAuth {
             }
             let token = record[0].clone();
             if token.is_empty() {
-                tracing::warn!(
-                    line = line_no,
-                    "skipping a token file line with an empty token"
-                );
+                tracing::warn!(line = line_no, "skipping a token file line with an empty token");
                 continue;
             }
             let groups = record
@@ -340,10 +318,8 @@ mod tests {
 
     #[test]
     fn token_file() {
-        let auth = TokenAuth::parse(
-            "t1,alice,1,\"dev, ops\"\nt2,bob,2\n\n,nobody,3\nt3,root,4,\"system:masters\"\n",
-        )
-        .unwrap();
+        let auth =
+            TokenAuth::parse("t1,alice,1,\"dev, ops\"\nt2,bob,2\n\n,nobody,3\nt3,root,4,\"system:masters\"\n").unwrap();
         assert_eq!(
             auth.authenticate("t1"),
             Some(Identity {
@@ -351,18 +327,12 @@ mod tests {
                 groups: vec!["dev".into(), "ops".into()]
             })
         );
-        assert_eq!(
-            auth.authenticate("t2").unwrap().groups,
-            Vec::<String>::new()
-        );
+        assert_eq!(auth.authenticate("t2").unwrap().groups, Vec::<String>::new());
         assert_eq!(auth.authenticate(""), None);
         assert_eq!(auth.authenticate("nope"), None);
         assert_eq!(auth.admin_token(), Some("t3"));
         assert_eq!(auth.authenticate_header("Bearer t2").unwrap().user, "bob");
-        assert_eq!(
-            auth.authenticate_header("  bearer t2 ").unwrap().user,
-            "bob"
-        );
+        assert_eq!(auth.authenticate_header("  bearer t2 ").unwrap().user, "bob");
         assert_eq!(auth.authenticate_header("Basic t2"), None);
         assert_eq!(auth.authenticate_header("Bearer"), None);
         assert!(TokenAuth::parse("only,two\n").is_err());
@@ -388,9 +358,7 @@ mod tests {
     }
 
     fn der_of(pem: &str) -> Vec<u8> {
-        CertificateDer::from_pem_slice(pem.as_bytes())
-            .unwrap()
-            .to_vec()
+        CertificateDer::from_pem_slice(pem.as_bytes()).unwrap().to_vec()
     }
 
     #[test]
@@ -404,9 +372,7 @@ mod tests {
                 groups: vec!["system:masters".into()]
             })
         );
-        let (node_cert, _) = pki
-            .issue_client_cert("system:node:n1", &["system:nodes"])
-            .unwrap();
+        let (node_cert, _) = pki.issue_client_cert("system:node:n1", &["system:nodes"]).unwrap();
         assert_eq!(
             identity_from_cert(&der_of(&node_cert)),
             Some(Identity {
@@ -427,14 +393,13 @@ mod tests {
     use http_body_util::{BodyExt, Empty};
 
     async fn start_server(pki: &Pki) -> SocketAddr {
-        let router = axum::Router::new().fallback(
-            |axum::Extension(id): axum::Extension<Option<Identity>>| async move {
+        let router =
+            axum::Router::new().fallback(|axum::Extension(id): axum::Extension<Option<Identity>>| async move {
                 match id {
                     Some(id) => format!("{}|{}", id.user, id.groups.join(",")),
                     None => "anonymous".to_string(),
                 }
-            },
-        );
+            });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let config = server_config(pki).unwrap();
@@ -442,11 +407,7 @@ mod tests {
         addr
     }
 
-    fn client_config(
-        ca_pem: &str,
-        client: Option<(&str, &str)>,
-        alpn: &[&[u8]],
-    ) -> rustls::ClientConfig {
+    fn client_config(ca_pem: &str, client: Option<(&str, &str)>, alpn: &[&[u8]]) -> rustls::ClientConfig {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         roots
@@ -471,10 +432,7 @@ mod tests {
 
     /// GETs `/whoami` over TLS with the given client config; returns the negotiated ALPN
     /// protocol and the body.
-    async fn get(
-        addr: SocketAddr,
-        config: rustls::ClientConfig,
-    ) -> anyhow::Result<(Vec<u8>, String)> {
+    async fn get(addr: SocketAddr, config: rustls::ClientConfig) -> anyhow::Result<(Vec<u8>, String)> {
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
         let tcp = tokio::net::TcpStream::connect(addr).await?;
         let name = rustls::pki_types::ServerName::try_from("localhost")?;
@@ -486,8 +444,7 @@ mod tests {
             .body(Empty::<bytes::Bytes>::new())?;
         let resp = if alpn == b"h2" {
             let (mut sender, conn) =
-                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
-                    .await?;
+                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await?;
             tokio::spawn(conn);
             sender.send_request(req).await?
         } else {
@@ -516,9 +473,7 @@ mod tests {
         assert_eq!(body, "skiff-admin|system:masters");
 
         // A node certificate, over HTTP/1.1.
-        let (cert, key) = pki
-            .issue_client_cert("system:node:n1", &["system:nodes"])
-            .unwrap();
+        let (cert, key) = pki.issue_client_cert("system:node:n1", &["system:nodes"]).unwrap();
         let node = client_config(&pki.ca_cert_pem, Some((&cert, &key)), &[b"http/1.1"]);
         let (alpn, body) = get(addr, node).await.unwrap();
         assert_eq!(alpn, b"http/1.1");
@@ -567,8 +522,7 @@ mod tests {
                 }),
             )
             .fallback(
-                |axum::Extension(id): axum::Extension<Option<Identity>>,
-                 req: axum::extract::Request| async move {
+                |axum::Extension(id): axum::Extension<Option<Identity>>, req: axum::extract::Request| async move {
                     format!(
                         "{} {:?} {}",
                         id.map(|i| format!("{}|{}", i.user, i.groups.join(",")))
@@ -642,12 +596,14 @@ mod tests {
             .route(
                 "/api/v1",
                 axum::routing::get(|| async {
-                    axum::Json(serde_json::json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
-                        {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
-                         "verbs": ["get", "list"], "shortNames": ["po"]},
-                        {"name": "pods/exec", "singularName": "", "namespaced": true, "kind": "PodExecOptions",
-                         "verbs": ["create", "get"]}
-                    ]}))
+                    axum::Json(
+                        serde_json::json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                            {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
+                             "verbs": ["get", "list"], "shortNames": ["po"]},
+                            {"name": "pods/exec", "singularName": "", "namespaced": true, "kind": "PodExecOptions",
+                             "verbs": ["create", "get"]}
+                        ]}),
+                    )
                 }),
             )
             .route(

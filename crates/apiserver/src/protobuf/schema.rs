@@ -2,9 +2,7 @@
 // 0.29.0 v1_33 (JSON names, required fields). Do not edit by hand.
 
 use super::Card::{Inline as I, Map as M, One as O, Repeated as R};
-use super::Ty::{
-    Bool, Bytes, I32, I64, IntOrString, MicroTime, Msg, Quantity, Raw, Str, StrList, Time,
-};
+use super::Ty::{Bool, Bytes, I32, I64, IntOrString, MicroTime, Msg, Quantity, Raw, Str, StrList, Time};
 use super::{Message, f};
 
 /// `(apiVersion, kind, message)` of every object protobuf bodies may carry.
@@ -29,11 +27,7 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
         "ValidatingWebhookConfiguration",
         &API_ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK_CONFIGURATION,
     ),
-    (
-        "apps/v1",
-        "ControllerRevision",
-        &API_APPS_V1_CONTROLLER_REVISION,
-    ),
+    ("apps/v1", "ControllerRevision", &API_APPS_V1_CONTROLLER_REVISION),
     ("apps/v1", "DaemonSet", &API_APPS_V1_DAEMON_SET),
     ("apps/v1", "Deployment", &API_APPS_V1_DEPLOYMENT),
     ("apps/v1", "ReplicaSet", &API_APPS_V1_REPLICA_SET),
@@ -91,16 +85,8 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
         "CertificateSigningRequest",
         &API_CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST,
     ),
-    (
-        "coordination.k8s.io/v1",
-        "Lease",
-        &API_COORDINATION_V1_LEASE,
-    ),
-    (
-        "discovery.k8s.io/v1",
-        "EndpointSlice",
-        &API_DISCOVERY_V1_ENDPOINT_SLICE,
-    ),
+    ("coordination.k8s.io/v1", "Lease", &API_COORDINATION_V1_LEASE),
+    ("discovery.k8s.io/v1", "EndpointSlice", &API_DISCOVERY_V1_ENDPOINT_SLICE),
     ("events.k8s.io/v1", "Event", &API_EVENTS_V1_EVENT),
     (
         "flowcontrol.apiserver.k8s.io/v1",
@@ -112,54 +98,26 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
         "PriorityLevelConfiguration",
         &API_FLOWCONTROL_V1_PRIORITY_LEVEL_CONFIGURATION,
     ),
-    (
-        "networking.k8s.io/v1",
-        "IPAddress",
-        &API_NETWORKING_V1_IP_ADDRESS,
-    ),
-    (
-        "networking.k8s.io/v1",
-        "Ingress",
-        &API_NETWORKING_V1_INGRESS,
-    ),
-    (
-        "networking.k8s.io/v1",
-        "IngressClass",
-        &API_NETWORKING_V1_INGRESS_CLASS,
-    ),
+    ("networking.k8s.io/v1", "IPAddress", &API_NETWORKING_V1_IP_ADDRESS),
+    ("networking.k8s.io/v1", "Ingress", &API_NETWORKING_V1_INGRESS),
+    ("networking.k8s.io/v1", "IngressClass", &API_NETWORKING_V1_INGRESS_CLASS),
     (
         "networking.k8s.io/v1",
         "NetworkPolicy",
         &API_NETWORKING_V1_NETWORK_POLICY,
     ),
-    (
-        "networking.k8s.io/v1",
-        "ServiceCIDR",
-        &API_NETWORKING_V1_SERVICE_CIDR,
-    ),
+    ("networking.k8s.io/v1", "ServiceCIDR", &API_NETWORKING_V1_SERVICE_CIDR),
     ("node.k8s.io/v1", "RuntimeClass", &API_NODE_V1_RUNTIME_CLASS),
     ("policy/v1", "Eviction", &API_POLICY_V1_EVICTION),
-    (
-        "policy/v1",
-        "PodDisruptionBudget",
-        &API_POLICY_V1_POD_DISRUPTION_BUDGET,
-    ),
-    (
-        "rbac.authorization.k8s.io/v1",
-        "ClusterRole",
-        &API_RBAC_V1_CLUSTER_ROLE,
-    ),
+    ("policy/v1", "PodDisruptionBudget", &API_POLICY_V1_POD_DISRUPTION_BUDGET),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole", &API_RBAC_V1_CLUSTER_ROLE),
     (
         "rbac.authorization.k8s.io/v1",
         "ClusterRoleBinding",
         &API_RBAC_V1_CLUSTER_ROLE_BINDING,
     ),
     ("rbac.authorization.k8s.io/v1", "Role", &API_RBAC_V1_ROLE),
-    (
-        "rbac.authorization.k8s.io/v1",
-        "RoleBinding",
-        &API_RBAC_V1_ROLE_BINDING,
-    ),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", &API_RBAC_V1_ROLE_BINDING),
     (
         "scheduling.k8s.io/v1",
         "PriorityClass",
@@ -172,11 +130,7 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
         "CSIStorageCapacity",
         &API_STORAGE_V1_CSI_STORAGE_CAPACITY,
     ),
-    (
-        "storage.k8s.io/v1",
-        "StorageClass",
-        &API_STORAGE_V1_STORAGE_CLASS,
-    ),
+    ("storage.k8s.io/v1", "StorageClass", &API_STORAGE_V1_STORAGE_CLASS),
     (
         "storage.k8s.io/v1",
         "VolumeAttachment",
@@ -190,29 +144,17 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
     ("v1", "Binding", &API_CORE_V1_BINDING),
     ("v1", "ComponentStatus", &API_CORE_V1_COMPONENT_STATUS),
     ("v1", "ConfigMap", &API_CORE_V1_CONFIG_MAP),
-    (
-        "v1",
-        "DeleteOptions",
-        &APIMACHINERY_PKG_APIS_META_V1_DELETE_OPTIONS,
-    ),
+    ("v1", "DeleteOptions", &APIMACHINERY_PKG_APIS_META_V1_DELETE_OPTIONS),
     ("v1", "Endpoints", &API_CORE_V1_ENDPOINTS),
     ("v1", "Event", &API_CORE_V1_EVENT),
     ("v1", "LimitRange", &API_CORE_V1_LIMIT_RANGE),
     ("v1", "Namespace", &API_CORE_V1_NAMESPACE),
     ("v1", "Node", &API_CORE_V1_NODE),
     ("v1", "PersistentVolume", &API_CORE_V1_PERSISTENT_VOLUME),
-    (
-        "v1",
-        "PersistentVolumeClaim",
-        &API_CORE_V1_PERSISTENT_VOLUME_CLAIM,
-    ),
+    ("v1", "PersistentVolumeClaim", &API_CORE_V1_PERSISTENT_VOLUME_CLAIM),
     ("v1", "Pod", &API_CORE_V1_POD),
     ("v1", "PodTemplate", &API_CORE_V1_POD_TEMPLATE),
-    (
-        "v1",
-        "ReplicationController",
-        &API_CORE_V1_REPLICATION_CONTROLLER,
-    ),
+    ("v1", "ReplicationController", &API_CORE_V1_REPLICATION_CONTROLLER),
     ("v1", "ResourceQuota", &API_CORE_V1_RESOURCE_QUOTA),
     ("v1", "Secret", &API_CORE_V1_SECRET),
     ("v1", "Service", &API_CORE_V1_SERVICE),
@@ -221,18 +163,12 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
 
 static API_ADMISSIONREGISTRATION_V1_AUDIT_ANNOTATION: Message = Message {
     name: "io.k8s.api.admissionregistration.v1.AuditAnnotation",
-    fields: &[
-        f(1, "key", O, Str, true),
-        f(2, "valueExpression", O, Str, true),
-    ],
+    fields: &[f(1, "key", O, Str, true), f(2, "valueExpression", O, Str, true)],
 };
 
 static API_ADMISSIONREGISTRATION_V1_EXPRESSION_WARNING: Message = Message {
     name: "io.k8s.api.admissionregistration.v1.ExpressionWarning",
-    fields: &[
-        f(2, "fieldRef", O, Str, true),
-        f(3, "warning", O, Str, true),
-    ],
+    fields: &[f(2, "fieldRef", O, Str, true), f(3, "warning", O, Str, true)],
 };
 
 static API_ADMISSIONREGISTRATION_V1_MATCH_CONDITION: Message = Message {
@@ -326,13 +262,7 @@ static API_ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK: Message = Message {
 static API_ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK_CONFIGURATION: Message = Message {
     name: "io.k8s.api.admissionregistration.v1.MutatingWebhookConfiguration",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(
             2,
             "webhooks",
@@ -347,22 +277,13 @@ static API_ADMISSIONREGISTRATION_V1_NAMED_RULE_WITH_OPERATIONS: Message = Messag
     name: "io.k8s.api.admissionregistration.v1.NamedRuleWithOperations",
     fields: &[
         f(1, "resourceNames", R, Str, false),
-        f(
-            2,
-            "",
-            I,
-            Msg(&API_ADMISSIONREGISTRATION_V1_RULE_WITH_OPERATIONS),
-            false,
-        ),
+        f(2, "", I, Msg(&API_ADMISSIONREGISTRATION_V1_RULE_WITH_OPERATIONS), false),
     ],
 };
 
 static API_ADMISSIONREGISTRATION_V1_PARAM_KIND: Message = Message {
     name: "io.k8s.api.admissionregistration.v1.ParamKind",
-    fields: &[
-        f(1, "apiVersion", O, Str, false),
-        f(2, "kind", O, Str, false),
-    ],
+    fields: &[f(1, "apiVersion", O, Str, false), f(2, "kind", O, Str, false)],
 };
 
 static API_ADMISSIONREGISTRATION_V1_PARAM_REF: Message = Message {
@@ -423,13 +344,7 @@ static API_ADMISSIONREGISTRATION_V1_TYPE_CHECKING: Message = Message {
 static API_ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY: Message = Message {
     name: "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicy",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(
             2,
             "spec",
@@ -450,13 +365,7 @@ static API_ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY: Message = Messa
 static API_ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING: Message = Message {
     name: "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicyBinding",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(
             2,
             "spec",
@@ -471,13 +380,7 @@ static API_ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING_SPEC: Me
     name: "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpec",
     fields: &[
         f(1, "policyName", O, Str, false),
-        f(
-            2,
-            "paramRef",
-            O,
-            Msg(&API_ADMISSIONREGISTRATION_V1_PARAM_REF),
-            false,
-        ),
+        f(2, "paramRef", O, Msg(&API_ADMISSIONREGISTRATION_V1_PARAM_REF), false),
         f(
             3,
             "matchResources",
@@ -492,13 +395,7 @@ static API_ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING_SPEC: Me
 static API_ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_SPEC: Message = Message {
     name: "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicySpec",
     fields: &[
-        f(
-            1,
-            "paramKind",
-            O,
-            Msg(&API_ADMISSIONREGISTRATION_V1_PARAM_KIND),
-            false,
-        ),
+        f(1, "paramKind", O, Msg(&API_ADMISSIONREGISTRATION_V1_PARAM_KIND), false),
         f(
             2,
             "matchConstraints",
@@ -528,13 +425,7 @@ static API_ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_SPEC: Message = 
             Msg(&API_ADMISSIONREGISTRATION_V1_MATCH_CONDITION),
             false,
         ),
-        f(
-            7,
-            "variables",
-            R,
-            Msg(&API_ADMISSIONREGISTRATION_V1_VARIABLE),
-            false,
-        ),
+        f(7, "variables", R, Msg(&API_ADMISSIONREGISTRATION_V1_VARIABLE), false),
     ],
 };
 
@@ -549,13 +440,7 @@ static API_ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_STATUS: Message 
             Msg(&API_ADMISSIONREGISTRATION_V1_TYPE_CHECKING),
             false,
         ),
-        f(
-            3,
-            "conditions",
-            R,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_CONDITION),
-            false,
-        ),
+        f(3, "conditions", R, Msg(&APIMACHINERY_PKG_APIS_META_V1_CONDITION), false),
     ],
 };
 
@@ -609,13 +494,7 @@ static API_ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK: Message = Message {
 static API_ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK_CONFIGURATION: Message = Message {
     name: "io.k8s.api.admissionregistration.v1.ValidatingWebhookConfiguration",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(
             2,
             "webhooks",
@@ -659,13 +538,7 @@ static API_ADMISSIONREGISTRATION_V1_WEBHOOK_CLIENT_CONFIG: Message = Message {
 static API_APPS_V1_CONTROLLER_REVISION: Message = Message {
     name: "io.k8s.api.apps.v1.ControllerRevision",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "data", O, Raw, false),
         f(3, "revision", O, I64, true),
     ],
@@ -674,13 +547,7 @@ static API_APPS_V1_CONTROLLER_REVISION: Message = Message {
 static API_APPS_V1_DAEMON_SET: Message = Message {
     name: "io.k8s.api.apps.v1.DaemonSet",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_APPS_V1_DAEMON_SET_SPEC), false),
         f(3, "status", O, Msg(&API_APPS_V1_DAEMON_SET_STATUS), false),
     ],
@@ -732,13 +599,7 @@ static API_APPS_V1_DAEMON_SET_STATUS: Message = Message {
         f(7, "numberAvailable", O, I32, false),
         f(8, "numberUnavailable", O, I32, false),
         f(9, "collisionCount", O, I32, true),
-        f(
-            10,
-            "conditions",
-            R,
-            Msg(&API_APPS_V1_DAEMON_SET_CONDITION),
-            false,
-        ),
+        f(10, "conditions", R, Msg(&API_APPS_V1_DAEMON_SET_CONDITION), false),
     ],
 };
 
@@ -759,13 +620,7 @@ static API_APPS_V1_DAEMON_SET_UPDATE_STRATEGY: Message = Message {
 static API_APPS_V1_DEPLOYMENT: Message = Message {
     name: "io.k8s.api.apps.v1.Deployment",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_APPS_V1_DEPLOYMENT_SPEC), false),
         f(3, "status", O, Msg(&API_APPS_V1_DEPLOYMENT_STATUS), false),
     ],
@@ -795,13 +650,7 @@ static API_APPS_V1_DEPLOYMENT_SPEC: Message = Message {
             true,
         ),
         f(3, "template", O, Msg(&API_CORE_V1_POD_TEMPLATE_SPEC), true),
-        f(
-            4,
-            "strategy",
-            O,
-            Msg(&API_APPS_V1_DEPLOYMENT_STRATEGY),
-            false,
-        ),
+        f(4, "strategy", O, Msg(&API_APPS_V1_DEPLOYMENT_STRATEGY), false),
         f(5, "minReadySeconds", O, I32, false),
         f(6, "revisionHistoryLimit", O, I32, true),
         f(7, "paused", O, Bool, false),
@@ -817,13 +666,7 @@ static API_APPS_V1_DEPLOYMENT_STATUS: Message = Message {
         f(3, "updatedReplicas", O, I32, false),
         f(4, "availableReplicas", O, I32, false),
         f(5, "unavailableReplicas", O, I32, false),
-        f(
-            6,
-            "conditions",
-            R,
-            Msg(&API_APPS_V1_DEPLOYMENT_CONDITION),
-            false,
-        ),
+        f(6, "conditions", R, Msg(&API_APPS_V1_DEPLOYMENT_CONDITION), false),
         f(7, "readyReplicas", O, I32, false),
         f(8, "collisionCount", O, I32, true),
         f(9, "terminatingReplicas", O, I32, false),
@@ -847,13 +690,7 @@ static API_APPS_V1_DEPLOYMENT_STRATEGY: Message = Message {
 static API_APPS_V1_REPLICA_SET: Message = Message {
     name: "io.k8s.api.apps.v1.ReplicaSet",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_APPS_V1_REPLICA_SET_SPEC), false),
         f(3, "status", O, Msg(&API_APPS_V1_REPLICA_SET_STATUS), false),
     ],
@@ -894,13 +731,7 @@ static API_APPS_V1_REPLICA_SET_STATUS: Message = Message {
         f(3, "observedGeneration", O, I64, false),
         f(4, "readyReplicas", O, I32, false),
         f(5, "availableReplicas", O, I32, false),
-        f(
-            6,
-            "conditions",
-            R,
-            Msg(&API_APPS_V1_REPLICA_SET_CONDITION),
-            false,
-        ),
+        f(6, "conditions", R, Msg(&API_APPS_V1_REPLICA_SET_CONDITION), false),
         f(7, "terminatingReplicas", O, I32, false),
     ],
 };
@@ -932,13 +763,7 @@ static API_APPS_V1_ROLLING_UPDATE_STATEFUL_SET_STRATEGY: Message = Message {
 static API_APPS_V1_STATEFUL_SET: Message = Message {
     name: "io.k8s.api.apps.v1.StatefulSet",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_APPS_V1_STATEFUL_SET_SPEC), false),
         f(3, "status", O, Msg(&API_APPS_V1_STATEFUL_SET_STATUS), false),
     ],
@@ -962,10 +787,7 @@ static API_APPS_V1_STATEFUL_SET_ORDINALS: Message = Message {
 
 static API_APPS_V1_STATEFUL_SET_PERSISTENT_VOLUME_CLAIM_RETENTION_POLICY: Message = Message {
     name: "io.k8s.api.apps.v1.StatefulSetPersistentVolumeClaimRetentionPolicy",
-    fields: &[
-        f(1, "whenDeleted", O, Str, false),
-        f(2, "whenScaled", O, Str, false),
-    ],
+    fields: &[f(1, "whenDeleted", O, Str, false), f(2, "whenScaled", O, Str, false)],
 };
 
 static API_APPS_V1_STATEFUL_SET_SPEC: Message = Message {
@@ -1005,13 +827,7 @@ static API_APPS_V1_STATEFUL_SET_SPEC: Message = Message {
             Msg(&API_APPS_V1_STATEFUL_SET_PERSISTENT_VOLUME_CLAIM_RETENTION_POLICY),
             false,
         ),
-        f(
-            11,
-            "ordinals",
-            O,
-            Msg(&API_APPS_V1_STATEFUL_SET_ORDINALS),
-            false,
-        ),
+        f(11, "ordinals", O, Msg(&API_APPS_V1_STATEFUL_SET_ORDINALS), false),
     ],
 };
 
@@ -1026,13 +842,7 @@ static API_APPS_V1_STATEFUL_SET_STATUS: Message = Message {
         f(6, "currentRevision", O, Str, false),
         f(7, "updateRevision", O, Str, false),
         f(9, "collisionCount", O, I32, true),
-        f(
-            10,
-            "conditions",
-            R,
-            Msg(&API_APPS_V1_STATEFUL_SET_CONDITION),
-            false,
-        ),
+        f(10, "conditions", R, Msg(&API_APPS_V1_STATEFUL_SET_CONDITION), false),
         f(11, "availableReplicas", O, I32, false),
     ],
 };
@@ -1064,13 +874,7 @@ static API_AUTHENTICATION_V1_BOUND_OBJECT_REFERENCE: Message = Message {
 static API_AUTHENTICATION_V1_SELF_SUBJECT_REVIEW: Message = Message {
     name: "io.k8s.api.authentication.v1.SelfSubjectReview",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(
             2,
             "status",
@@ -1083,39 +887,15 @@ static API_AUTHENTICATION_V1_SELF_SUBJECT_REVIEW: Message = Message {
 
 static API_AUTHENTICATION_V1_SELF_SUBJECT_REVIEW_STATUS: Message = Message {
     name: "io.k8s.api.authentication.v1.SelfSubjectReviewStatus",
-    fields: &[f(
-        1,
-        "userInfo",
-        O,
-        Msg(&API_AUTHENTICATION_V1_USER_INFO),
-        false,
-    )],
+    fields: &[f(1, "userInfo", O, Msg(&API_AUTHENTICATION_V1_USER_INFO), false)],
 };
 
 static API_AUTHENTICATION_V1_TOKEN_REQUEST: Message = Message {
     name: "io.k8s.api.authentication.v1.TokenRequest",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
-        f(
-            2,
-            "spec",
-            O,
-            Msg(&API_AUTHENTICATION_V1_TOKEN_REQUEST_SPEC),
-            true,
-        ),
-        f(
-            3,
-            "status",
-            O,
-            Msg(&API_AUTHENTICATION_V1_TOKEN_REQUEST_STATUS),
-            false,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
+        f(2, "spec", O, Msg(&API_AUTHENTICATION_V1_TOKEN_REQUEST_SPEC), true),
+        f(3, "status", O, Msg(&API_AUTHENTICATION_V1_TOKEN_REQUEST_STATUS), false),
     ],
 };
 
@@ -1136,45 +916,21 @@ static API_AUTHENTICATION_V1_TOKEN_REQUEST_SPEC: Message = Message {
 
 static API_AUTHENTICATION_V1_TOKEN_REQUEST_STATUS: Message = Message {
     name: "io.k8s.api.authentication.v1.TokenRequestStatus",
-    fields: &[
-        f(1, "token", O, Str, true),
-        f(2, "expirationTimestamp", O, Time, true),
-    ],
+    fields: &[f(1, "token", O, Str, true), f(2, "expirationTimestamp", O, Time, true)],
 };
 
 static API_AUTHENTICATION_V1_TOKEN_REVIEW: Message = Message {
     name: "io.k8s.api.authentication.v1.TokenReview",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
-        f(
-            2,
-            "spec",
-            O,
-            Msg(&API_AUTHENTICATION_V1_TOKEN_REVIEW_SPEC),
-            true,
-        ),
-        f(
-            3,
-            "status",
-            O,
-            Msg(&API_AUTHENTICATION_V1_TOKEN_REVIEW_STATUS),
-            false,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
+        f(2, "spec", O, Msg(&API_AUTHENTICATION_V1_TOKEN_REVIEW_SPEC), true),
+        f(3, "status", O, Msg(&API_AUTHENTICATION_V1_TOKEN_REVIEW_STATUS), false),
     ],
 };
 
 static API_AUTHENTICATION_V1_TOKEN_REVIEW_SPEC: Message = Message {
     name: "io.k8s.api.authentication.v1.TokenReviewSpec",
-    fields: &[
-        f(1, "token", O, Str, false),
-        f(2, "audiences", R, Str, false),
-    ],
+    fields: &[f(1, "token", O, Str, false), f(2, "audiences", R, Str, false)],
 };
 
 static API_AUTHENTICATION_V1_TOKEN_REVIEW_STATUS: Message = Message {
@@ -1228,13 +984,7 @@ static API_AUTHORIZATION_V1_LABEL_SELECTOR_ATTRIBUTES: Message = Message {
 static API_AUTHORIZATION_V1_LOCAL_SUBJECT_ACCESS_REVIEW: Message = Message {
     name: "io.k8s.api.authorization.v1.LocalSubjectAccessReview",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(
             2,
             "spec",
@@ -1259,10 +1009,7 @@ static API_AUTHORIZATION_V1_NON_RESOURCE_ATTRIBUTES: Message = Message {
 
 static API_AUTHORIZATION_V1_NON_RESOURCE_RULE: Message = Message {
     name: "io.k8s.api.authorization.v1.NonResourceRule",
-    fields: &[
-        f(1, "verbs", R, Str, true),
-        f(2, "nonResourceURLs", R, Str, false),
-    ],
+    fields: &[f(1, "verbs", R, Str, true), f(2, "nonResourceURLs", R, Str, false)],
 };
 
 static API_AUTHORIZATION_V1_RESOURCE_ATTRIBUTES: Message = Message {
@@ -1305,13 +1052,7 @@ static API_AUTHORIZATION_V1_RESOURCE_RULE: Message = Message {
 static API_AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW: Message = Message {
     name: "io.k8s.api.authorization.v1.SelfSubjectAccessReview",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(
             2,
             "spec",
@@ -1352,13 +1093,7 @@ static API_AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW_SPEC: Message = Message {
 static API_AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW: Message = Message {
     name: "io.k8s.api.authorization.v1.SelfSubjectRulesReview",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(
             2,
             "spec",
@@ -1384,13 +1119,7 @@ static API_AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW_SPEC: Message = Message {
 static API_AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW: Message = Message {
     name: "io.k8s.api.authorization.v1.SubjectAccessReview",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(
             2,
             "spec",
@@ -1445,13 +1174,7 @@ static API_AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS: Message = Message {
 static API_AUTHORIZATION_V1_SUBJECT_RULES_REVIEW_STATUS: Message = Message {
     name: "io.k8s.api.authorization.v1.SubjectRulesReviewStatus",
     fields: &[
-        f(
-            1,
-            "resourceRules",
-            R,
-            Msg(&API_AUTHORIZATION_V1_RESOURCE_RULE),
-            true,
-        ),
+        f(1, "resourceRules", R, Msg(&API_AUTHORIZATION_V1_RESOURCE_RULE), true),
         f(
             2,
             "nonResourceRules",
@@ -1476,13 +1199,7 @@ static API_AUTOSCALING_V1_CROSS_VERSION_OBJECT_REFERENCE: Message = Message {
 static API_AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER: Message = Message {
     name: "io.k8s.api.autoscaling.v1.HorizontalPodAutoscaler",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(
             2,
             "spec",
@@ -1530,13 +1247,7 @@ static API_AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER_STATUS: Message = Message {
 static API_AUTOSCALING_V1_SCALE: Message = Message {
     name: "io.k8s.api.autoscaling.v1.Scale",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_AUTOSCALING_V1_SCALE_SPEC), false),
         f(3, "status", O, Msg(&API_AUTOSCALING_V1_SCALE_STATUS), false),
     ],
@@ -1549,10 +1260,7 @@ static API_AUTOSCALING_V1_SCALE_SPEC: Message = Message {
 
 static API_AUTOSCALING_V1_SCALE_STATUS: Message = Message {
     name: "io.k8s.api.autoscaling.v1.ScaleStatus",
-    fields: &[
-        f(1, "replicas", O, I32, true),
-        f(2, "selector", O, Str, false),
-    ],
+    fields: &[f(1, "replicas", O, I32, true), f(2, "selector", O, Str, false)],
 };
 
 static API_AUTOSCALING_V2_CONTAINER_RESOURCE_METRIC_SOURCE: Message = Message {
@@ -1568,13 +1276,7 @@ static API_AUTOSCALING_V2_CONTAINER_RESOURCE_METRIC_STATUS: Message = Message {
     name: "io.k8s.api.autoscaling.v2.ContainerResourceMetricStatus",
     fields: &[
         f(1, "name", O, Str, true),
-        f(
-            2,
-            "current",
-            O,
-            Msg(&API_AUTOSCALING_V2_METRIC_VALUE_STATUS),
-            true,
-        ),
+        f(2, "current", O, Msg(&API_AUTOSCALING_V2_METRIC_VALUE_STATUS), true),
         f(3, "container", O, Str, true),
     ],
 };
@@ -1591,13 +1293,7 @@ static API_AUTOSCALING_V2_CROSS_VERSION_OBJECT_REFERENCE: Message = Message {
 static API_AUTOSCALING_V2_EXTERNAL_METRIC_SOURCE: Message = Message {
     name: "io.k8s.api.autoscaling.v2.ExternalMetricSource",
     fields: &[
-        f(
-            1,
-            "metric",
-            O,
-            Msg(&API_AUTOSCALING_V2_METRIC_IDENTIFIER),
-            true,
-        ),
+        f(1, "metric", O, Msg(&API_AUTOSCALING_V2_METRIC_IDENTIFIER), true),
         f(2, "target", O, Msg(&API_AUTOSCALING_V2_METRIC_TARGET), true),
     ],
 };
@@ -1605,33 +1301,15 @@ static API_AUTOSCALING_V2_EXTERNAL_METRIC_SOURCE: Message = Message {
 static API_AUTOSCALING_V2_EXTERNAL_METRIC_STATUS: Message = Message {
     name: "io.k8s.api.autoscaling.v2.ExternalMetricStatus",
     fields: &[
-        f(
-            1,
-            "metric",
-            O,
-            Msg(&API_AUTOSCALING_V2_METRIC_IDENTIFIER),
-            true,
-        ),
-        f(
-            2,
-            "current",
-            O,
-            Msg(&API_AUTOSCALING_V2_METRIC_VALUE_STATUS),
-            true,
-        ),
+        f(1, "metric", O, Msg(&API_AUTOSCALING_V2_METRIC_IDENTIFIER), true),
+        f(2, "current", O, Msg(&API_AUTOSCALING_V2_METRIC_VALUE_STATUS), true),
     ],
 };
 
 static API_AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER: Message = Message {
     name: "io.k8s.api.autoscaling.v2.HorizontalPodAutoscaler",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(
             2,
             "spec",
@@ -1652,20 +1330,8 @@ static API_AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER: Message = Message {
 static API_AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_BEHAVIOR: Message = Message {
     name: "io.k8s.api.autoscaling.v2.HorizontalPodAutoscalerBehavior",
     fields: &[
-        f(
-            1,
-            "scaleUp",
-            O,
-            Msg(&API_AUTOSCALING_V2_HPA_SCALING_RULES),
-            false,
-        ),
-        f(
-            2,
-            "scaleDown",
-            O,
-            Msg(&API_AUTOSCALING_V2_HPA_SCALING_RULES),
-            false,
-        ),
+        f(1, "scaleUp", O, Msg(&API_AUTOSCALING_V2_HPA_SCALING_RULES), false),
+        f(2, "scaleDown", O, Msg(&API_AUTOSCALING_V2_HPA_SCALING_RULES), false),
     ],
 };
 
@@ -1710,13 +1376,7 @@ static API_AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_STATUS: Message = Message {
         f(2, "lastScaleTime", O, Time, false),
         f(3, "currentReplicas", O, I32, false),
         f(4, "desiredReplicas", O, I32, true),
-        f(
-            5,
-            "currentMetrics",
-            R,
-            Msg(&API_AUTOSCALING_V2_METRIC_STATUS),
-            false,
-        ),
+        f(5, "currentMetrics", R, Msg(&API_AUTOSCALING_V2_METRIC_STATUS), false),
         f(
             6,
             "conditions",
@@ -1740,13 +1400,7 @@ static API_AUTOSCALING_V2_HPA_SCALING_RULES: Message = Message {
     name: "io.k8s.api.autoscaling.v2.HpaScalingRules",
     fields: &[
         f(1, "selectPolicy", O, Str, true),
-        f(
-            2,
-            "policies",
-            R,
-            Msg(&API_AUTOSCALING_V2_HPA_SCALING_POLICY),
-            false,
-        ),
+        f(2, "policies", R, Msg(&API_AUTOSCALING_V2_HPA_SCALING_POLICY), false),
         f(3, "stabilizationWindowSeconds", O, I32, true),
         f(4, "tolerance", O, Quantity, false),
     ],
@@ -1770,34 +1424,10 @@ static API_AUTOSCALING_V2_METRIC_SPEC: Message = Message {
     name: "io.k8s.api.autoscaling.v2.MetricSpec",
     fields: &[
         f(1, "type", O, Str, true),
-        f(
-            2,
-            "object",
-            O,
-            Msg(&API_AUTOSCALING_V2_OBJECT_METRIC_SOURCE),
-            false,
-        ),
-        f(
-            3,
-            "pods",
-            O,
-            Msg(&API_AUTOSCALING_V2_PODS_METRIC_SOURCE),
-            false,
-        ),
-        f(
-            4,
-            "resource",
-            O,
-            Msg(&API_AUTOSCALING_V2_RESOURCE_METRIC_SOURCE),
-            false,
-        ),
-        f(
-            5,
-            "external",
-            O,
-            Msg(&API_AUTOSCALING_V2_EXTERNAL_METRIC_SOURCE),
-            false,
-        ),
+        f(2, "object", O, Msg(&API_AUTOSCALING_V2_OBJECT_METRIC_SOURCE), false),
+        f(3, "pods", O, Msg(&API_AUTOSCALING_V2_PODS_METRIC_SOURCE), false),
+        f(4, "resource", O, Msg(&API_AUTOSCALING_V2_RESOURCE_METRIC_SOURCE), false),
+        f(5, "external", O, Msg(&API_AUTOSCALING_V2_EXTERNAL_METRIC_SOURCE), false),
         f(
             7,
             "containerResource",
@@ -1812,34 +1442,10 @@ static API_AUTOSCALING_V2_METRIC_STATUS: Message = Message {
     name: "io.k8s.api.autoscaling.v2.MetricStatus",
     fields: &[
         f(1, "type", O, Str, true),
-        f(
-            2,
-            "object",
-            O,
-            Msg(&API_AUTOSCALING_V2_OBJECT_METRIC_STATUS),
-            false,
-        ),
-        f(
-            3,
-            "pods",
-            O,
-            Msg(&API_AUTOSCALING_V2_PODS_METRIC_STATUS),
-            false,
-        ),
-        f(
-            4,
-            "resource",
-            O,
-            Msg(&API_AUTOSCALING_V2_RESOURCE_METRIC_STATUS),
-            false,
-        ),
-        f(
-            5,
-            "external",
-            O,
-            Msg(&API_AUTOSCALING_V2_EXTERNAL_METRIC_STATUS),
-            false,
-        ),
+        f(2, "object", O, Msg(&API_AUTOSCALING_V2_OBJECT_METRIC_STATUS), false),
+        f(3, "pods", O, Msg(&API_AUTOSCALING_V2_PODS_METRIC_STATUS), false),
+        f(4, "resource", O, Msg(&API_AUTOSCALING_V2_RESOURCE_METRIC_STATUS), false),
+        f(5, "external", O, Msg(&API_AUTOSCALING_V2_EXTERNAL_METRIC_STATUS), false),
         f(
             7,
             "containerResource",
@@ -1880,33 +1486,15 @@ static API_AUTOSCALING_V2_OBJECT_METRIC_SOURCE: Message = Message {
             true,
         ),
         f(2, "target", O, Msg(&API_AUTOSCALING_V2_METRIC_TARGET), true),
-        f(
-            3,
-            "metric",
-            O,
-            Msg(&API_AUTOSCALING_V2_METRIC_IDENTIFIER),
-            true,
-        ),
+        f(3, "metric", O, Msg(&API_AUTOSCALING_V2_METRIC_IDENTIFIER), true),
     ],
 };
 
 static API_AUTOSCALING_V2_OBJECT_METRIC_STATUS: Message = Message {
     name: "io.k8s.api.autoscaling.v2.ObjectMetricStatus",
     fields: &[
-        f(
-            1,
-            "metric",
-            O,
-            Msg(&API_AUTOSCALING_V2_METRIC_IDENTIFIER),
-            true,
-        ),
-        f(
-            2,
-            "current",
-            O,
-            Msg(&API_AUTOSCALING_V2_METRIC_VALUE_STATUS),
-            true,
-        ),
+        f(1, "metric", O, Msg(&API_AUTOSCALING_V2_METRIC_IDENTIFIER), true),
+        f(2, "current", O, Msg(&API_AUTOSCALING_V2_METRIC_VALUE_STATUS), true),
         f(
             3,
             "describedObject",
@@ -1920,13 +1508,7 @@ static API_AUTOSCALING_V2_OBJECT_METRIC_STATUS: Message = Message {
 static API_AUTOSCALING_V2_PODS_METRIC_SOURCE: Message = Message {
     name: "io.k8s.api.autoscaling.v2.PodsMetricSource",
     fields: &[
-        f(
-            1,
-            "metric",
-            O,
-            Msg(&API_AUTOSCALING_V2_METRIC_IDENTIFIER),
-            true,
-        ),
+        f(1, "metric", O, Msg(&API_AUTOSCALING_V2_METRIC_IDENTIFIER), true),
         f(2, "target", O, Msg(&API_AUTOSCALING_V2_METRIC_TARGET), true),
     ],
 };
@@ -1934,20 +1516,8 @@ static API_AUTOSCALING_V2_PODS_METRIC_SOURCE: Message = Message {
 static API_AUTOSCALING_V2_PODS_METRIC_STATUS: Message = Message {
     name: "io.k8s.api.autoscaling.v2.PodsMetricStatus",
     fields: &[
-        f(
-            1,
-            "metric",
-            O,
-            Msg(&API_AUTOSCALING_V2_METRIC_IDENTIFIER),
-            true,
-        ),
-        f(
-            2,
-            "current",
-            O,
-            Msg(&API_AUTOSCALING_V2_METRIC_VALUE_STATUS),
-            true,
-        ),
+        f(1, "metric", O, Msg(&API_AUTOSCALING_V2_METRIC_IDENTIFIER), true),
+        f(2, "current", O, Msg(&API_AUTOSCALING_V2_METRIC_VALUE_STATUS), true),
     ],
 };
 
@@ -1963,26 +1533,14 @@ static API_AUTOSCALING_V2_RESOURCE_METRIC_STATUS: Message = Message {
     name: "io.k8s.api.autoscaling.v2.ResourceMetricStatus",
     fields: &[
         f(1, "name", O, Str, true),
-        f(
-            2,
-            "current",
-            O,
-            Msg(&API_AUTOSCALING_V2_METRIC_VALUE_STATUS),
-            true,
-        ),
+        f(2, "current", O, Msg(&API_AUTOSCALING_V2_METRIC_VALUE_STATUS), true),
     ],
 };
 
 static API_BATCH_V1_CRON_JOB: Message = Message {
     name: "io.k8s.api.batch.v1.CronJob",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_BATCH_V1_CRON_JOB_SPEC), false),
         f(3, "status", O, Msg(&API_BATCH_V1_CRON_JOB_STATUS), false),
     ],
@@ -1995,13 +1553,7 @@ static API_BATCH_V1_CRON_JOB_SPEC: Message = Message {
         f(2, "startingDeadlineSeconds", O, I64, true),
         f(3, "concurrencyPolicy", O, Str, false),
         f(4, "suspend", O, Bool, true),
-        f(
-            5,
-            "jobTemplate",
-            O,
-            Msg(&API_BATCH_V1_JOB_TEMPLATE_SPEC),
-            true,
-        ),
+        f(5, "jobTemplate", O, Msg(&API_BATCH_V1_JOB_TEMPLATE_SPEC), true),
         f(6, "successfulJobsHistoryLimit", O, I32, true),
         f(7, "failedJobsHistoryLimit", O, I32, true),
         f(8, "timeZone", O, Str, true),
@@ -2020,13 +1572,7 @@ static API_BATCH_V1_CRON_JOB_STATUS: Message = Message {
 static API_BATCH_V1_JOB: Message = Message {
     name: "io.k8s.api.batch.v1.Job",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_BATCH_V1_JOB_SPEC), false),
         f(3, "status", O, Msg(&API_BATCH_V1_JOB_STATUS), false),
     ],
@@ -2063,24 +1609,12 @@ static API_BATCH_V1_JOB_SPEC: Message = Message {
         f(8, "ttlSecondsAfterFinished", O, I32, true),
         f(9, "completionMode", O, Str, true),
         f(10, "suspend", O, Bool, true),
-        f(
-            11,
-            "podFailurePolicy",
-            O,
-            Msg(&API_BATCH_V1_POD_FAILURE_POLICY),
-            false,
-        ),
+        f(11, "podFailurePolicy", O, Msg(&API_BATCH_V1_POD_FAILURE_POLICY), false),
         f(12, "backoffLimitPerIndex", O, I32, true),
         f(13, "maxFailedIndexes", O, I32, true),
         f(14, "podReplacementPolicy", O, Str, true),
         f(15, "managedBy", O, Str, true),
-        f(
-            16,
-            "successPolicy",
-            O,
-            Msg(&API_BATCH_V1_SUCCESS_POLICY),
-            false,
-        ),
+        f(16, "successPolicy", O, Msg(&API_BATCH_V1_SUCCESS_POLICY), false),
     ],
 };
 
@@ -2110,26 +1644,14 @@ static API_BATCH_V1_JOB_STATUS: Message = Message {
 static API_BATCH_V1_JOB_TEMPLATE_SPEC: Message = Message {
     name: "io.k8s.api.batch.v1.JobTemplateSpec",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            false,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), false),
         f(2, "spec", O, Msg(&API_BATCH_V1_JOB_SPEC), false),
     ],
 };
 
 static API_BATCH_V1_POD_FAILURE_POLICY: Message = Message {
     name: "io.k8s.api.batch.v1.PodFailurePolicy",
-    fields: &[f(
-        1,
-        "rules",
-        R,
-        Msg(&API_BATCH_V1_POD_FAILURE_POLICY_RULE),
-        true,
-    )],
+    fields: &[f(1, "rules", R, Msg(&API_BATCH_V1_POD_FAILURE_POLICY_RULE), true)],
 };
 
 static API_BATCH_V1_POD_FAILURE_POLICY_ON_EXIT_CODES_REQUIREMENT: Message = Message {
@@ -2169,13 +1691,7 @@ static API_BATCH_V1_POD_FAILURE_POLICY_RULE: Message = Message {
 
 static API_BATCH_V1_SUCCESS_POLICY: Message = Message {
     name: "io.k8s.api.batch.v1.SuccessPolicy",
-    fields: &[f(
-        1,
-        "rules",
-        R,
-        Msg(&API_BATCH_V1_SUCCESS_POLICY_RULE),
-        true,
-    )],
+    fields: &[f(1, "rules", R, Msg(&API_BATCH_V1_SUCCESS_POLICY_RULE), true)],
 };
 
 static API_BATCH_V1_SUCCESS_POLICY_RULE: Message = Message {
@@ -2188,22 +1704,13 @@ static API_BATCH_V1_SUCCESS_POLICY_RULE: Message = Message {
 
 static API_BATCH_V1_UNCOUNTED_TERMINATED_PODS: Message = Message {
     name: "io.k8s.api.batch.v1.UncountedTerminatedPods",
-    fields: &[
-        f(1, "succeeded", R, Str, false),
-        f(2, "failed", R, Str, false),
-    ],
+    fields: &[f(1, "succeeded", R, Str, false), f(2, "failed", R, Str, false)],
 };
 
 static API_CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST: Message = Message {
     name: "io.k8s.api.certificates.v1.CertificateSigningRequest",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(
             2,
             "spec",
@@ -2264,13 +1771,7 @@ static API_CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_STATUS: Message = Message
 static API_COORDINATION_V1_LEASE: Message = Message {
     name: "io.k8s.api.coordination.v1.Lease",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_COORDINATION_V1_LEASE_SPEC), false),
     ],
 };
@@ -2293,22 +1794,13 @@ static API_CORE_V1_AFFINITY: Message = Message {
     fields: &[
         f(1, "nodeAffinity", O, Msg(&API_CORE_V1_NODE_AFFINITY), false),
         f(2, "podAffinity", O, Msg(&API_CORE_V1_POD_AFFINITY), false),
-        f(
-            3,
-            "podAntiAffinity",
-            O,
-            Msg(&API_CORE_V1_POD_ANTI_AFFINITY),
-            false,
-        ),
+        f(3, "podAntiAffinity", O, Msg(&API_CORE_V1_POD_ANTI_AFFINITY), false),
     ],
 };
 
 static API_CORE_V1_APP_ARMOR_PROFILE: Message = Message {
     name: "io.k8s.api.core.v1.AppArmorProfile",
-    fields: &[
-        f(1, "type", O, Str, true),
-        f(2, "localhostProfile", O, Str, true),
-    ],
+    fields: &[f(1, "type", O, Str, true), f(2, "localhostProfile", O, Str, true)],
 };
 
 static API_CORE_V1_ATTACHED_VOLUME: Message = Message {
@@ -2360,13 +1852,7 @@ static API_CORE_V1_AZURE_FILE_VOLUME_SOURCE: Message = Message {
 static API_CORE_V1_BINDING: Message = Message {
     name: "io.k8s.api.core.v1.Binding",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "target", O, Msg(&API_CORE_V1_OBJECT_REFERENCE), true),
     ],
 };
@@ -2386,20 +1872,8 @@ static API_CORE_V1_CSI_PERSISTENT_VOLUME_SOURCE: Message = Message {
             Msg(&API_CORE_V1_SECRET_REFERENCE),
             false,
         ),
-        f(
-            7,
-            "nodeStageSecretRef",
-            O,
-            Msg(&API_CORE_V1_SECRET_REFERENCE),
-            false,
-        ),
-        f(
-            8,
-            "nodePublishSecretRef",
-            O,
-            Msg(&API_CORE_V1_SECRET_REFERENCE),
-            false,
-        ),
+        f(7, "nodeStageSecretRef", O, Msg(&API_CORE_V1_SECRET_REFERENCE), false),
+        f(8, "nodePublishSecretRef", O, Msg(&API_CORE_V1_SECRET_REFERENCE), false),
         f(
             9,
             "controllerExpandSecretRef",
@@ -2407,13 +1881,7 @@ static API_CORE_V1_CSI_PERSISTENT_VOLUME_SOURCE: Message = Message {
             Msg(&API_CORE_V1_SECRET_REFERENCE),
             false,
         ),
-        f(
-            10,
-            "nodeExpandSecretRef",
-            O,
-            Msg(&API_CORE_V1_SECRET_REFERENCE),
-            false,
-        ),
+        f(10, "nodeExpandSecretRef", O, Msg(&API_CORE_V1_SECRET_REFERENCE), false),
     ],
 };
 
@@ -2458,13 +1926,7 @@ static API_CORE_V1_CEPH_FS_VOLUME_SOURCE: Message = Message {
         f(2, "path", O, Str, false),
         f(3, "user", O, Str, false),
         f(4, "secretFile", O, Str, false),
-        f(
-            5,
-            "secretRef",
-            O,
-            Msg(&API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            false,
-        ),
+        f(5, "secretRef", O, Msg(&API_CORE_V1_LOCAL_OBJECT_REFERENCE), false),
         f(6, "readOnly", O, Bool, false),
     ],
 };
@@ -2485,13 +1947,7 @@ static API_CORE_V1_CINDER_VOLUME_SOURCE: Message = Message {
         f(1, "volumeID", O, Str, true),
         f(2, "fsType", O, Str, false),
         f(3, "readOnly", O, Bool, false),
-        f(
-            4,
-            "secretRef",
-            O,
-            Msg(&API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            false,
-        ),
+        f(4, "secretRef", O, Msg(&API_CORE_V1_LOCAL_OBJECT_REFERENCE), false),
     ],
 };
 
@@ -2530,33 +1986,15 @@ static API_CORE_V1_COMPONENT_CONDITION: Message = Message {
 static API_CORE_V1_COMPONENT_STATUS: Message = Message {
     name: "io.k8s.api.core.v1.ComponentStatus",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
-        f(
-            2,
-            "conditions",
-            R,
-            Msg(&API_CORE_V1_COMPONENT_CONDITION),
-            false,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
+        f(2, "conditions", R, Msg(&API_CORE_V1_COMPONENT_CONDITION), false),
     ],
 };
 
 static API_CORE_V1_CONFIG_MAP: Message = Message {
     name: "io.k8s.api.core.v1.ConfigMap",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "data", M, Str, false),
         f(3, "binaryData", M, Bytes, false),
         f(4, "immutable", O, Bool, true),
@@ -2618,46 +2056,22 @@ static API_CORE_V1_CONTAINER: Message = Message {
         f(5, "workingDir", O, Str, false),
         f(6, "ports", R, Msg(&API_CORE_V1_CONTAINER_PORT), false),
         f(7, "env", R, Msg(&API_CORE_V1_ENV_VAR), false),
-        f(
-            8,
-            "resources",
-            O,
-            Msg(&API_CORE_V1_RESOURCE_REQUIREMENTS),
-            false,
-        ),
+        f(8, "resources", O, Msg(&API_CORE_V1_RESOURCE_REQUIREMENTS), false),
         f(9, "volumeMounts", R, Msg(&API_CORE_V1_VOLUME_MOUNT), false),
         f(10, "livenessProbe", O, Msg(&API_CORE_V1_PROBE), false),
         f(11, "readinessProbe", O, Msg(&API_CORE_V1_PROBE), false),
         f(12, "lifecycle", O, Msg(&API_CORE_V1_LIFECYCLE), false),
         f(13, "terminationMessagePath", O, Str, false),
         f(14, "imagePullPolicy", O, Str, false),
-        f(
-            15,
-            "securityContext",
-            O,
-            Msg(&API_CORE_V1_SECURITY_CONTEXT),
-            false,
-        ),
+        f(15, "securityContext", O, Msg(&API_CORE_V1_SECURITY_CONTEXT), false),
         f(16, "stdin", O, Bool, false),
         f(17, "stdinOnce", O, Bool, false),
         f(18, "tty", O, Bool, false),
         f(19, "envFrom", R, Msg(&API_CORE_V1_ENV_FROM_SOURCE), false),
         f(20, "terminationMessagePolicy", O, Str, false),
-        f(
-            21,
-            "volumeDevices",
-            R,
-            Msg(&API_CORE_V1_VOLUME_DEVICE),
-            false,
-        ),
+        f(21, "volumeDevices", R, Msg(&API_CORE_V1_VOLUME_DEVICE), false),
         f(22, "startupProbe", O, Msg(&API_CORE_V1_PROBE), false),
-        f(
-            23,
-            "resizePolicy",
-            R,
-            Msg(&API_CORE_V1_CONTAINER_RESIZE_POLICY),
-            false,
-        ),
+        f(23, "resizePolicy", R, Msg(&API_CORE_V1_CONTAINER_RESIZE_POLICY), false),
         f(24, "restartPolicy", O, Str, true),
         f(
             25,
@@ -2680,10 +2094,7 @@ static API_CORE_V1_CONTAINER_EXTENDED_RESOURCE_REQUEST: Message = Message {
 
 static API_CORE_V1_CONTAINER_IMAGE: Message = Message {
     name: "io.k8s.api.core.v1.ContainerImage",
-    fields: &[
-        f(1, "names", R, Str, false),
-        f(2, "sizeBytes", O, I64, false),
-    ],
+    fields: &[f(1, "names", R, Str, false), f(2, "sizeBytes", O, I64, false)],
 };
 
 static API_CORE_V1_CONTAINER_PORT: Message = Message {
@@ -2699,10 +2110,7 @@ static API_CORE_V1_CONTAINER_PORT: Message = Message {
 
 static API_CORE_V1_CONTAINER_RESIZE_POLICY: Message = Message {
     name: "io.k8s.api.core.v1.ContainerResizePolicy",
-    fields: &[
-        f(1, "resourceName", O, Str, true),
-        f(2, "restartPolicy", O, Str, true),
-    ],
+    fields: &[f(1, "resourceName", O, Str, true), f(2, "restartPolicy", O, Str, true)],
 };
 
 static API_CORE_V1_CONTAINER_RESTART_RULE: Message = Message {
@@ -2721,36 +2129,15 @@ static API_CORE_V1_CONTAINER_RESTART_RULE: Message = Message {
 
 static API_CORE_V1_CONTAINER_RESTART_RULE_ON_EXIT_CODES: Message = Message {
     name: "io.k8s.api.core.v1.ContainerRestartRuleOnExitCodes",
-    fields: &[
-        f(1, "operator", O, Str, true),
-        f(2, "values", R, I32, false),
-    ],
+    fields: &[f(1, "operator", O, Str, true), f(2, "values", R, I32, false)],
 };
 
 static API_CORE_V1_CONTAINER_STATE: Message = Message {
     name: "io.k8s.api.core.v1.ContainerState",
     fields: &[
-        f(
-            1,
-            "waiting",
-            O,
-            Msg(&API_CORE_V1_CONTAINER_STATE_WAITING),
-            false,
-        ),
-        f(
-            2,
-            "running",
-            O,
-            Msg(&API_CORE_V1_CONTAINER_STATE_RUNNING),
-            false,
-        ),
-        f(
-            3,
-            "terminated",
-            O,
-            Msg(&API_CORE_V1_CONTAINER_STATE_TERMINATED),
-            false,
-        ),
+        f(1, "waiting", O, Msg(&API_CORE_V1_CONTAINER_STATE_WAITING), false),
+        f(2, "running", O, Msg(&API_CORE_V1_CONTAINER_STATE_RUNNING), false),
+        f(3, "terminated", O, Msg(&API_CORE_V1_CONTAINER_STATE_TERMINATED), false),
     ],
 };
 
@@ -2774,10 +2161,7 @@ static API_CORE_V1_CONTAINER_STATE_TERMINATED: Message = Message {
 
 static API_CORE_V1_CONTAINER_STATE_WAITING: Message = Message {
     name: "io.k8s.api.core.v1.ContainerStateWaiting",
-    fields: &[
-        f(1, "reason", O, Str, false),
-        f(2, "message", O, Str, false),
-    ],
+    fields: &[f(1, "reason", O, Str, false), f(2, "message", O, Str, false)],
 };
 
 static API_CORE_V1_CONTAINER_STATUS: Message = Message {
@@ -2793,20 +2177,8 @@ static API_CORE_V1_CONTAINER_STATUS: Message = Message {
         f(8, "containerID", O, Str, false),
         f(9, "started", O, Bool, true),
         f(10, "allocatedResources", M, Quantity, false),
-        f(
-            11,
-            "resources",
-            O,
-            Msg(&API_CORE_V1_RESOURCE_REQUIREMENTS),
-            false,
-        ),
-        f(
-            12,
-            "volumeMounts",
-            R,
-            Msg(&API_CORE_V1_VOLUME_MOUNT_STATUS),
-            false,
-        ),
+        f(11, "resources", O, Msg(&API_CORE_V1_RESOURCE_REQUIREMENTS), false),
+        f(12, "volumeMounts", R, Msg(&API_CORE_V1_VOLUME_MOUNT_STATUS), false),
         f(13, "user", O, Msg(&API_CORE_V1_CONTAINER_USER), false),
         f(
             14,
@@ -2821,13 +2193,7 @@ static API_CORE_V1_CONTAINER_STATUS: Message = Message {
 
 static API_CORE_V1_CONTAINER_USER: Message = Message {
     name: "io.k8s.api.core.v1.ContainerUser",
-    fields: &[f(
-        1,
-        "linux",
-        O,
-        Msg(&API_CORE_V1_LINUX_CONTAINER_USER),
-        true,
-    )],
+    fields: &[f(1, "linux", O, Msg(&API_CORE_V1_LINUX_CONTAINER_USER), true)],
 };
 
 static API_CORE_V1_DAEMON_ENDPOINT: Message = Message {
@@ -2837,26 +2203,14 @@ static API_CORE_V1_DAEMON_ENDPOINT: Message = Message {
 
 static API_CORE_V1_DOWNWARD_API_PROJECTION: Message = Message {
     name: "io.k8s.api.core.v1.DownwardAPIProjection",
-    fields: &[f(
-        1,
-        "items",
-        R,
-        Msg(&API_CORE_V1_DOWNWARD_API_VOLUME_FILE),
-        false,
-    )],
+    fields: &[f(1, "items", R, Msg(&API_CORE_V1_DOWNWARD_API_VOLUME_FILE), false)],
 };
 
 static API_CORE_V1_DOWNWARD_API_VOLUME_FILE: Message = Message {
     name: "io.k8s.api.core.v1.DownwardAPIVolumeFile",
     fields: &[
         f(1, "path", O, Str, true),
-        f(
-            2,
-            "fieldRef",
-            O,
-            Msg(&API_CORE_V1_OBJECT_FIELD_SELECTOR),
-            false,
-        ),
+        f(2, "fieldRef", O, Msg(&API_CORE_V1_OBJECT_FIELD_SELECTOR), false),
         f(
             3,
             "resourceFieldRef",
@@ -2871,23 +2225,14 @@ static API_CORE_V1_DOWNWARD_API_VOLUME_FILE: Message = Message {
 static API_CORE_V1_DOWNWARD_API_VOLUME_SOURCE: Message = Message {
     name: "io.k8s.api.core.v1.DownwardAPIVolumeSource",
     fields: &[
-        f(
-            1,
-            "items",
-            R,
-            Msg(&API_CORE_V1_DOWNWARD_API_VOLUME_FILE),
-            false,
-        ),
+        f(1, "items", R, Msg(&API_CORE_V1_DOWNWARD_API_VOLUME_FILE), false),
         f(2, "defaultMode", O, I32, true),
     ],
 };
 
 static API_CORE_V1_EMPTY_DIR_VOLUME_SOURCE: Message = Message {
     name: "io.k8s.api.core.v1.EmptyDirVolumeSource",
-    fields: &[
-        f(1, "medium", O, Str, false),
-        f(2, "sizeLimit", O, Quantity, false),
-    ],
+    fields: &[f(1, "medium", O, Str, false), f(2, "sizeLimit", O, Quantity, false)],
 };
 
 static API_CORE_V1_ENDPOINT_ADDRESS: Message = Message {
@@ -2914,13 +2259,7 @@ static API_CORE_V1_ENDPOINT_SUBSET: Message = Message {
     name: "io.k8s.api.core.v1.EndpointSubset",
     fields: &[
         f(1, "addresses", R, Msg(&API_CORE_V1_ENDPOINT_ADDRESS), false),
-        f(
-            2,
-            "notReadyAddresses",
-            R,
-            Msg(&API_CORE_V1_ENDPOINT_ADDRESS),
-            false,
-        ),
+        f(2, "notReadyAddresses", R, Msg(&API_CORE_V1_ENDPOINT_ADDRESS), false),
         f(3, "ports", R, Msg(&API_CORE_V1_ENDPOINT_PORT), false),
     ],
 };
@@ -2928,13 +2267,7 @@ static API_CORE_V1_ENDPOINT_SUBSET: Message = Message {
 static API_CORE_V1_ENDPOINTS: Message = Message {
     name: "io.k8s.api.core.v1.Endpoints",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "subsets", R, Msg(&API_CORE_V1_ENDPOINT_SUBSET), false),
     ],
 };
@@ -2943,20 +2276,8 @@ static API_CORE_V1_ENV_FROM_SOURCE: Message = Message {
     name: "io.k8s.api.core.v1.EnvFromSource",
     fields: &[
         f(1, "prefix", O, Str, false),
-        f(
-            2,
-            "configMapRef",
-            O,
-            Msg(&API_CORE_V1_CONFIG_MAP_ENV_SOURCE),
-            false,
-        ),
-        f(
-            3,
-            "secretRef",
-            O,
-            Msg(&API_CORE_V1_SECRET_ENV_SOURCE),
-            false,
-        ),
+        f(2, "configMapRef", O, Msg(&API_CORE_V1_CONFIG_MAP_ENV_SOURCE), false),
+        f(3, "secretRef", O, Msg(&API_CORE_V1_SECRET_ENV_SOURCE), false),
     ],
 };
 
@@ -2972,13 +2293,7 @@ static API_CORE_V1_ENV_VAR: Message = Message {
 static API_CORE_V1_ENV_VAR_SOURCE: Message = Message {
     name: "io.k8s.api.core.v1.EnvVarSource",
     fields: &[
-        f(
-            1,
-            "fieldRef",
-            O,
-            Msg(&API_CORE_V1_OBJECT_FIELD_SELECTOR),
-            false,
-        ),
+        f(1, "fieldRef", O, Msg(&API_CORE_V1_OBJECT_FIELD_SELECTOR), false),
         f(
             2,
             "resourceFieldRef",
@@ -2993,33 +2308,15 @@ static API_CORE_V1_ENV_VAR_SOURCE: Message = Message {
             Msg(&API_CORE_V1_CONFIG_MAP_KEY_SELECTOR),
             false,
         ),
-        f(
-            4,
-            "secretKeyRef",
-            O,
-            Msg(&API_CORE_V1_SECRET_KEY_SELECTOR),
-            false,
-        ),
-        f(
-            5,
-            "fileKeyRef",
-            O,
-            Msg(&API_CORE_V1_FILE_KEY_SELECTOR),
-            false,
-        ),
+        f(4, "secretKeyRef", O, Msg(&API_CORE_V1_SECRET_KEY_SELECTOR), false),
+        f(5, "fileKeyRef", O, Msg(&API_CORE_V1_FILE_KEY_SELECTOR), false),
     ],
 };
 
 static API_CORE_V1_EPHEMERAL_CONTAINER: Message = Message {
     name: "io.k8s.api.core.v1.EphemeralContainer",
     fields: &[
-        f(
-            1,
-            "",
-            I,
-            Msg(&API_CORE_V1_EPHEMERAL_CONTAINER_COMMON),
-            false,
-        ),
+        f(1, "", I, Msg(&API_CORE_V1_EPHEMERAL_CONTAINER_COMMON), false),
         f(2, "targetContainerName", O, Str, false),
     ],
 };
@@ -3034,46 +2331,22 @@ static API_CORE_V1_EPHEMERAL_CONTAINER_COMMON: Message = Message {
         f(5, "workingDir", O, Str, false),
         f(6, "ports", R, Msg(&API_CORE_V1_CONTAINER_PORT), false),
         f(7, "env", R, Msg(&API_CORE_V1_ENV_VAR), false),
-        f(
-            8,
-            "resources",
-            O,
-            Msg(&API_CORE_V1_RESOURCE_REQUIREMENTS),
-            false,
-        ),
+        f(8, "resources", O, Msg(&API_CORE_V1_RESOURCE_REQUIREMENTS), false),
         f(9, "volumeMounts", R, Msg(&API_CORE_V1_VOLUME_MOUNT), false),
         f(10, "livenessProbe", O, Msg(&API_CORE_V1_PROBE), false),
         f(11, "readinessProbe", O, Msg(&API_CORE_V1_PROBE), false),
         f(12, "lifecycle", O, Msg(&API_CORE_V1_LIFECYCLE), false),
         f(13, "terminationMessagePath", O, Str, false),
         f(14, "imagePullPolicy", O, Str, false),
-        f(
-            15,
-            "securityContext",
-            O,
-            Msg(&API_CORE_V1_SECURITY_CONTEXT),
-            false,
-        ),
+        f(15, "securityContext", O, Msg(&API_CORE_V1_SECURITY_CONTEXT), false),
         f(16, "stdin", O, Bool, false),
         f(17, "stdinOnce", O, Bool, false),
         f(18, "tty", O, Bool, false),
         f(19, "envFrom", R, Msg(&API_CORE_V1_ENV_FROM_SOURCE), false),
         f(20, "terminationMessagePolicy", O, Str, false),
-        f(
-            21,
-            "volumeDevices",
-            R,
-            Msg(&API_CORE_V1_VOLUME_DEVICE),
-            false,
-        ),
+        f(21, "volumeDevices", R, Msg(&API_CORE_V1_VOLUME_DEVICE), false),
         f(22, "startupProbe", O, Msg(&API_CORE_V1_PROBE), false),
-        f(
-            23,
-            "resizePolicy",
-            R,
-            Msg(&API_CORE_V1_CONTAINER_RESIZE_POLICY),
-            false,
-        ),
+        f(23, "resizePolicy", R, Msg(&API_CORE_V1_CONTAINER_RESIZE_POLICY), false),
         f(24, "restartPolicy", O, Str, false),
         f(
             25,
@@ -3099,20 +2372,8 @@ static API_CORE_V1_EPHEMERAL_VOLUME_SOURCE: Message = Message {
 static API_CORE_V1_EVENT: Message = Message {
     name: "io.k8s.api.core.v1.Event",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
-        f(
-            2,
-            "involvedObject",
-            O,
-            Msg(&API_CORE_V1_OBJECT_REFERENCE),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
+        f(2, "involvedObject", O, Msg(&API_CORE_V1_OBJECT_REFERENCE), true),
         f(3, "reason", O, Str, false),
         f(4, "message", O, Str, false),
         f(5, "source", O, Msg(&API_CORE_V1_EVENT_SOURCE), false),
@@ -3139,10 +2400,7 @@ static API_CORE_V1_EVENT_SERIES: Message = Message {
 
 static API_CORE_V1_EVENT_SOURCE: Message = Message {
     name: "io.k8s.api.core.v1.EventSource",
-    fields: &[
-        f(1, "component", O, Str, false),
-        f(2, "host", O, Str, false),
-    ],
+    fields: &[f(1, "component", O, Str, false), f(2, "host", O, Str, false)],
 };
 
 static API_CORE_V1_EXEC_ACTION: Message = Message {
@@ -3187,13 +2445,7 @@ static API_CORE_V1_FLEX_VOLUME_SOURCE: Message = Message {
     fields: &[
         f(1, "driver", O, Str, true),
         f(2, "fsType", O, Str, false),
-        f(
-            3,
-            "secretRef",
-            O,
-            Msg(&API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            false,
-        ),
+        f(3, "secretRef", O, Msg(&API_CORE_V1_LOCAL_OBJECT_REFERENCE), false),
         f(4, "readOnly", O, Bool, false),
         f(5, "options", M, Str, false),
     ],
@@ -3201,10 +2453,7 @@ static API_CORE_V1_FLEX_VOLUME_SOURCE: Message = Message {
 
 static API_CORE_V1_FLOCKER_VOLUME_SOURCE: Message = Message {
     name: "io.k8s.api.core.v1.FlockerVolumeSource",
-    fields: &[
-        f(1, "datasetName", O, Str, false),
-        f(2, "datasetUUID", O, Str, false),
-    ],
+    fields: &[f(1, "datasetName", O, Str, false), f(2, "datasetUUID", O, Str, false)],
 };
 
 static API_CORE_V1_GCE_PERSISTENT_DISK_VOLUME_SOURCE: Message = Message {
@@ -3283,10 +2532,7 @@ static API_CORE_V1_HTTP_HEADER: Message = Message {
 
 static API_CORE_V1_IMAGE_VOLUME_SOURCE: Message = Message {
     name: "io.k8s.api.core.v1.ImageVolumeSource",
-    fields: &[
-        f(1, "reference", O, Str, false),
-        f(2, "pullPolicy", O, Str, false),
-    ],
+    fields: &[f(1, "reference", O, Str, false), f(2, "pullPolicy", O, Str, false)],
 };
 
 static API_CORE_V1_ISCSI_PERSISTENT_VOLUME_SOURCE: Message = Message {
@@ -3300,13 +2546,7 @@ static API_CORE_V1_ISCSI_PERSISTENT_VOLUME_SOURCE: Message = Message {
         f(6, "readOnly", O, Bool, false),
         f(7, "portals", R, Str, false),
         f(8, "chapAuthDiscovery", O, Bool, false),
-        f(
-            10,
-            "secretRef",
-            O,
-            Msg(&API_CORE_V1_SECRET_REFERENCE),
-            false,
-        ),
+        f(10, "secretRef", O, Msg(&API_CORE_V1_SECRET_REFERENCE), false),
         f(11, "chapAuthSession", O, Bool, false),
         f(12, "initiatorName", O, Str, true),
     ],
@@ -3323,13 +2563,7 @@ static API_CORE_V1_ISCSI_VOLUME_SOURCE: Message = Message {
         f(6, "readOnly", O, Bool, false),
         f(7, "portals", R, Str, false),
         f(8, "chapAuthDiscovery", O, Bool, false),
-        f(
-            10,
-            "secretRef",
-            O,
-            Msg(&API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            false,
-        ),
+        f(10, "secretRef", O, Msg(&API_CORE_V1_LOCAL_OBJECT_REFERENCE), false),
         f(11, "chapAuthSession", O, Bool, false),
         f(12, "initiatorName", O, Str, true),
     ],
@@ -3347,13 +2581,7 @@ static API_CORE_V1_KEY_TO_PATH: Message = Message {
 static API_CORE_V1_LIFECYCLE: Message = Message {
     name: "io.k8s.api.core.v1.Lifecycle",
     fields: &[
-        f(
-            1,
-            "postStart",
-            O,
-            Msg(&API_CORE_V1_LIFECYCLE_HANDLER),
-            false,
-        ),
+        f(1, "postStart", O, Msg(&API_CORE_V1_LIFECYCLE_HANDLER), false),
         f(2, "preStop", O, Msg(&API_CORE_V1_LIFECYCLE_HANDLER), false),
         f(3, "stopSignal", O, Str, false),
     ],
@@ -3364,13 +2592,7 @@ static API_CORE_V1_LIFECYCLE_HANDLER: Message = Message {
     fields: &[
         f(1, "exec", O, Msg(&API_CORE_V1_EXEC_ACTION), false),
         f(2, "httpGet", O, Msg(&API_CORE_V1_HTTP_GET_ACTION), false),
-        f(
-            3,
-            "tcpSocket",
-            O,
-            Msg(&API_CORE_V1_TCP_SOCKET_ACTION),
-            false,
-        ),
+        f(3, "tcpSocket", O, Msg(&API_CORE_V1_TCP_SOCKET_ACTION), false),
         f(4, "sleep", O, Msg(&API_CORE_V1_SLEEP_ACTION), false),
     ],
 };
@@ -3378,13 +2600,7 @@ static API_CORE_V1_LIFECYCLE_HANDLER: Message = Message {
 static API_CORE_V1_LIMIT_RANGE: Message = Message {
     name: "io.k8s.api.core.v1.LimitRange",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_CORE_V1_LIMIT_RANGE_SPEC), false),
     ],
 };
@@ -3427,13 +2643,7 @@ static API_CORE_V1_LOAD_BALANCER_INGRESS: Message = Message {
 
 static API_CORE_V1_LOAD_BALANCER_STATUS: Message = Message {
     name: "io.k8s.api.core.v1.LoadBalancerStatus",
-    fields: &[f(
-        1,
-        "ingress",
-        R,
-        Msg(&API_CORE_V1_LOAD_BALANCER_INGRESS),
-        false,
-    )],
+    fields: &[f(1, "ingress", R, Msg(&API_CORE_V1_LOAD_BALANCER_INGRESS), false)],
 };
 
 static API_CORE_V1_LOCAL_OBJECT_REFERENCE: Message = Message {
@@ -3457,13 +2667,7 @@ static API_CORE_V1_MODIFY_VOLUME_STATUS: Message = Message {
 static API_CORE_V1_NAMESPACE: Message = Message {
     name: "io.k8s.api.core.v1.Namespace",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_CORE_V1_NAMESPACE_SPEC), false),
         f(3, "status", O, Msg(&API_CORE_V1_NAMESPACE_STATUS), false),
     ],
@@ -3489,13 +2693,7 @@ static API_CORE_V1_NAMESPACE_STATUS: Message = Message {
     name: "io.k8s.api.core.v1.NamespaceStatus",
     fields: &[
         f(1, "phase", O, Str, false),
-        f(
-            2,
-            "conditions",
-            R,
-            Msg(&API_CORE_V1_NAMESPACE_CONDITION),
-            false,
-        ),
+        f(2, "conditions", R, Msg(&API_CORE_V1_NAMESPACE_CONDITION), false),
     ],
 };
 
@@ -3511,13 +2709,7 @@ static API_CORE_V1_NFS_VOLUME_SOURCE: Message = Message {
 static API_CORE_V1_NODE: Message = Message {
     name: "io.k8s.api.core.v1.Node",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_CORE_V1_NODE_SPEC), false),
         f(3, "status", O, Msg(&API_CORE_V1_NODE_STATUS), false),
     ],
@@ -3574,34 +2766,16 @@ static API_CORE_V1_NODE_CONFIG_SOURCE: Message = Message {
 static API_CORE_V1_NODE_CONFIG_STATUS: Message = Message {
     name: "io.k8s.api.core.v1.NodeConfigStatus",
     fields: &[
-        f(
-            1,
-            "assigned",
-            O,
-            Msg(&API_CORE_V1_NODE_CONFIG_SOURCE),
-            false,
-        ),
+        f(1, "assigned", O, Msg(&API_CORE_V1_NODE_CONFIG_SOURCE), false),
         f(2, "active", O, Msg(&API_CORE_V1_NODE_CONFIG_SOURCE), false),
-        f(
-            3,
-            "lastKnownGood",
-            O,
-            Msg(&API_CORE_V1_NODE_CONFIG_SOURCE),
-            false,
-        ),
+        f(3, "lastKnownGood", O, Msg(&API_CORE_V1_NODE_CONFIG_SOURCE), false),
         f(4, "error", O, Str, false),
     ],
 };
 
 static API_CORE_V1_NODE_DAEMON_ENDPOINTS: Message = Message {
     name: "io.k8s.api.core.v1.NodeDaemonEndpoints",
-    fields: &[f(
-        1,
-        "kubeletEndpoint",
-        O,
-        Msg(&API_CORE_V1_DAEMON_ENDPOINT),
-        false,
-    )],
+    fields: &[f(1, "kubeletEndpoint", O, Msg(&API_CORE_V1_DAEMON_ENDPOINT), false)],
 };
 
 static API_CORE_V1_NODE_FEATURES: Message = Message {
@@ -3613,13 +2787,7 @@ static API_CORE_V1_NODE_RUNTIME_HANDLER: Message = Message {
     name: "io.k8s.api.core.v1.NodeRuntimeHandler",
     fields: &[
         f(1, "name", O, Str, false),
-        f(
-            2,
-            "features",
-            O,
-            Msg(&API_CORE_V1_NODE_RUNTIME_HANDLER_FEATURES),
-            false,
-        ),
+        f(2, "features", O, Msg(&API_CORE_V1_NODE_RUNTIME_HANDLER_FEATURES), false),
     ],
 };
 
@@ -3633,13 +2801,7 @@ static API_CORE_V1_NODE_RUNTIME_HANDLER_FEATURES: Message = Message {
 
 static API_CORE_V1_NODE_SELECTOR: Message = Message {
     name: "io.k8s.api.core.v1.NodeSelector",
-    fields: &[f(
-        1,
-        "nodeSelectorTerms",
-        R,
-        Msg(&API_CORE_V1_NODE_SELECTOR_TERM),
-        true,
-    )],
+    fields: &[f(1, "nodeSelectorTerms", R, Msg(&API_CORE_V1_NODE_SELECTOR_TERM), true)],
 };
 
 static API_CORE_V1_NODE_SELECTOR_REQUIREMENT: Message = Message {
@@ -3661,13 +2823,7 @@ static API_CORE_V1_NODE_SELECTOR_TERM: Message = Message {
             Msg(&API_CORE_V1_NODE_SELECTOR_REQUIREMENT),
             false,
         ),
-        f(
-            2,
-            "matchFields",
-            R,
-            Msg(&API_CORE_V1_NODE_SELECTOR_REQUIREMENT),
-            false,
-        ),
+        f(2, "matchFields", R, Msg(&API_CORE_V1_NODE_SELECTOR_REQUIREMENT), false),
     ],
 };
 
@@ -3679,13 +2835,7 @@ static API_CORE_V1_NODE_SPEC: Message = Message {
         f(3, "providerID", O, Str, false),
         f(4, "unschedulable", O, Bool, false),
         f(5, "taints", R, Msg(&API_CORE_V1_TAINT), false),
-        f(
-            6,
-            "configSource",
-            O,
-            Msg(&API_CORE_V1_NODE_CONFIG_SOURCE),
-            false,
-        ),
+        f(6, "configSource", O, Msg(&API_CORE_V1_NODE_CONFIG_SOURCE), false),
         f(7, "podCIDRs", R, Str, false),
     ],
 };
@@ -3698,31 +2848,13 @@ static API_CORE_V1_NODE_STATUS: Message = Message {
         f(3, "phase", O, Str, false),
         f(4, "conditions", R, Msg(&API_CORE_V1_NODE_CONDITION), false),
         f(5, "addresses", R, Msg(&API_CORE_V1_NODE_ADDRESS), false),
-        f(
-            6,
-            "daemonEndpoints",
-            O,
-            Msg(&API_CORE_V1_NODE_DAEMON_ENDPOINTS),
-            false,
-        ),
+        f(6, "daemonEndpoints", O, Msg(&API_CORE_V1_NODE_DAEMON_ENDPOINTS), false),
         f(7, "nodeInfo", O, Msg(&API_CORE_V1_NODE_SYSTEM_INFO), false),
         f(8, "images", R, Msg(&API_CORE_V1_CONTAINER_IMAGE), false),
         f(9, "volumesInUse", R, Str, false),
-        f(
-            10,
-            "volumesAttached",
-            R,
-            Msg(&API_CORE_V1_ATTACHED_VOLUME),
-            false,
-        ),
+        f(10, "volumesAttached", R, Msg(&API_CORE_V1_ATTACHED_VOLUME), false),
         f(11, "config", O, Msg(&API_CORE_V1_NODE_CONFIG_STATUS), false),
-        f(
-            12,
-            "runtimeHandlers",
-            R,
-            Msg(&API_CORE_V1_NODE_RUNTIME_HANDLER),
-            false,
-        ),
+        f(12, "runtimeHandlers", R, Msg(&API_CORE_V1_NODE_RUNTIME_HANDLER), false),
         f(13, "features", O, Msg(&API_CORE_V1_NODE_FEATURES), false),
         f(14, "declaredFeatures", R, Str, false),
     ],
@@ -3752,10 +2884,7 @@ static API_CORE_V1_NODE_SYSTEM_INFO: Message = Message {
 
 static API_CORE_V1_OBJECT_FIELD_SELECTOR: Message = Message {
     name: "io.k8s.api.core.v1.ObjectFieldSelector",
-    fields: &[
-        f(1, "apiVersion", O, Str, false),
-        f(2, "fieldPath", O, Str, true),
-    ],
+    fields: &[f(1, "apiVersion", O, Str, false), f(2, "fieldPath", O, Str, true)],
 };
 
 static API_CORE_V1_OBJECT_REFERENCE: Message = Message {
@@ -3774,54 +2903,18 @@ static API_CORE_V1_OBJECT_REFERENCE: Message = Message {
 static API_CORE_V1_PERSISTENT_VOLUME: Message = Message {
     name: "io.k8s.api.core.v1.PersistentVolume",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
-        f(
-            2,
-            "spec",
-            O,
-            Msg(&API_CORE_V1_PERSISTENT_VOLUME_SPEC),
-            false,
-        ),
-        f(
-            3,
-            "status",
-            O,
-            Msg(&API_CORE_V1_PERSISTENT_VOLUME_STATUS),
-            false,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
+        f(2, "spec", O, Msg(&API_CORE_V1_PERSISTENT_VOLUME_SPEC), false),
+        f(3, "status", O, Msg(&API_CORE_V1_PERSISTENT_VOLUME_STATUS), false),
     ],
 };
 
 static API_CORE_V1_PERSISTENT_VOLUME_CLAIM: Message = Message {
     name: "io.k8s.api.core.v1.PersistentVolumeClaim",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
-        f(
-            2,
-            "spec",
-            O,
-            Msg(&API_CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC),
-            false,
-        ),
-        f(
-            3,
-            "status",
-            O,
-            Msg(&API_CORE_V1_PERSISTENT_VOLUME_CLAIM_STATUS),
-            false,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
+        f(2, "spec", O, Msg(&API_CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC), false),
+        f(3, "status", O, Msg(&API_CORE_V1_PERSISTENT_VOLUME_CLAIM_STATUS), false),
     ],
 };
 
@@ -3841,13 +2934,7 @@ static API_CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC: Message = Message {
     name: "io.k8s.api.core.v1.PersistentVolumeClaimSpec",
     fields: &[
         f(1, "accessModes", R, Str, false),
-        f(
-            2,
-            "resources",
-            O,
-            Msg(&API_CORE_V1_VOLUME_RESOURCE_REQUIREMENTS),
-            false,
-        ),
+        f(2, "resources", O, Msg(&API_CORE_V1_VOLUME_RESOURCE_REQUIREMENTS), false),
         f(3, "volumeName", O, Str, false),
         f(
             4,
@@ -3865,13 +2952,7 @@ static API_CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC: Message = Message {
             Msg(&API_CORE_V1_TYPED_LOCAL_OBJECT_REFERENCE),
             false,
         ),
-        f(
-            8,
-            "dataSourceRef",
-            O,
-            Msg(&API_CORE_V1_TYPED_OBJECT_REFERENCE),
-            false,
-        ),
+        f(8, "dataSourceRef", O, Msg(&API_CORE_V1_TYPED_OBJECT_REFERENCE), false),
         f(9, "volumeAttributesClassName", O, Str, true),
     ],
 };
@@ -3905,29 +2986,14 @@ static API_CORE_V1_PERSISTENT_VOLUME_CLAIM_STATUS: Message = Message {
 static API_CORE_V1_PERSISTENT_VOLUME_CLAIM_TEMPLATE: Message = Message {
     name: "io.k8s.api.core.v1.PersistentVolumeClaimTemplate",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            false,
-        ),
-        f(
-            2,
-            "spec",
-            O,
-            Msg(&API_CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), false),
+        f(2, "spec", O, Msg(&API_CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC), true),
     ],
 };
 
 static API_CORE_V1_PERSISTENT_VOLUME_CLAIM_VOLUME_SOURCE: Message = Message {
     name: "io.k8s.api.core.v1.PersistentVolumeClaimVolumeSource",
-    fields: &[
-        f(1, "claimName", O, Str, true),
-        f(2, "readOnly", O, Bool, false),
-    ],
+    fields: &[f(1, "claimName", O, Str, true), f(2, "readOnly", O, Bool, false)],
 };
 
 static API_CORE_V1_PERSISTENT_VOLUME_SOURCE: Message = Message {
@@ -3947,13 +3013,7 @@ static API_CORE_V1_PERSISTENT_VOLUME_SOURCE: Message = Message {
             Msg(&API_CORE_V1_AWS_ELASTIC_BLOCK_STORE_VOLUME_SOURCE),
             false,
         ),
-        f(
-            3,
-            "hostPath",
-            O,
-            Msg(&API_CORE_V1_HOST_PATH_VOLUME_SOURCE),
-            false,
-        ),
+        f(3, "hostPath", O, Msg(&API_CORE_V1_HOST_PATH_VOLUME_SOURCE), false),
         f(
             4,
             "glusterfs",
@@ -3962,27 +3022,9 @@ static API_CORE_V1_PERSISTENT_VOLUME_SOURCE: Message = Message {
             false,
         ),
         f(5, "nfs", O, Msg(&API_CORE_V1_NFS_VOLUME_SOURCE), false),
-        f(
-            6,
-            "rbd",
-            O,
-            Msg(&API_CORE_V1_RBD_PERSISTENT_VOLUME_SOURCE),
-            false,
-        ),
-        f(
-            7,
-            "iscsi",
-            O,
-            Msg(&API_CORE_V1_ISCSI_PERSISTENT_VOLUME_SOURCE),
-            false,
-        ),
-        f(
-            8,
-            "cinder",
-            O,
-            Msg(&API_CORE_V1_CINDER_PERSISTENT_VOLUME_SOURCE),
-            false,
-        ),
+        f(6, "rbd", O, Msg(&API_CORE_V1_RBD_PERSISTENT_VOLUME_SOURCE), false),
+        f(7, "iscsi", O, Msg(&API_CORE_V1_ISCSI_PERSISTENT_VOLUME_SOURCE), false),
+        f(8, "cinder", O, Msg(&API_CORE_V1_CINDER_PERSISTENT_VOLUME_SOURCE), false),
         f(
             9,
             "cephfs",
@@ -3991,13 +3033,7 @@ static API_CORE_V1_PERSISTENT_VOLUME_SOURCE: Message = Message {
             false,
         ),
         f(10, "fc", O, Msg(&API_CORE_V1_FC_VOLUME_SOURCE), false),
-        f(
-            11,
-            "flocker",
-            O,
-            Msg(&API_CORE_V1_FLOCKER_VOLUME_SOURCE),
-            false,
-        ),
+        f(11, "flocker", O, Msg(&API_CORE_V1_FLOCKER_VOLUME_SOURCE), false),
         f(
             12,
             "flexVolume",
@@ -4019,20 +3055,8 @@ static API_CORE_V1_PERSISTENT_VOLUME_SOURCE: Message = Message {
             Msg(&API_CORE_V1_VSPHERE_VIRTUAL_DISK_VOLUME_SOURCE),
             false,
         ),
-        f(
-            15,
-            "quobyte",
-            O,
-            Msg(&API_CORE_V1_QUOBYTE_VOLUME_SOURCE),
-            false,
-        ),
-        f(
-            16,
-            "azureDisk",
-            O,
-            Msg(&API_CORE_V1_AZURE_DISK_VOLUME_SOURCE),
-            false,
-        ),
+        f(15, "quobyte", O, Msg(&API_CORE_V1_QUOBYTE_VOLUME_SOURCE), false),
+        f(16, "azureDisk", O, Msg(&API_CORE_V1_AZURE_DISK_VOLUME_SOURCE), false),
         f(
             17,
             "photonPersistentDisk",
@@ -4040,13 +3064,7 @@ static API_CORE_V1_PERSISTENT_VOLUME_SOURCE: Message = Message {
             Msg(&API_CORE_V1_PHOTON_PERSISTENT_DISK_VOLUME_SOURCE),
             false,
         ),
-        f(
-            18,
-            "portworxVolume",
-            O,
-            Msg(&API_CORE_V1_PORTWORX_VOLUME_SOURCE),
-            false,
-        ),
+        f(18, "portworxVolume", O, Msg(&API_CORE_V1_PORTWORX_VOLUME_SOURCE), false),
         f(
             19,
             "scaleIO",
@@ -4062,13 +3080,7 @@ static API_CORE_V1_PERSISTENT_VOLUME_SOURCE: Message = Message {
             Msg(&API_CORE_V1_STORAGE_OS_PERSISTENT_VOLUME_SOURCE),
             false,
         ),
-        f(
-            22,
-            "csi",
-            O,
-            Msg(&API_CORE_V1_CSI_PERSISTENT_VOLUME_SOURCE),
-            false,
-        ),
+        f(22, "csi", O, Msg(&API_CORE_V1_CSI_PERSISTENT_VOLUME_SOURCE), false),
     ],
 };
 
@@ -4083,13 +3095,7 @@ static API_CORE_V1_PERSISTENT_VOLUME_SPEC: Message = Message {
         f(6, "storageClassName", O, Str, false),
         f(7, "mountOptions", R, Str, false),
         f(8, "volumeMode", O, Str, true),
-        f(
-            9,
-            "nodeAffinity",
-            O,
-            Msg(&API_CORE_V1_VOLUME_NODE_AFFINITY),
-            false,
-        ),
+        f(9, "nodeAffinity", O, Msg(&API_CORE_V1_VOLUME_NODE_AFFINITY), false),
         f(10, "volumeAttributesClassName", O, Str, true),
     ],
 };
@@ -4112,13 +3118,7 @@ static API_CORE_V1_PHOTON_PERSISTENT_DISK_VOLUME_SOURCE: Message = Message {
 static API_CORE_V1_POD: Message = Message {
     name: "io.k8s.api.core.v1.Pod",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_CORE_V1_POD_SPEC), false),
         f(3, "status", O, Msg(&API_CORE_V1_POD_STATUS), false),
     ],
@@ -4219,13 +3219,7 @@ static API_CORE_V1_POD_DNS_CONFIG: Message = Message {
     fields: &[
         f(1, "nameservers", R, Str, false),
         f(2, "searches", R, Str, false),
-        f(
-            3,
-            "options",
-            R,
-            Msg(&API_CORE_V1_POD_DNS_CONFIG_OPTION),
-            false,
-        ),
+        f(3, "options", R, Msg(&API_CORE_V1_POD_DNS_CONFIG_OPTION), false),
     ],
 };
 
@@ -4274,10 +3268,7 @@ static API_CORE_V1_POD_RESOURCE_CLAIM: Message = Message {
 
 static API_CORE_V1_POD_RESOURCE_CLAIM_STATUS: Message = Message {
     name: "io.k8s.api.core.v1.PodResourceClaimStatus",
-    fields: &[
-        f(1, "name", O, Str, true),
-        f(2, "resourceClaimName", O, Str, true),
-    ],
+    fields: &[f(1, "name", O, Str, true), f(2, "resourceClaimName", O, Str, true)],
 };
 
 static API_CORE_V1_POD_SCHEDULING_GATE: Message = Message {
@@ -4288,13 +3279,7 @@ static API_CORE_V1_POD_SCHEDULING_GATE: Message = Message {
 static API_CORE_V1_POD_SECURITY_CONTEXT: Message = Message {
     name: "io.k8s.api.core.v1.PodSecurityContext",
     fields: &[
-        f(
-            1,
-            "seLinuxOptions",
-            O,
-            Msg(&API_CORE_V1_SE_LINUX_OPTIONS),
-            false,
-        ),
+        f(1, "seLinuxOptions", O, Msg(&API_CORE_V1_SE_LINUX_OPTIONS), false),
         f(2, "runAsUser", O, I64, true),
         f(3, "runAsNonRoot", O, Bool, true),
         f(4, "supplementalGroups", R, I64, false),
@@ -4309,20 +3294,8 @@ static API_CORE_V1_POD_SECURITY_CONTEXT: Message = Message {
             false,
         ),
         f(9, "fsGroupChangePolicy", O, Str, true),
-        f(
-            10,
-            "seccompProfile",
-            O,
-            Msg(&API_CORE_V1_SECCOMP_PROFILE),
-            false,
-        ),
-        f(
-            11,
-            "appArmorProfile",
-            O,
-            Msg(&API_CORE_V1_APP_ARMOR_PROFILE),
-            false,
-        ),
+        f(10, "seccompProfile", O, Msg(&API_CORE_V1_SECCOMP_PROFILE), false),
+        f(11, "appArmorProfile", O, Msg(&API_CORE_V1_APP_ARMOR_PROFILE), false),
         f(12, "supplementalGroupsPolicy", O, Str, true),
         f(13, "seLinuxChangePolicy", O, Str, true),
     ],
@@ -4344,13 +3317,7 @@ static API_CORE_V1_POD_SPEC: Message = Message {
         f(11, "hostNetwork", O, Bool, false),
         f(12, "hostPID", O, Bool, false),
         f(13, "hostIPC", O, Bool, false),
-        f(
-            14,
-            "securityContext",
-            O,
-            Msg(&API_CORE_V1_POD_SECURITY_CONTEXT),
-            false,
-        ),
+        f(14, "securityContext", O, Msg(&API_CORE_V1_POD_SECURITY_CONTEXT), false),
         f(
             15,
             "imagePullSecrets",
@@ -4370,13 +3337,7 @@ static API_CORE_V1_POD_SPEC: Message = Message {
         f(25, "priority", O, I32, true),
         f(26, "dnsConfig", O, Msg(&API_CORE_V1_POD_DNS_CONFIG), false),
         f(27, "shareProcessNamespace", O, Bool, true),
-        f(
-            28,
-            "readinessGates",
-            R,
-            Msg(&API_CORE_V1_POD_READINESS_GATE),
-            false,
-        ),
+        f(28, "readinessGates", R, Msg(&API_CORE_V1_POD_READINESS_GATE), false),
         f(29, "runtimeClassName", O, Str, true),
         f(30, "enableServiceLinks", O, Bool, true),
         f(31, "preemptionPolicy", O, Str, true),
@@ -4398,35 +3359,11 @@ static API_CORE_V1_POD_SPEC: Message = Message {
         f(35, "setHostnameAsFQDN", O, Bool, true),
         f(36, "os", O, Msg(&API_CORE_V1_POD_OS), false),
         f(37, "hostUsers", O, Bool, true),
-        f(
-            38,
-            "schedulingGates",
-            R,
-            Msg(&API_CORE_V1_POD_SCHEDULING_GATE),
-            false,
-        ),
-        f(
-            39,
-            "resourceClaims",
-            R,
-            Msg(&API_CORE_V1_POD_RESOURCE_CLAIM),
-            false,
-        ),
-        f(
-            40,
-            "resources",
-            O,
-            Msg(&API_CORE_V1_RESOURCE_REQUIREMENTS),
-            false,
-        ),
+        f(38, "schedulingGates", R, Msg(&API_CORE_V1_POD_SCHEDULING_GATE), false),
+        f(39, "resourceClaims", R, Msg(&API_CORE_V1_POD_RESOURCE_CLAIM), false),
+        f(40, "resources", O, Msg(&API_CORE_V1_RESOURCE_REQUIREMENTS), false),
         f(41, "hostnameOverride", O, Str, false),
-        f(
-            42,
-            "workloadRef",
-            O,
-            Msg(&API_CORE_V1_WORKLOAD_REFERENCE),
-            false,
-        ),
+        f(42, "workloadRef", O, Msg(&API_CORE_V1_WORKLOAD_REFERENCE), false),
     ],
 };
 
@@ -4440,13 +3377,7 @@ static API_CORE_V1_POD_STATUS: Message = Message {
         f(5, "hostIP", O, Str, false),
         f(6, "podIP", O, Str, false),
         f(7, "startTime", O, Time, false),
-        f(
-            8,
-            "containerStatuses",
-            R,
-            Msg(&API_CORE_V1_CONTAINER_STATUS),
-            false,
-        ),
+        f(8, "containerStatuses", R, Msg(&API_CORE_V1_CONTAINER_STATUS), false),
         f(9, "qosClass", O, Str, false),
         f(
             10,
@@ -4482,26 +3413,14 @@ static API_CORE_V1_POD_STATUS: Message = Message {
             false,
         ),
         f(19, "allocatedResources", M, Quantity, false),
-        f(
-            20,
-            "resources",
-            O,
-            Msg(&API_CORE_V1_RESOURCE_REQUIREMENTS),
-            false,
-        ),
+        f(20, "resources", O, Msg(&API_CORE_V1_RESOURCE_REQUIREMENTS), false),
     ],
 };
 
 static API_CORE_V1_POD_TEMPLATE: Message = Message {
     name: "io.k8s.api.core.v1.PodTemplate",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "template", O, Msg(&API_CORE_V1_POD_TEMPLATE_SPEC), false),
     ],
 };
@@ -4509,13 +3428,7 @@ static API_CORE_V1_POD_TEMPLATE: Message = Message {
 static API_CORE_V1_POD_TEMPLATE_SPEC: Message = Message {
     name: "io.k8s.api.core.v1.PodTemplateSpec",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            false,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), false),
         f(2, "spec", O, Msg(&API_CORE_V1_POD_SPEC), false),
     ],
 };
@@ -4542,13 +3455,7 @@ static API_CORE_V1_PREFERRED_SCHEDULING_TERM: Message = Message {
     name: "io.k8s.api.core.v1.PreferredSchedulingTerm",
     fields: &[
         f(1, "weight", O, I32, true),
-        f(
-            2,
-            "preference",
-            O,
-            Msg(&API_CORE_V1_NODE_SELECTOR_TERM),
-            true,
-        ),
+        f(2, "preference", O, Msg(&API_CORE_V1_NODE_SELECTOR_TERM), true),
     ],
 };
 
@@ -4570,13 +3477,7 @@ static API_CORE_V1_PROBE_HANDLER: Message = Message {
     fields: &[
         f(1, "exec", O, Msg(&API_CORE_V1_EXEC_ACTION), false),
         f(2, "httpGet", O, Msg(&API_CORE_V1_HTTP_GET_ACTION), false),
-        f(
-            3,
-            "tcpSocket",
-            O,
-            Msg(&API_CORE_V1_TCP_SOCKET_ACTION),
-            false,
-        ),
+        f(3, "tcpSocket", O, Msg(&API_CORE_V1_TCP_SOCKET_ACTION), false),
         f(4, "grpc", O, Msg(&API_CORE_V1_GRPC_ACTION), false),
     ],
 };
@@ -4624,13 +3525,7 @@ static API_CORE_V1_RBD_VOLUME_SOURCE: Message = Message {
         f(4, "pool", O, Str, false),
         f(5, "user", O, Str, false),
         f(6, "keyring", O, Str, false),
-        f(
-            7,
-            "secretRef",
-            O,
-            Msg(&API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            false,
-        ),
+        f(7, "secretRef", O, Msg(&API_CORE_V1_LOCAL_OBJECT_REFERENCE), false),
         f(8, "readOnly", O, Bool, false),
     ],
 };
@@ -4638,27 +3533,9 @@ static API_CORE_V1_RBD_VOLUME_SOURCE: Message = Message {
 static API_CORE_V1_REPLICATION_CONTROLLER: Message = Message {
     name: "io.k8s.api.core.v1.ReplicationController",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
-        f(
-            2,
-            "spec",
-            O,
-            Msg(&API_CORE_V1_REPLICATION_CONTROLLER_SPEC),
-            false,
-        ),
-        f(
-            3,
-            "status",
-            O,
-            Msg(&API_CORE_V1_REPLICATION_CONTROLLER_STATUS),
-            false,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
+        f(2, "spec", O, Msg(&API_CORE_V1_REPLICATION_CONTROLLER_SPEC), false),
+        f(3, "status", O, Msg(&API_CORE_V1_REPLICATION_CONTROLLER_STATUS), false),
     ],
 };
 
@@ -4717,30 +3594,15 @@ static API_CORE_V1_RESOURCE_FIELD_SELECTOR: Message = Message {
 
 static API_CORE_V1_RESOURCE_HEALTH: Message = Message {
     name: "io.k8s.api.core.v1.ResourceHealth",
-    fields: &[
-        f(1, "resourceID", O, Str, true),
-        f(2, "health", O, Str, false),
-    ],
+    fields: &[f(1, "resourceID", O, Str, true), f(2, "health", O, Str, false)],
 };
 
 static API_CORE_V1_RESOURCE_QUOTA: Message = Message {
     name: "io.k8s.api.core.v1.ResourceQuota",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_CORE_V1_RESOURCE_QUOTA_SPEC), false),
-        f(
-            3,
-            "status",
-            O,
-            Msg(&API_CORE_V1_RESOURCE_QUOTA_STATUS),
-            false,
-        ),
+        f(3, "status", O, Msg(&API_CORE_V1_RESOURCE_QUOTA_STATUS), false),
     ],
 };
 
@@ -4749,22 +3611,13 @@ static API_CORE_V1_RESOURCE_QUOTA_SPEC: Message = Message {
     fields: &[
         f(1, "hard", M, Quantity, false),
         f(2, "scopes", R, Str, false),
-        f(
-            3,
-            "scopeSelector",
-            O,
-            Msg(&API_CORE_V1_SCOPE_SELECTOR),
-            false,
-        ),
+        f(3, "scopeSelector", O, Msg(&API_CORE_V1_SCOPE_SELECTOR), false),
     ],
 };
 
 static API_CORE_V1_RESOURCE_QUOTA_STATUS: Message = Message {
     name: "io.k8s.api.core.v1.ResourceQuotaStatus",
-    fields: &[
-        f(1, "hard", M, Quantity, false),
-        f(2, "used", M, Quantity, false),
-    ],
+    fields: &[f(1, "hard", M, Quantity, false), f(2, "used", M, Quantity, false)],
 };
 
 static API_CORE_V1_RESOURCE_REQUIREMENTS: Message = Message {
@@ -4805,13 +3658,7 @@ static API_CORE_V1_SCALE_IO_VOLUME_SOURCE: Message = Message {
     fields: &[
         f(1, "gateway", O, Str, true),
         f(2, "system", O, Str, true),
-        f(
-            3,
-            "secretRef",
-            O,
-            Msg(&API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            true,
-        ),
+        f(3, "secretRef", O, Msg(&API_CORE_V1_LOCAL_OBJECT_REFERENCE), true),
         f(4, "sslEnabled", O, Bool, false),
         f(5, "protectionDomain", O, Str, false),
         f(6, "storagePool", O, Str, false),
@@ -4854,22 +3701,13 @@ static API_CORE_V1_SE_LINUX_OPTIONS: Message = Message {
 
 static API_CORE_V1_SECCOMP_PROFILE: Message = Message {
     name: "io.k8s.api.core.v1.SeccompProfile",
-    fields: &[
-        f(1, "type", O, Str, true),
-        f(2, "localhostProfile", O, Str, true),
-    ],
+    fields: &[f(1, "type", O, Str, true), f(2, "localhostProfile", O, Str, true)],
 };
 
 static API_CORE_V1_SECRET: Message = Message {
     name: "io.k8s.api.core.v1.Secret",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "data", M, Bytes, false),
         f(3, "type", O, Str, false),
         f(4, "stringData", M, Str, false),
@@ -4904,10 +3742,7 @@ static API_CORE_V1_SECRET_PROJECTION: Message = Message {
 
 static API_CORE_V1_SECRET_REFERENCE: Message = Message {
     name: "io.k8s.api.core.v1.SecretReference",
-    fields: &[
-        f(1, "name", O, Str, false),
-        f(2, "namespace", O, Str, false),
-    ],
+    fields: &[f(1, "name", O, Str, false), f(2, "namespace", O, Str, false)],
 };
 
 static API_CORE_V1_SECRET_VOLUME_SOURCE: Message = Message {
@@ -4925,13 +3760,7 @@ static API_CORE_V1_SECURITY_CONTEXT: Message = Message {
     fields: &[
         f(1, "capabilities", O, Msg(&API_CORE_V1_CAPABILITIES), false),
         f(2, "privileged", O, Bool, true),
-        f(
-            3,
-            "seLinuxOptions",
-            O,
-            Msg(&API_CORE_V1_SE_LINUX_OPTIONS),
-            false,
-        ),
+        f(3, "seLinuxOptions", O, Msg(&API_CORE_V1_SE_LINUX_OPTIONS), false),
         f(4, "runAsUser", O, I64, true),
         f(5, "runAsNonRoot", O, Bool, true),
         f(6, "readOnlyRootFilesystem", O, Bool, true),
@@ -4945,33 +3774,15 @@ static API_CORE_V1_SECURITY_CONTEXT: Message = Message {
             Msg(&API_CORE_V1_WINDOWS_SECURITY_CONTEXT_OPTIONS),
             false,
         ),
-        f(
-            11,
-            "seccompProfile",
-            O,
-            Msg(&API_CORE_V1_SECCOMP_PROFILE),
-            false,
-        ),
-        f(
-            12,
-            "appArmorProfile",
-            O,
-            Msg(&API_CORE_V1_APP_ARMOR_PROFILE),
-            false,
-        ),
+        f(11, "seccompProfile", O, Msg(&API_CORE_V1_SECCOMP_PROFILE), false),
+        f(12, "appArmorProfile", O, Msg(&API_CORE_V1_APP_ARMOR_PROFILE), false),
     ],
 };
 
 static API_CORE_V1_SERVICE: Message = Message {
     name: "io.k8s.api.core.v1.Service",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_CORE_V1_SERVICE_SPEC), false),
         f(3, "status", O, Msg(&API_CORE_V1_SERVICE_STATUS), false),
     ],
@@ -4980,13 +3791,7 @@ static API_CORE_V1_SERVICE: Message = Message {
 static API_CORE_V1_SERVICE_ACCOUNT: Message = Message {
     name: "io.k8s.api.core.v1.ServiceAccount",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "secrets", R, Msg(&API_CORE_V1_OBJECT_REFERENCE), false),
         f(
             3,
@@ -5055,32 +3860,14 @@ static API_CORE_V1_SERVICE_SPEC: Message = Message {
 static API_CORE_V1_SERVICE_STATUS: Message = Message {
     name: "io.k8s.api.core.v1.ServiceStatus",
     fields: &[
-        f(
-            1,
-            "loadBalancer",
-            O,
-            Msg(&API_CORE_V1_LOAD_BALANCER_STATUS),
-            false,
-        ),
-        f(
-            2,
-            "conditions",
-            R,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_CONDITION),
-            false,
-        ),
+        f(1, "loadBalancer", O, Msg(&API_CORE_V1_LOAD_BALANCER_STATUS), false),
+        f(2, "conditions", R, Msg(&APIMACHINERY_PKG_APIS_META_V1_CONDITION), false),
     ],
 };
 
 static API_CORE_V1_SESSION_AFFINITY_CONFIG: Message = Message {
     name: "io.k8s.api.core.v1.SessionAffinityConfig",
-    fields: &[f(
-        1,
-        "clientIP",
-        O,
-        Msg(&API_CORE_V1_CLIENT_IP_CONFIG),
-        false,
-    )],
+    fields: &[f(1, "clientIP", O, Msg(&API_CORE_V1_CLIENT_IP_CONFIG), false)],
 };
 
 static API_CORE_V1_SLEEP_ACTION: Message = Message {
@@ -5106,13 +3893,7 @@ static API_CORE_V1_STORAGE_OS_VOLUME_SOURCE: Message = Message {
         f(2, "volumeNamespace", O, Str, false),
         f(3, "fsType", O, Str, false),
         f(4, "readOnly", O, Bool, false),
-        f(
-            5,
-            "secretRef",
-            O,
-            Msg(&API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            false,
-        ),
+        f(5, "secretRef", O, Msg(&API_CORE_V1_LOCAL_OBJECT_REFERENCE), false),
     ],
 };
 
@@ -5133,10 +3914,7 @@ static API_CORE_V1_TAINT: Message = Message {
 
 static API_CORE_V1_TCP_SOCKET_ACTION: Message = Message {
     name: "io.k8s.api.core.v1.TcpSocketAction",
-    fields: &[
-        f(1, "port", O, IntOrString, true),
-        f(2, "host", O, Str, false),
-    ],
+    fields: &[f(1, "port", O, IntOrString, true), f(2, "host", O, Str, false)],
 };
 
 static API_CORE_V1_TOLERATION: Message = Message {
@@ -5250,20 +4028,8 @@ static API_CORE_V1_VOLUME_PROJECTION: Message = Message {
     name: "io.k8s.api.core.v1.VolumeProjection",
     fields: &[
         f(1, "secret", O, Msg(&API_CORE_V1_SECRET_PROJECTION), false),
-        f(
-            2,
-            "downwardAPI",
-            O,
-            Msg(&API_CORE_V1_DOWNWARD_API_PROJECTION),
-            false,
-        ),
-        f(
-            3,
-            "configMap",
-            O,
-            Msg(&API_CORE_V1_CONFIG_MAP_PROJECTION),
-            false,
-        ),
+        f(2, "downwardAPI", O, Msg(&API_CORE_V1_DOWNWARD_API_PROJECTION), false),
+        f(3, "configMap", O, Msg(&API_CORE_V1_CONFIG_MAP_PROJECTION), false),
         f(
             4,
             "serviceAccountToken",
@@ -5290,29 +4056,14 @@ static API_CORE_V1_VOLUME_PROJECTION: Message = Message {
 
 static API_CORE_V1_VOLUME_RESOURCE_REQUIREMENTS: Message = Message {
     name: "io.k8s.api.core.v1.VolumeResourceRequirements",
-    fields: &[
-        f(1, "limits", M, Quantity, false),
-        f(2, "requests", M, Quantity, false),
-    ],
+    fields: &[f(1, "limits", M, Quantity, false), f(2, "requests", M, Quantity, false)],
 };
 
 static API_CORE_V1_VOLUME_SOURCE: Message = Message {
     name: "io.k8s.api.core.v1.VolumeSource",
     fields: &[
-        f(
-            1,
-            "hostPath",
-            O,
-            Msg(&API_CORE_V1_HOST_PATH_VOLUME_SOURCE),
-            false,
-        ),
-        f(
-            2,
-            "emptyDir",
-            O,
-            Msg(&API_CORE_V1_EMPTY_DIR_VOLUME_SOURCE),
-            false,
-        ),
+        f(1, "hostPath", O, Msg(&API_CORE_V1_HOST_PATH_VOLUME_SOURCE), false),
+        f(2, "emptyDir", O, Msg(&API_CORE_V1_EMPTY_DIR_VOLUME_SOURCE), false),
         f(
             3,
             "gcePersistentDisk",
@@ -5327,29 +4078,11 @@ static API_CORE_V1_VOLUME_SOURCE: Message = Message {
             Msg(&API_CORE_V1_AWS_ELASTIC_BLOCK_STORE_VOLUME_SOURCE),
             false,
         ),
-        f(
-            5,
-            "gitRepo",
-            O,
-            Msg(&API_CORE_V1_GIT_REPO_VOLUME_SOURCE),
-            false,
-        ),
-        f(
-            6,
-            "secret",
-            O,
-            Msg(&API_CORE_V1_SECRET_VOLUME_SOURCE),
-            false,
-        ),
+        f(5, "gitRepo", O, Msg(&API_CORE_V1_GIT_REPO_VOLUME_SOURCE), false),
+        f(6, "secret", O, Msg(&API_CORE_V1_SECRET_VOLUME_SOURCE), false),
         f(7, "nfs", O, Msg(&API_CORE_V1_NFS_VOLUME_SOURCE), false),
         f(8, "iscsi", O, Msg(&API_CORE_V1_ISCSI_VOLUME_SOURCE), false),
-        f(
-            9,
-            "glusterfs",
-            O,
-            Msg(&API_CORE_V1_GLUSTERFS_VOLUME_SOURCE),
-            false,
-        ),
+        f(9, "glusterfs", O, Msg(&API_CORE_V1_GLUSTERFS_VOLUME_SOURCE), false),
         f(
             10,
             "persistentVolumeClaim",
@@ -5358,34 +4091,10 @@ static API_CORE_V1_VOLUME_SOURCE: Message = Message {
             false,
         ),
         f(11, "rbd", O, Msg(&API_CORE_V1_RBD_VOLUME_SOURCE), false),
-        f(
-            12,
-            "flexVolume",
-            O,
-            Msg(&API_CORE_V1_FLEX_VOLUME_SOURCE),
-            false,
-        ),
-        f(
-            13,
-            "cinder",
-            O,
-            Msg(&API_CORE_V1_CINDER_VOLUME_SOURCE),
-            false,
-        ),
-        f(
-            14,
-            "cephfs",
-            O,
-            Msg(&API_CORE_V1_CEPH_FS_VOLUME_SOURCE),
-            false,
-        ),
-        f(
-            15,
-            "flocker",
-            O,
-            Msg(&API_CORE_V1_FLOCKER_VOLUME_SOURCE),
-            false,
-        ),
+        f(12, "flexVolume", O, Msg(&API_CORE_V1_FLEX_VOLUME_SOURCE), false),
+        f(13, "cinder", O, Msg(&API_CORE_V1_CINDER_VOLUME_SOURCE), false),
+        f(14, "cephfs", O, Msg(&API_CORE_V1_CEPH_FS_VOLUME_SOURCE), false),
+        f(15, "flocker", O, Msg(&API_CORE_V1_FLOCKER_VOLUME_SOURCE), false),
         f(
             16,
             "downwardAPI",
@@ -5394,20 +4103,8 @@ static API_CORE_V1_VOLUME_SOURCE: Message = Message {
             false,
         ),
         f(17, "fc", O, Msg(&API_CORE_V1_FC_VOLUME_SOURCE), false),
-        f(
-            18,
-            "azureFile",
-            O,
-            Msg(&API_CORE_V1_AZURE_FILE_VOLUME_SOURCE),
-            false,
-        ),
-        f(
-            19,
-            "configMap",
-            O,
-            Msg(&API_CORE_V1_CONFIG_MAP_VOLUME_SOURCE),
-            false,
-        ),
+        f(18, "azureFile", O, Msg(&API_CORE_V1_AZURE_FILE_VOLUME_SOURCE), false),
+        f(19, "configMap", O, Msg(&API_CORE_V1_CONFIG_MAP_VOLUME_SOURCE), false),
         f(
             20,
             "vsphereVolume",
@@ -5415,20 +4112,8 @@ static API_CORE_V1_VOLUME_SOURCE: Message = Message {
             Msg(&API_CORE_V1_VSPHERE_VIRTUAL_DISK_VOLUME_SOURCE),
             false,
         ),
-        f(
-            21,
-            "quobyte",
-            O,
-            Msg(&API_CORE_V1_QUOBYTE_VOLUME_SOURCE),
-            false,
-        ),
-        f(
-            22,
-            "azureDisk",
-            O,
-            Msg(&API_CORE_V1_AZURE_DISK_VOLUME_SOURCE),
-            false,
-        ),
+        f(21, "quobyte", O, Msg(&API_CORE_V1_QUOBYTE_VOLUME_SOURCE), false),
+        f(22, "azureDisk", O, Msg(&API_CORE_V1_AZURE_DISK_VOLUME_SOURCE), false),
         f(
             23,
             "photonPersistentDisk",
@@ -5436,42 +4121,12 @@ static API_CORE_V1_VOLUME_SOURCE: Message = Message {
             Msg(&API_CORE_V1_PHOTON_PERSISTENT_DISK_VOLUME_SOURCE),
             false,
         ),
-        f(
-            24,
-            "portworxVolume",
-            O,
-            Msg(&API_CORE_V1_PORTWORX_VOLUME_SOURCE),
-            false,
-        ),
-        f(
-            25,
-            "scaleIO",
-            O,
-            Msg(&API_CORE_V1_SCALE_IO_VOLUME_SOURCE),
-            false,
-        ),
-        f(
-            26,
-            "projected",
-            O,
-            Msg(&API_CORE_V1_PROJECTED_VOLUME_SOURCE),
-            false,
-        ),
-        f(
-            27,
-            "storageos",
-            O,
-            Msg(&API_CORE_V1_STORAGE_OS_VOLUME_SOURCE),
-            false,
-        ),
+        f(24, "portworxVolume", O, Msg(&API_CORE_V1_PORTWORX_VOLUME_SOURCE), false),
+        f(25, "scaleIO", O, Msg(&API_CORE_V1_SCALE_IO_VOLUME_SOURCE), false),
+        f(26, "projected", O, Msg(&API_CORE_V1_PROJECTED_VOLUME_SOURCE), false),
+        f(27, "storageos", O, Msg(&API_CORE_V1_STORAGE_OS_VOLUME_SOURCE), false),
         f(28, "csi", O, Msg(&API_CORE_V1_CSI_VOLUME_SOURCE), false),
-        f(
-            29,
-            "ephemeral",
-            O,
-            Msg(&API_CORE_V1_EPHEMERAL_VOLUME_SOURCE),
-            false,
-        ),
+        f(29, "ephemeral", O, Msg(&API_CORE_V1_EPHEMERAL_VOLUME_SOURCE), false),
         f(30, "image", O, Msg(&API_CORE_V1_IMAGE_VOLUME_SOURCE), false),
     ],
 };
@@ -5490,13 +4145,7 @@ static API_CORE_V1_WEIGHTED_POD_AFFINITY_TERM: Message = Message {
     name: "io.k8s.api.core.v1.WeightedPodAffinityTerm",
     fields: &[
         f(1, "weight", O, I32, true),
-        f(
-            2,
-            "podAffinityTerm",
-            O,
-            Msg(&API_CORE_V1_POD_AFFINITY_TERM),
-            true,
-        ),
+        f(2, "podAffinityTerm", O, Msg(&API_CORE_V1_POD_AFFINITY_TERM), true),
     ],
 };
 
@@ -5523,13 +4172,7 @@ static API_DISCOVERY_V1_ENDPOINT: Message = Message {
     name: "io.k8s.api.discovery.v1.Endpoint",
     fields: &[
         f(1, "addresses", R, Str, true),
-        f(
-            2,
-            "conditions",
-            O,
-            Msg(&API_DISCOVERY_V1_ENDPOINT_CONDITIONS),
-            false,
-        ),
+        f(2, "conditions", O, Msg(&API_DISCOVERY_V1_ENDPOINT_CONDITIONS), false),
         f(3, "hostname", O, Str, true),
         f(4, "targetRef", O, Msg(&API_CORE_V1_OBJECT_REFERENCE), false),
         f(5, "deprecatedTopology", M, Str, false),
@@ -5569,13 +4212,7 @@ static API_DISCOVERY_V1_ENDPOINT_PORT: Message = Message {
 static API_DISCOVERY_V1_ENDPOINT_SLICE: Message = Message {
     name: "io.k8s.api.discovery.v1.EndpointSlice",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "endpoints", R, Msg(&API_DISCOVERY_V1_ENDPOINT), true),
         f(3, "ports", R, Msg(&API_DISCOVERY_V1_ENDPOINT_PORT), false),
         f(4, "addressType", O, Str, true),
@@ -5595,13 +4232,7 @@ static API_DISCOVERY_V1_FOR_ZONE: Message = Message {
 static API_EVENTS_V1_EVENT: Message = Message {
     name: "io.k8s.api.events.v1.Event",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "eventTime", O, MicroTime, false),
         f(3, "series", O, Msg(&API_EVENTS_V1_EVENT_SERIES), false),
         f(4, "reportingController", O, Str, false),
@@ -5612,13 +4243,7 @@ static API_EVENTS_V1_EVENT: Message = Message {
         f(9, "related", O, Msg(&API_CORE_V1_OBJECT_REFERENCE), false),
         f(10, "note", O, Str, false),
         f(11, "type", O, Str, false),
-        f(
-            12,
-            "deprecatedSource",
-            O,
-            Msg(&API_CORE_V1_EVENT_SOURCE),
-            false,
-        ),
+        f(12, "deprecatedSource", O, Msg(&API_CORE_V1_EVENT_SOURCE), false),
         f(13, "deprecatedFirstTimestamp", O, Time, false),
         f(14, "deprecatedLastTimestamp", O, Time, false),
         f(15, "deprecatedCount", O, I32, false),
@@ -5649,27 +4274,9 @@ static API_FLOWCONTROL_V1_FLOW_DISTINGUISHER_METHOD: Message = Message {
 static API_FLOWCONTROL_V1_FLOW_SCHEMA: Message = Message {
     name: "io.k8s.api.flowcontrol.v1.FlowSchema",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
-        f(
-            2,
-            "spec",
-            O,
-            Msg(&API_FLOWCONTROL_V1_FLOW_SCHEMA_SPEC),
-            false,
-        ),
-        f(
-            3,
-            "status",
-            O,
-            Msg(&API_FLOWCONTROL_V1_FLOW_SCHEMA_STATUS),
-            false,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
+        f(2, "spec", O, Msg(&API_FLOWCONTROL_V1_FLOW_SCHEMA_SPEC), false),
+        f(3, "status", O, Msg(&API_FLOWCONTROL_V1_FLOW_SCHEMA_STATUS), false),
     ],
 };
 
@@ -5732,13 +4339,7 @@ static API_FLOWCONTROL_V1_LIMIT_RESPONSE: Message = Message {
     name: "io.k8s.api.flowcontrol.v1.LimitResponse",
     fields: &[
         f(1, "type", O, Str, true),
-        f(
-            2,
-            "queuing",
-            O,
-            Msg(&API_FLOWCONTROL_V1_QUEUING_CONFIGURATION),
-            false,
-        ),
+        f(2, "queuing", O, Msg(&API_FLOWCONTROL_V1_QUEUING_CONFIGURATION), false),
     ],
 };
 
@@ -5746,13 +4347,7 @@ static API_FLOWCONTROL_V1_LIMITED_PRIORITY_LEVEL_CONFIGURATION: Message = Messag
     name: "io.k8s.api.flowcontrol.v1.LimitedPriorityLevelConfiguration",
     fields: &[
         f(1, "nominalConcurrencyShares", O, I32, true),
-        f(
-            2,
-            "limitResponse",
-            O,
-            Msg(&API_FLOWCONTROL_V1_LIMIT_RESPONSE),
-            false,
-        ),
+        f(2, "limitResponse", O, Msg(&API_FLOWCONTROL_V1_LIMIT_RESPONSE), false),
         f(3, "lendablePercent", O, I32, true),
         f(4, "borrowingLimitPercent", O, I32, true),
     ],
@@ -5760,10 +4355,7 @@ static API_FLOWCONTROL_V1_LIMITED_PRIORITY_LEVEL_CONFIGURATION: Message = Messag
 
 static API_FLOWCONTROL_V1_NON_RESOURCE_POLICY_RULE: Message = Message {
     name: "io.k8s.api.flowcontrol.v1.NonResourcePolicyRule",
-    fields: &[
-        f(1, "verbs", R, Str, true),
-        f(6, "nonResourceURLs", R, Str, true),
-    ],
+    fields: &[f(1, "verbs", R, Str, true), f(6, "nonResourceURLs", R, Str, true)],
 };
 
 static API_FLOWCONTROL_V1_POLICY_RULES_WITH_SUBJECTS: Message = Message {
@@ -5790,13 +4382,7 @@ static API_FLOWCONTROL_V1_POLICY_RULES_WITH_SUBJECTS: Message = Message {
 static API_FLOWCONTROL_V1_PRIORITY_LEVEL_CONFIGURATION: Message = Message {
     name: "io.k8s.api.flowcontrol.v1.PriorityLevelConfiguration",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(
             2,
             "spec",
@@ -5912,111 +4498,51 @@ static API_NETWORKING_V1_HTTP_INGRESS_PATH: Message = Message {
     name: "io.k8s.api.networking.v1.HttpIngressPath",
     fields: &[
         f(1, "path", O, Str, false),
-        f(
-            2,
-            "backend",
-            O,
-            Msg(&API_NETWORKING_V1_INGRESS_BACKEND),
-            true,
-        ),
+        f(2, "backend", O, Msg(&API_NETWORKING_V1_INGRESS_BACKEND), true),
         f(3, "pathType", O, Str, true),
     ],
 };
 
 static API_NETWORKING_V1_HTTP_INGRESS_RULE_VALUE: Message = Message {
     name: "io.k8s.api.networking.v1.HttpIngressRuleValue",
-    fields: &[f(
-        1,
-        "paths",
-        R,
-        Msg(&API_NETWORKING_V1_HTTP_INGRESS_PATH),
-        true,
-    )],
+    fields: &[f(1, "paths", R, Msg(&API_NETWORKING_V1_HTTP_INGRESS_PATH), true)],
 };
 
 static API_NETWORKING_V1_IP_ADDRESS: Message = Message {
     name: "io.k8s.api.networking.v1.IPAddress",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_NETWORKING_V1_IP_ADDRESS_SPEC), false),
     ],
 };
 
 static API_NETWORKING_V1_IP_ADDRESS_SPEC: Message = Message {
     name: "io.k8s.api.networking.v1.IPAddressSpec",
-    fields: &[f(
-        1,
-        "parentRef",
-        O,
-        Msg(&API_NETWORKING_V1_PARENT_REFERENCE),
-        true,
-    )],
+    fields: &[f(1, "parentRef", O, Msg(&API_NETWORKING_V1_PARENT_REFERENCE), true)],
 };
 
 static API_NETWORKING_V1_INGRESS: Message = Message {
     name: "io.k8s.api.networking.v1.Ingress",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_NETWORKING_V1_INGRESS_SPEC), false),
-        f(
-            3,
-            "status",
-            O,
-            Msg(&API_NETWORKING_V1_INGRESS_STATUS),
-            false,
-        ),
+        f(3, "status", O, Msg(&API_NETWORKING_V1_INGRESS_STATUS), false),
     ],
 };
 
 static API_NETWORKING_V1_INGRESS_BACKEND: Message = Message {
     name: "io.k8s.api.networking.v1.IngressBackend",
     fields: &[
-        f(
-            3,
-            "resource",
-            O,
-            Msg(&API_CORE_V1_TYPED_LOCAL_OBJECT_REFERENCE),
-            false,
-        ),
-        f(
-            4,
-            "service",
-            O,
-            Msg(&API_NETWORKING_V1_INGRESS_SERVICE_BACKEND),
-            false,
-        ),
+        f(3, "resource", O, Msg(&API_CORE_V1_TYPED_LOCAL_OBJECT_REFERENCE), false),
+        f(4, "service", O, Msg(&API_NETWORKING_V1_INGRESS_SERVICE_BACKEND), false),
     ],
 };
 
 static API_NETWORKING_V1_INGRESS_CLASS: Message = Message {
     name: "io.k8s.api.networking.v1.IngressClass",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
-        f(
-            2,
-            "spec",
-            O,
-            Msg(&API_NETWORKING_V1_INGRESS_CLASS_SPEC),
-            false,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
+        f(2, "spec", O, Msg(&API_NETWORKING_V1_INGRESS_CLASS_SPEC), false),
     ],
 };
 
@@ -6050,13 +4576,7 @@ static API_NETWORKING_V1_INGRESS_LOAD_BALANCER_INGRESS: Message = Message {
     fields: &[
         f(1, "ip", O, Str, false),
         f(2, "hostname", O, Str, false),
-        f(
-            4,
-            "ports",
-            R,
-            Msg(&API_NETWORKING_V1_INGRESS_PORT_STATUS),
-            false,
-        ),
+        f(4, "ports", R, Msg(&API_NETWORKING_V1_INGRESS_PORT_STATUS), false),
     ],
 };
 
@@ -6090,39 +4610,21 @@ static API_NETWORKING_V1_INGRESS_RULE: Message = Message {
 
 static API_NETWORKING_V1_INGRESS_RULE_VALUE: Message = Message {
     name: "io.k8s.api.networking.v1.IngressRuleValue",
-    fields: &[f(
-        1,
-        "http",
-        O,
-        Msg(&API_NETWORKING_V1_HTTP_INGRESS_RULE_VALUE),
-        false,
-    )],
+    fields: &[f(1, "http", O, Msg(&API_NETWORKING_V1_HTTP_INGRESS_RULE_VALUE), false)],
 };
 
 static API_NETWORKING_V1_INGRESS_SERVICE_BACKEND: Message = Message {
     name: "io.k8s.api.networking.v1.IngressServiceBackend",
     fields: &[
         f(1, "name", O, Str, true),
-        f(
-            2,
-            "port",
-            O,
-            Msg(&API_NETWORKING_V1_SERVICE_BACKEND_PORT),
-            false,
-        ),
+        f(2, "port", O, Msg(&API_NETWORKING_V1_SERVICE_BACKEND_PORT), false),
     ],
 };
 
 static API_NETWORKING_V1_INGRESS_SPEC: Message = Message {
     name: "io.k8s.api.networking.v1.IngressSpec",
     fields: &[
-        f(
-            1,
-            "defaultBackend",
-            O,
-            Msg(&API_NETWORKING_V1_INGRESS_BACKEND),
-            false,
-        ),
+        f(1, "defaultBackend", O, Msg(&API_NETWORKING_V1_INGRESS_BACKEND), false),
         f(2, "tls", R, Msg(&API_NETWORKING_V1_INGRESS_TLS), false),
         f(3, "rules", R, Msg(&API_NETWORKING_V1_INGRESS_RULE), false),
         f(4, "ingressClassName", O, Str, true),
@@ -6142,10 +4644,7 @@ static API_NETWORKING_V1_INGRESS_STATUS: Message = Message {
 
 static API_NETWORKING_V1_INGRESS_TLS: Message = Message {
     name: "io.k8s.api.networking.v1.IngressTls",
-    fields: &[
-        f(1, "hosts", R, Str, false),
-        f(2, "secretName", O, Str, false),
-    ],
+    fields: &[f(1, "hosts", R, Str, false), f(2, "secretName", O, Str, false)],
 };
 
 static API_NETWORKING_V1_IP_BLOCK: Message = Message {
@@ -6156,60 +4655,24 @@ static API_NETWORKING_V1_IP_BLOCK: Message = Message {
 static API_NETWORKING_V1_NETWORK_POLICY: Message = Message {
     name: "io.k8s.api.networking.v1.NetworkPolicy",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
-        f(
-            2,
-            "spec",
-            O,
-            Msg(&API_NETWORKING_V1_NETWORK_POLICY_SPEC),
-            false,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
+        f(2, "spec", O, Msg(&API_NETWORKING_V1_NETWORK_POLICY_SPEC), false),
     ],
 };
 
 static API_NETWORKING_V1_NETWORK_POLICY_EGRESS_RULE: Message = Message {
     name: "io.k8s.api.networking.v1.NetworkPolicyEgressRule",
     fields: &[
-        f(
-            1,
-            "ports",
-            R,
-            Msg(&API_NETWORKING_V1_NETWORK_POLICY_PORT),
-            false,
-        ),
-        f(
-            2,
-            "to",
-            R,
-            Msg(&API_NETWORKING_V1_NETWORK_POLICY_PEER),
-            false,
-        ),
+        f(1, "ports", R, Msg(&API_NETWORKING_V1_NETWORK_POLICY_PORT), false),
+        f(2, "to", R, Msg(&API_NETWORKING_V1_NETWORK_POLICY_PEER), false),
     ],
 };
 
 static API_NETWORKING_V1_NETWORK_POLICY_INGRESS_RULE: Message = Message {
     name: "io.k8s.api.networking.v1.NetworkPolicyIngressRule",
     fields: &[
-        f(
-            1,
-            "ports",
-            R,
-            Msg(&API_NETWORKING_V1_NETWORK_POLICY_PORT),
-            false,
-        ),
-        f(
-            2,
-            "from",
-            R,
-            Msg(&API_NETWORKING_V1_NETWORK_POLICY_PEER),
-            false,
-        ),
+        f(1, "ports", R, Msg(&API_NETWORKING_V1_NETWORK_POLICY_PORT), false),
+        f(2, "from", R, Msg(&API_NETWORKING_V1_NETWORK_POLICY_PEER), false),
     ],
 };
 
@@ -6289,27 +4752,9 @@ static API_NETWORKING_V1_SERVICE_BACKEND_PORT: Message = Message {
 static API_NETWORKING_V1_SERVICE_CIDR: Message = Message {
     name: "io.k8s.api.networking.v1.ServiceCIDR",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
-        f(
-            2,
-            "spec",
-            O,
-            Msg(&API_NETWORKING_V1_SERVICE_CIDR_SPEC),
-            false,
-        ),
-        f(
-            3,
-            "status",
-            O,
-            Msg(&API_NETWORKING_V1_SERVICE_CIDR_STATUS),
-            false,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
+        f(2, "spec", O, Msg(&API_NETWORKING_V1_SERVICE_CIDR_SPEC), false),
+        f(3, "status", O, Msg(&API_NETWORKING_V1_SERVICE_CIDR_STATUS), false),
     ],
 };
 
@@ -6337,13 +4782,7 @@ static API_NODE_V1_OVERHEAD: Message = Message {
 static API_NODE_V1_RUNTIME_CLASS: Message = Message {
     name: "io.k8s.api.node.v1.RuntimeClass",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "handler", O, Str, true),
         f(3, "overhead", O, Msg(&API_NODE_V1_OVERHEAD), false),
         f(4, "scheduling", O, Msg(&API_NODE_V1_SCHEDULING), false),
@@ -6361,13 +4800,7 @@ static API_NODE_V1_SCHEDULING: Message = Message {
 static API_POLICY_V1_EVICTION: Message = Message {
     name: "io.k8s.api.policy.v1.Eviction",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(
             2,
             "deleteOptions",
@@ -6381,27 +4814,9 @@ static API_POLICY_V1_EVICTION: Message = Message {
 static API_POLICY_V1_POD_DISRUPTION_BUDGET: Message = Message {
     name: "io.k8s.api.policy.v1.PodDisruptionBudget",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
-        f(
-            2,
-            "spec",
-            O,
-            Msg(&API_POLICY_V1_POD_DISRUPTION_BUDGET_SPEC),
-            false,
-        ),
-        f(
-            3,
-            "status",
-            O,
-            Msg(&API_POLICY_V1_POD_DISRUPTION_BUDGET_STATUS),
-            false,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
+        f(2, "spec", O, Msg(&API_POLICY_V1_POD_DISRUPTION_BUDGET_SPEC), false),
+        f(3, "status", O, Msg(&API_POLICY_V1_POD_DISRUPTION_BUDGET_STATUS), false),
     ],
 };
 
@@ -6430,13 +4845,7 @@ static API_POLICY_V1_POD_DISRUPTION_BUDGET_STATUS: Message = Message {
         f(4, "currentHealthy", O, I32, true),
         f(5, "desiredHealthy", O, I32, true),
         f(6, "expectedPods", O, I32, true),
-        f(
-            7,
-            "conditions",
-            R,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_CONDITION),
-            false,
-        ),
+        f(7, "conditions", R, Msg(&APIMACHINERY_PKG_APIS_META_V1_CONDITION), false),
     ],
 };
 
@@ -6454,34 +4863,16 @@ static API_RBAC_V1_AGGREGATION_RULE: Message = Message {
 static API_RBAC_V1_CLUSTER_ROLE: Message = Message {
     name: "io.k8s.api.rbac.v1.ClusterRole",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "rules", R, Msg(&API_RBAC_V1_POLICY_RULE), false),
-        f(
-            3,
-            "aggregationRule",
-            O,
-            Msg(&API_RBAC_V1_AGGREGATION_RULE),
-            false,
-        ),
+        f(3, "aggregationRule", O, Msg(&API_RBAC_V1_AGGREGATION_RULE), false),
     ],
 };
 
 static API_RBAC_V1_CLUSTER_ROLE_BINDING: Message = Message {
     name: "io.k8s.api.rbac.v1.ClusterRoleBinding",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "subjects", R, Msg(&API_RBAC_V1_SUBJECT), false),
         f(3, "roleRef", O, Msg(&API_RBAC_V1_ROLE_REF), true),
     ],
@@ -6501,13 +4892,7 @@ static API_RBAC_V1_POLICY_RULE: Message = Message {
 static API_RBAC_V1_ROLE: Message = Message {
     name: "io.k8s.api.rbac.v1.Role",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "rules", R, Msg(&API_RBAC_V1_POLICY_RULE), false),
     ],
 };
@@ -6515,13 +4900,7 @@ static API_RBAC_V1_ROLE: Message = Message {
 static API_RBAC_V1_ROLE_BINDING: Message = Message {
     name: "io.k8s.api.rbac.v1.RoleBinding",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "subjects", R, Msg(&API_RBAC_V1_SUBJECT), false),
         f(3, "roleRef", O, Msg(&API_RBAC_V1_ROLE_REF), true),
     ],
@@ -6549,13 +4928,7 @@ static API_RBAC_V1_SUBJECT: Message = Message {
 static API_SCHEDULING_V1_PRIORITY_CLASS: Message = Message {
     name: "io.k8s.api.scheduling.v1.PriorityClass",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "value", O, I32, true),
         f(3, "globalDefault", O, Bool, false),
         f(4, "description", O, Str, false),
@@ -6566,13 +4939,7 @@ static API_SCHEDULING_V1_PRIORITY_CLASS: Message = Message {
 static API_STORAGE_V1_CSI_DRIVER: Message = Message {
     name: "io.k8s.api.storage.v1.CSIDriver",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_STORAGE_V1_CSI_DRIVER_SPEC), true),
     ],
 };
@@ -6585,13 +4952,7 @@ static API_STORAGE_V1_CSI_DRIVER_SPEC: Message = Message {
         f(3, "volumeLifecycleModes", R, Str, false),
         f(4, "storageCapacity", O, Bool, true),
         f(5, "fsGroupPolicy", O, Str, true),
-        f(
-            6,
-            "tokenRequests",
-            R,
-            Msg(&API_STORAGE_V1_TOKEN_REQUEST),
-            false,
-        ),
+        f(6, "tokenRequests", R, Msg(&API_STORAGE_V1_TOKEN_REQUEST), false),
         f(7, "requiresRepublish", O, Bool, true),
         f(8, "seLinuxMount", O, Bool, true),
         f(9, "nodeAllocatableUpdatePeriodSeconds", O, I64, true),
@@ -6602,13 +4963,7 @@ static API_STORAGE_V1_CSI_DRIVER_SPEC: Message = Message {
 static API_STORAGE_V1_CSI_NODE: Message = Message {
     name: "io.k8s.api.storage.v1.CSINode",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "spec", O, Msg(&API_STORAGE_V1_CSI_NODE_SPEC), true),
     ],
 };
@@ -6619,37 +4974,19 @@ static API_STORAGE_V1_CSI_NODE_DRIVER: Message = Message {
         f(1, "name", O, Str, true),
         f(2, "nodeID", O, Str, true),
         f(3, "topologyKeys", R, Str, false),
-        f(
-            4,
-            "allocatable",
-            O,
-            Msg(&API_STORAGE_V1_VOLUME_NODE_RESOURCES),
-            false,
-        ),
+        f(4, "allocatable", O, Msg(&API_STORAGE_V1_VOLUME_NODE_RESOURCES), false),
     ],
 };
 
 static API_STORAGE_V1_CSI_NODE_SPEC: Message = Message {
     name: "io.k8s.api.storage.v1.CSINodeSpec",
-    fields: &[f(
-        1,
-        "drivers",
-        R,
-        Msg(&API_STORAGE_V1_CSI_NODE_DRIVER),
-        true,
-    )],
+    fields: &[f(1, "drivers", R, Msg(&API_STORAGE_V1_CSI_NODE_DRIVER), true)],
 };
 
 static API_STORAGE_V1_CSI_STORAGE_CAPACITY: Message = Message {
     name: "io.k8s.api.storage.v1.CSIStorageCapacity",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(
             2,
             "nodeTopology",
@@ -6666,13 +5003,7 @@ static API_STORAGE_V1_CSI_STORAGE_CAPACITY: Message = Message {
 static API_STORAGE_V1_STORAGE_CLASS: Message = Message {
     name: "io.k8s.api.storage.v1.StorageClass",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "provisioner", O, Str, true),
         f(3, "parameters", M, Str, false),
         f(4, "reclaimPolicy", O, Str, true),
@@ -6691,36 +5022,15 @@ static API_STORAGE_V1_STORAGE_CLASS: Message = Message {
 
 static API_STORAGE_V1_TOKEN_REQUEST: Message = Message {
     name: "io.k8s.api.storage.v1.TokenRequest",
-    fields: &[
-        f(1, "audience", O, Str, true),
-        f(2, "expirationSeconds", O, I64, false),
-    ],
+    fields: &[f(1, "audience", O, Str, true), f(2, "expirationSeconds", O, I64, false)],
 };
 
 static API_STORAGE_V1_VOLUME_ATTACHMENT: Message = Message {
     name: "io.k8s.api.storage.v1.VolumeAttachment",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
-        f(
-            2,
-            "spec",
-            O,
-            Msg(&API_STORAGE_V1_VOLUME_ATTACHMENT_SPEC),
-            true,
-        ),
-        f(
-            3,
-            "status",
-            O,
-            Msg(&API_STORAGE_V1_VOLUME_ATTACHMENT_STATUS),
-            false,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
+        f(2, "spec", O, Msg(&API_STORAGE_V1_VOLUME_ATTACHMENT_SPEC), true),
+        f(3, "status", O, Msg(&API_STORAGE_V1_VOLUME_ATTACHMENT_STATUS), false),
     ],
 };
 
@@ -6742,13 +5052,7 @@ static API_STORAGE_V1_VOLUME_ATTACHMENT_SPEC: Message = Message {
     name: "io.k8s.api.storage.v1.VolumeAttachmentSpec",
     fields: &[
         f(1, "attacher", O, Str, true),
-        f(
-            2,
-            "source",
-            O,
-            Msg(&API_STORAGE_V1_VOLUME_ATTACHMENT_SOURCE),
-            true,
-        ),
+        f(2, "source", O, Msg(&API_STORAGE_V1_VOLUME_ATTACHMENT_SOURCE), true),
         f(3, "nodeName", O, Str, true),
     ],
 };
@@ -6758,33 +5062,15 @@ static API_STORAGE_V1_VOLUME_ATTACHMENT_STATUS: Message = Message {
     fields: &[
         f(1, "attached", O, Bool, true),
         f(2, "attachmentMetadata", M, Str, false),
-        f(
-            3,
-            "attachError",
-            O,
-            Msg(&API_STORAGE_V1_VOLUME_ERROR),
-            false,
-        ),
-        f(
-            4,
-            "detachError",
-            O,
-            Msg(&API_STORAGE_V1_VOLUME_ERROR),
-            false,
-        ),
+        f(3, "attachError", O, Msg(&API_STORAGE_V1_VOLUME_ERROR), false),
+        f(4, "detachError", O, Msg(&API_STORAGE_V1_VOLUME_ERROR), false),
     ],
 };
 
 static API_STORAGE_V1_VOLUME_ATTRIBUTES_CLASS: Message = Message {
     name: "io.k8s.api.storage.v1.VolumeAttributesClass",
     fields: &[
-        f(
-            1,
-            "metadata",
-            O,
-            Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META),
-            true,
-        ),
+        f(1, "metadata", O, Msg(&APIMACHINERY_PKG_APIS_META_V1_OBJECT_META), true),
         f(2, "driverName", O, Str, true),
         f(3, "parameters", M, Str, false),
     ],
@@ -6830,13 +5116,7 @@ static APIMACHINERY_PKG_APIS_META_V1_DELETE_OPTIONS: Message = Message {
         f(3, "orphanDependents", O, Bool, true),
         f(4, "propagationPolicy", O, Str, true),
         f(5, "dryRun", R, Str, false),
-        f(
-            6,
-            "ignoreStoreReadErrorWithClusterBreakingPotential",
-            O,
-            Bool,
-            true,
-        ),
+        f(6, "ignoreStoreReadErrorWithClusterBreakingPotential", O, Bool, true),
     ],
 };
 
@@ -6932,8 +5212,5 @@ static APIMACHINERY_PKG_APIS_META_V1_OWNER_REFERENCE: Message = Message {
 
 static APIMACHINERY_PKG_APIS_META_V1_PRECONDITIONS: Message = Message {
     name: "io.k8s.apimachinery.pkg.apis.meta.v1.Preconditions",
-    fields: &[
-        f(1, "uid", O, Str, true),
-        f(2, "resourceVersion", O, Str, true),
-    ],
+    fields: &[f(1, "uid", O, Str, true), f(2, "resourceVersion", O, Str, true)],
 };

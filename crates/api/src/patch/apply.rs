@@ -809,8 +809,72 @@ fn encode(mut entries: Vec<Entry>) -> Value {
     Value::Array(entries.iter().map(Entry::to_json).collect())
 }
 
+/// Upstream keeps at most this many `Update` entries; older ones merge into
+/// "ancient-changes" (one per API version).
+const MAX_UPDATE_MANAGERS: usize = 10;
+const ANCIENT_CHANGES: &str = "ancient-changes";
+
+fn cap_update_managers(entries: Vec<Entry>) -> Vec<Entry> {
+    let (updaters, mut out): (Vec<Entry>, Vec<Entry>) = entries
+        .into_iter()
+        .filter(|e| !e.set.is_empty())
+        .partition(|e| e.operation == "Update");
+    let mut len = updaters.len();
+    if len <= MAX_UPDATE_MANAGERS {
+        out.extend(updaters);
+        return out;
+    }
+    let mut slots: Vec<Option<Entry>> = updaters.into_iter().map(Some).collect();
+    slots.sort_by(|a, b| {
+        let key = |e: &Option<Entry>| {
+            e.as_ref()
+                .map(|e| (e.time.clone().unwrap_or_default(), e.manager.clone()))
+        };
+        key(a).cmp(&key(b))
+    });
+    let mut first: HashMap<String, usize> = HashMap::new();
+    for i in 0..slots.len() {
+        if len <= MAX_UPDATE_MANAGERS {
+            break;
+        }
+        let Some(version) = slots[i].as_ref().map(|e| e.api_version.clone()) else {
+            continue;
+        };
+        let Some(&fi) = first.get(&version) else {
+            first.insert(version, i);
+            continue;
+        };
+        let bucket = slots.iter().position(|s| {
+            s.as_ref().is_some_and(|s| {
+                s.manager == ANCIENT_CHANGES && s.api_version == version && s.subresource.is_empty()
+            })
+        });
+        let bi = match bucket {
+            Some(b) => b,
+            None => {
+                if let Some(f) = slots[fi].as_mut() {
+                    f.manager = ANCIENT_CHANGES.to_string();
+                    f.subresource.clear();
+                }
+                fi
+            }
+        };
+        if bi == i {
+            continue;
+        }
+        let Some(e) = slots[i].take() else { continue };
+        if let Some(b) = slots[bi].as_mut() {
+            b.set.union_with(&e.set);
+            b.time = e.time;
+        }
+        len -= 1;
+    }
+    out.extend(slots.into_iter().flatten());
+    out
+}
+
 fn set_managed_fields(obj: &mut Value, entries: Vec<Entry>) {
-    let encoded = encode(entries);
+    let encoded = encode(cap_update_managers(entries));
     let Value::Object(m) = obj else { return };
     let meta = m.entry("metadata").or_insert_with(|| json!({}));
     if let Value::Object(meta) = meta {
@@ -1013,11 +1077,18 @@ pub fn apply(
             e.set = e.set.difference(&cmp.removed);
         }
     }
+    // As upstream, an apply that changes nothing keeps the applier's timestamp, so the
+    // object (managed fields included) stays equal and the write can be skipped.
+    let unchanged = live_clean.as_ref() == Some(&merged);
+    let time = match me {
+        Some(i) if unchanged && entries[i].set == new_set => entries[i].time.clone(),
+        _ => Some(now.to_string()),
+    };
     let entry = Entry {
         manager: manager.to_string(),
         operation: "Apply".to_string(),
         api_version,
-        time: Some(now.to_string()),
+        time,
         subresource: String::new(),
         set: new_set,
     };
@@ -1663,6 +1734,60 @@ mod tests {
             decode_apply_body(b"a: [\n"),
             Err(ApplyError::BadRequest(_))
         ));
+    }
+
+    #[test]
+    fn noop_apply_keeps_the_object_equal() {
+        let live = apply(
+            None,
+            &config(1, "nginx:1"),
+            "kubectl",
+            false,
+            DEPLOYMENT,
+            T0,
+        )
+        .expect("create");
+        let again = apply(
+            Some(&live),
+            &config(1, "nginx:1"),
+            "kubectl",
+            false,
+            DEPLOYMENT,
+            T1,
+        )
+        .expect("again");
+        assert_eq!(again, live);
+    }
+
+    #[test]
+    fn update_managers_are_capped() {
+        let mut obj = update_managed_fields(
+            None,
+            &config(1, "x"),
+            "creator",
+            "",
+            DEPLOYMENT,
+            "2025-01-01T00:00:00Z",
+        )
+        .expect("create");
+        for i in 0..12 {
+            let mut next = obj.clone();
+            next["metadata"]["labels"][format!("l{i}")] = json!("v");
+            let t = format!("2025-01-01T00:{:02}:00Z", i + 1);
+            obj = update_managed_fields(Some(&obj), &next, &format!("m{i:02}"), "", DEPLOYMENT, &t)
+                .expect("update");
+        }
+        let entries = obj["metadata"]["managedFields"].as_array().expect("list");
+        assert_eq!(entries.len(), MAX_UPDATE_MANAGERS);
+        let ancient = entry(&obj, ANCIENT_CHANGES).expect("bucket");
+        // The oldest entry became the bucket and took in the next three (m00 to m02).
+        let labels = &ancient["fieldsV1"]["f:metadata"]["f:labels"];
+        assert!(
+            labels.get("f:l0").is_some() && labels.get("f:l2").is_some(),
+            "{ancient}"
+        );
+        assert!(entry(&obj, "creator").is_none());
+        assert!(entry(&obj, "m11").is_some());
     }
 
     #[test]

@@ -108,8 +108,15 @@ fn merge_map(
                 original.insert(key, Value::Array(merged));
             }
             (slot, patch_v) => {
+                // Different kinds (or scalars): the patch's value wins, its directives
+                // applied to nothing.
                 if !delete_list {
-                    *slot = discard_nulls(patch_v);
+                    match fresh_value(patch_v, field_ty, &meta)? {
+                        Some(v) => *slot = v,
+                        None => {
+                            original.shift_remove(&key);
+                        }
+                    }
                 }
             }
         }
@@ -1019,6 +1026,14 @@ mod tests {
             err,
             PatchError::BadRequest("invalid patch format of retainKeys".into())
         );
+    }
+
+    #[test]
+    fn patch_list_over_null_drops_directives() {
+        let pod = json!({"spec": {"containers": null, "nodeName": "n"}});
+        let patch = json!({"spec": {"containers": [{"name": "a"}, {"name": "b", "$patch": "delete"}], "nodeName": {"$patch": "delete"}}});
+        let out = smp(pod, patch, POD);
+        assert_eq!(out["spec"], json!({"containers": [{"name": "a"}]}));
     }
 
     #[test]

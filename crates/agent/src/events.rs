@@ -1,8 +1,10 @@
 //! Core/v1 Events about pods, written as upstream's kubelet writes them (source component `kubelet`),
-//! with repeated events folded into one object whose count grows.
+//! with repeated events folded into one object whose count grows. A repeat within `THROTTLE` of the
+//! last write is only counted; the next write carries the count.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
@@ -13,11 +15,59 @@ use parking_lot::Mutex;
 pub const NORMAL: &str = "Normal";
 pub const WARNING: &str = "Warning";
 
+const THROTTLE: Duration = Duration::from_secs(30);
+
+/// One folded event: its object name, how many times it happened, when it was last written.
+struct Seen {
+    name: String,
+    count: i32,
+    written: Instant,
+}
+
+/// What to write for an occurrence.
+#[derive(Debug, PartialEq)]
+enum Action {
+    Create,
+    Patch { name: String, count: i32 },
+    Skip,
+}
+
 #[derive(Clone)]
 pub struct Recorder {
     client: kube::Client,
     node: String,
-    seen: Arc<Mutex<HashMap<String, (String, i32)>>>,
+    seen: Arc<Mutex<HashMap<String, Seen>>>,
+}
+
+fn decide(seen: &mut HashMap<String, Seen>, key: &str, name: &str, now: Instant) -> Action {
+    match seen.get_mut(key) {
+        Some(entry) => {
+            entry.count += 1;
+            if now.duration_since(entry.written) < THROTTLE {
+                Action::Skip
+            } else {
+                entry.written = now;
+                Action::Patch {
+                    name: entry.name.clone(),
+                    count: entry.count,
+                }
+            }
+        }
+        None => {
+            if seen.len() > 4096 {
+                seen.retain(|_, e| now.duration_since(e.written) < THROTTLE * 20);
+            }
+            seen.insert(
+                key.to_string(),
+                Seen {
+                    name: name.to_string(),
+                    count: 1,
+                    written: now,
+                },
+            );
+            Action::Create
+        }
+    }
 }
 
 impl Recorder {
@@ -31,19 +81,8 @@ impl Recorder {
 
     /// Records an event about a pod (or one of its containers: `container` is `spec.containers{NAME}`
     /// style field path). Sent in the background; failures are logged.
-    pub fn pod_event(
-        &self,
-        pod: &Pod,
-        field_path: Option<String>,
-        type_: &str,
-        reason: &str,
-        message: String,
-    ) {
-        let namespace = pod
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
+    pub fn pod_event(&self, pod: &Pod, field_path: Option<String>, type_: &str, reason: &str, message: String) {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let key = format!(
@@ -82,37 +121,40 @@ impl Recorder {
             reporting_instance: Some(self.node.clone()),
             ..Default::default()
         };
+        let action = decide(
+            &mut self.seen.lock(),
+            &key,
+            &event.metadata.name.clone().unwrap_or_default(),
+            Instant::now(),
+        );
+        if action == Action::Skip {
+            return;
+        }
         let this = self.clone();
         let reason = reason.to_string();
         tokio::spawn(async move {
-            if let Err(e) = this.send(key, &namespace, event).await {
+            if let Err(e) = this.send(action, &namespace, event).await {
                 tracing::debug!(error = %format!("{e:#}"), %reason, "recording an event");
             }
         });
     }
 
-    async fn send(&self, key: String, namespace: &str, event: Event) -> anyhow::Result<()> {
+    async fn send(&self, action: Action, namespace: &str, mut event: Event) -> anyhow::Result<()> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        let existing = self.seen.lock().get(&key).cloned();
-        if let Some((event_name, count)) = existing {
-            let patch =
-                serde_json::json!({ "count": count + 1, "lastTimestamp": event.last_timestamp });
+        if let Action::Patch { name, count } = &action {
+            let patch = serde_json::json!({ "count": count, "lastTimestamp": event.last_timestamp });
             if api
-                .patch(&event_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .is_ok()
             {
-                self.seen.lock().insert(key, (event_name, count + 1));
                 return Ok(());
             }
+            // The event is gone (expired or never written): write it again under its name.
+            event.metadata.name = Some(name.clone());
+            event.count = Some(*count);
         }
-        let event_name = event.metadata.name.clone().unwrap_or_default();
         api.create(&PostParams::default(), &event).await?;
-        let mut seen = self.seen.lock();
-        if seen.len() > 4096 {
-            seen.clear();
-        }
-        seen.insert(key, (event_name, 1));
         Ok(())
     }
 }
@@ -123,5 +165,30 @@ pub fn container_field_path(init: bool, name: &str) -> String {
         format!("spec.initContainers{{{name}}}")
     } else {
         format!("spec.containers{{{name}}}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeats_are_folded_and_throttled() {
+        let mut seen = HashMap::new();
+        let t0 = Instant::now();
+        assert_eq!(decide(&mut seen, "k", "p.1", t0), Action::Create);
+        assert_eq!(decide(&mut seen, "k", "p.2", t0 + Duration::from_secs(1)), Action::Skip);
+        assert_eq!(decide(&mut seen, "k", "p.3", t0 + Duration::from_secs(2)), Action::Skip);
+        assert_eq!(
+            decide(&mut seen, "k", "p.4", t0 + Duration::from_secs(31)),
+            Action::Patch {
+                name: "p.1".into(),
+                count: 4
+            }
+        );
+        assert_eq!(
+            decide(&mut seen, "other", "p.5", t0 + Duration::from_secs(31)),
+            Action::Create
+        );
     }
 }

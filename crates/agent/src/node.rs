@@ -358,7 +358,9 @@ pub async fn renew_lease(
 }
 
 /// Renews the lease every 10 s and refreshes the node status every minute, forever.
+/// When the Node object disappears (deleted by hand or by a controller), it is registered again.
 pub async fn heartbeat(client: kube::Client, facts: NodeFacts, node_uid: Option<String>) {
+    let mut node_uid = node_uid;
     let mut lease_tick = tokio::time::interval(LEASE_RENEW);
     let mut last_status = tokio::time::Instant::now();
     loop {
@@ -368,11 +370,27 @@ pub async fn heartbeat(client: kube::Client, facts: NodeFacts, node_uid: Option<
         }
         if last_status.elapsed() >= STATUS_EVERY {
             last_status = tokio::time::Instant::now();
-            if let Err(e) = update_status(&client, &facts).await {
-                tracing::warn!(error = %format!("{e:#}"), "updating the node status");
+            match update_status(&client, &facts).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => match register(&client, &facts).await {
+                    Ok(node) => {
+                        tracing::info!(node = %facts.name, "the Node object was gone; registered again");
+                        node_uid = node.metadata.uid;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %format!("{e:#}"), "registering the node again")
+                    }
+                },
+                Err(e) => tracing::warn!(error = %format!("{e:#}"), "updating the node status"),
             }
         }
     }
+}
+
+fn is_not_found(e: &anyhow::Error) -> bool {
+    e.chain().any(
+        |c| matches!(c.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 404),
+    )
 }
 
 #[cfg(test)]

@@ -32,6 +32,8 @@ use crate::volumes::{self, HostVolume};
 const INITIAL_BACKOFF: Duration = Duration::from_secs(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 const RESYNC: Duration = Duration::from_secs(1);
+/// Pods that finished only need their (unchanging) status checked now and then.
+const TERMINAL_RESYNC: Duration = Duration::from_secs(10);
 const VOLUME_REFRESH: Duration = Duration::from_secs(60);
 
 /// What every pod worker shares.
@@ -167,6 +169,7 @@ pub async fn run(ctx: Arc<Ctx>, uid: String, mut pods: watch::Receiver<Option<Po
         seen_exits: HashSet::new(),
         pod_ip: String::new(),
     };
+    let mut resync = RESYNC;
     loop {
         let pod = pods.borrow_and_update().clone();
         match pod {
@@ -184,17 +187,20 @@ pub async fn run(ctx: Arc<Ctx>, uid: String, mut pods: watch::Receiver<Option<Po
                     }
                 }
             }
-            Some(pod) => {
-                if let Err(e) = worker.sync(&pod).await {
+            Some(pod) => match worker.sync(&pod).await {
+                Ok(true) => resync = TERMINAL_RESYNC,
+                Ok(false) => resync = RESYNC,
+                Err(e) => {
+                    resync = RESYNC;
                     tracing::warn!(pod = %format_pod(&pod), error = %format!("{e:#}"), "syncing a pod");
                 }
-            }
+            },
         }
         let wake = worker.wake.clone();
         tokio::select! {
             changed = pods.changed() => if changed.is_err() { return },
             _ = wake.notified() => {},
-            _ = tokio::time::sleep(RESYNC) => {},
+            _ = tokio::time::sleep(resync) => {},
         }
     }
 }
@@ -222,8 +228,8 @@ impl PodWorker {
         docker::pod_runtime(self.docker(), &self.ctx.node, &self.uid).await
     }
 
-    /// One pass of the sync loop.
-    pub async fn sync(&mut self, pod: &Pod) -> anyhow::Result<()> {
+    /// One pass of the sync loop; `true` when the pod has reached a terminal phase.
+    pub async fn sync(&mut self, pod: &Pod) -> anyhow::Result<bool> {
         let spec = pod.spec.clone().unwrap_or_default();
         let mut rt = self.runtime().await?;
         self.observe_exits(pod, &rt).await;
@@ -245,7 +251,7 @@ impl PodWorker {
             }
             self.probes.clear();
             let rt = self.runtime().await?;
-            return self.report(pod, &rt).await;
+            return self.report(pod, &rt).await.map(|()| true);
         }
 
         let sandbox = match rt.running_sandbox() {
@@ -292,7 +298,7 @@ impl PodWorker {
                 Err(e) => {
                     self.event(pod, None, WARNING, "FailedMount", e.to_string());
                     if self.volumes.is_none() {
-                        return self.report(pod, &rt).await;
+                        return self.report(pod, &rt).await.map(|()| false);
                     }
                 }
             }
@@ -323,7 +329,12 @@ impl PodWorker {
                 }
                 Some(l) if l.state == RunState::Running => {
                     if sidecar {
-                        self.check_running(pod, c, true, l).await?;
+                        if self.check_running(pod, c, true, l).await? {
+                            self.replace_container(pod, c, true, &instances, &sandbox, &pod_ip)
+                                .await?;
+                            initialized = false;
+                            break;
+                        }
                         let started = self
                             .notes
                             .get(&(true, c.name.clone()))
@@ -369,7 +380,10 @@ impl PodWorker {
                             .await?;
                     }
                     Some(l) if l.state == RunState::Running => {
-                        self.check_running(pod, c, false, l).await?
+                        if self.check_running(pod, c, false, l).await? {
+                            self.replace_container(pod, c, false, &instances, &sandbox, &pod_ip)
+                                .await?;
+                        }
                     }
                     Some(l) => {
                         let restart = match policy.as_str() {
@@ -387,7 +401,7 @@ impl PodWorker {
         }
         let rt = self.runtime().await?;
         self.refresh_probe_notes(&rt);
-        self.report(pod, &rt).await
+        self.report(pod, &rt).await.map(|()| false)
     }
 
     fn compute_status(&self, pod: &Pod, rt: &PodRuntime) -> k8s_openapi::api::core::v1::PodStatus {
@@ -729,12 +743,13 @@ impl PodWorker {
         c: &Container,
         init: bool,
         latest: &ContainerRecord,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<bool> {
         let restart = self
             .probes
             .get(&latest.id)
             .and_then(|p| p.state.lock().restart.clone());
         let changed = !latest.hash.is_empty() && latest.hash != container_hash(c);
+        let spec_change = restart.is_none() && changed;
         let message = match (restart, changed) {
             (Some(m), _) => m,
             (None, true) => format!("Container {} definition changed, will be restarted", c.name),
@@ -743,11 +758,13 @@ impl PodWorker {
                     // Adopted after an agent restart: probes start again from scratch.
                     self.start_probes(pod, c, &latest.id, None);
                 }
-                return Ok(());
+                return Ok(false);
             }
         };
         self.kill_container(pod, c, init, &latest.id, grace_seconds(pod), &message)
-            .await
+            .await?;
+        // A changed spec restarts the container whatever the restart policy (as upstream).
+        Ok(spec_change)
     }
 
     async fn kill_container(
@@ -832,6 +849,27 @@ impl PodWorker {
         let tasks = probes::start(target, state.clone(), self.wake.clone(), on_failure);
         self.probes
             .insert(id.to_string(), ProbeRun { state, tasks });
+    }
+
+    /// Starts the next instance of a container right away (its spec changed), keeping only the
+    /// instance it replaces.
+    async fn replace_container(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        init: bool,
+        instances: &[ContainerRecord],
+        sandbox: &ContainerRecord,
+        pod_ip: &str,
+    ) -> anyhow::Result<()> {
+        let Some(latest) = instances.first() else {
+            return Ok(());
+        };
+        for old in instances.iter().skip(1) {
+            docker::remove(self.docker(), &old.id).await?;
+        }
+        self.start_container(pod, c, init, latest.restart_count + 1, sandbox, pod_ip)
+            .await
     }
 
     /// Restarts an exited container unless it is in back-off. `instances` is newest first and not empty.

@@ -29,11 +29,7 @@ fn bad(msg: impl Into<String>) -> PatchError {
 /// Apply strategic merge patch `patch` to `original`, whose schema is definition
 /// `definition` ("io.k8s.api.apps.v1.Deployment"). An unknown definition merges maps and
 /// replaces every list.
-pub fn strategic_merge(
-    original: &Value,
-    patch: &Value,
-    definition: &str,
-) -> Result<Value, PatchError> {
+pub fn strategic_merge(original: &Value, patch: &Value, definition: &str) -> Result<Value, PatchError> {
     merge_typed(original, patch, Ty::root(definition))
 }
 
@@ -134,13 +130,7 @@ fn fresh_value(patch_v: Value, ty: Ty, meta: &FieldMeta) -> Result<Option<Value>
             }
             Ok(Some(Value::Object(merge_map(Map::new(), p, ty)?)))
         }
-        Value::Array(p) => Ok(Some(Value::Array(merge_list(
-            Vec::new(),
-            p,
-            ty,
-            meta,
-            false,
-        )?))),
+        Value::Array(p) => Ok(Some(Value::Array(merge_list(Vec::new(), p, ty, meta, false)?))),
         other => Ok(Some(other)),
     }
 }
@@ -161,10 +151,7 @@ fn discard_nulls_map(m: Map<String, Value>) -> Map<String, Value> {
 }
 
 /// `$retainKeys`: drop the original's keys that the list does not name.
-fn apply_retain_keys(
-    original: &mut Map<String, Value>,
-    patch: &mut Map<String, Value>,
-) -> Result<(), PatchError> {
+fn apply_retain_keys(original: &mut Map<String, Value>, patch: &mut Map<String, Value>) -> Result<(), PatchError> {
     let Some(retain) = patch.shift_remove(RETAIN_KEYS) else {
         return Ok(());
     };
@@ -194,18 +181,11 @@ fn apply_retain_keys(
 
 /// Upstream's `validatePatchWithSetOrderList`: the patch's items (deletions aside) must
 /// appear in the `$setElementOrder` list, in the same relative order.
-fn validate_order(
-    patch_list: &[Value],
-    order: &[Value],
-    key: Option<&str>,
-) -> Result<(), PatchError> {
+fn validate_order(patch_list: &[Value], order: &[Value], key: Option<&str>) -> Result<(), PatchError> {
     if patch_list.is_empty() || order.is_empty() {
         return Ok(());
     }
-    let items: Vec<&Value> = patch_list
-        .iter()
-        .filter(|v| v.get(DIRECTIVE).is_none())
-        .collect();
+    let items: Vec<&Value> = patch_list.iter().filter(|v| v.get(DIRECTIVE).is_none()).collect();
     let same = |a: &Value, b: &Value| match key {
         Some(k) => match (a.get(k), b.get(k)) {
             (Some(x), Some(y)) => json_eq(x, y),
@@ -330,13 +310,7 @@ fn merge_slice(
             }
         }
         let (in_patch, server_only) = partition(merged, &patch, None);
-        return Ok(normalize_element_order(
-            in_patch,
-            server_only,
-            &patch,
-            &original,
-            None,
-        ));
+        return Ok(normalize_element_order(in_patch, server_only, &patch, &original, None));
     }
     let Some(key) = merge_key else {
         return Err(bad(format!(
@@ -355,9 +329,7 @@ fn merge_slice(
         match m.get(DIRECTIVE).and_then(Value::as_str) {
             Some("delete") => {
                 let Some(kv) = m.get(key) else {
-                    return Err(bad(format!(
-                        "map: {item} does not contain declared merge key: {key}"
-                    )));
+                    return Err(bad(format!("map: {item} does not contain declared merge key: {key}")));
                 };
                 original.retain(|o| !o.get(key).is_some_and(|ov| json_eq(ov, kv)));
             }
@@ -379,15 +351,10 @@ fn merge_slice(
     let mut merged = original.clone();
     for item in &plain {
         let Some(kv) = item.get(key) else {
-            return Err(bad(format!(
-                "map: {item} does not contain declared merge key: {key}"
-            )));
+            return Err(bad(format!("map: {item} does not contain declared merge key: {key}")));
         };
         let Value::Object(pm) = item else { continue };
-        match merged
-            .iter()
-            .position(|o| o.get(key).is_some_and(|ov| json_eq(ov, kv)))
-        {
+        match merged.iter().position(|o| o.get(key).is_some_and(|ov| json_eq(ov, kv))) {
             Some(i) => {
                 let om = match std::mem::take(&mut merged[i]) {
                     Value::Object(m) => m,
@@ -433,8 +400,7 @@ fn index_of(list: &[Value], item: &Value, key: Option<&str>) -> Option<usize> {
     match key {
         Some(k) => {
             let kv = item.get(k)?;
-            list.iter()
-                .position(|v| v.get(k).is_some_and(|x| json_eq(x, kv)))
+            list.iter().position(|v| v.get(k).is_some_and(|x| json_eq(x, kv)))
         }
         None => list.iter().position(|v| json_eq(v, item)),
     }
@@ -442,9 +408,7 @@ fn index_of(list: &[Value], item: &Value, key: Option<&str>) -> Option<usize> {
 
 /// Split `merged` into the items present in `list` and the rest, keeping order.
 fn partition(merged: Vec<Value>, list: &[Value], key: Option<&str>) -> (Vec<Value>, Vec<Value>) {
-    merged
-        .into_iter()
-        .partition(|v| index_of(list, v, key).is_some())
+    merged.into_iter().partition(|v| index_of(list, v, key).is_some())
 }
 
 /// Sort the patch items by the patch order and the server-only items by the live order,
@@ -464,12 +428,7 @@ fn normalize_element_order(
 
 /// Upstream's `mergeSortedSlice`: insert each `left` item before the first `right` item that
 /// comes after it in the live order.
-fn merge_sorted(
-    left: Vec<Value>,
-    right: Vec<Value>,
-    server_order: &[Value],
-    key: Option<&str>,
-) -> Vec<Value> {
+fn merge_sorted(left: Vec<Value>, right: Vec<Value>, server_order: &[Value], key: Option<&str>) -> Vec<Value> {
     let mut out = Vec::with_capacity(left.len() + right.len());
     let mut l = left.into_iter().peekable();
     let mut r = right.into_iter().peekable();
@@ -557,10 +516,7 @@ mod tests {
             json!({"spec": {"taints": [{"key": "c", "effect": "NoSchedule"}]}}),
             NODE,
         );
-        assert_eq!(
-            out["spec"]["taints"],
-            json!([{"key": "c", "effect": "NoSchedule"}])
-        );
+        assert_eq!(out["spec"]["taints"], json!([{"key": "c", "effect": "NoSchedule"}]));
         let out = smp(node, json!({"spec": {"taints": null}}), NODE);
         assert_eq!(out["spec"], json!({}));
     }
@@ -581,10 +537,7 @@ mod tests {
             containers[0]["ports"],
             json!([{"containerPort": 80, "protocol": "TCP"}])
         );
-        assert_eq!(
-            containers[1],
-            json!({"name": "sidecar", "image": "busybox"})
-        );
+        assert_eq!(containers[1], json!({"name": "sidecar", "image": "busybox"}));
         // No directive leaks into the object.
         assert!(!out.to_string().contains('$'));
     }
@@ -611,10 +564,7 @@ mod tests {
         ]}}}});
         let out = smp(deployment(), patch, DEPLOYMENT);
         let env = &out["spec"]["template"]["spec"]["containers"][0]["env"];
-        assert_eq!(
-            env,
-            &json!([{"name": "B", "value": "20"}, {"name": "C", "value": "3"}])
-        );
+        assert_eq!(env, &json!([{"name": "B", "value": "20"}, {"name": "C", "value": "3"}]));
     }
 
     #[test]
@@ -652,10 +602,7 @@ mod tests {
             out["spec"]["template"],
             json!({"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "v1"}]}})
         );
-        assert_eq!(
-            out["spec"]["selector"],
-            json!({"matchLabels": {"app": "d"}})
-        );
+        assert_eq!(out["spec"]["selector"], json!({"matchLabels": {"app": "d"}}));
     }
 
     #[test]
@@ -700,11 +647,7 @@ mod tests {
     fn primitive_lists() {
         let pod = json!({"metadata": {"finalizers": ["a", "b"]}, "spec": {"containers": [{"name": "c", "args": ["x", "y"]}]}});
         // finalizers: strategy merge, union.
-        let out = smp(
-            pod.clone(),
-            json!({"metadata": {"finalizers": ["c", "a"]}}),
-            POD,
-        );
+        let out = smp(pod.clone(), json!({"metadata": {"finalizers": ["c", "a"]}}), POD);
         assert_eq!(out["metadata"]["finalizers"], json!(["c", "a", "b"]));
         // $deleteFromPrimitiveList removes values.
         let out = smp(
@@ -750,10 +693,7 @@ mod tests {
         ]}});
         let out = smp(pod, patch, POD);
         assert_eq!(out["metadata"]["annotations"], json!({"a": "1"}));
-        assert_eq!(
-            out["spec"]["containers"],
-            json!([{"name": "a", "image": "x"}])
-        );
+        assert_eq!(out["spec"]["containers"], json!([{"name": "a", "image": "x"}]));
     }
 
     #[test]
@@ -962,8 +902,7 @@ mod tests {
             ),
         ];
         for (desc, current, patch, want) in cases {
-            let got =
-                merge_typed(&current, &patch, item_ty()).unwrap_or_else(|e| panic!("{desc}: {e}"));
+            let got = merge_typed(&current, &patch, item_ty()).unwrap_or_else(|e| panic!("{desc}: {e}"));
             assert_eq!(got, want, "{desc}");
         }
     }
@@ -1012,8 +951,7 @@ mod tests {
         let err = strategic_merge(&deployment(), &patch, DEPLOYMENT).expect_err("mismatch");
         assert_eq!(err.code(), 400);
         assert!(
-            err.to_string()
-                .contains("doesn't match $setElementOrder/ list"),
+            err.to_string().contains("doesn't match $setElementOrder/ list"),
             "{err}"
         );
     }
@@ -1022,10 +960,7 @@ mod tests {
     fn retain_keys_must_cover_the_patch() {
         let patch = json!({"spec": {"strategy": {"$retainKeys": ["type"], "type": "Recreate", "rollingUpdate": {"maxSurge": 1}}}});
         let err = strategic_merge(&deployment(), &patch, DEPLOYMENT).expect_err("outside");
-        assert_eq!(
-            err,
-            PatchError::BadRequest("invalid patch format of retainKeys".into())
-        );
+        assert_eq!(err, PatchError::BadRequest("invalid patch format of retainKeys".into()));
     }
 
     #[test]
@@ -1037,15 +972,38 @@ mod tests {
     }
 
     #[test]
+    fn service_ports_and_owner_references() {
+        let svc = json!({"spec": {"ports": [
+            {"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80},
+            {"name": "https", "port": 443, "protocol": "TCP", "targetPort": 443}
+        ]}});
+        let patch = json!({"spec": {
+            "$setElementOrder/ports": [{"port": 80}, {"port": 443}],
+            "ports": [{"port": 80, "targetPort": 8080}]
+        }});
+        let out = smp(svc, patch, "io.k8s.api.core.v1.Service");
+        assert_eq!(
+            out["spec"]["ports"][0],
+            json!({"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080})
+        );
+        assert_eq!(out["spec"]["ports"][1]["port"], 443);
+
+        let rs = json!({"metadata": {"ownerReferences": [{"uid": "a", "name": "d1", "controller": true}]}});
+        let patch =
+            json!({"metadata": {"ownerReferences": [{"uid": "a", "controller": null}, {"uid": "b", "name": "d2"}]}});
+        let out = smp(rs, patch, "io.k8s.api.apps.v1.ReplicaSet");
+        assert_eq!(
+            out["metadata"]["ownerReferences"],
+            json!([{"uid": "a", "name": "d1"}, {"uid": "b", "name": "d2"}])
+        );
+    }
+
+    #[test]
     fn errors() {
         let err = strategic_merge(&deployment(), &json!([1]), DEPLOYMENT).expect_err("not a map");
         assert_eq!(err.code(), 400);
-        let err = strategic_merge(
-            &deployment(),
-            &json!({"spec": {"$patch": "frob"}}),
-            DEPLOYMENT,
-        )
-        .expect_err("bad directive");
+        let err = strategic_merge(&deployment(), &json!({"spec": {"$patch": "frob"}}), DEPLOYMENT)
+            .expect_err("bad directive");
         assert_eq!(err.code(), 400);
         let err = strategic_merge(
             &deployment(),
@@ -1054,8 +1012,7 @@ mod tests {
         )
         .expect_err("missing merge key");
         assert!(
-            err.to_string()
-                .contains("does not contain declared merge key: name"),
+            err.to_string().contains("does not contain declared merge key: name"),
             "{err}"
         );
     }

@@ -386,10 +386,7 @@ pub fn pod_qos_class(spec: &Value) -> &'static str {
         };
         for c in list {
             let res = c.get("resources");
-            if let Some(reqs) = res
-                .and_then(|r| r.get("requests"))
-                .and_then(Value::as_object)
-            {
+            if let Some(reqs) = res.and_then(|r| r.get("requests")).and_then(Value::as_object) {
                 for (name, q) in reqs {
                     if name != "cpu" && name != "memory" {
                         continue;
@@ -492,8 +489,7 @@ fn default_service(obj: &mut Value) {
         .get("externalIPs")
         .and_then(Value::as_array)
         .is_some_and(|a| !a.is_empty());
-    let externally_accessible =
-        ty == "LoadBalancer" || ty == "NodePort" || (ty == "ClusterIP" && has_external_ips);
+    let externally_accessible = ty == "LoadBalancer" || ty == "NodePort" || (ty == "ClusterIP" && has_external_ips);
     if externally_accessible {
         default_str(spec, "externalTrafficPolicy", "Cluster");
     }
@@ -631,9 +627,13 @@ fn default_statefulset(obj: &mut Value) {
     };
     default_str(spec, "podManagementPolicy", "OrderedReady");
     if let Some(us) = child(spec, "updateStrategy") {
-        default_str(us, "type", "RollingUpdate");
+        // Upstream creates `rollingUpdate` only when it also chose the type.
+        if str_of(us, "type").is_empty() {
+            us.insert("type".into(), json!("RollingUpdate"));
+            default_val(us, "rollingUpdate", json!({}));
+        }
         if str_of(us, "type") == "RollingUpdate"
-            && let Some(ru) = child(us, "rollingUpdate")
+            && let Some(ru) = existing(us, "rollingUpdate")
         {
             default_val(ru, "partition", json!(0));
         }
@@ -704,9 +704,7 @@ fn default_job_spec_fields(spec: &mut Map<String, Value>) {
     let has_failure_policy = !is_unset(spec, "podFailurePolicy");
     if let Some(pfp) = existing(spec, "podFailurePolicy") {
         for_each_object(array(pfp, "rules"), |r| {
-            for_each_object(array(r, "onPodConditions"), |c| {
-                default_str(c, "status", "True")
-            });
+            for_each_object(array(r, "onPodConditions"), |c| default_str(c, "status", "True"));
         });
     }
     default_str(
@@ -949,9 +947,7 @@ mod tests {
         );
         // Zero requests and non-compute resources do not count.
         assert_eq!(
-            qos(
-                json!({"containers": [{"resources": {"requests": {"cpu": "0", "ephemeral-storage": "1Gi"}}}]})
-            ),
+            qos(json!({"containers": [{"resources": {"requests": {"cpu": "0", "ephemeral-storage": "1Gi"}}}]})),
             "BestEffort"
         );
     }
@@ -1016,10 +1012,7 @@ mod tests {
             sp["persistentVolumeClaimRetentionPolicy"],
             json!({"whenDeleted": "Retain", "whenScaled": "Retain"})
         );
-        assert_eq!(
-            sp["volumeClaimTemplates"][0]["spec"]["volumeMode"],
-            "Filesystem"
-        );
+        assert_eq!(sp["volumeClaimTemplates"][0]["spec"]["volumeMode"], "Filesystem");
 
         let d = defaulted("apps", "DaemonSet", json!({"spec": {}}));
         assert_eq!(
@@ -1047,10 +1040,7 @@ mod tests {
                    "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "a", "image": "x"}]}}}}),
         );
         let s = &j["spec"];
-        assert_eq!(
-            (&s["completions"], &s["parallelism"]),
-            (&json!(1), &json!(1))
-        );
+        assert_eq!((&s["completions"], &s["parallelism"]), (&json!(1), &json!(1)));
         assert_eq!(s["backoffLimit"], 6);
         assert_eq!(s["completionMode"], "NonIndexed");
         assert_eq!(s["suspend"], false);
@@ -1082,20 +1072,13 @@ mod tests {
 
     #[test]
     fn cronjob_defaults() {
-        let c = defaulted(
-            "batch",
-            "CronJob",
-            json!({"spec": {"schedule": "* * * * *"}}),
-        );
+        let c = defaulted("batch", "CronJob", json!({"spec": {"schedule": "* * * * *"}}));
         let s = &c["spec"];
         assert_eq!(s["concurrencyPolicy"], "Allow");
         assert_eq!(s["suspend"], false);
         assert_eq!(s["successfulJobsHistoryLimit"], 3);
         assert_eq!(s["failedJobsHistoryLimit"], 1);
-        assert_eq!(
-            s["jobTemplate"]["spec"]["template"]["spec"]["restartPolicy"],
-            "Always"
-        );
+        assert_eq!(s["jobTemplate"]["spec"]["template"]["spec"]["restartPolicy"], "Always");
         assert!(s["jobTemplate"]["spec"].get("backoffLimit").is_none());
     }
 
@@ -1110,10 +1093,7 @@ mod tests {
         assert_eq!(s["type"], "ClusterIP");
         assert_eq!(s["sessionAffinity"], "None");
         assert_eq!(s["internalTrafficPolicy"], "Cluster");
-        assert_eq!(
-            s["ports"][0],
-            json!({"port": 80, "protocol": "TCP", "targetPort": 80})
-        );
+        assert_eq!(s["ports"][0], json!({"port": 80, "protocol": "TCP", "targetPort": 80}));
         assert_eq!(s["ports"][1]["targetPort"], "http");
         assert!(s.get("externalTrafficPolicy").is_none());
         let np = defaulted("", "Service", json!({"spec": {"type": "NodePort"}}));
@@ -1125,10 +1105,7 @@ mod tests {
         let ns = defaulted("", "Namespace", json!({"metadata": {"name": "dev"}}));
         assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
         assert_eq!(ns["status"]["phase"], "Active");
-        assert_eq!(
-            ns["metadata"]["labels"]["kubernetes.io/metadata.name"],
-            "dev"
-        );
+        assert_eq!(ns["metadata"]["labels"]["kubernetes.io/metadata.name"], "dev");
 
         let node = defaulted("", "Node", json!({"status": {"capacity": {"cpu": "4"}}}));
         assert_eq!(node["status"]["allocatable"], json!({"cpu": "4"}));

@@ -5,37 +5,39 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::meta::{
-    is_dns1123_label, is_dns1123_subdomain, is_valid_label_value, validate_label_name,
-    validate_labels,
-};
+use super::meta::{is_dns1123_label, is_dns1123_subdomain, is_valid_label_value, validate_label_name, validate_labels};
 use super::pod::{validate_port_num_or_name, validate_taint_effect};
-use super::{
-    Path, arr_at, field, forbidden, invalid, invalid_str, not_supported, required, str_at,
-};
+use super::{Path, arr_at, field, forbidden, int_at, invalid, invalid_str, not_supported, required, str_at};
 use crate::quantity::Quantity;
 use crate::status::{FieldError, FieldErrorKind};
 
+/// upstream's `ValidateService` (the parts users hit), in its order.
 pub(crate) fn validate_service(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     let spec = field(Some(obj), "spec");
     let p = Path::new("spec");
-    let ty_v = field(spec, "type")
-        .cloned()
-        .unwrap_or(Value::String(String::new()));
+    let ty_v = field(spec, "type").cloned().unwrap_or(Value::String(String::new()));
     let ty = ty_v.as_str().unwrap_or("?");
     let headless = str_at(spec, "clusterIP") == "None";
     let ports = arr_at(spec, "ports");
+    if ports.is_empty() && !headless && ty != "ExternalName" {
+        errs.push(required(&p.child("ports"), ""));
+    }
     if ty == "ExternalName" {
+        if !arr_at(spec, "clusterIPs").is_empty() {
+            errs.push(forbidden(
+                &p.child("clusterIPs"),
+                "may not be set for ExternalName services",
+            ));
+        }
         let name = str_at(spec, "externalName");
-        if name.is_empty() {
+        let cname = name.strip_suffix('.').unwrap_or(name);
+        if cname.is_empty() {
             errs.push(required(&p.child("externalName"), ""));
         } else {
-            for m in is_dns1123_subdomain(name.trim_end_matches('.')) {
-                errs.push(invalid_str(&p.child("externalName"), name, &m));
+            for m in is_dns1123_subdomain(cname) {
+                errs.push(invalid_str(&p.child("externalName"), cname, &m));
             }
         }
-    } else if ports.is_empty() && !headless {
-        errs.push(required(&p.child("ports"), ""));
     }
     let require_name = ports.len() > 1;
     let mut names = HashSet::new();
@@ -69,41 +71,12 @@ pub(crate) fn validate_service(obj: &Value, old: Option<&Value>, errs: &mut Vec<
         match proto.as_str().unwrap_or("?") {
             "TCP" | "UDP" | "SCTP" => {}
             "" => errs.push(required(&pp.child("protocol"), "")),
-            _ => errs.push(not_supported(
-                &pp.child("protocol"),
-                &proto,
-                &["SCTP", "TCP", "UDP"],
-            )),
+            _ => errs.push(not_supported(&pp.child("protocol"), &proto, &["SCTP", "TCP", "UDP"])),
         }
-        if let Some(tp) = field(Some(port), "targetPort") {
-            validate_port_num_or_name(Some(tp), &pp.child("targetPort"), errs);
-        }
-        if let Some(np) = field(Some(port), "nodePort")
-            && np.as_i64() != Some(0)
-        {
-            if ty == "ClusterIP" {
-                errs.push(forbidden(
-                    &pp.child("nodePort"),
-                    "may not be used when `type` is 'ClusterIP'",
-                ));
-            } else if !np.as_i64().is_some_and(|n| (1..=65535).contains(&n)) {
-                errs.push(invalid(
-                    &pp.child("nodePort"),
-                    np,
-                    "must be between 1 and 65535, inclusive",
-                ));
-            }
-        }
+        validate_port_num_or_name(field(Some(port), "targetPort"), &pp.child("targetPort"), errs);
     }
-    if !matches!(
-        ty,
-        "ClusterIP" | "ExternalName" | "LoadBalancer" | "NodePort"
-    ) {
-        errs.push(not_supported(
-            &p.child("type"),
-            &ty_v,
-            &["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"],
-        ));
+    if field(spec, "selector").is_some() {
+        validate_labels(field(spec, "selector"), &p.child("selector"), errs);
     }
     let aff = field(spec, "sessionAffinity")
         .cloned()
@@ -111,26 +84,56 @@ pub(crate) fn validate_service(obj: &Value, old: Option<&Value>, errs: &mut Vec<
     match aff.as_str().unwrap_or("?") {
         "None" | "ClientIP" => {}
         "" => errs.push(required(&p.child("sessionAffinity"), "")),
+        _ => errs.push(not_supported(&p.child("sessionAffinity"), &aff, &["ClientIP", "None"])),
+    }
+    match ty {
+        "ClusterIP" | "ExternalName" | "LoadBalancer" | "NodePort" => {}
+        "" => errs.push(required(&p.child("type"), "")),
         _ => errs.push(not_supported(
-            &p.child("sessionAffinity"),
-            &aff,
-            &["ClientIP", "None"],
+            &p.child("type"),
+            &ty_v,
+            &["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"],
         )),
     }
-    if ty != "ExternalName" {
-        validate_labels(field(spec, "selector"), &p.child("selector"), errs);
+    for (i, port) in ports.iter().enumerate() {
+        let pp = p.child("ports").index(i);
+        let Some(np) = field(Some(port), "nodePort").filter(|n| n.as_i64() != Some(0)) else {
+            continue;
+        };
+        if ty == "ClusterIP" {
+            errs.push(forbidden(
+                &pp.child("nodePort"),
+                "may not be used when `type` is 'ClusterIP'",
+            ));
+        } else if !np.as_i64().is_some_and(|n| (1..=65535).contains(&n)) {
+            errs.push(invalid(
+                &pp.child("nodePort"),
+                np,
+                "must be between 1 and 65535, inclusive",
+            ));
+        }
+    }
+    // Duplicate (protocol, port) pairs.
+    let mut seen = HashSet::new();
+    for (i, port) in ports.iter().enumerate() {
+        let proto = str_at(Some(port), "protocol").to_string();
+        let num = int_at(Some(port), "port").unwrap_or(0);
+        if !seen.insert((proto.clone(), num)) {
+            errs.push(FieldError {
+                kind: FieldErrorKind::Duplicate(format!(
+                    "core.ServicePort{{Name:\"\", Protocol:{proto:?}, AppProtocol:(*string)(nil), Port:{num}, TargetPort:intstr.IntOrString{{Type:0, IntVal:0, StrVal:\"\"}}, NodePort:0}}"
+                )),
+                field: p.child("ports").index(i).as_str().to_string(),
+                detail: String::new(),
+            });
+        }
     }
     if let Some(old) = old {
         let os = field(Some(old), "spec");
         let old_ip = str_at(os, "clusterIP");
         let new_ip = str_at(spec, "clusterIP");
-        if !old_ip.is_empty()
-            && old_ip != "None"
-            && str_at(os, "type") != "ExternalName"
-            && ty != "ExternalName"
-            && !new_ip.is_empty()
-            && new_ip != old_ip
-        {
+        let external = str_at(os, "type") == "ExternalName" || ty == "ExternalName";
+        if !old_ip.is_empty() && !external && !new_ip.is_empty() && new_ip != old_ip {
             errs.push(invalid_str(
                 &p.child("clusterIPs").index(0),
                 new_ip,
@@ -213,12 +216,7 @@ fn validate_keys(map: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>) {
 }
 
 /// Data may not change once an object is marked `immutable`.
-fn validate_immutable_data(
-    obj: &Value,
-    old: Option<&Value>,
-    keys: &[&str],
-    errs: &mut Vec<FieldError>,
-) {
+fn validate_immutable_data(obj: &Value, old: Option<&Value>, keys: &[&str], errs: &mut Vec<FieldError>) {
     let Some(old) = old else { return };
     if field(Some(old), "immutable").and_then(Value::as_bool) != Some(true) {
         return;
@@ -231,10 +229,7 @@ fn validate_immutable_data(
     }
     for k in keys {
         if field(Some(obj), k) != field(Some(old), k) {
-            errs.push(forbidden(
-                &Path::new(k),
-                "field is immutable when `immutable` is set",
-            ));
+            errs.push(forbidden(&Path::new(k), "field is immutable when `immutable` is set"));
         }
     }
 }
@@ -247,10 +242,7 @@ pub(crate) fn validate_secret(obj: &Value, old: Option<&Value>, errs: &mut Vec<F
     match ty {
         "kubernetes.io/service-account-token" => {
             let ann = field(field(Some(obj), "metadata"), "annotations");
-            if ann
-                .and_then(|a| a.get("kubernetes.io/service-account.name"))
-                .is_none()
-            {
+            if ann.and_then(|a| a.get("kubernetes.io/service-account.name")).is_none() {
                 errs.push(required(
                     &Path::new("metadata")
                         .child("annotations")
@@ -295,10 +287,7 @@ pub(crate) fn validate_configmap(obj: &Value, old: Option<&Value>, errs: &mut Ve
     let binary = field(Some(obj), "binaryData");
     validate_keys(data, &Path::new("data"), errs);
     validate_keys(binary, &Path::new("binaryData"), errs);
-    if let (Some(d), Some(b)) = (
-        data.and_then(Value::as_object),
-        binary.and_then(Value::as_object),
-    ) {
+    if let (Some(d), Some(b)) = (data.and_then(Value::as_object), binary.and_then(Value::as_object)) {
         for k in b.keys() {
             if d.contains_key(k) {
                 errs.push(invalid_str(
@@ -317,10 +306,7 @@ pub(crate) fn validate_pvc(obj: &Value, errs: &mut Vec<FieldError>) {
     let p = Path::new("spec");
     let modes = arr_at(spec, "accessModes");
     if modes.is_empty() {
-        errs.push(required(
-            &p.child("accessModes"),
-            "at least 1 access mode is required",
-        ));
+        errs.push(required(&p.child("accessModes"), "at least 1 access mode is required"));
     }
     for m in modes {
         if !matches!(
@@ -330,12 +316,7 @@ pub(crate) fn validate_pvc(obj: &Value, errs: &mut Vec<FieldError>) {
             errs.push(not_supported(
                 &p.child("accessModes"),
                 m,
-                &[
-                    "ReadOnlyMany",
-                    "ReadWriteMany",
-                    "ReadWriteOnce",
-                    "ReadWriteOncePod",
-                ],
+                &["ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"],
             ));
         }
     }
@@ -345,38 +326,24 @@ pub(crate) fn validate_pvc(obj: &Value, errs: &mut Vec<FieldError>) {
         None => errs.push(required(&sp, "")),
         Some(v) => match Quantity::from_json(v) {
             Err(e) => errs.push(invalid(&sp, v, &e.to_string())),
-            Ok(q) if q.is_negative() => errs.push(invalid_str(
-                &sp,
-                &q.to_string(),
-                "must be greater than or equal to 0",
-            )),
-            Ok(q) if q.is_zero() => errs.push(invalid_str(
-                &sp,
-                &q.to_string(),
-                "must be greater than zero",
-            )),
+            Ok(q) if q.is_negative() => {
+                errs.push(invalid_str(&sp, &q.to_string(), "must be greater than or equal to 0"))
+            }
+            Ok(q) if q.is_zero() => errs.push(invalid_str(&sp, &q.to_string(), "must be greater than zero")),
             Ok(_) => {}
         },
     }
     if let Some(vm) = field(spec, "volumeMode")
         && !matches!(vm.as_str(), Some("Block" | "Filesystem"))
     {
-        errs.push(not_supported(
-            &p.child("volumeMode"),
-            vm,
-            &["Block", "Filesystem"],
-        ));
+        errs.push(not_supported(&p.child("volumeMode"), vm, &["Block", "Filesystem"]));
     }
 }
 
 /// The largest priority a user-defined class may have (`HighestUserDefinablePriority`).
 const HIGHEST_USER_PRIORITY: i64 = 1_000_000_000;
 
-pub(crate) fn validate_priority_class(
-    obj: &Value,
-    old: Option<&Value>,
-    errs: &mut Vec<FieldError>,
-) {
+pub(crate) fn validate_priority_class(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     let name = str_at(field(Some(obj), "metadata"), "name");
     let system = name.starts_with("system-");
     if system {
@@ -407,10 +374,7 @@ pub(crate) fn validate_priority_class(
     if let Some(old) = old {
         let (nv, ov) = (field(Some(obj), "value"), field(Some(old), "value"));
         if nv != ov {
-            errs.push(forbidden(
-                &Path::new("value"),
-                "may not be changed in an update.",
-            ));
+            errs.push(forbidden(&Path::new("value"), "may not be changed in an update."));
         }
         let (np, op) = (
             field(Some(obj), "preemptionPolicy"),
@@ -473,6 +437,18 @@ mod tests {
         let e = errors_defaulted(
             "",
             "Service",
+            &svc(json!({"ports": [{"port": 80, "name": "a"}, {"port": 80, "name": "b"}]})),
+            None,
+        );
+        assert_eq!(
+            e,
+            vec![
+                "spec.ports[1]: Duplicate value: core.ServicePort{Name:\"\", Protocol:\"TCP\", AppProtocol:(*string)(nil), Port:80, TargetPort:intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}, NodePort:0}"
+            ]
+        );
+        let e = errors_defaulted(
+            "",
+            "Service",
             &svc(json!({"ports": [{"port": 80, "nodePort": 30000}]})),
             None,
         );
@@ -504,16 +480,12 @@ mod tests {
             e[0],
             "spec.taints[1]: Duplicate value: core.Taint{Key:\"dedicated\", Value:\"other\", Effect:\"NoSchedule\", TimeAdded:(*v1.Time)(nil)}: taints must be unique by key and effect pair"
         );
-        assert!(e[1].starts_with(
-            "spec.taints[2].key: Invalid value: \"bad key\": name part must consist of"
-        ));
+        assert!(e[1].starts_with("spec.taints[2].key: Invalid value: \"bad key\": name part must consist of"));
         assert_eq!(
             e[2],
             "spec.taints[2].effect: Unsupported value: \"Sometimes\": supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\""
         );
-        assert!(
-            e[3].starts_with("spec.taints[3].value: Invalid value: \"-x\": a valid label must be")
-        );
+        assert!(e[3].starts_with("spec.taints[3].value: Invalid value: \"-x\": a valid label must be"));
         assert_eq!(e[4], "spec.taints[3].effect: Required value");
         assert_eq!(e.len(), 5);
     }
@@ -587,9 +559,7 @@ mod tests {
         );
         assert_eq!(
             e,
-            vec![
-                "value: Forbidden: maximum allowed value of a user defined priority is 1000000000"
-            ]
+            vec!["value: Forbidden: maximum allowed value of a user defined priority is 1000000000"]
         );
     }
 }

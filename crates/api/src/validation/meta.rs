@@ -8,13 +8,13 @@ use crate::status::FieldError;
 
 const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
 const DNS1123_LABEL_ERR: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_FMT: &str =
-    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
 const DNS1035_LABEL_FMT: &str = "[a-z]([-a-z0-9]*[a-z0-9])?";
 const DNS1035_LABEL_ERR: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character";
 const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
-const QUALIFIED_NAME_ERR: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const QUALIFIED_NAME_ERR: &str =
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
 const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
 const LABEL_VALUE_ERR: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
 
@@ -134,7 +134,11 @@ pub fn is_qualified_name(s: &str) -> Vec<String> {
         _ => {
             errs.push(format!(
                 "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
-                regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
+                regex_error(
+                    QUALIFIED_NAME_ERR,
+                    QUALIFIED_NAME_FMT,
+                    &["MyName", "my.name", "123-abc"]
+                )
             ));
             return errs;
         }
@@ -243,10 +247,7 @@ fn validate_annotations(ann: Option<&Value>, p: &Path, errs: &mut Vec<FieldError
         total += k.len() + v.as_str().map(str::len).unwrap_or(0);
     }
     if total > TOTAL_ANNOTATION_SIZE_LIMIT {
-        errs.push(FieldError::too_long(
-            p.as_str(),
-            TOTAL_ANNOTATION_SIZE_LIMIT,
-        ));
+        errs.push(FieldError::too_long(p.as_str(), TOTAL_ANNOTATION_SIZE_LIMIT));
     }
 }
 
@@ -278,11 +279,7 @@ pub fn validate_label_selector(sel: Option<&Value>, p: &Path, errs: &mut Vec<Fie
                     ));
                 }
             }
-            _ => errs.push(invalid(
-                &ep.child("operator"),
-                &op,
-                "not a valid selector operator",
-            )),
+            _ => errs.push(invalid(&ep.child("operator"), &op, "not a valid selector operator")),
         }
         validate_label_name(str_at(Some(e), "key"), &ep.child("key"), errs);
         for (vi, v) in values.iter().enumerate() {
@@ -291,11 +288,7 @@ pub fn validate_label_selector(sel: Option<&Value>, p: &Path, errs: &mut Vec<Fie
             }
         }
     }
-    validate_labels(
-        field(Some(sel), "matchLabels"),
-        &p.child("matchLabels"),
-        errs,
-    );
+    validate_labels(field(Some(sel), "matchLabels"), &p.child("matchLabels"), errs);
 }
 
 /// upstream's `ValidateObjectMeta` for a top-level object.
@@ -314,10 +307,7 @@ pub(crate) fn validate_object_meta(
     }
     let name = str_at(meta, "name");
     if name.is_empty() {
-        errs.push(required(
-            &p.child("name"),
-            "name or generateName is required",
-        ));
+        errs.push(required(&p.child("name"), "name or generateName is required"));
     } else {
         for m in name_fn(name, false) {
             errs.push(invalid_str(&p.child("name"), name, &m));
@@ -347,11 +337,7 @@ pub(crate) fn validate_object_meta(
 }
 
 /// upstream's `ValidateObjectMetaUpdate`: identity fields never change.
-pub(crate) fn validate_object_meta_update(
-    new: Option<&Value>,
-    old: Option<&Value>,
-    errs: &mut Vec<FieldError>,
-) {
+pub(crate) fn validate_object_meta_update(new: Option<&Value>, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     let p = Path::new("metadata");
     for key in ["name", "namespace", "uid"] {
         let (n, o) = (str_at(new, key), str_at(old, key));
@@ -409,15 +395,13 @@ mod tests {
                 "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
             ]
         );
-        assert_eq!(
-            is_qualified_name("/x"),
-            vec!["prefix part must be non-empty"]
-        );
+        assert_eq!(is_qualified_name("/x"), vec!["prefix part must be non-empty"]);
         assert_eq!(is_qualified_name("a/b/c").len(), 1);
         assert!(is_qualified_name("a/b/c")[0].starts_with("a qualified name must consist of"));
-        assert!(is_qualified_name("a/b/c")[0].ends_with(
-            "with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ));
+        assert!(
+            is_qualified_name("a/b/c")[0]
+                .ends_with("with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')")
+        );
         assert_eq!(
             is_qualified_name("Example.com/x")[0].split(" must").next(),
             Some("prefix part a lowercase RFC 1123 subdomain")
@@ -434,12 +418,7 @@ mod tests {
 
     #[test]
     fn object_meta() {
-        let e = errors(
-            "",
-            "ConfigMap",
-            &json!({"metadata": {"namespace": "default"}}),
-            None,
-        );
+        let e = errors("", "ConfigMap", &json!({"metadata": {"namespace": "default"}}), None);
         assert_eq!(
             e,
             vec!["metadata.name: Required value: name or generateName is required"]
@@ -451,27 +430,13 @@ mod tests {
             None,
         );
         assert_eq!(e.len(), 1);
-        assert!(
-            e[0].starts_with(
-                "metadata.name: Invalid value: \"Bad\": a lowercase RFC 1123 subdomain"
-            )
-        );
+        assert!(e[0].starts_with("metadata.name: Invalid value: \"Bad\": a lowercase RFC 1123 subdomain"));
         let e = errors("", "ConfigMap", &json!({"metadata": {"name": "a"}}), None);
         assert_eq!(e, vec!["metadata.namespace: Required value"]);
         let e = errors("", "Namespace", &json!({"metadata": {"name": "a.b"}}), None);
-        assert!(
-            e[0].starts_with("metadata.name: Invalid value: \"a.b\": a lowercase RFC 1123 label")
-        );
-        let e = errors(
-            "",
-            "Node",
-            &json!({"metadata": {"name": "n", "namespace": "x"}}),
-            None,
-        );
-        assert_eq!(
-            e,
-            vec!["metadata.namespace: Forbidden: not allowed on this type"]
-        );
+        assert!(e[0].starts_with("metadata.name: Invalid value: \"a.b\": a lowercase RFC 1123 label"));
+        let e = errors("", "Node", &json!({"metadata": {"name": "n", "namespace": "x"}}), None);
+        assert_eq!(e, vec!["metadata.namespace: Forbidden: not allowed on this type"]);
         let e = errors(
             "",
             "Service",
@@ -499,14 +464,8 @@ mod tests {
             None,
         );
         assert_eq!(e.len(), 2, "{e:?}");
-        assert!(
-            e[0].starts_with(
-                "metadata.labels: Invalid value: \"bad key\": name part must consist of"
-            )
-        );
-        assert!(e[1].starts_with(
-            "metadata.labels: Invalid value: \"-v\": a valid label must be an empty string"
-        ));
+        assert!(e[0].starts_with("metadata.labels: Invalid value: \"bad key\": name part must consist of"));
+        assert!(e[1].starts_with("metadata.labels: Invalid value: \"-v\": a valid label must be an empty string"));
         let big = "x".repeat(TOTAL_ANNOTATION_SIZE_LIMIT);
         let e = errors(
             "",

@@ -14,8 +14,8 @@ use crate::registry::Resource;
 use crate::status::{FieldError, FieldErrorKind};
 
 pub use meta::{
-    is_dns1035_label, is_dns1123_label, is_dns1123_subdomain, is_qualified_name,
-    is_valid_label_value, validate_label_selector, validate_labels,
+    is_dns1035_label, is_dns1123_label, is_dns1123_subdomain, is_qualified_name, is_valid_label_value,
+    validate_label_selector, validate_labels,
 };
 pub use workloads::validate_cron_schedule;
 
@@ -35,9 +35,7 @@ pub fn validate(res: &Resource, obj: &Value, old: Option<&Value>) -> Vec<FieldEr
         ("", "Secret") => core::validate_secret(obj, old, &mut errs),
         ("", "ConfigMap") => core::validate_configmap(obj, old, &mut errs),
         ("", "PersistentVolumeClaim") => core::validate_pvc(obj, &mut errs),
-        ("scheduling.k8s.io", "PriorityClass") => {
-            core::validate_priority_class(obj, old, &mut errs)
-        }
+        ("scheduling.k8s.io", "PriorityClass") => core::validate_priority_class(obj, old, &mut errs),
         ("apps", "Deployment") => workloads::validate_deployment(obj, old, &mut errs),
         ("apps", "ReplicaSet") => workloads::validate_replicaset(obj, old, &mut errs),
         ("apps", "DaemonSet") => workloads::validate_daemonset(obj, old, &mut errs),
@@ -132,9 +130,7 @@ pub(crate) fn duplicate(p: &Path, v: &Value) -> FieldError {
 
 /// A string field; empty when missing or not a string.
 pub(crate) fn str_at<'a>(v: Option<&'a Value>, key: &str) -> &'a str {
-    v.and_then(|v| v.get(key))
-        .and_then(Value::as_str)
-        .unwrap_or("")
+    v.and_then(|v| v.get(key)).and_then(Value::as_str).unwrap_or("")
 }
 
 /// An array field; empty when missing or not an array.
@@ -159,11 +155,7 @@ pub(crate) fn nonnegative(v: Option<&Value>, key: &str, p: &Path, errs: &mut Vec
     if let Some(x) = field(v, key)
         && x.as_f64().is_some_and(|n| n < 0.0)
     {
-        errs.push(invalid(
-            &p.child(key),
-            x,
-            "must be greater than or equal to 0",
-        ));
+        errs.push(invalid(&p.child(key), x, "must be greater than or equal to 0"));
     }
 }
 
@@ -195,10 +187,7 @@ pub(crate) fn go_quote(v: &Value) -> String {
 fn go_string_slice(v: Option<&Value>) -> String {
     match v.and_then(Value::as_array) {
         None => "[]string(nil)".to_string(),
-        Some(a) => format!(
-            "[]string{{{}}}",
-            a.iter().map(go_quote).collect::<Vec<_>>().join(", ")
-        ),
+        Some(a) => format!("[]string{{{}}}", a.iter().map(go_quote).collect::<Vec<_>>().join(", ")),
     }
 }
 
@@ -250,10 +239,7 @@ pub(crate) fn selector_matches(sel: Option<&Value>, labels: Option<&Value>) -> b
     }
     for e in arr_at(Some(sel), "matchExpressions") {
         let key = str_at(Some(e), "key");
-        let values: Vec<&str> = arr_at(Some(e), "values")
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
+        let values: Vec<&str> = arr_at(Some(e), "values").iter().filter_map(Value::as_str).collect();
         let ok = match str_at(Some(e), "operator") {
             "In" => label(key).is_some_and(|v| values.contains(&v)),
             "NotIn" => label(key).is_none_or(|v| !values.contains(&v)),
@@ -290,26 +276,15 @@ pub(crate) mod test_util {
     /// Validate an object of a kind and return the errors as upstream prints them.
     pub fn errors(group: &str, kind: &str, obj: &Value, old: Option<&Value>) -> Vec<String> {
         let res = lookup_kind(group, kind).expect("resource");
-        validate(res, obj, old)
-            .iter()
-            .map(|e| e.to_string())
-            .collect()
+        validate(res, obj, old).iter().map(|e| e.to_string()).collect()
     }
 
     /// Defaulted, then validated.
-    pub fn errors_defaulted(
-        group: &str,
-        kind: &str,
-        obj: &Value,
-        old: Option<&Value>,
-    ) -> Vec<String> {
+    pub fn errors_defaulted(group: &str, kind: &str, obj: &Value, old: Option<&Value>) -> Vec<String> {
         let res = lookup_kind(group, kind).expect("resource");
         let mut obj = obj.clone();
         crate::defaults::apply_defaults(res, &mut obj);
-        validate(res, &obj, old)
-            .iter()
-            .map(|e| e.to_string())
-            .collect()
+        validate(res, &obj, old).iter().map(|e| e.to_string()).collect()
     }
 }
 
@@ -361,9 +336,7 @@ mod tests {
             Some(&labels)
         ));
         assert!(!selector_matches(
-            Some(
-                &json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["fe"]}]})
-            ),
+            Some(&json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["fe"]}]})),
             Some(&labels)
         ));
         assert!(!selector_matches(None, Some(&labels)));

@@ -5,13 +5,10 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::meta::{
-    is_dns1123_label, is_dns1123_subdomain, is_valid_label_value, validate_label_name,
-    validate_labels,
-};
+use super::meta::{is_dns1123_label, is_dns1123_subdomain, is_valid_label_value, validate_label_name, validate_labels};
 use super::{
-    Path, arr_at, duplicate, field, forbidden, int_at, invalid, invalid_raw, invalid_str,
-    nonnegative, not_supported, required, str_at,
+    Path, arr_at, duplicate, field, forbidden, int_at, invalid, invalid_raw, invalid_str, nonnegative, not_supported,
+    required, str_at,
 };
 use crate::defaults::VOLUME_SOURCES;
 use crate::quantity::Quantity;
@@ -35,11 +32,7 @@ pub(crate) fn validate_pod(obj: &Value, old: Option<&Value>, errs: &mut Vec<Fiel
 }
 
 /// upstream's `ValidatePodTemplateSpec`: template labels and annotations, then the pod spec.
-pub(crate) fn validate_pod_template(
-    template: Option<&Value>,
-    p: &Path,
-    errs: &mut Vec<FieldError>,
-) {
+pub(crate) fn validate_pod_template(template: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>) {
     validate_template_metadata(template, p, errs);
     validate_pod_spec(field(template, "spec"), &p.child("spec"), errs);
     if !arr_at(field(template, "spec"), "ephemeralContainers").is_empty() {
@@ -52,11 +45,7 @@ pub(crate) fn validate_pod_template(
 
 /// A template's labels and annotations; upstream reports them at `<template>.labels`, as its
 /// metadata is embedded.
-pub(crate) fn validate_template_metadata(
-    template: Option<&Value>,
-    p: &Path,
-    errs: &mut Vec<FieldError>,
-) {
+pub(crate) fn validate_template_metadata(template: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>) {
     let meta = field(template, "metadata");
     validate_labels(field(meta, "labels"), &p.child("labels"), errs);
     if let Some(m) = field(meta, "annotations").and_then(Value::as_object) {
@@ -163,20 +152,14 @@ fn validate_volumes(spec: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>) 
                 errs.push(invalid_str(&vp.child("name"), name, &m));
             }
             if !names.insert(name.to_string()) {
-                errs.push(duplicate(
-                    &vp.child("name"),
-                    &Value::String(name.to_string()),
-                ));
+                errs.push(duplicate(&vp.child("name"), &Value::String(name.to_string())));
             }
         }
         let mut count = 0;
         for src in VOLUME_SOURCES {
             if field(Some(v), src).is_some() {
                 if count > 0 {
-                    errs.push(forbidden(
-                        &vp.child(src),
-                        "may not specify more than 1 volume type",
-                    ));
+                    errs.push(forbidden(&vp.child(src), "may not specify more than 1 volume type"));
                 } else {
                     validate_volume_source(src, field(Some(v), src), &vp.child(src), errs);
                 }
@@ -243,11 +226,7 @@ fn validate_volume_source(kind: &str, src: Option<&Value>, p: &Path, errs: &mut 
             if let Some(m) = field(src, "medium") {
                 let s = m.as_str().unwrap_or("?");
                 if !(s.is_empty() || s == "Memory" || s.starts_with("HugePages")) {
-                    errs.push(not_supported(
-                        &p.child("medium"),
-                        m,
-                        &["", "Memory", "HugePages"],
-                    ));
+                    errs.push(not_supported(&p.child("medium"), m, &["", "Memory", "HugePages"]));
                 }
             }
         }
@@ -277,25 +256,13 @@ fn validate_container_resource_name(name: &str, p: &Path, errs: &mut Vec<FieldEr
         }
         return;
     }
-    if is_native_resource(name)
-        && !matches!(name, "cpu" | "memory" | "ephemeral-storage")
-        && !is_hugepages(name)
-    {
-        errs.push(invalid_str(
-            p,
-            name,
-            "must be a standard resource for containers",
-        ));
+    if is_native_resource(name) && !matches!(name, "cpu" | "memory" | "ephemeral-storage") && !is_hugepages(name) {
+        errs.push(invalid_str(p, name, "must be a standard resource for containers"));
     }
 }
 
 /// Parse and check one quantity of a resource list; `None` when it is not a quantity.
-fn resource_quantity(
-    name: &str,
-    v: &Value,
-    p: &Path,
-    errs: &mut Vec<FieldError>,
-) -> Option<Quantity> {
+fn resource_quantity(name: &str, v: &Value, p: &Path, errs: &mut Vec<FieldError>) -> Option<Quantity> {
     match Quantity::from_json(v) {
         Err(e) => {
             errs.push(invalid(p, v, &e.to_string()));
@@ -303,11 +270,7 @@ fn resource_quantity(
         }
         Ok(q) => {
             if q.is_negative() {
-                errs.push(invalid_str(
-                    p,
-                    &q.to_string(),
-                    "must be greater than or equal to 0",
-                ));
+                errs.push(invalid_str(p, &q.to_string(), "must be greater than or equal to 0"));
             }
             if !is_native_resource(name) && q.milli_value() % 1000 != 0 {
                 errs.push(invalid_str(p, &q.to_string(), "must be an integer"));
@@ -384,9 +347,7 @@ pub(crate) fn port_name_errors(name: &str) -> Vec<String> {
         .bytes()
         .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
     {
-        errs.push(
-            "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_string(),
-        );
+        errs.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_string());
     }
     if !name.bytes().any(|c| c.is_ascii_lowercase()) {
         errs.push("must contain at least one letter (a-z)".to_string());
@@ -426,11 +387,7 @@ fn validate_protocol(port: &Value, p: &Path, errs: &mut Vec<FieldError>) {
             if s.is_empty() {
                 errs.push(required(&p.child("protocol"), ""));
             } else if !matches!(s, "TCP" | "UDP" | "SCTP") {
-                errs.push(not_supported(
-                    &p.child("protocol"),
-                    v,
-                    &["SCTP", "TCP", "UDP"],
-                ));
+                errs.push(not_supported(&p.child("protocol"), v, &["SCTP", "TCP", "UDP"]));
             }
         }
     }
@@ -446,10 +403,7 @@ fn validate_container_ports(ports: &[Value], p: &Path, errs: &mut Vec<FieldError
                 errs.push(invalid_str(&pp.child("name"), name, &m));
             }
             if !names.insert(name.to_string()) {
-                errs.push(duplicate(
-                    &pp.child("name"),
-                    &Value::String(name.to_string()),
-                ));
+                errs.push(duplicate(&pp.child("name"), &Value::String(name.to_string())));
             }
         }
         match field(Some(port), "containerPort") {
@@ -481,10 +435,7 @@ fn validate_handler(h: &Value, p: &Path, errs: &mut Vec<FieldError>) {
             continue;
         };
         if count > 0 {
-            errs.push(forbidden(
-                &p.child(kind),
-                "may not specify more than 1 handler type",
-            ));
+            errs.push(forbidden(&p.child(kind), "may not specify more than 1 handler type"));
             count += 1;
             continue;
         }
@@ -503,9 +454,7 @@ fn validate_handler(h: &Value, p: &Path, errs: &mut Vec<FieldError>) {
                     }
                 }
             }
-            "tcpSocket" => {
-                validate_port_num_or_name(field(Some(v), "port"), &hp.child("port"), errs)
-            }
+            "tcpSocket" => validate_port_num_or_name(field(Some(v), "port"), &hp.child("port"), errs),
             "grpc" => match field(Some(v), "port") {
                 Some(port) if port.as_i64().is_some_and(valid_port_num) => {}
                 Some(port) => errs.push(invalid(&hp.child("port"), port, PORT_RANGE_MSG)),
@@ -634,10 +583,7 @@ fn validate_container(
     validate_resources(field(Some(c), "resources"), &p.child("resources"), errs);
 
     if !name.is_empty() && !names.insert(name.to_string()) {
-        errs.push(duplicate(
-            &p.child("name"),
-            &Value::String(name.to_string()),
-        ));
+        errs.push(duplicate(&p.child("name"), &Value::String(name.to_string())));
     }
     let sidecar = init && str_at(Some(c), "restartPolicy") == "Always";
     if init
@@ -646,12 +592,7 @@ fn validate_container(
     {
         errs.push(not_supported(&p.child("restartPolicy"), rp, &["Always"]));
     }
-    for key in [
-        "lifecycle",
-        "livenessProbe",
-        "readinessProbe",
-        "startupProbe",
-    ] {
+    for key in ["lifecycle", "livenessProbe", "readinessProbe", "startupProbe"] {
         let Some(v) = field(Some(c), key) else {
             continue;
         };
@@ -693,12 +634,7 @@ fn validate_container(
 }
 
 /// upstream's `validateTaintEffect`.
-pub(crate) fn validate_taint_effect(
-    v: Option<&Value>,
-    allow_empty: bool,
-    p: &Path,
-    errs: &mut Vec<FieldError>,
-) {
+pub(crate) fn validate_taint_effect(v: Option<&Value>, allow_empty: bool, p: &Path, errs: &mut Vec<FieldError>) {
     let value = v.cloned().unwrap_or(Value::String(String::new()));
     let s = value.as_str().unwrap_or("?");
     if s.is_empty() {
@@ -775,11 +711,7 @@ pub(crate) fn validate_tolerations(list: &[Value], p: &Path, errs: &mut Vec<Fiel
                     ));
                 }
             }
-            _ => errs.push(not_supported(
-                &tp.child("operator"),
-                &op_v,
-                &["Equal", "Exists"],
-            )),
+            _ => errs.push(not_supported(&tp.child("operator"), &op_v, &["Equal", "Exists"])),
         }
         if field(Some(t), "effect").is_some() {
             validate_taint_effect(field(Some(t), "effect"), true, &tp.child("effect"), errs);
@@ -819,11 +751,7 @@ fn validate_node_selector_term(term: &Value, p: &Path, errs: &mut Vec<FieldError
                     ));
                 }
             }
-            _ => errs.push(invalid(
-                &rp.child("operator"),
-                &op,
-                "not a valid selector operator",
-            )),
+            _ => errs.push(invalid(&rp.child("operator"), &op, "not a valid selector operator")),
         }
         validate_label_name(str_at(Some(rq), "key"), &rp.child("key"), errs);
     }
@@ -842,19 +770,11 @@ fn validate_node_selector_term(term: &Value, p: &Path, errs: &mut Vec<FieldError
                     ));
                 }
             }
-            _ => errs.push(invalid(
-                &rp.child("operator"),
-                &op,
-                "not a valid selector operator",
-            )),
+            _ => errs.push(invalid(&rp.child("operator"), &op, "not a valid selector operator")),
         }
         let key = str_at(Some(rq), "key");
         if key != "metadata.name" {
-            errs.push(invalid_str(
-                &rp.child("key"),
-                key,
-                "not a valid field selector key",
-            ));
+            errs.push(invalid_str(&rp.child("key"), key, "not a valid field selector key"));
         } else {
             for (vi, v) in values.iter().enumerate() {
                 for m in is_dns1123_subdomain(v.as_str().unwrap_or("")) {
@@ -868,25 +788,13 @@ fn validate_node_selector_term(term: &Value, p: &Path, errs: &mut Vec<FieldError
 fn validate_weight(t: &Value, p: &Path, errs: &mut Vec<FieldError>) {
     let w = field(Some(t), "weight").cloned().unwrap_or(Value::from(0));
     if !w.as_i64().is_some_and(|n| (1..=100).contains(&n)) {
-        errs.push(invalid(
-            &p.child("weight"),
-            &w,
-            "must be in the range 1-100",
-        ));
+        errs.push(invalid(&p.child("weight"), &w, "must be in the range 1-100"));
     }
 }
 
 fn validate_pod_affinity_term(t: &Value, p: &Path, errs: &mut Vec<FieldError>) {
-    super::meta::validate_label_selector(
-        field(Some(t), "labelSelector"),
-        &p.child("labelSelector"),
-        errs,
-    );
-    super::meta::validate_label_selector(
-        field(Some(t), "namespaceSelector"),
-        &p.child("namespaceSelector"),
-        errs,
-    );
+    super::meta::validate_label_selector(field(Some(t), "labelSelector"), &p.child("labelSelector"), errs);
+    super::meta::validate_label_selector(field(Some(t), "namespaceSelector"), &p.child("namespaceSelector"), errs);
     for (i, ns) in arr_at(Some(t), "namespaces").iter().enumerate() {
         let s = ns.as_str().unwrap_or("");
         for m in is_dns1123_label(s) {
@@ -1072,16 +980,11 @@ fn semantic_eq(a: &Value, b: &Value) -> bool {
         (Value::Object(x), Value::Object(y)) => {
             let keys: HashSet<&String> = x.keys().chain(y.keys()).collect();
             keys.into_iter().all(|k| {
-                let (va, vb) = (
-                    x.get(k).unwrap_or(&Value::Null),
-                    y.get(k).unwrap_or(&Value::Null),
-                );
+                let (va, vb) = (x.get(k).unwrap_or(&Value::Null), y.get(k).unwrap_or(&Value::Null));
                 semantic_eq(va, vb)
             })
         }
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| semantic_eq(a, b))
-        }
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| semantic_eq(a, b)),
         (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
         (Value::String(_) | Value::Number(_), Value::String(_) | Value::Number(_)) => {
             match (Quantity::from_json(a), Quantity::from_json(b)) {
@@ -1154,18 +1057,13 @@ mod tests {
 
     #[test]
     fn containers_required_named_and_imaged() {
-        assert_eq!(
-            pod_errors(json!({})),
-            vec!["spec.containers: Required value"]
-        );
+        assert_eq!(pod_errors(json!({})), vec!["spec.containers: Required value"]);
         let e = pod_errors(
             json!({"containers": [{"name": "a", "image": "x"}, {"name": "a"}, {"name": "B_", "image": "x"}]}),
         );
         assert_eq!(e[0], "spec.containers[1].image: Required value");
         assert_eq!(e[1], "spec.containers[1].name: Duplicate value: \"a\"");
-        assert!(e[2].starts_with(
-            "spec.containers[2].name: Invalid value: \"B_\": a lowercase RFC 1123 label"
-        ));
+        assert!(e[2].starts_with("spec.containers[2].name: Invalid value: \"B_\": a lowercase RFC 1123 label"));
         assert_eq!(e.len(), 3);
         let e = pod_errors(json!({"containers": [{"image": "x"}]}));
         assert_eq!(e, vec!["spec.containers[0].name: Required value"]);
@@ -1203,8 +1101,16 @@ mod tests {
             "resources": {"limits": {"cpu": "lots"}}}]}));
         // Defaulting copied the bad limit into requests; both are reported.
         assert_eq!(e.len(), 2);
-        assert!(e[0].starts_with("spec.containers[0].resources.limits[cpu]: Invalid value: \"lots\": quantities must match"));
-        assert!(e[1].starts_with("spec.containers[0].resources.requests[cpu]: Invalid value: \"lots\": quantities must match"));
+        assert!(
+            e[0].starts_with(
+                "spec.containers[0].resources.limits[cpu]: Invalid value: \"lots\": quantities must match"
+            )
+        );
+        assert!(
+            e[1].starts_with(
+                "spec.containers[0].resources.requests[cpu]: Invalid value: \"lots\": quantities must match"
+            )
+        );
     }
 
     #[test]
@@ -1230,10 +1136,7 @@ mod tests {
             e[0],
             "spec.containers[0].ports[0].containerPort: Invalid value: 70000: must be between 1 and 65535, inclusive"
         );
-        assert_eq!(
-            e[1],
-            "spec.containers[0].ports[1].containerPort: Required value"
-        );
+        assert_eq!(e[1], "spec.containers[0].ports[1].containerPort: Required value");
         assert_eq!(
             e[2],
             "spec.containers[0].ports[2].hostPort: Invalid value: -1: must be between 1 and 65535, inclusive"
@@ -1270,9 +1173,7 @@ mod tests {
                 ], "matchFields": [{"key": "spec.nodeName", "operator": "In", "values": ["n"]}]}]},
                 "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 0, "preference": {}}]}}}));
         let p = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]";
-        assert!(e[0].starts_with(
-            "spec.nodeSelector: Invalid value: \"bad key!\": name part must consist of"
-        ));
+        assert!(e[0].starts_with("spec.nodeSelector: Invalid value: \"bad key!\": name part must consist of"));
         assert_eq!(
             e[1],
             format!(
@@ -1293,15 +1194,11 @@ mod tests {
         );
         assert_eq!(
             e[4],
-            format!(
-                "{p}.matchExpressions[3].operator: Invalid value: \"Like\": not a valid selector operator"
-            )
+            format!("{p}.matchExpressions[3].operator: Invalid value: \"Like\": not a valid selector operator")
         );
         assert_eq!(
             e[5],
-            format!(
-                "{p}.matchFields[0].key: Invalid value: \"spec.nodeName\": not a valid field selector key"
-            )
+            format!("{p}.matchFields[0].key: Invalid value: \"spec.nodeName\": not a valid field selector key")
         );
         assert_eq!(
             e[6],
@@ -1322,14 +1219,12 @@ mod tests {
 
     #[test]
     fn tolerations() {
-        let e = pod_errors(
-            json!({"containers": [{"name": "a", "image": "x"}], "tolerations": [
-                {"key": "k", "operator": "Exists", "value": "v", "effect": "NoSchedule"},
-                {"operator": "Equal", "value": "v"},
-                {"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule", "tolerationSeconds": 5},
-                {"key": "k", "operator": "Maybe", "effect": "Sometimes"}
-            ]}),
-        );
+        let e = pod_errors(json!({"containers": [{"name": "a", "image": "x"}], "tolerations": [
+            {"key": "k", "operator": "Exists", "value": "v", "effect": "NoSchedule"},
+            {"operator": "Equal", "value": "v"},
+            {"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule", "tolerationSeconds": 5},
+            {"key": "k", "operator": "Maybe", "effect": "Sometimes"}
+        ]}));
         assert_eq!(
             e,
             vec![
@@ -1370,10 +1265,7 @@ mod tests {
             ),
             None,
         );
-        assert_eq!(
-            e,
-            vec!["spec.volumes[0]: Required value: must specify a volume type"]
-        );
+        assert_eq!(e, vec!["spec.volumes[0]: Required value: must specify a volume type"]);
     }
 
     #[test]
@@ -1402,10 +1294,8 @@ mod tests {
     }
 
     fn stored_pod() -> Value {
-        let mut p = pod(
-            json!({"containers": [{"name": "a", "image": "x:1"}], "nodeName": "n1",
-            "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10}]}),
-        );
+        let mut p = pod(json!({"containers": [{"name": "a", "image": "x:1"}], "nodeName": "n1",
+            "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10}]}));
         let res = crate::registry::lookup_kind("", "Pod").expect("pod");
         crate::defaults::apply_defaults(res, &mut p);
         p
@@ -1440,9 +1330,7 @@ mod tests {
         let e = errors("", "Pod", &removed, Some(&old));
         assert_eq!(
             e,
-            vec![
-                "spec.tolerations: Forbidden: existing toleration can not be modified except its tolerationSeconds"
-            ]
+            vec!["spec.tolerations: Forbidden: existing toleration can not be modified except its tolerationSeconds"]
         );
 
         let mut more = old.clone();
@@ -1463,9 +1351,7 @@ mod tests {
         let e = errors("", "Pod", &longer, Some(&with_deadline));
         assert_eq!(
             e,
-            vec![
-                "spec.activeDeadlineSeconds: Invalid value: 60: must be less than or equal to previous value"
-            ]
+            vec!["spec.activeDeadlineSeconds: Invalid value: 60: must be less than or equal to previous value"]
         );
         // Quantities that are equal by value are not a change.
         let mut q_old = old.clone();

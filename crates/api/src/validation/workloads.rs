@@ -6,13 +6,10 @@ use serde_json::Value;
 use super::meta::validate_label_selector;
 use super::pod::{validate_pod_template, validate_template_metadata};
 use super::{
-    Path, field, forbidden, go_int_or_string, go_label_selector, go_string_map, int_at, invalid,
-    invalid_raw, invalid_str, nonnegative, not_supported, required, selector_is_empty,
-    selector_matches, str_at,
+    Path, field, forbidden, go_int_or_string, go_label_selector, go_string_map, int_at, invalid, invalid_raw,
+    invalid_str, nonnegative, not_supported, required, selector_is_empty, selector_matches, str_at,
 };
-use crate::defaults::{
-    CONTROLLER_UID_LABEL, JOB_NAME_LABEL, LEGACY_CONTROLLER_UID_LABEL, LEGACY_JOB_NAME_LABEL,
-};
+use crate::defaults::{CONTROLLER_UID_LABEL, JOB_NAME_LABEL, LEGACY_CONTROLLER_UID_LABEL, LEGACY_JOB_NAME_LABEL};
 use crate::status::{FieldError, FieldErrorKind};
 
 const SELECTOR_MISMATCH: &str = "`selector` does not match template `labels`";
@@ -51,12 +48,7 @@ fn validate_template_matches(spec: Option<&Value>, tp: &Path, errs: &mut Vec<Fie
 }
 
 /// Selector required, valid and non-empty (Deployment, ReplicaSet, StatefulSet).
-fn validate_required_selector(
-    spec: Option<&Value>,
-    p: &Path,
-    what: &str,
-    errs: &mut Vec<FieldError>,
-) {
+fn validate_required_selector(spec: Option<&Value>, p: &Path, what: &str, errs: &mut Vec<FieldError>) {
     match field(spec, "selector") {
         None => errs.push(required(&p.child("selector"), "")),
         Some(s) => {
@@ -73,12 +65,7 @@ fn validate_required_selector(
 }
 
 /// Only `restartPolicy: Always` and no `activeDeadlineSeconds` in the template.
-fn validate_always_restart(
-    spec: Option<&Value>,
-    tp: &Path,
-    kind: &str,
-    errs: &mut Vec<FieldError>,
-) {
+fn validate_always_restart(spec: Option<&Value>, tp: &Path, kind: &str, errs: &mut Vec<FieldError>) {
     let ts = field(field(spec, "template"), "spec");
     let rp = field(ts, "restartPolicy")
         .cloned()
@@ -107,11 +94,7 @@ fn validate_template_for_replicaset(spec: Option<&Value>, p: &Path, errs: &mut V
 }
 
 /// The selector may not change after creation (`ValidateImmutableField`).
-fn validate_selector_immutable(
-    new: Option<&Value>,
-    old: Option<&Value>,
-    errs: &mut Vec<FieldError>,
-) {
+fn validate_selector_immutable(new: Option<&Value>, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     let (ns, os) = (field(new, "selector"), field(old, "selector"));
     if ns != os {
         let rendered = match ns {
@@ -175,11 +158,7 @@ fn not_more_than_100_percent(v: Option<&Value>, p: &Path, errs: &mut Vec<FieldEr
     if let Some(Value::String(s)) = v
         && percent_value(s).is_some_and(|n| n > 100)
     {
-        errs.push(invalid_raw(
-            p,
-            go_int_or_string(v),
-            "must not be greater than 100%",
-        ));
+        errs.push(invalid_raw(p, go_int_or_string(v), "must not be greater than 100%"));
     }
 }
 
@@ -216,10 +195,7 @@ fn validate_rolling_update_daemonset(ru: Option<&Value>, p: &Path, errs: &mut Ve
             "may not be set when maxUnavailable is non-zero",
         ));
     } else if !has_unavailable && !has_surge {
-        errs.push(required(
-            &p.child("maxUnavailable"),
-            "cannot be 0 when maxSurge is 0",
-        ));
+        errs.push(required(&p.child("maxUnavailable"), "cannot be 0 when maxSurge is 0"));
     }
 }
 
@@ -245,18 +221,13 @@ pub(crate) fn validate_deployment(obj: &Value, old: Option<&Value>, errs: &mut V
                 &sp.child("rollingUpdate"),
                 "this should be defaulted and never be nil",
             )),
-            Some(ru) => {
-                validate_rolling_update_deployment(Some(ru), &sp.child("rollingUpdate"), errs)
-            }
+            Some(ru) => validate_rolling_update_deployment(Some(ru), &sp.child("rollingUpdate"), errs),
         },
         other => errs.push(FieldError {
             kind: FieldErrorKind::NotSupported {
                 value: format!(
                     "apps.DeploymentStrategy{{Type:{other:?}, RollingUpdate:{}}}",
-                    go_ptr(
-                        "apps.RollingUpdateDeployment",
-                        field(strategy, "rollingUpdate")
-                    )
+                    go_ptr("apps.RollingUpdateDeployment", field(strategy, "rollingUpdate"))
                 ),
                 supported: vec!["\"Recreate\"".into(), "\"RollingUpdate\"".into()],
             },
@@ -319,9 +290,7 @@ pub(crate) fn validate_daemonset(obj: &Value, old: Option<&Value>, errs: &mut Ve
         "OnDelete" => {}
         "RollingUpdate" => match field(us, "rollingUpdate") {
             None => errs.push(required(&up.child("rollingUpdate"), "")),
-            Some(ru) => {
-                validate_rolling_update_daemonset(Some(ru), &up.child("rollingUpdate"), errs)
-            }
+            Some(ru) => validate_rolling_update_daemonset(Some(ru), &up.child("rollingUpdate"), errs),
         },
         other => errs.push(FieldError {
             kind: FieldErrorKind::NotSupported {
@@ -456,10 +425,7 @@ fn validate_job_spec(spec: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>)
             "NonIndexed" => {}
             "Indexed" => {
                 if field(spec, "completions").is_none() {
-                    errs.push(required(
-                        &p.child("completions"),
-                        "when completion mode is Indexed",
-                    ));
+                    errs.push(required(&p.child("completions"), "when completion mode is Indexed"));
                 }
                 if let Some(par) = field(spec, "parallelism")
                     && par.as_i64().is_some_and(|n| n > 100_000)
@@ -493,13 +459,7 @@ fn validate_job_spec(spec: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>)
 }
 
 /// upstream's `ValidateHasLabel`.
-fn validate_has_label(
-    labels: Option<&Value>,
-    lp: &Path,
-    key: &str,
-    want: &str,
-    errs: &mut Vec<FieldError>,
-) {
+fn validate_has_label(labels: Option<&Value>, lp: &Path, key: &str, want: &str, errs: &mut Vec<FieldError>) {
     match labels.and_then(|l| l.get(key)) {
         None => errs.push(required(&lp.key(key), want)),
         Some(v) if v.as_str() != Some(want) => errs.push(invalid_raw(
@@ -697,17 +657,14 @@ const DOW: Bounds = Bounds {
 
 /// Go's `strconv.Atoi` followed by the cron parser's non-negative check.
 fn must_parse_int(expr: &str) -> Result<u32, String> {
-    let n: i64 = expr.parse().map_err(|_| {
-        format!("failed to parse int from {expr}: strconv.Atoi: parsing {expr:?}: invalid syntax")
-    })?;
+    let n: i64 = expr
+        .parse()
+        .map_err(|_| format!("failed to parse int from {expr}: strconv.Atoi: parsing {expr:?}: invalid syntax"))?;
     if n < 0 {
         return Err(format!("negative number ({n}) not allowed: {expr}"));
     }
-    u32::try_from(n).map_err(|_| {
-        format!(
-            "failed to parse int from {expr}: strconv.Atoi: parsing {expr:?}: value out of range"
-        )
-    })
+    u32::try_from(n)
+        .map_err(|_| format!("failed to parse int from {expr}: strconv.Atoi: parsing {expr:?}: value out of range"))
 }
 
 fn parse_int_or_name(expr: &str, b: &Bounds) -> Result<u32, String> {
@@ -751,10 +708,7 @@ fn check_range(expr: &str, b: &Bounds) -> Result<(), String> {
         ));
     }
     if end > b.max {
-        return Err(format!(
-            "end of range ({end}) above maximum ({}): {expr}",
-            b.max
-        ));
+        return Err(format!("end of range ({end}) above maximum ({}): {expr}", b.max));
     }
     if start > end {
         return Err(format!(
@@ -777,18 +731,14 @@ pub fn validate_cron_schedule(schedule: &str) -> Result<(), String> {
     for prefix in ["TZ=", "CRON_TZ="] {
         if let Some(rest) = spec.strip_prefix(prefix) {
             let Some((_, after)) = rest.split_once(' ') else {
-                return Err(format!(
-                    "provided bad location {rest}: unknown time zone {rest}"
-                ));
+                return Err(format!("provided bad location {rest}: unknown time zone {rest}"));
             };
             spec = after.trim();
         }
     }
     if let Some(d) = spec.strip_prefix('@') {
         return match d {
-            "yearly" | "annually" | "monthly" | "weekly" | "daily" | "midnight" | "hourly" => {
-                Ok(())
-            }
+            "yearly" | "annually" | "monthly" | "weekly" | "daily" | "midnight" | "hourly" => Ok(()),
             _ if d.starts_with("every ") => {
                 let dur = d["every ".len()..].trim();
                 if go_duration_ok(dur) {
@@ -828,10 +778,7 @@ fn go_duration_ok(s: &str) -> bool {
         return true;
     }
     while !rest.is_empty() {
-        let num_len = rest
-            .bytes()
-            .take_while(|b| b.is_ascii_digit() || *b == b'.')
-            .count();
+        let num_len = rest.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
         if num_len == 0 {
             return false;
         }
@@ -863,10 +810,7 @@ mod tests {
 
     #[test]
     fn deployment_selector_must_match() {
-        let ok = deployment(
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"app": "web"}),
-        );
+        let ok = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web"}));
         assert!(errors_defaulted("apps", "Deployment", &ok, None).is_empty());
         let bad = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "db"}));
         assert_eq!(
@@ -895,13 +839,11 @@ mod tests {
 
     #[test]
     fn deployment_fields() {
-        let mut d = deployment(
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"app": "web"}),
-        );
+        let mut d = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web"}));
         d["spec"]["replicas"] = json!(-1);
         d["spec"]["revisionHistoryLimit"] = json!(-2);
-        d["spec"]["strategy"] = json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "120%", "maxSurge": "x"}});
+        d["spec"]["strategy"] =
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "120%", "maxSurge": "x"}});
         d["spec"]["template"]["spec"]["restartPolicy"] = json!("Never");
         let e = errors_defaulted("apps", "Deployment", &d, None);
         assert_eq!(
@@ -914,32 +856,22 @@ mod tests {
                 "spec.revisionHistoryLimit: Invalid value: -2: must be greater than or equal to 0",
             ]
         );
-        let mut z = deployment(
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"app": "web"}),
-        );
-        z["spec"]["strategy"] = json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "0%"}});
+        let mut z = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web"}));
+        z["spec"]["strategy"] =
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "0%"}});
         assert_eq!(
             errors_defaulted("apps", "Deployment", &z, None),
             vec![
                 "spec.strategy.rollingUpdate.maxUnavailable: Invalid value: intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}: may not be 0 when `maxSurge` is 0"
             ]
         );
-        let mut r = deployment(
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"app": "web"}),
-        );
+        let mut r = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web"}));
         r["spec"]["strategy"] = json!({"type": "Recreate", "rollingUpdate": {}});
         assert_eq!(
             errors_defaulted("apps", "Deployment", &r, None),
-            vec![
-                "spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type` is 'Recreate'"
-            ]
+            vec!["spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type` is 'Recreate'"]
         );
-        let mut t = deployment(
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"app": "web"}),
-        );
+        let mut t = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web"}));
         t["spec"]["strategy"] = json!({"type": "Blue"});
         assert_eq!(
             errors_defaulted("apps", "Deployment", &t, None),
@@ -953,15 +885,8 @@ mod tests {
     fn selectors_are_immutable() {
         // StatefulSets report any change outside the updatable fields as one Forbidden error
         // (see `daemonset_and_statefulset`).
-        for (group, kind) in [
-            ("apps", "Deployment"),
-            ("apps", "DaemonSet"),
-            ("apps", "ReplicaSet"),
-        ] {
-            let old = deployment(
-                json!({"matchLabels": {"app": "web"}}),
-                json!({"app": "web", "v": "2"}),
-            );
+        for (group, kind) in [("apps", "Deployment"), ("apps", "DaemonSet"), ("apps", "ReplicaSet")] {
+            let old = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web", "v": "2"}));
             let new = deployment(
                 json!({"matchLabels": {"app": "web", "v": "2"}}),
                 json!({"app": "web", "v": "2"}),
@@ -980,10 +905,7 @@ mod tests {
 
     #[test]
     fn daemonset_and_statefulset() {
-        let mut ds = deployment(
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"app": "web"}),
-        );
+        let mut ds = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web"}));
         ds["spec"]["updateStrategy"] = json!({"type": "Sometimes"});
         assert_eq!(
             errors_defaulted("apps", "DaemonSet", &ds, None),
@@ -998,57 +920,35 @@ mod tests {
                 "spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"x\"}: `selector` does not match template `labels`"
             ]
         );
-        let mut both = deployment(
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"app": "web"}),
-        );
-        both["spec"]["updateStrategy"] = json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": "10%"}});
+        let mut both = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web"}));
+        both["spec"]["updateStrategy"] =
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": "10%"}});
         assert_eq!(
             errors_defaulted("apps", "DaemonSet", &both, None),
             vec![
                 "spec.updateStrategy.rollingUpdate.maxSurge: Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:\"10%\"}: may not be set when maxUnavailable is non-zero"
             ]
         );
-        let mut none = deployment(
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"app": "web"}),
-        );
+        let mut none = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web"}));
         none["spec"]["updateStrategy"] =
             json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 0}});
         assert_eq!(
             errors_defaulted("apps", "DaemonSet", &none, None),
-            vec![
-                "spec.updateStrategy.rollingUpdate.maxUnavailable: Required value: cannot be 0 when maxSurge is 0"
-            ]
+            vec!["spec.updateStrategy.rollingUpdate.maxUnavailable: Required value: cannot be 0 when maxSurge is 0"]
         );
-        let mut dotted = deployment(
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"app": "web"}),
-        );
+        let mut dotted = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web"}));
         dotted["metadata"]["name"] = json!("web.v1");
         let e = errors_defaulted("apps", "StatefulSet", &dotted, None);
         assert_eq!(e.len(), 1);
-        assert!(
-            e[0].starts_with(
-                "metadata.name: Invalid value: \"web.v1\": a lowercase RFC 1123 label"
-            )
-        );
-        let mut sts = deployment(
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"app": "web"}),
-        );
+        assert!(e[0].starts_with("metadata.name: Invalid value: \"web.v1\": a lowercase RFC 1123 label"));
+        let mut sts = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web"}));
         sts["spec"]["podManagementPolicy"] = json!("Random");
         assert_eq!(
             errors_defaulted("apps", "StatefulSet", &sts, None),
-            vec![
-                "spec.podManagementPolicy: Invalid value: \"Random\": must be 'OrderedReady' or 'Parallel'"
-            ]
+            vec!["spec.podManagementPolicy: Invalid value: \"Random\": must be 'OrderedReady' or 'Parallel'"]
         );
         let old = {
-            let mut s = deployment(
-                json!({"matchLabels": {"app": "web"}}),
-                json!({"app": "web"}),
-            );
+            let mut s = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web"}));
             s["spec"]["serviceName"] = json!("a");
             s
         };
@@ -1074,9 +974,7 @@ mod tests {
         assert!(errors_defaulted("batch", "Job", &job("Never"), None).is_empty());
         assert_eq!(
             errors_defaulted("batch", "Job", &job(""), None),
-            vec![
-                "spec.template.spec.restartPolicy: Required value: valid values: \"OnFailure\", \"Never\""
-            ]
+            vec!["spec.template.spec.restartPolicy: Required value: valid values: \"OnFailure\", \"Never\""]
         );
         let mut j = job("OnFailure");
         j["spec"]["backoffLimit"] = json!(-1);
@@ -1109,14 +1007,9 @@ mod tests {
         assert!(e[0].starts_with("spec.template: Invalid value: "));
         assert!(e[0].ends_with(": field is immutable"));
         let mut sel = old.clone();
-        sel["spec"]["selector"] =
-            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "other"}});
+        sel["spec"]["selector"] = json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "other"}});
         let e = errors("batch", "Job", &sel, Some(&old));
-        assert!(
-            e.iter()
-                .any(|x| x.ends_with("`selector` not auto-generated")),
-            "{e:?}"
-        );
+        assert!(e.iter().any(|x| x.ends_with("`selector` not auto-generated")), "{e:?}");
         assert!(e.iter().any(|x| x.ends_with("field is immutable")), "{e:?}");
     }
 
@@ -1149,10 +1042,7 @@ mod tests {
         );
         assert_eq!(
             validate_cron_schedule("x * * * *"),
-            Err(
-                "failed to parse int from x: strconv.Atoi: parsing \"x\": invalid syntax"
-                    .to_string()
-            )
+            Err("failed to parse int from x: strconv.Atoi: parsing \"x\": invalid syntax".to_string())
         );
         assert_eq!(
             validate_cron_schedule("*/0 * * * *"),
@@ -1175,9 +1065,7 @@ mod tests {
                    "spec": {"schedule": schedule, "concurrencyPolicy": policy, "jobTemplate": {"spec": {"template": {"spec": {
                        "restartPolicy": "OnFailure", "containers": [{"name": "a", "image": "busybox"}]}}}}}})
         };
-        assert!(
-            errors_defaulted("batch", "CronJob", &cj("*/1 * * * *", "Forbid"), None).is_empty()
-        );
+        assert!(errors_defaulted("batch", "CronJob", &cj("*/1 * * * *", "Forbid"), None).is_empty());
         assert_eq!(
             errors_defaulted("batch", "CronJob", &cj("* * *", "Sometimes"), None),
             vec![

@@ -151,6 +151,42 @@ async fn ensure_namespaces(state: &ApiState) -> anyhow::Result<()> {
             Err(e) => return Err(e.into()),
         }
     }
+    // The system priority classes upstream's API server creates.
+    let pcs = skiff_api::registry::lookup("scheduling.k8s.io", "v1", "priorityclasses").context("priorityclasses")?;
+    for (name, value, desc) in [
+        (
+            "system-node-critical",
+            2_000_001_000i64,
+            "Used for system critical pods that must not be moved from their current node.",
+        ),
+        (
+            "system-cluster-critical",
+            2_000_000_000i64,
+            "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary.",
+        ),
+    ] {
+        let key = crate::objects::key(pcs, "", name);
+        if state.store.get(&key).await?.is_some() {
+            continue;
+        }
+        let obj = json!({
+            "kind": "PriorityClass",
+            "apiVersion": "scheduling.k8s.io/v1",
+            "metadata": {
+                "name": name,
+                "uid": uuid::Uuid::new_v4().to_string(),
+                "creationTimestamp": crate::objects::now_rfc3339(),
+            },
+            "value": value,
+            "globalDefault": false,
+            "description": desc,
+            "preemptionPolicy": "PreemptLowerPriority",
+        });
+        match state.store.create(&key, crate::objects::encode_for_store(&obj)).await {
+            Ok(_) | Err(skiff_store::StoreError::AlreadyExists(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     Ok(())
 }
 

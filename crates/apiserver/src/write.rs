@@ -241,6 +241,9 @@ pub async fn create_object(ctx: &Ctx, obj: &mut Value, operation: &str) -> Resul
         return Err(StatusError::invalid(res.group, res.kind, "", &errs));
     }
     check_namespace(ctx, &name).await?;
+    if res.plural == "pods" {
+        admit_priority(ctx, obj).await?;
+    }
     reset_status_on_create(res, obj);
     admit(res, obj, None)?;
     manage_fields(ctx, None, obj, operation);
@@ -256,6 +259,78 @@ pub async fn create_object(ctx: &Ctx, obj: &mut Value, operation: &str) -> Resul
         .map_err(|e| crate::read::store_error(res.group, res.plural, &name, e))?;
     objects::set_resource_version(obj, kv.mod_revision);
     Ok((obj.clone(), warnings))
+}
+
+/// The Priority admission plugin: resolve `priorityClassName` (or the global default class)
+/// into `spec.priority` and `spec.preemptionPolicy`.
+async fn admit_priority(ctx: &Ctx, pod: &mut Value) -> Result<(), StatusError> {
+    let pcs = skiff_api::registry::lookup("scheduling.k8s.io", "v1", "priorityclasses")
+        .ok_or_else(|| StatusError::internal("no priorityclasses"))?;
+    let class_name = pod
+        .pointer("/spec/priorityClassName")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let class = if class_name.is_empty() {
+        let page = ctx
+            .state
+            .store
+            .list(&objects::prefix(pcs, ""), Default::default())
+            .await
+            .map_err(|e| ctx.store_err(e))?;
+        page.items
+            .iter()
+            .filter_map(objects::decode_kv)
+            .find(|pc| pc.get("globalDefault").and_then(Value::as_bool) == Some(true))
+    } else {
+        let kv = ctx
+            .state
+            .store
+            .get(&objects::key(pcs, "", &class_name))
+            .await
+            .map_err(|e| ctx.store_err(e))?;
+        match kv.and_then(|kv| objects::decode_kv(&kv)) {
+            Some(pc) => Some(pc),
+            None => {
+                let mut e = StatusError::forbidden(format!(
+                    "pods \"{}\" is forbidden: no PriorityClass with name {class_name} was found",
+                    objects::name(pod)
+                ));
+                e.kind = Some("pods".into());
+                e.name = Some(objects::name(pod).to_string());
+                return Err(e);
+            }
+        }
+    };
+    let (value, policy) = match &class {
+        Some(pc) => (
+            pc.get("value").and_then(Value::as_i64).unwrap_or(0),
+            pc.get("preemptionPolicy")
+                .and_then(Value::as_str)
+                .unwrap_or("PreemptLowerPriority")
+                .to_string(),
+        ),
+        None => (0, "PreemptLowerPriority".to_string()),
+    };
+    if let Some(given) = pod.pointer("/spec/priority").and_then(Value::as_i64)
+        && given != value
+    {
+        let errs = [skiff_api::FieldError::forbidden(
+            "spec.priority",
+            "the integer value of priority must not be provided in pod spec; priority admission controller computed the priority from the given PriorityClass name",
+        )];
+        return Err(StatusError::invalid("", "Pod", objects::name(pod), &errs));
+    }
+    if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert("priority".into(), json!(value));
+        if let Some(pc) = &class
+            && class_name.is_empty()
+        {
+            spec.insert("priorityClassName".into(), json!(objects::name(pc)));
+        }
+        spec.entry("preemptionPolicy").or_insert_with(|| json!(policy));
+    }
+    Ok(())
 }
 
 /// As upstream's PrepareForCreate: status is the system's, not the creator's.

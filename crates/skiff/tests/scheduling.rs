@@ -1,0 +1,320 @@
+//! Seed 000's scheduling rules end to end: `skiff server --sim-nodes 3` and the real kubectl.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Cluster, eventually};
+
+fn cluster() -> (Cluster, Vec<String>) {
+    let c = Cluster::start(&["--no-agent", "--sim-nodes", "3"]);
+    let names = eventually(Duration::from_secs(20), || {
+        let out = c.k(&["get", "nodes", "-o", "name"]);
+        let names: Vec<String> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix("node/"))
+            .map(str::to_string)
+            .collect();
+        (names.len() == 3).then_some(names)
+    })
+    .expect("three simulated nodes");
+    let ready = eventually(Duration::from_secs(20), || {
+        let out = c.k(&["get", "nodes"]);
+        (out.matches(" Ready ").count() == 3).then_some(())
+    });
+    assert!(ready.is_some(), "nodes not Ready: {}", c.k(&["get", "nodes"]));
+    (c, names)
+}
+
+fn pod_field(c: &Cluster, name: &str, path: &str) -> String {
+    c.k(&["get", "pod", name, "-o", &format!("jsonpath={{{path}}}")])
+}
+
+fn wait_phase(c: &Cluster, name: &str, phase: &str, secs: u64) -> bool {
+    eventually(Duration::from_secs(secs), || {
+        (pod_field(c, name, ".status.phase") == phase).then_some(())
+    })
+    .is_some()
+}
+
+/// The FailedScheduling message of a pod, once there is one.
+fn failed_scheduling(c: &Cluster, name: &str) -> String {
+    eventually(Duration::from_secs(10), || {
+        let out = c.k(&[
+            "get",
+            "events",
+            "--field-selector",
+            &format!("involvedObject.name={name},reason=FailedScheduling"),
+            "-o",
+            "jsonpath={.items[*].message}",
+        ]);
+        (!out.is_empty()).then_some(out)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no FailedScheduling event for {name}: {}",
+            c.k(&["describe", "pod", name])
+        )
+    })
+}
+
+const NODE_SELECTOR_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: pod-example
+spec:
+  nodeSelector:
+    disktype: ssd
+  containers:
+  - name: nginx
+    image: nginx:1.15
+"#;
+
+#[test]
+fn node_selector_pending_then_scheduled_after_label() {
+    let (c, nodes) = cluster();
+    c.apply(NODE_SELECTOR_POD, &[]);
+    let msg = failed_scheduling(&c, "pod-example");
+    assert!(
+        msg.contains("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."),
+        "{msg}"
+    );
+    assert_eq!(pod_field(&c, "pod-example", ".status.phase"), "Pending");
+    let describe = c.k(&["describe", "pod", "pod-example"]);
+    assert!(describe.contains("FailedScheduling"), "{describe}");
+    assert!(
+        describe.contains("PodScheduled") && describe.contains("False"),
+        "{describe}"
+    );
+
+    c.k(&["label", "nodes", &nodes[1], "disktype=ssd"]);
+    assert!(wait_phase(&c, "pod-example", "Running", 10), "not Running after label");
+    assert_eq!(pod_field(&c, "pod-example", ".spec.nodeName"), nodes[1]);
+    let wide = c.k(&["get", "pod", "pod-example", "-o", "wide"]);
+    assert!(wide.contains("Running") && wide.contains(&nodes[1]), "{wide}");
+    let describe = c.k(&["describe", "pod", "pod-example"]);
+    assert!(
+        describe.contains(&format!("Successfully assigned default/pod-example to {}", nodes[1])),
+        "{describe}"
+    );
+}
+
+const AFFINITY_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: with-node-affinity
+spec:
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+        - matchExpressions:
+          - key: gpu
+            operator: In
+            values:
+            - nvidia-tesla
+      preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 1
+        preference:
+          matchExpressions:
+          - key: group
+            operator: In
+            values:
+            - ai
+  containers:
+  - name: web
+    image: nginx
+"#;
+
+#[test]
+fn required_and_preferred_node_affinity() {
+    let (c, nodes) = cluster();
+    c.apply(AFFINITY_POD, &[]);
+    let msg = failed_scheduling(&c, "with-node-affinity");
+    assert!(
+        msg.contains("3 node(s) didn't match Pod's node affinity/selector"),
+        "{msg}"
+    );
+    c.k(&["label", "nodes", &nodes[2], "group=ai"]);
+    c.k(&["label", "nodes", &nodes[0], "gpu=nvidia-tesla"]);
+    c.k(&["label", "nodes", &nodes[2], "gpu=nvidia-tesla"]);
+    assert!(wait_phase(&c, "with-node-affinity", "Running", 10));
+    let first = pod_field(&c, "with-node-affinity", ".spec.nodeName");
+    assert!(first == nodes[0] || first == nodes[2], "{first}");
+    // With both nodes eligible, the preferred term decides.
+    c.apply(
+        &AFFINITY_POD.replace("name: with-node-affinity", "name: preferring"),
+        &[],
+    );
+    assert!(wait_phase(&c, "preferring", "Running", 10));
+    assert_eq!(pod_field(&c, "preferring", ".spec.nodeName"), nodes[2]);
+}
+
+#[test]
+fn taints_and_tolerations() {
+    let (c, nodes) = cluster();
+    for n in &nodes {
+        c.k(&["taint", "node", n, "key=value:NoSchedule"]);
+    }
+    c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: intolerant\nspec:\n  containers:\n  - name: c\n    image: busybox:latest\n",
+        &[],
+    );
+    let msg = failed_scheduling(&c, "intolerant");
+    assert!(
+        msg.contains("0/3 nodes are available: 3 node(s) had untolerated taint {key: value}."),
+        "{msg}"
+    );
+    let tolerant = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: pod-taints
+spec:
+  containers:
+  - name: pod-taints
+    image: busybox:latest
+  tolerations:
+  - key: "key"
+    operator: "Equal"
+    value: "value"
+    effect: "NoSchedule"
+"#;
+    c.apply(tolerant, &[]);
+    assert!(wait_phase(&c, "pod-taints", "Running", 10));
+    // Removing a taint lets the waiting pod through.
+    c.k(&["taint", "node", &nodes[0], "key:NoSchedule-"]);
+    assert!(wait_phase(&c, "intolerant", "Running", 10));
+    assert_eq!(pod_field(&c, "intolerant", ".spec.nodeName"), nodes[0]);
+}
+
+#[test]
+fn insufficient_cpu() {
+    let (c, _) = cluster();
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: big\nspec:\n  containers:\n  - name: c\n    image: busybox:latest\n    resources:\n      requests:\n        cpu: \"100\"\n";
+    c.apply(pod, &[]);
+    let msg = failed_scheduling(&c, "big");
+    assert!(msg.contains("0/3 nodes are available: 3 Insufficient cpu."), "{msg}");
+    assert_eq!(pod_field(&c, "big", ".status.phase"), "Pending");
+}
+
+#[test]
+fn node_name_bypasses_the_scheduler_and_cordon_is_respected() {
+    let (c, nodes) = cluster();
+    let pinned = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: pinned\n  labels:\n    app: nginx\nspec:\n  nodeName: {}\n  containers:\n  - name: nginx\n    image: nginx:1.15\n",
+        nodes[2]
+    );
+    c.apply(&pinned, &[]);
+    assert!(wait_phase(&c, "pinned", "Running", 10));
+    let events = c.k(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=pinned,reason=Scheduled",
+        "-o",
+        "name",
+    ]);
+    assert!(
+        events.trim().is_empty(),
+        "the scheduler handled a pod with nodeName: {events}"
+    );
+
+    c.k(&["cordon", &nodes[0]]);
+    c.k(&["cordon", &nodes[1]]);
+    for i in 0..3 {
+        c.apply(
+            &format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: c{i}\nspec:\n  containers:\n  - name: c\n    image: busybox:latest\n"),
+            &[],
+        );
+    }
+    for i in 0..3 {
+        let name = format!("c{i}");
+        assert!(wait_phase(&c, &name, "Running", 10));
+        assert_eq!(pod_field(&c, &name, ".spec.nodeName"), nodes[2]);
+    }
+    c.k(&["cordon", &nodes[2]]);
+    c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: nowhere\nspec:\n  containers:\n  - name: c\n    image: busybox:latest\n",
+        &[],
+    );
+    let msg = failed_scheduling(&c, "nowhere");
+    assert!(msg.contains("3 node(s) were unschedulable"), "{msg}");
+    c.k(&["uncordon", &nodes[1]]);
+    assert!(wait_phase(&c, "nowhere", "Running", 10));
+}
+
+#[test]
+fn other_scheduler_names_are_left_alone() {
+    let (c, _) = cluster();
+    c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: mine\nspec:\n  schedulerName: my-scheduler\n  containers:\n  - name: c\n    image: busybox:latest\n",
+        &[],
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(pod_field(&c, "mine", ".status.phase"), "Pending");
+    assert_eq!(pod_field(&c, "mine", ".spec.nodeName"), "");
+    let events = c.k(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=mine",
+        "-o",
+        "name",
+    ]);
+    assert!(events.trim().is_empty(), "{events}");
+}
+
+#[test]
+fn preemption_by_priority() {
+    let (c, nodes) = cluster();
+    // One schedulable node with 4 CPUs, filled by low-priority pods.
+    c.k(&["cordon", &nodes[0]]);
+    c.k(&["cordon", &nodes[1]]);
+    c.apply(
+        "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: high\nvalue: 1000\n",
+        &[],
+    );
+    for i in 0..2 {
+        c.apply(
+            &format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: low{i}\nspec:\n  containers:\n  - name: c\n    image: busybox:latest\n    resources:\n      requests:\n        cpu: \"2\"\n"),
+            &[],
+        );
+        assert!(wait_phase(&c, &format!("low{i}"), "Running", 10));
+    }
+    c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: urgent\nspec:\n  priorityClassName: high\n  containers:\n  - name: c\n    image: busybox:latest\n    resources:\n      requests:\n        cpu: \"2\"\n",
+        &[],
+    );
+    assert!(
+        wait_phase(&c, "urgent", "Running", 30),
+        "{}",
+        c.k(&["describe", "pod", "urgent"])
+    );
+    assert_eq!(pod_field(&c, "urgent", ".spec.nodeName"), nodes[2]);
+    assert_eq!(pod_field(&c, "urgent", ".spec.priority"), "1000");
+    let remaining = c.k(&["get", "pods", "-o", "name"]);
+    let lows = remaining.lines().filter(|l| l.starts_with("pod/low")).count();
+    assert_eq!(lows, 1, "exactly one victim expected:\n{remaining}");
+}
+
+#[test]
+fn explain_shows_every_node_verdict() {
+    let (c, nodes) = cluster();
+    c.k(&["taint", "node", &nodes[0], "dedicated=gpu:NoSchedule"]);
+    c.apply(NODE_SELECTOR_POD, &[]);
+    failed_scheduling(&c, "pod-example");
+    let out = std::process::Command::new(common::skiff_bin())
+        .args(["explain", "pod", "pod-example", "--kubeconfig"])
+        .arg(&c.kubeconfig)
+        .output()
+        .expect("skiff explain");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for n in &nodes {
+        assert!(text.contains(n.as_str()), "{text}");
+    }
+    assert!(text.contains("NodeAffinity"), "{text}");
+}

@@ -65,29 +65,18 @@ fn quote(s: &str) -> String {
 /// Upstream's 409 message: `Apply failed with 1 conflict: conflict with "m" using v1: .spec.replicas`.
 pub fn conflict_message(conflicts: &[Conflict]) -> String {
     if let [c] = conflicts {
-        return format!(
-            "Apply failed with 1 conflict: {}: {}",
-            c.cause_message(),
-            c.field
-        );
+        return format!("Apply failed with 1 conflict: {}: {}", c.cause_message(), c.field);
     }
     let mut by_manager: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for c in conflicts {
-        by_manager
-            .entry(c.manager_display())
-            .or_default()
-            .push(&c.field);
+        by_manager.entry(c.manager_display()).or_default().push(&c.field);
     }
     let mut lines = Vec::new();
     for (manager, fields) in by_manager {
         lines.push(format!("conflicts with {manager}:"));
         lines.extend(fields.iter().map(|f| format!("- {f}")));
     }
-    format!(
-        "Apply failed with {} conflicts: {}",
-        conflicts.len(),
-        lines.join("\n")
-    )
+    format!("Apply failed with {} conflicts: {}", conflicts.len(), lines.join("\n"))
 }
 
 /// Why an apply (or an update of managed fields) failed.
@@ -255,11 +244,7 @@ impl FieldSet {
             if k == "." {
                 set.member = true;
             } else {
-                if !(k.starts_with("f:")
-                    || k.starts_with("k:")
-                    || k.starts_with("v:")
-                    || k.starts_with("i:"))
-                {
+                if !(k.starts_with("f:") || k.starts_with("k:") || k.starts_with("v:") || k.starts_with("i:")) {
                     return Err(format!("unexpected path element {k:?} in fieldsV1"));
                 }
                 set.children.insert(k.clone(), FieldSet::from_node(c)?);
@@ -307,10 +292,7 @@ enum Shape {
 fn shape(v: &Value, ty: Ty, meta: &FieldMeta) -> Shape {
     match v {
         Value::Object(_) => {
-            if ty.atomic_struct()
-                || meta.atomic_map
-                || matches!(ty.kind(), Kind::Scalar | Kind::List)
-            {
+            if ty.atomic_struct() || meta.atomic_map || matches!(ty.kind(), Kind::Scalar | Kind::List) {
                 Shape::Leaf
             } else {
                 Shape::Object
@@ -424,9 +406,7 @@ fn keyed<'a>(items: &'a [Value], shape: &Shape, side: &str) -> Vec<(String, &'a 
         .enumerate()
         .map(|(i, item)| {
             let pe = match shape {
-                Shape::Assoc(keys) => {
-                    key_element(item, keys).unwrap_or_else(|| format!("i:{side}{i}"))
-                }
+                Shape::Assoc(keys) => key_element(item, keys).unwrap_or_else(|| format!("i:{side}{i}")),
                 _ => value_element(item),
             };
             (pe, item)
@@ -576,7 +556,11 @@ fn compare(
             let keys = lm.keys().chain(rm.keys().filter(|k| !lm.contains_key(*k)));
             for k in keys {
                 let (cty, cmeta) = ty.field(k);
-                let child_zero = zero && cty.kind() == Kind::Struct && ty.declares(k);
+                // Go's zero value holds the non-pointer structs, and `containers` (a list
+                // without omitempty) as null.
+                let child_zero = zero
+                    && ty.declares(k)
+                    && (cty.kind() == Kind::Struct || (k == "containers" && cty.kind() == Kind::List));
                 path.push(format!("f:{k}"));
                 compare(lm.get(k), rm.get(k), cty, &cmeta, path, cmp, child_zero);
                 path.pop();
@@ -618,15 +602,7 @@ fn compare(
                 if sh == Shape::Set {
                     cmp.added.insert(path);
                 } else {
-                    compare(
-                        None,
-                        Some(rv),
-                        item_ty,
-                        &FieldMeta::default(),
-                        path,
-                        cmp,
-                        false,
-                    );
+                    compare(None, Some(rv), item_ty, &FieldMeta::default(), path, cmp, false);
                 }
                 path.pop();
             }
@@ -636,7 +612,7 @@ fn compare(
     if path.is_empty() {
         return;
     }
-    if l.is_none() && !(zero && sh == Shape::Object && ty.kind() == Kind::Struct) {
+    if l.is_none() && !zero {
         cmp.added.insert(path);
     } else if r.is_none() {
         cmp.removed.insert(path);
@@ -691,10 +667,7 @@ fn remove_path(v: &mut Value, path: &[String]) {
 fn prune(merged: &mut Value, last: &FieldSet, keep: Option<&FieldSet>, path: &mut Vec<String>) {
     for (pe, lchild) in &last.children {
         path.push(pe.clone());
-        match keep
-            .and_then(|k| k.children.get(pe))
-            .filter(|k| !k.is_empty())
-        {
+        match keep.and_then(|k| k.children.get(pe)).filter(|k| !k.is_empty()) {
             None => remove_path(merged, path),
             Some(kchild) => prune(merged, lchild, Some(kchild), path),
         }
@@ -716,13 +689,7 @@ struct Entry {
 }
 
 impl Entry {
-    fn same_identity(
-        &self,
-        manager: &str,
-        operation: &str,
-        api_version: &str,
-        subresource: &str,
-    ) -> bool {
+    fn same_identity(&self, manager: &str, operation: &str, api_version: &str, subresource: &str) -> bool {
         self.manager == manager
             && self.operation == operation
             && self.subresource == subresource
@@ -740,19 +707,14 @@ impl Entry {
         m.insert("fieldsType".into(), Value::String("FieldsV1".into()));
         m.insert("fieldsV1".into(), self.set.to_fields_v1());
         if !self.subresource.is_empty() {
-            m.insert(
-                "subresource".into(),
-                Value::String(self.subresource.clone()),
-            );
+            m.insert("subresource".into(), Value::String(self.subresource.clone()));
         }
         Value::Object(m)
     }
 }
 
 fn managed_fields_of(obj: &Value) -> Option<&Value> {
-    obj.get("metadata")?
-        .get("managedFields")
-        .filter(|v| !v.is_null())
+    obj.get("metadata")?.get("managedFields").filter(|v| !v.is_null())
 }
 
 fn decode(managed: Option<&Value>) -> Result<Vec<Entry>, String> {
@@ -845,9 +807,8 @@ fn cap_update_managers(entries: Vec<Entry>) -> Vec<Entry> {
             continue;
         };
         let bucket = slots.iter().position(|s| {
-            s.as_ref().is_some_and(|s| {
-                s.manager == ANCIENT_CHANGES && s.api_version == version && s.subresource.is_empty()
-            })
+            s.as_ref()
+                .is_some_and(|s| s.manager == ANCIENT_CHANGES && s.api_version == version && s.subresource.is_empty())
         });
         let bi = match bucket {
             Some(b) => b,
@@ -923,10 +884,7 @@ fn filter_set(mut set: FieldSet, subresource: &str) -> FieldSet {
 }
 
 fn api_version_of(obj: &Value) -> String {
-    obj.get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
+    obj.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string()
 }
 
 fn object_set(obj: &Value, ty: Ty) -> Result<FieldSet, ApplyError> {
@@ -967,9 +925,7 @@ pub fn apply(
         ));
     }
     if managed_fields_of(applied).is_some() {
-        return Err(ApplyError::BadRequest(
-            "metadata.managedFields must be nil".into(),
-        ));
+        return Err(ApplyError::BadRequest("metadata.managedFields must be nil".into()));
     }
     if manager.is_empty() {
         return Err(ApplyError::BadRequest(
@@ -1052,9 +1008,7 @@ pub fn apply(
         // Moving from client-side to server-side apply (manager "kubectl"): fields whose
         // live value is still what the last client-side apply set do not conflict.
         let allowed = if manager == KUBECTL {
-            live_clean
-                .as_ref()
-                .and_then(|l| allowed_from_last_applied(l, ty))
+            live_clean.as_ref().and_then(|l| allowed_from_last_applied(l, ty))
         } else {
             None
         };
@@ -1096,11 +1050,7 @@ pub fn apply(
         Some(i) => entries[i] = entry,
         None => entries.push(entry),
     }
-    if manager == KUBECTL
-        && live_clean
-            .as_ref()
-            .is_some_and(|l| last_applied(l).is_some())
-    {
+    if manager == KUBECTL && live_clean.as_ref().is_some_and(|l| last_applied(l).is_some()) {
         set_last_applied(&mut merged, applied);
     }
     set_managed_fields(&mut merged, entries);
@@ -1109,8 +1059,8 @@ pub fn apply(
 
 /// Decode an `application/apply-patch+yaml` request body (JSON bodies are YAML too).
 pub fn decode_apply_body(body: &[u8]) -> Result<Value, ApplyError> {
-    let v: Value = serde_saphyr::from_slice(body)
-        .map_err(|e| ApplyError::BadRequest(format!("error decoding YAML: {e}")))?;
+    let v: Value =
+        serde_saphyr::from_slice(body).map_err(|e| ApplyError::BadRequest(format!("error decoding YAML: {e}")))?;
     if !v.is_object() {
         return Err(ApplyError::BadRequest(
             "error decoding YAML: the applied configuration must be an object".into(),
@@ -1149,10 +1099,7 @@ fn allowed_from_last_applied(live: &Value, ty: Ty) -> Option<FieldSet> {
 /// upstream does, so a later client-side apply computes its patch from this configuration.
 fn set_last_applied(obj: &mut Value, applied: &Value) {
     let mut config = applied.clone();
-    if let Some(Value::Object(a)) = config
-        .get_mut("metadata")
-        .and_then(|m| m.get_mut("annotations"))
-    {
+    if let Some(Value::Object(a)) = config.get_mut("metadata").and_then(|m| m.get_mut("annotations")) {
         a.shift_remove(LAST_APPLIED);
         if a.is_empty()
             && let Some(Value::Object(m)) = config.get_mut("metadata")
@@ -1163,10 +1110,7 @@ fn set_last_applied(obj: &mut Value, applied: &Value) {
     let Ok(text) = serde_json::to_string(&config) else {
         return;
     };
-    if let Some(Value::Object(a)) = obj
-        .get_mut("metadata")
-        .and_then(|m| m.get_mut("annotations"))
-    {
+    if let Some(Value::Object(a)) = obj.get_mut("metadata").and_then(|m| m.get_mut("annotations")) {
         a.insert(LAST_APPLIED.to_string(), Value::String(format!("{text}\n")));
     }
 }
@@ -1187,9 +1131,7 @@ pub fn update_managed_fields(
 ) -> Result<Value, ApplyError> {
     let ty = Ty::root(definition);
     let from_new = if subresource.is_empty() {
-        decode(managed_fields_of(new))
-            .ok()
-            .filter(|e| !e.is_empty())
+        decode(managed_fields_of(new)).ok().filter(|e| !e.is_empty())
     } else {
         None
     };
@@ -1215,11 +1157,7 @@ pub fn update_managed_fields(
         e.set = e.set.difference(&changed).difference(&cmp.removed);
     }
     if !changed.is_empty() {
-        let manager = if manager.is_empty() {
-            "unknown"
-        } else {
-            manager
-        };
+        let manager = if manager.is_empty() { "unknown" } else { manager };
         match entries
             .iter_mut()
             .find(|e| e.same_identity(manager, "Update", &api_version, subresource))
@@ -1274,15 +1212,7 @@ mod tests {
 
     #[test]
     fn create_records_apply_manager() {
-        let out = apply(
-            None,
-            &config(1, "nginx:1"),
-            "kubectl",
-            false,
-            DEPLOYMENT,
-            T0,
-        )
-        .expect("create");
+        let out = apply(None, &config(1, "nginx:1"), "kubectl", false, DEPLOYMENT, T0).expect("create");
         assert_eq!(out["spec"]["replicas"], 1);
         let e = entry(&out, "kubectl").expect("entry");
         assert_eq!(e["operation"], "Apply");
@@ -1312,22 +1242,11 @@ mod tests {
 
     #[test]
     fn reapply_updates_and_removes_dropped_fields() {
-        let live = apply(
-            None,
-            &config(1, "nginx:1"),
-            "kubectl",
-            false,
-            DEPLOYMENT,
-            T0,
-        )
-        .expect("create");
+        let live = apply(None, &config(1, "nginx:1"), "kubectl", false, DEPLOYMENT, T0).expect("create");
         let mut cfg = config(1, "nginx:2");
         cfg["metadata"]["labels"] = json!({"app": "web", "tier": "front"});
         let out = apply(Some(&live), &cfg, "kubectl", false, DEPLOYMENT, T1).expect("update");
-        assert_eq!(
-            out["spec"]["template"]["spec"]["containers"][0]["image"],
-            "nginx:2"
-        );
+        assert_eq!(out["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:2");
         assert_eq!(out["metadata"]["labels"]["tier"], "front");
         assert_eq!(entry(&out, "kubectl").expect("entry")["time"], T1);
         // Drop the tier label and the ports: both leave the object.
@@ -1348,62 +1267,28 @@ mod tests {
         )
         .expect("drop");
         assert_eq!(out2["metadata"]["labels"], json!({"app": "web"}));
-        assert!(
-            out2["spec"]["template"]["spec"]["containers"][0]
-                .get("ports")
-                .is_none()
-        );
+        assert!(out2["spec"]["template"]["spec"]["containers"][0].get("ports").is_none());
         let fields = &entry(&out2, "kubectl").expect("entry")["fieldsV1"];
         assert!(!fields.to_string().contains("tier"));
     }
 
     #[test]
     fn fields_set_by_others_are_kept() {
-        let live = apply(
-            None,
-            &config(1, "nginx:1"),
-            "kubectl",
-            false,
-            DEPLOYMENT,
-            T0,
-        )
-        .expect("create");
+        let live = apply(None, &config(1, "nginx:1"), "kubectl", false, DEPLOYMENT, T0).expect("create");
         // A controller adds an annotation through an ordinary update.
         let mut updated = live.clone();
         updated["metadata"]["annotations"] = json!({"deployment.kubernetes.io/revision": "1"});
-        updated["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] =
-            json!("IfNotPresent");
-        let live = update_managed_fields(
-            Some(&live),
-            &updated,
-            "kube-controller-manager",
-            "",
-            DEPLOYMENT,
-            T0,
-        )
-        .expect("update");
+        updated["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = json!("IfNotPresent");
+        let live = update_managed_fields(Some(&live), &updated, "kube-controller-manager", "", DEPLOYMENT, T0)
+            .expect("update");
         assert!(entry(&live, "kube-controller-manager").is_some());
-        let out = apply(
-            Some(&live),
-            &config(1, "nginx:3"),
-            "kubectl",
-            false,
-            DEPLOYMENT,
-            T1,
-        )
-        .expect("apply");
-        assert_eq!(
-            out["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
-            "1"
-        );
+        let out = apply(Some(&live), &config(1, "nginx:3"), "kubectl", false, DEPLOYMENT, T1).expect("apply");
+        assert_eq!(out["metadata"]["annotations"]["deployment.kubernetes.io/revision"], "1");
         assert_eq!(
             out["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"],
             "IfNotPresent"
         );
-        assert_eq!(
-            out["spec"]["template"]["spec"]["containers"][0]["image"],
-            "nginx:3"
-        );
+        assert_eq!(out["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:3");
     }
 
     #[test]
@@ -1423,15 +1308,7 @@ mod tests {
         assert_eq!(e["fieldsV1"]["f:spec"]["f:replicas"], json!({}));
         assert_eq!(e["fieldsV1"]["f:metadata"]["f:labels"]["."], json!({}));
 
-        let err = apply(
-            Some(&created),
-            &config(3, "nginx:1"),
-            "kubectl",
-            false,
-            DEPLOYMENT,
-            T1,
-        )
-        .expect_err("conflict");
+        let err = apply(Some(&created), &config(3, "nginx:1"), "kubectl", false, DEPLOYMENT, T1).expect_err("conflict");
         let ApplyError::Conflict(conflicts) = &err else {
             panic!("{err:?}")
         };
@@ -1451,15 +1328,8 @@ mod tests {
         assert_eq!(status.causes[0].field, ".spec.replicas");
 
         // Same values: no conflict, shared ownership.
-        let shared = apply(
-            Some(&created),
-            &config(1, "nginx:1"),
-            "kubectl",
-            false,
-            DEPLOYMENT,
-            T1,
-        )
-        .expect("same values");
+        let shared =
+            apply(Some(&created), &config(1, "nginx:1"), "kubectl", false, DEPLOYMENT, T1).expect("same values");
         assert!(
             entry(&shared, "kubectl-client-side-apply").expect("csa")["fieldsV1"]["f:spec"]
                 .get("f:replicas")
@@ -1467,15 +1337,7 @@ mod tests {
         );
 
         // Force: ownership of replicas moves.
-        let forced = apply(
-            Some(&created),
-            &config(3, "nginx:1"),
-            "kubectl",
-            true,
-            DEPLOYMENT,
-            T1,
-        )
-        .expect("force");
+        let forced = apply(Some(&created), &config(3, "nginx:1"), "kubectl", true, DEPLOYMENT, T1).expect("force");
         assert_eq!(forced["spec"]["replicas"], 3);
         let csa = entry(&forced, "kubectl-client-side-apply").expect("csa");
         assert!(csa["fieldsV1"]["f:spec"].get("f:replicas").is_none());
@@ -1489,27 +1351,15 @@ mod tests {
 
     #[test]
     fn conflict_between_appliers_lists_each_field() {
-        let live =
-            apply(None, &config(1, "nginx:1"), "alice", false, DEPLOYMENT, T0).expect("create");
-        let err = apply(
-            Some(&live),
-            &config(2, "nginx:2"),
-            "bob",
-            false,
-            DEPLOYMENT,
-            T1,
-        )
-        .expect_err("conflict");
+        let live = apply(None, &config(1, "nginx:1"), "alice", false, DEPLOYMENT, T0).expect("create");
+        let err = apply(Some(&live), &config(2, "nginx:2"), "bob", false, DEPLOYMENT, T1).expect_err("conflict");
         let ApplyError::Conflict(conflicts) = &err else {
             panic!("{err:?}")
         };
         let fields: Vec<&str> = conflicts.iter().map(|c| c.field.as_str()).collect();
         assert_eq!(
             fields,
-            [
-                ".spec.replicas",
-                ".spec.template.spec.containers[name=\"nginx\"].image"
-            ]
+            [".spec.replicas", ".spec.template.spec.containers[name=\"nginx\"].image"]
         );
         assert_eq!(
             err.to_string(),
@@ -1519,47 +1369,24 @@ mod tests {
 
     #[test]
     fn dropped_field_owned_by_another_manager_stays() {
-        let live =
-            apply(None, &config(1, "nginx:1"), "alice", false, DEPLOYMENT, T0).expect("create");
-        let live = apply(
-            Some(&live),
-            &config(1, "nginx:1"),
-            "bob",
-            false,
-            DEPLOYMENT,
-            T0,
-        )
-        .expect("bob shares");
+        let live = apply(None, &config(1, "nginx:1"), "alice", false, DEPLOYMENT, T0).expect("create");
+        let live = apply(Some(&live), &config(1, "nginx:1"), "bob", false, DEPLOYMENT, T0).expect("bob shares");
         let mut cfg = config(1, "nginx:1");
-        cfg["spec"]
-            .as_object_mut()
-            .expect("spec")
-            .remove("replicas");
-        let out =
-            apply(Some(&live), &cfg, "alice", false, DEPLOYMENT, T1).expect("alice drops replicas");
+        cfg["spec"].as_object_mut().expect("spec").remove("replicas");
+        let out = apply(Some(&live), &cfg, "alice", false, DEPLOYMENT, T1).expect("alice drops replicas");
         assert_eq!(out["spec"]["replicas"], 1);
         // Once bob drops it as well, it goes.
-        let out =
-            apply(Some(&out), &cfg, "bob", false, DEPLOYMENT, T1).expect("bob drops replicas");
+        let out = apply(Some(&out), &cfg, "bob", false, DEPLOYMENT, T1).expect("bob drops replicas");
         assert!(out["spec"].get("replicas").is_none());
     }
 
     #[test]
     fn update_takes_fields_from_appliers() {
-        let live = apply(
-            None,
-            &config(1, "nginx:1"),
-            "kubectl",
-            false,
-            DEPLOYMENT,
-            T0,
-        )
-        .expect("create");
+        let live = apply(None, &config(1, "nginx:1"), "kubectl", false, DEPLOYMENT, T0).expect("create");
         // kubectl scale: an update that changes replicas.
         let mut scaled = live.clone();
         scaled["spec"]["replicas"] = json!(5);
-        let scaled = update_managed_fields(Some(&live), &scaled, "kubectl", "", DEPLOYMENT, T1)
-            .expect("scale");
+        let scaled = update_managed_fields(Some(&live), &scaled, "kubectl", "", DEPLOYMENT, T1).expect("scale");
         let applier = scaled["metadata"]["managedFields"]
             .as_array()
             .expect("list")
@@ -1578,10 +1405,7 @@ mod tests {
         assert_eq!(scaled["metadata"]["managedFields"][0]["operation"], "Apply");
         // Re-applying without replicas keeps 5 (the applier no longer owns it).
         let mut cfg = config(1, "nginx:1");
-        cfg["spec"]
-            .as_object_mut()
-            .expect("spec")
-            .remove("replicas");
+        cfg["spec"].as_object_mut().expect("spec").remove("replicas");
         let out = apply(Some(&scaled), &cfg, "kubectl", false, DEPLOYMENT, T1).expect("apply");
         assert_eq!(out["spec"]["replicas"], 5);
     }
@@ -1589,12 +1413,9 @@ mod tests {
     #[test]
     fn status_updates_are_recorded_separately() {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
-        let created =
-            update_managed_fields(None, &pod, "kubectl", "", "io.k8s.api.core.v1.Pod", T0)
-                .expect("create");
+        let created = update_managed_fields(None, &pod, "kubectl", "", "io.k8s.api.core.v1.Pod", T0).expect("create");
         let mut with_status = created.clone();
-        with_status["status"] =
-            json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
+        with_status["status"] = json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
         let out = update_managed_fields(
             Some(&created),
             &with_status,
@@ -1620,32 +1441,15 @@ mod tests {
         // Updates of an untracked object record nothing.
         let mut updated = live.clone();
         updated["spec"]["replicas"] = json!(2);
-        let updated =
-            update_managed_fields(Some(&live), &updated, "m", "", DEPLOYMENT, T0).expect("update");
+        let updated = update_managed_fields(Some(&live), &updated, "m", "", DEPLOYMENT, T0).expect("update");
         assert!(updated["metadata"].get("managedFields").is_none());
         // The first apply conflicts with the untracked fields it changes.
-        let err = apply(
-            Some(&updated),
-            &config(3, "nginx:1"),
-            "kubectl",
-            false,
-            DEPLOYMENT,
-            T1,
-        )
-        .expect_err("conflict");
+        let err = apply(Some(&updated), &config(3, "nginx:1"), "kubectl", false, DEPLOYMENT, T1).expect_err("conflict");
         assert_eq!(
             err.to_string(),
             "Apply failed with 1 conflict: conflict with \"before-first-apply\" using apps/v1: .spec.replicas"
         );
-        let out = apply(
-            Some(&updated),
-            &config(2, "nginx:1"),
-            "kubectl",
-            false,
-            DEPLOYMENT,
-            T1,
-        )
-        .expect("same values");
+        let out = apply(Some(&updated), &config(2, "nginx:1"), "kubectl", false, DEPLOYMENT, T1).expect("same values");
         assert!(entry(&out, "before-first-apply").is_some());
         assert!(entry(&out, "kubectl").is_some());
     }
@@ -1657,19 +1461,10 @@ mod tests {
         let last = serde_json::to_string(&csa).expect("json");
         csa["metadata"]["annotations"] = json!({ LAST_APPLIED: format!("{last}\n") });
         let created =
-            update_managed_fields(None, &csa, "kubectl-client-side-apply", "", DEPLOYMENT, T0)
-                .expect("create");
+            update_managed_fields(None, &csa, "kubectl-client-side-apply", "", DEPLOYMENT, T0).expect("create");
         // `kubectl apply --server-side` with a new replica count: replicas is still what
         // the client-side apply set, so kubectl takes it over.
-        let out = apply(
-            Some(&created),
-            &config(3, "nginx:1"),
-            "kubectl",
-            false,
-            DEPLOYMENT,
-            T1,
-        )
-        .expect("migration");
+        let out = apply(Some(&created), &config(3, "nginx:1"), "kubectl", false, DEPLOYMENT, T1).expect("migration");
         assert_eq!(out["spec"]["replicas"], 3);
         let annotation = out["metadata"]["annotations"][LAST_APPLIED]
             .as_str()
@@ -1677,37 +1472,14 @@ mod tests {
         let synced: Value = serde_json::from_str(annotation).expect("json");
         assert_eq!(synced["spec"]["replicas"], 3);
         // Another manager gets no such pass.
-        let err = apply(
-            Some(&created),
-            &config(3, "nginx:1"),
-            "other",
-            false,
-            DEPLOYMENT,
-            T1,
-        )
-        .expect_err("conflict");
+        let err = apply(Some(&created), &config(3, "nginx:1"), "other", false, DEPLOYMENT, T1).expect_err("conflict");
         assert!(matches!(err, ApplyError::Conflict(_)));
         // Nor does kubectl once the live value moved away from the last applied one.
         let mut scaled = created.clone();
         scaled["spec"]["replicas"] = json!(5);
-        let scaled = update_managed_fields(
-            Some(&created),
-            &scaled,
-            "kubectl-client-side-apply",
-            "",
-            DEPLOYMENT,
-            T1,
-        )
-        .expect("scale");
-        let err = apply(
-            Some(&scaled),
-            &config(3, "nginx:1"),
-            "kubectl",
-            false,
-            DEPLOYMENT,
-            T1,
-        )
-        .expect_err("conflict");
+        let scaled = update_managed_fields(Some(&created), &scaled, "kubectl-client-side-apply", "", DEPLOYMENT, T1)
+            .expect("scale");
+        let err = apply(Some(&scaled), &config(3, "nginx:1"), "kubectl", false, DEPLOYMENT, T1).expect_err("conflict");
         assert_eq!(
             err.to_string(),
             "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using apps/v1: .spec.replicas"
@@ -1730,52 +1502,25 @@ mod tests {
             decode_apply_body(b"- a\n- b\n"),
             Err(ApplyError::BadRequest(_))
         ));
-        assert!(matches!(
-            decode_apply_body(b"a: [\n"),
-            Err(ApplyError::BadRequest(_))
-        ));
+        assert!(matches!(decode_apply_body(b"a: [\n"), Err(ApplyError::BadRequest(_))));
     }
 
     #[test]
     fn noop_apply_keeps_the_object_equal() {
-        let live = apply(
-            None,
-            &config(1, "nginx:1"),
-            "kubectl",
-            false,
-            DEPLOYMENT,
-            T0,
-        )
-        .expect("create");
-        let again = apply(
-            Some(&live),
-            &config(1, "nginx:1"),
-            "kubectl",
-            false,
-            DEPLOYMENT,
-            T1,
-        )
-        .expect("again");
+        let live = apply(None, &config(1, "nginx:1"), "kubectl", false, DEPLOYMENT, T0).expect("create");
+        let again = apply(Some(&live), &config(1, "nginx:1"), "kubectl", false, DEPLOYMENT, T1).expect("again");
         assert_eq!(again, live);
     }
 
     #[test]
     fn update_managers_are_capped() {
-        let mut obj = update_managed_fields(
-            None,
-            &config(1, "x"),
-            "creator",
-            "",
-            DEPLOYMENT,
-            "2025-01-01T00:00:00Z",
-        )
-        .expect("create");
+        let mut obj = update_managed_fields(None, &config(1, "x"), "creator", "", DEPLOYMENT, "2025-01-01T00:00:00Z")
+            .expect("create");
         for i in 0..12 {
             let mut next = obj.clone();
             next["metadata"]["labels"][format!("l{i}")] = json!("v");
             let t = format!("2025-01-01T00:{:02}:00Z", i + 1);
-            obj = update_managed_fields(Some(&obj), &next, &format!("m{i:02}"), "", DEPLOYMENT, &t)
-                .expect("update");
+            obj = update_managed_fields(Some(&obj), &next, &format!("m{i:02}"), "", DEPLOYMENT, &t).expect("update");
         }
         let entries = obj["metadata"]["managedFields"].as_array().expect("list");
         assert_eq!(entries.len(), MAX_UPDATE_MANAGERS);
@@ -1788,6 +1533,33 @@ mod tests {
         );
         assert!(entry(&obj, "creator").is_none());
         assert!(entry(&obj, "m11").is_some());
+    }
+
+    #[test]
+    fn create_by_update_matches_upstreams_shape() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "nginx", "labels": {"run": "nginx"}},
+            "spec": {
+                "containers": [{"name": "nginx", "image": "nginx", "resources": {}}],
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "securityContext": {},
+                "restartPolicy": "Always"
+            }
+        });
+        let out = update_managed_fields(None, &pod, "kubectl-run", "", "io.k8s.api.core.v1.Pod", T0).expect("create");
+        assert_eq!(
+            entry(&out, "kubectl-run").expect("entry")["fieldsV1"],
+            json!({
+                "f:metadata": {"f:labels": {".": {}, "f:run": {}}},
+                "f:spec": {
+                    "f:containers": {"k:{\"name\":\"nginx\"}": {".": {}, "f:image": {}, "f:name": {}, "f:resources": {}}},
+                    "f:restartPolicy": {},
+                    "f:securityContext": {},
+                    "f:volumes": {".": {}, "k:{\"name\":\"v\"}": {".": {}, "f:emptyDir": {}, "f:name": {}}}
+                }
+            })
+        );
     }
 
     #[test]
@@ -1835,9 +1607,6 @@ mod tests {
             .filter_map(|c| c["name"].as_str())
             .collect();
         assert_eq!(names, ["x", "b", "a", "c"]);
-        assert_eq!(
-            out["spec"]["template"]["spec"]["containers"][2]["image"],
-            "2"
-        );
+        assert_eq!(out["spec"]["template"]["spec"]["containers"][2]["image"], "2");
     }
 }

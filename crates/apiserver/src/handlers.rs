@@ -30,7 +30,7 @@ pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> R
         return body::error_response(&StatusError::unauthorized());
     }
     let method = parts.method.clone();
-    let headers = parts.headers;
+    let headers = parts.headers.clone();
     match r {
         Route::Version => body::value_response(StatusCode::OK, &discovery::version_info()),
         Route::Health(name) => health(&state, name).await,
@@ -55,6 +55,19 @@ pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> R
             None => not_found_path(),
         },
         Route::UnknownResource(_) | Route::NotFound => not_found_path(),
+        Route::Resource(rr) if is_stream(&rr) => {
+            let ctx = Ctx {
+                state: state.clone(),
+                rr,
+                params,
+                headers,
+                method,
+            };
+            match crate::proxy::handle(&ctx, parts).await {
+                Ok(resp) => resp,
+                Err(e) => body::error_response(&e),
+            }
+        }
         Route::Resource(rr) => {
             let bytes = match axum::body::to_bytes(body, body::MAX_BODY_BYTES + 1).await {
                 Ok(b) => b,
@@ -83,6 +96,11 @@ pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> R
             }
         }
     }
+}
+
+/// Subresources served by node agents and relayed as streams.
+fn is_stream(rr: &ResourceRequest) -> bool {
+    rr.resource.plural == "pods" && matches!(rr.subresource.as_str(), "log" | "exec" | "attach" | "portforward")
 }
 
 fn not_found_path() -> Response {

@@ -46,7 +46,6 @@ pub async fn handle(ctx: Ctx, bytes: Bytes) -> Result<Response, StatusError> {
             let obj = body::decode(&ctx.headers, &bytes)?;
             finalize_namespace(&ctx, obj).await
         }
-        ("log" | "exec" | "attach" | "portforward", _) => crate::proxy::handle(&ctx).await,
         _ => Err(StatusError::method_not_allowed(
             "the server does not allow this method on the requested resource",
         )),

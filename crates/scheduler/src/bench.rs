@@ -59,13 +59,10 @@ impl Workload {
 impl FromStr for Workload {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> anyhow::Result<Self> {
-        Workload::ALL
-            .into_iter()
-            .find(|w| w.as_str() == s)
-            .with_context(|| {
-                let names: Vec<&str> = Workload::ALL.iter().map(Workload::as_str).collect();
-                format!("unknown workload {s:?}; known: {}", names.join(", "))
-            })
+        Workload::ALL.into_iter().find(|w| w.as_str() == s).with_context(|| {
+            let names: Vec<&str> = Workload::ALL.iter().map(Workload::as_str).collect();
+            format!("unknown workload {s:?}; known: {}", names.join(", "))
+        })
     }
 }
 
@@ -116,7 +113,8 @@ const ZONE: &str = "topology.kubernetes.io/zone";
 /// scheduler_perf's node-default, labelled and tainted per workload.
 pub fn bench_node(prefix: &str, i: usize, workload: Workload) -> Value {
     let name = format!("{prefix}-{i}");
-    let mut labels = json!({"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"});
+    let mut labels =
+        json!({"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"});
     let mut taints = Vec::new();
     match workload {
         Workload::NodeAffinity => labels[ZONE] = json!("zone1"),
@@ -175,7 +173,8 @@ pub fn bench_pod(name: &str, scheduler: &str, workload: Workload) -> Value {
                     {"key": ZONE, "operator": "In", "values": ["zone1", "zone2"]}]}]}}});
         }
         Workload::Taints => {
-            spec["tolerations"] = json!([{"key": TAINT_KEY, "operator": "Equal", "value": "bench", "effect": "NoSchedule"}]);
+            spec["tolerations"] =
+                json!([{"key": TAINT_KEY, "operator": "Equal", "value": "bench", "effect": "NoSchedule"}]);
         }
         Workload::TopologySpread => {
             pod["metadata"]["labels"]["color"] = json!("blue");
@@ -465,8 +464,7 @@ mod tests {
             }
             let mut fw = Framework::with_default_plugins(0);
             for i in 0..200 {
-                let mut p: Pod =
-                    serde_json::from_value(bench_pod(&format!("p{i}"), "s", w)).unwrap();
+                let mut p: Pod = serde_json::from_value(bench_pod(&format!("p{i}"), "s", w)).unwrap();
                 p.metadata.namespace = Some("default".into());
                 p.metadata.uid = Some(format!("u{i}"));
                 let info = Arc::new(PodInfo::new(p));

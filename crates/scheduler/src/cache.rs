@@ -19,6 +19,9 @@ pub struct Cache {
     /// node -> pending pods nominated to it by preemption.
     nominated: HashMap<String, Vec<Arc<PodInfo>>>,
     nominated_node_of: HashMap<String, String>,
+    /// Pods in the cache with any pod (anti-)affinity term / with required anti-affinity.
+    pods_with_affinity: usize,
+    pods_with_required_anti_affinity: usize,
 }
 
 /// What changed in a node update, for moving unschedulable pods.
@@ -100,10 +103,8 @@ impl Cache {
                 let spec_old = old.spec.as_ref();
                 let spec_new = node.spec.as_ref();
                 change.labels = old.metadata.labels != node.metadata.labels;
-                change.taints = spec_old.and_then(|s| s.taints.as_ref())
-                    != spec_new.and_then(|s| s.taints.as_ref());
-                change.schedulable = spec_old.and_then(|s| s.unschedulable)
-                    != spec_new.and_then(|s| s.unschedulable);
+                change.taints = spec_old.and_then(|s| s.taints.as_ref()) != spec_new.and_then(|s| s.taints.as_ref());
+                change.schedulable = spec_old.and_then(|s| s.unschedulable) != spec_new.and_then(|s| s.unschedulable);
                 change.allocatable = old.status.as_ref().and_then(|s| s.allocatable.as_ref())
                     != node.status.as_ref().and_then(|s| s.allocatable.as_ref());
             }
@@ -148,6 +149,12 @@ impl Cache {
     fn place(&mut self, pod: Arc<PodInfo>, node: &str) {
         let i = self.slot(node);
         self.pod_nodes.insert(pod.uid.clone(), node.to_string());
+        if pod.has_affinity_terms() {
+            self.pods_with_affinity += 1;
+        }
+        if !pod.required_anti_affinity.is_empty() {
+            self.pods_with_required_anti_affinity += 1;
+        }
         self.nodes[i].add_pod(pod);
     }
 
@@ -180,6 +187,14 @@ impl Cache {
         let node = self.pod_nodes.remove(uid)?;
         let i = *self.index.get(&node)?;
         let pod = self.nodes[i].remove_pod(uid);
+        if let Some(p) = &pod {
+            if p.has_affinity_terms() {
+                self.pods_with_affinity -= 1;
+            }
+            if !p.required_anti_affinity.is_empty() {
+                self.pods_with_required_anti_affinity -= 1;
+            }
+        }
         if self.nodes[i].node.is_none() && self.nodes[i].pods.is_empty() {
             self.drop_slot(i);
         }
@@ -188,9 +203,7 @@ impl Cache {
 
     /// Iterates every pod counted in the cache.
     pub fn all_pods(&self) -> impl Iterator<Item = (&NodeInfo, &Arc<PodInfo>)> {
-        self.nodes
-            .iter()
-            .flat_map(|n| n.pods.iter().map(move |p| (n, p)))
+        self.nodes.iter().flat_map(|n| n.pods.iter().map(move |p| (n, p)))
     }
 
     /// Records (or clears, with None) the node a pending pod was nominated to.
@@ -204,13 +217,19 @@ impl Cache {
             }
         }
         if let Some(node) = node {
-            self.nominated_node_of
-                .insert(pod.uid.clone(), node.to_string());
-            self.nominated
-                .entry(node.to_string())
-                .or_default()
-                .push(pod.clone());
+            self.nominated_node_of.insert(pod.uid.clone(), node.to_string());
+            self.nominated.entry(node.to_string()).or_default().push(pod.clone());
         }
+    }
+
+    /// Whether any pod in the cache has pod (anti-)affinity terms.
+    pub fn any_pod_with_affinity(&self) -> bool {
+        self.pods_with_affinity > 0
+    }
+
+    /// Whether any pod in the cache has required anti-affinity terms.
+    pub fn any_pod_with_required_anti_affinity(&self) -> bool {
+        self.pods_with_required_anti_affinity > 0
     }
 
     pub fn has_nominated(&self) -> bool {
@@ -218,10 +237,7 @@ impl Cache {
     }
 
     pub fn nominated_on(&self, node: &str) -> &[Arc<PodInfo>] {
-        self.nominated
-            .get(node)
-            .map(|v| v.as_slice())
-            .unwrap_or(&[])
+        self.nominated.get(node).map(|v| v.as_slice()).unwrap_or(&[])
     }
 
     /// Mutable access to one node's info (preemption simulates on a copy instead).

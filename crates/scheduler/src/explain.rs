@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::Cache;
-use crate::framework::{NodeScore, Status};
+use crate::framework::{Scores, Status};
 
 /// The pod annotation holding the last attempt's explanation.
 pub const EXPLAIN_ANNOTATION: &str = "scheduler.skiff.dev/explain";
@@ -61,10 +61,7 @@ pub struct Explain {
 }
 
 /// Groups per-node statuses by (plugin, reason).
-pub fn group_rejections<'a>(
-    cache: &Cache,
-    statuses: impl Iterator<Item = &'a (usize, Status)>,
-) -> Vec<Rejection> {
+pub fn group_rejections<'a>(cache: &Cache, statuses: impl Iterator<Item = &'a (usize, Status)>) -> Vec<Rejection> {
     let mut groups: BTreeMap<(String, String), Rejection> = BTreeMap::new();
     for (idx, st) in statuses {
         let reason = st.message();
@@ -87,17 +84,18 @@ pub fn group_rejections<'a>(
 }
 
 /// Keeps the best scored nodes (scores must be sorted best first).
-pub fn top_scores(cache: &Cache, scores: &[NodeScore]) -> Vec<Scored> {
+pub fn top_scores(cache: &Cache, scores: &Scores) -> Vec<Scored> {
     scores
+        .nodes
         .iter()
         .take(MAX_SCORED_NODES)
         .map(|s| Scored {
             node: cache.node_name(s.node).to_string(),
             total: s.total,
-            plugins: s
+            plugins: scores
                 .per_plugin
                 .iter()
-                .map(|(p, v)| (p.to_string(), *v))
+                .map(|(p, v)| (p.to_string(), v[s.pos]))
                 .collect(),
         })
         .collect()
@@ -145,17 +143,9 @@ pub fn render_explain(pod_key: &str, e: &Explain) -> String {
             .max()
             .unwrap_or(0)
             .max("PLUGIN".len());
-        let _ = writeln!(
-            out,
-            "  {:<w_plugin$}  {:>5}  REASON / NODES",
-            "PLUGIN", "COUNT"
-        );
+        let _ = writeln!(out, "  {:<w_plugin$}  {:>5}  REASON / NODES", "PLUGIN", "COUNT");
         for r in &e.rejected {
-            let _ = writeln!(
-                out,
-                "  {:<w_plugin$}  {:>5}  {}",
-                r.plugin, r.count, r.reason
-            );
+            let _ = writeln!(out, "  {:<w_plugin$}  {:>5}  {}", r.plugin, r.count, r.reason);
             if !r.nodes.is_empty() {
                 let more = r.count.saturating_sub(r.nodes.len());
                 let mut list = r.nodes.join(", ");
@@ -180,10 +170,7 @@ pub fn render_explain(pod_key: &str, e: &Explain) -> String {
             .max()
             .unwrap_or(0)
             .max("NODE".len());
-        let _ = writeln!(
-            out,
-            "\nScores (best first; plugin scores 0-100 before weights):"
-        );
+        let _ = writeln!(out, "\nScores (best first; plugin scores 0-100 before weights):");
         let mut header = format!("  {:<w_node$}  {:>6}", "NODE", "TOTAL");
         for p in &plugins {
             let _ = write!(header, "  {p}");
@@ -192,11 +179,7 @@ pub fn render_explain(pod_key: &str, e: &Explain) -> String {
         for s in &e.scores {
             let mut line = format!("  {:<w_node$}  {:>6}", s.node, s.total);
             for p in &plugins {
-                let v = s
-                    .plugins
-                    .get(*p)
-                    .map(|v| v.to_string())
-                    .unwrap_or_else(|| "-".into());
+                let v = s.plugins.get(*p).map(|v| v.to_string()).unwrap_or_else(|| "-".into());
                 let _ = write!(line, "  {:>width$}", v, width = p.len());
             }
             let _ = writeln!(out, "{line}");

@@ -74,10 +74,7 @@ impl Status {
         self.code == Code::Skip
     }
     pub fn is_rejected(&self) -> bool {
-        matches!(
-            self.code,
-            Code::Unschedulable | Code::UnschedulableAndUnresolvable
-        )
+        matches!(self.code, Code::Unschedulable | Code::UnschedulableAndUnresolvable)
     }
     /// The reasons joined as upstream's Status.Message().
     pub fn message(&self) -> String {
@@ -127,13 +124,7 @@ pub trait Plugin: Send + Sync {
     }
 
     /// Prepares scoring over the feasible nodes; `false` skips Score for this pod.
-    fn pre_score(
-        &self,
-        _state: &mut CycleState,
-        _pod: &PodInfo,
-        _cache: &Cache,
-        _feasible: &[usize],
-    ) -> bool {
+    fn pre_score(&self, _state: &mut CycleState, _pod: &PodInfo, _cache: &Cache, _feasible: &[usize]) -> bool {
         true
     }
 
@@ -217,12 +208,20 @@ impl Diagnosis {
     }
 }
 
-/// Scores of one feasible node, per plugin and in total.
-#[derive(Debug, Clone)]
+/// Final score of one feasible node.
+#[derive(Debug, Clone, Copy)]
 pub struct NodeScore {
     pub node: usize,
     pub total: i64,
-    pub per_plugin: Vec<(&'static str, i64)>,
+    /// Position in the feasible list (the column in `Scores::per_plugin`).
+    pub pos: usize,
+}
+
+/// Scores of the feasible nodes: totals and, per scoring plugin, the normalized scores.
+#[derive(Debug, Clone, Default)]
+pub struct Scores {
+    pub nodes: Vec<NodeScore>,
+    pub per_plugin: Vec<(&'static str, Vec<i64>)>,
 }
 
 /// A failed cycle: why, and the cycle state when PreFilter passed (for preemption).
@@ -237,7 +236,7 @@ pub struct ScheduleResult {
     /// Rejected nodes seen while searching (for explain).
     pub rejected: Vec<(usize, Status)>,
     /// Scores of the feasible nodes, best first (empty when only one node fit).
-    pub scores: Vec<NodeScore>,
+    pub scores: Scores,
 }
 
 /// The plugins of one profile and the state carried between cycles.
@@ -295,11 +294,7 @@ impl Framework {
     }
 
     /// Runs every PreFilter plugin; a rejection ends the cycle for every node.
-    pub fn run_pre_filter(
-        &self,
-        pod: &PodInfo,
-        cache: &Cache,
-    ) -> Result<CycleState, (Status, u64)> {
+    pub fn run_pre_filter(&self, pod: &PodInfo, cache: &Cache) -> Result<CycleState, (Status, u64)> {
         let mut state = CycleState::default();
         for (i, p) in self.plugins.iter().enumerate() {
             if !p.has_filter() {
@@ -316,12 +311,7 @@ impl Framework {
     }
 
     /// Runs the Filter plugins on one node, stopping at the first rejection.
-    pub fn run_filters(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        node: &NodeInfo,
-    ) -> (Status, usize) {
+    pub fn run_filters(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (Status, usize) {
         for (i, p) in self.plugins.iter().enumerate() {
             if !p.has_filter() || state.skip_filter & (1 << i) != 0 {
                 continue;
@@ -364,11 +354,7 @@ impl Framework {
 
     /// One scheduling cycle for `pod` over the cache: PreFilter, Filter (on enough nodes),
     /// Score, and host selection. The cache is not modified.
-    pub fn schedule(
-        &mut self,
-        pod: &PodInfo,
-        cache: &Cache,
-    ) -> Result<(ScheduleResult, CycleState), Failure> {
+    pub fn schedule(&mut self, pod: &PodInfo, cache: &Cache) -> Result<(ScheduleResult, CycleState), Failure> {
         let num_all = cache.num_nodes();
         let mut diag = Diagnosis {
             num_all_nodes: num_all,
@@ -434,29 +420,29 @@ impl Framework {
                     evaluated,
                     feasible: 1,
                     rejected: diag.node_statuses,
-                    scores: Vec::new(),
+                    scores: Scores::default(),
                 },
                 state,
             ));
         }
-        let scores = self.score_nodes(&mut state, pod, cache, &feasible);
+        let mut scores = self.score_nodes(&mut state, pod, cache, &feasible);
         // Pick the best; ties broken at random as upstream's selectHost.
         let mut best = 0usize;
         let mut ties = 0u64;
-        for (i, s) in scores.iter().enumerate() {
-            if i == 0 || s.total > scores[best].total {
+        let totals = &scores.nodes;
+        for (i, s) in totals.iter().enumerate() {
+            if i == 0 || s.total > totals[best].total {
                 best = i;
                 ties = 1;
-            } else if s.total == scores[best].total {
+            } else if s.total == totals[best].total {
                 ties += 1;
                 if self.next_rand().is_multiple_of(ties) {
                     best = i;
                 }
             }
         }
-        let node = scores[best].node;
-        let mut scores = scores;
-        scores.sort_by_key(|s| std::cmp::Reverse(s.total));
+        let node = totals[best].node;
+        scores.nodes.sort_by_key(|s| std::cmp::Reverse(s.total));
         Ok((
             ScheduleResult {
                 node,
@@ -470,23 +456,16 @@ impl Framework {
     }
 
     /// PreScore, Score, NormalizeScore and weights over the feasible nodes.
-    pub fn score_nodes(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        cache: &Cache,
-        feasible: &[usize],
-    ) -> Vec<NodeScore> {
+    pub fn score_nodes(&self, state: &mut CycleState, pod: &PodInfo, cache: &Cache, feasible: &[usize]) -> Scores {
         let nodes = cache.nodes();
-        let mut out: Vec<NodeScore> = feasible
-            .iter()
-            .map(|&node| NodeScore {
-                node,
-                total: 0,
-                per_plugin: Vec::new(),
-            })
-            .collect();
-        let mut raw = vec![0i64; feasible.len()];
+        let mut out = Scores {
+            nodes: feasible
+                .iter()
+                .enumerate()
+                .map(|(pos, &node)| NodeScore { node, total: 0, pos })
+                .collect(),
+            per_plugin: Vec::new(),
+        };
         for (i, p) in self.plugins.iter().enumerate() {
             let w = p.score_weight();
             if w == 0 {
@@ -496,14 +475,12 @@ impl Framework {
                 state.skip_score |= 1 << i;
                 continue;
             }
-            for (j, &idx) in feasible.iter().enumerate() {
-                raw[j] = p.score(state, pod, &nodes[idx]);
-            }
+            let mut raw: Vec<i64> = feasible.iter().map(|&idx| p.score(state, pod, &nodes[idx])).collect();
             p.normalize(state, &mut raw);
-            for (j, s) in raw.iter().enumerate() {
-                out[j].total += s * w;
-                out[j].per_plugin.push((p.name(), *s));
+            for (ns, s) in out.nodes.iter_mut().zip(&raw) {
+                ns.total += s * w;
             }
+            out.per_plugin.push((p.name(), raw));
         }
         out
     }
@@ -536,9 +513,7 @@ mod tests {
             3,
             None,
             statuses.iter(),
-            Some(
-                "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.",
-            ),
+            Some("preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."),
         );
         assert_eq!(
             msg,
@@ -550,11 +525,7 @@ mod tests {
     fn fit_error_multiple_reasons_per_node_and_prefilter() {
         let mut s = Status::unschedulable("Insufficient cpu");
         s.reasons.push("Insufficient memory".into());
-        let statuses = [
-            s.clone(),
-            s,
-            Status::unresolvable("node(s) were unschedulable"),
-        ];
+        let statuses = [s.clone(), s, Status::unresolvable("node(s) were unschedulable")];
         assert_eq!(
             fit_error_message(3, None, statuses.iter(), None),
             "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu, 2 Insufficient memory."

@@ -73,10 +73,7 @@ impl Selector {
                 });
             }
         }
-        Selector {
-            nothing: false,
-            reqs,
-        }
+        Selector { nothing: false, reqs }
     }
 
     /// Adds `key in (value)` requirements (used for matchLabelKeys).
@@ -114,17 +111,13 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
     fn labels(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
     fn nil_matches_nothing_empty_matches_all() {
         assert!(!Selector::from_label_selector(None).matches(&labels(&[])));
-        assert!(
-            Selector::from_label_selector(Some(&LabelSelector::default())).matches(&labels(&[]))
-        );
+        assert!(Selector::from_label_selector(Some(&LabelSelector::default())).matches(&labels(&[])));
     }
 
     #[test]

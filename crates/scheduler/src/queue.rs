@@ -2,7 +2,7 @@
 //! unschedulable pool whose pods cluster events move back to active.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -69,6 +69,8 @@ pub struct SchedulingQueue {
     entries: HashMap<String, Entry>,
     active: BinaryHeap<ActiveKey>,
     backoff: BinaryHeap<Reverse<(Instant, u64, String)>>,
+    /// Uids that entered the unschedulable pool (may hold stale uids; checked on use).
+    unschedulable_uids: HashSet<String>,
     seq: u64,
     generation: u64,
     move_requests: u64,
@@ -82,6 +84,7 @@ impl SchedulingQueue {
             entries: HashMap::new(),
             active: BinaryHeap::new(),
             backoff: BinaryHeap::new(),
+            unschedulable_uids: HashSet::new(),
             seq: 0,
             generation: 0,
             move_requests: 0,
@@ -103,9 +106,9 @@ impl SchedulingQueue {
     }
 
     pub fn num_unschedulable(&self) -> usize {
-        self.entries
-            .values()
-            .filter(|e| e.pool == Pool::Unschedulable)
+        self.unschedulable_uids
+            .iter()
+            .filter(|u| self.entries.get(*u).is_some_and(|e| e.pool == Pool::Unschedulable))
             .count()
     }
 
@@ -132,11 +135,8 @@ impl SchedulingQueue {
         self.generation += 1;
         e.generation = self.generation;
         e.pool = Pool::Backoff;
-        self.backoff.push(Reverse((
-            e.pod.backoff_until,
-            self.generation,
-            uid.to_string(),
-        )));
+        self.backoff
+            .push(Reverse((e.pod.backoff_until, self.generation, uid.to_string())));
     }
 
     /// Adds a new pending pod or updates a queued one. An update that may change the
@@ -239,6 +239,7 @@ impl SchedulingQueue {
             self.generation += 1;
             e.generation = self.generation;
             e.pool = Pool::Unschedulable;
+            self.unschedulable_uids.insert(uid.to_string());
         }
     }
 
@@ -248,12 +249,7 @@ impl SchedulingQueue {
         if !self.entries.contains_key(&uid) {
             self.add_or_update(info, now);
         }
-        let backoff = self.backoff_for(
-            self.entries
-                .get(&uid)
-                .map(|e| e.pod.attempts.max(1))
-                .unwrap_or(1),
-        );
+        let backoff = self.backoff_for(self.entries.get(&uid).map(|e| e.pod.attempts.max(1)).unwrap_or(1));
         if let Some(e) = self.entries.get_mut(&uid) {
             e.pod.backoff_until = now + backoff;
         }
@@ -264,17 +260,21 @@ impl SchedulingQueue {
     /// those pods go back to active at once.
     pub fn move_all(&mut self, plugins_mask: u64) -> usize {
         self.move_requests += 1;
+        let entries = &self.entries;
+        self.unschedulable_uids
+            .retain(|uid| entries.get(uid).is_some_and(|e| e.pool == Pool::Unschedulable));
         let uids: Vec<String> = self
-            .entries
+            .unschedulable_uids
             .iter()
-            .filter(|(_, e)| {
-                e.pool == Pool::Unschedulable
-                    && (e.pod.unschedulable_plugins == 0
-                        || e.pod.unschedulable_plugins & plugins_mask != 0)
+            .filter(|uid| {
+                self.entries.get(*uid).is_some_and(|e| {
+                    e.pod.unschedulable_plugins == 0 || e.pod.unschedulable_plugins & plugins_mask != 0
+                })
             })
-            .map(|(k, _)| k.clone())
+            .cloned()
             .collect();
         for uid in &uids {
+            self.unschedulable_uids.remove(uid);
             self.push_active(uid);
         }
         uids.len()
@@ -304,15 +304,18 @@ impl SchedulingQueue {
             return;
         }
         let stale: Vec<String> = self
-            .entries
+            .unschedulable_uids
             .iter()
-            .filter(|(_, e)| {
-                e.pool == Pool::Unschedulable
-                    && now.duration_since(e.pod.unschedulable_since) >= MAX_IN_UNSCHEDULABLE
+            .filter(|uid| {
+                self.entries.get(*uid).is_some_and(|e| {
+                    e.pool == Pool::Unschedulable
+                        && now.duration_since(e.pod.unschedulable_since) >= MAX_IN_UNSCHEDULABLE
+                })
             })
-            .map(|(k, _)| k.clone())
+            .cloned()
             .collect();
         for uid in stale {
+            self.unschedulable_uids.remove(&uid);
             self.push_active(&uid);
         }
     }
@@ -349,9 +352,7 @@ mod tests {
         q.add_or_update(info("a", 0), now);
         q.add_or_update(info("b", 10), now);
         q.add_or_update(info("c", 0), now);
-        let order: Vec<String> = std::iter::from_fn(|| q.pop())
-            .map(|p| p.info.name.clone())
-            .collect();
+        let order: Vec<String> = std::iter::from_fn(|| q.pop()).map(|p| p.info.name.clone()).collect();
         assert_eq!(order, vec!["b", "a", "c"]);
     }
 

@@ -143,6 +143,8 @@ struct Scheduler {
     init_pods: Option<HashSet<String>>,
     init_nodes: Option<HashSet<String>>,
     last_stale_flush: Instant,
+    /// Explanations sent with bindings, until the bound pod is seen.
+    pending_explains: HashMap<String, String>,
 }
 
 fn spawn_watch<K, F>(api: Api<K>, tx: mpsc::UnboundedSender<Msg>, wrap: F)
@@ -170,12 +172,8 @@ where
 /// Runs the scheduler until the client's watches end for good.
 pub async fn run(client: Client, cfg: SchedulerConfig) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    spawn_watch(Api::<Pod>::all(client.clone()), tx.clone(), |e| {
-        Msg::Pod(Box::new(e))
-    });
-    spawn_watch(Api::<Node>::all(client.clone()), tx.clone(), |e| {
-        Msg::Node(Box::new(e))
-    });
+    spawn_watch(Api::<Pod>::all(client.clone()), tx.clone(), |e| Msg::Pod(Box::new(e)));
+    spawn_watch(Api::<Node>::all(client.clone()), tx.clone(), |e| Msg::Node(Box::new(e)));
     spawn_watch(Api::<PriorityClass>::all(client.clone()), tx.clone(), |e| {
         Msg::PriorityClass(Box::new(e))
     });
@@ -203,6 +201,7 @@ pub async fn run(client: Client, cfg: SchedulerConfig) -> anyhow::Result<()> {
         init_pods: None,
         init_nodes: None,
         last_stale_flush: Instant::now(),
+        pending_explains: HashMap::new(),
         cfg,
     };
     tracing::info!(names = ?s.cfg.scheduler_names, "scheduler started");
@@ -225,10 +224,8 @@ pub async fn run(client: Client, cfg: SchedulerConfig) -> anyhow::Result<()> {
             s.pending_mask = 0;
         }
         let now = Instant::now();
-        s.queue.flush(
-            now,
-            now.duration_since(s.last_stale_flush) >= Duration::from_secs(30),
-        );
+        s.queue
+            .flush(now, now.duration_since(s.last_stale_flush) >= Duration::from_secs(30));
         if now.duration_since(s.last_stale_flush) >= Duration::from_secs(30) {
             s.last_stale_flush = now;
         }
@@ -272,11 +269,7 @@ impl Scheduler {
             let class = spec.and_then(|s| s.priority_class_name.as_deref());
             info.priority = match class {
                 Some(c) if !c.is_empty() => self.priority_classes.get(c).copied().unwrap_or(0),
-                _ => self
-                    .global_default_priority
-                    .as_ref()
-                    .map(|g| g.1)
-                    .unwrap_or(0),
+                _ => self.global_default_priority.as_ref().map(|g| g.1).unwrap_or(0),
             };
         }
         Arc::new(info)
@@ -298,22 +291,14 @@ impl Scheduler {
                 self.priority_classes.insert(name.clone(), pc.value);
                 if pc.global_default == Some(true) {
                     self.global_default_priority = Some((name, pc.value));
-                } else if self
-                    .global_default_priority
-                    .as_ref()
-                    .is_some_and(|g| g.0 == name)
-                {
+                } else if self.global_default_priority.as_ref().is_some_and(|g| g.0 == name) {
                     self.global_default_priority = None;
                 }
             }
             WatchEvent::Delete(pc) => {
                 let name = pc.metadata.name.clone().unwrap_or_default();
                 self.priority_classes.remove(&name);
-                if self
-                    .global_default_priority
-                    .as_ref()
-                    .is_some_and(|g| g.0 == name)
-                {
+                if self.global_default_priority.as_ref().is_some_and(|g| g.0 == name) {
                     self.global_default_priority = None;
                 }
             }
@@ -333,8 +318,7 @@ impl Scheduler {
                 self.pending_mask |= self.masks.for_node(&ch);
             }
             WatchEvent::Delete(n) => {
-                self.cache
-                    .remove_node(n.metadata.name.as_deref().unwrap_or_default());
+                self.cache.remove_node(n.metadata.name.as_deref().unwrap_or_default());
             }
             WatchEvent::InitDone => {
                 if let Some(seen) = self.init_nodes.take() {
@@ -387,6 +371,7 @@ impl Scheduler {
     }
 
     fn delete_pod(&mut self, uid: &str) {
+        self.pending_explains.remove(uid);
         if let Some(q) = self.queue.delete(uid) {
             self.cache.set_nominated(&q.info, None);
         }
@@ -418,6 +403,20 @@ impl Scheduler {
             if !known || labels_changed {
                 self.pending_mask |= self.masks.pod_added;
             }
+            if let Some(explain) = self.pending_explains.remove(&info.uid) {
+                // The binding carries the explanation; an API server that does not copy
+                // binding annotations onto the pod would leave an older attempt's
+                // explanation behind: replace it.
+                let current = info
+                    .pod
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(EXPLAIN_ANNOTATION));
+                if current.is_some_and(|c| *c != explain) {
+                    self.writer.explain(info.clone(), explain);
+                }
+            }
             self.cache.upsert_bound_pod(info);
             return;
         }
@@ -435,12 +434,7 @@ impl Scheduler {
         self.queue.add_or_update(info, Instant::now());
     }
 
-    fn handle_bound(
-        &mut self,
-        info: Arc<PodInfo>,
-        node: String,
-        result: Result<(), (u16, String)>,
-    ) {
+    fn handle_bound(&mut self, info: Arc<PodInfo>, node: String, result: Result<(), (u16, String)>) {
         match result {
             Ok(()) => {
                 if self.cfg.record_events {
@@ -449,10 +443,7 @@ impl Scheduler {
                         "Normal",
                         "Scheduled",
                         "Binding",
-                        format!(
-                            "Successfully assigned {}/{} to {}",
-                            info.namespace, info.name, node
-                        ),
+                        format!("Successfully assigned {}/{} to {}", info.namespace, info.name, node),
                     );
                 }
             }
@@ -461,6 +452,7 @@ impl Scheduler {
                     return;
                 }
                 self.cache.forget_pod(&info.uid);
+                self.pending_explains.remove(&info.uid);
                 self.pending_mask |= self.masks.pod_deleted;
                 if code == 404 || code == 409 {
                     // Deleted, or bound by someone else: the watch brings the truth.
@@ -470,13 +462,8 @@ impl Scheduler {
                 tracing::warn!(pod = %info.key(), node = %node, %msg, "binding failed");
                 let message = format!("Binding rejected: {msg}");
                 if self.cfg.record_events {
-                    self.writer.event(
-                        &info,
-                        "Warning",
-                        "FailedScheduling",
-                        "Scheduling",
-                        message.clone(),
-                    );
+                    self.writer
+                        .event(&info, "Warning", "FailedScheduling", "Scheduling", message.clone());
                 }
                 self.writer
                     .unschedulable(info.clone(), "SchedulerError", message, None, None);
@@ -506,7 +493,11 @@ impl Scheduler {
                 self.queue.done(&pod.uid);
                 self.cache.set_nominated(&pod, None);
                 self.cache.assume_pod(pod.clone(), &node);
-                self.bind(pod, node, explain.map(|e| e.to_json()));
+                let explain = explain.map(|e| e.to_json());
+                if let Some(e) = &explain {
+                    self.pending_explains.insert(pod.uid.clone(), e.clone());
+                }
+                self.bind(pod, node, explain);
             }
             Err(failure) => {
                 let (mut diag, state) = *failure;
@@ -516,13 +507,7 @@ impl Scheduler {
                     ERR_NO_NODES_AVAILABLE.to_string()
                 } else {
                     if self.cfg.preemption {
-                        match default_preemption::preempt(
-                            &self.fw,
-                            state.as_ref(),
-                            &pod,
-                            &self.cache,
-                            &diag,
-                        ) {
+                        match default_preemption::preempt(&self.fw, state.as_ref(), &pod, &self.cache, &diag) {
                             Ok(c) => {
                                 let node = self.cache.node_name(c.node).to_string();
                                 for v in &c.victims {
@@ -532,32 +517,25 @@ impl Scheduler {
                                             "Normal",
                                             "Preempted",
                                             "Preempting",
-                                            format!(
-                                                "Preempted by pod {} on node {}",
-                                                pod.uid, node
-                                            ),
+                                            format!("Preempted by pod {} on node {}", pod.uid, node),
                                         );
                                     }
                                     self.writer.delete_victim(v.clone());
                                 }
-                                preemption_msg = Some(format!(
-                                    "nominated to {node}, evicting {} pod(s)",
-                                    c.victims.len()
-                                ));
+                                preemption_msg =
+                                    Some(format!("nominated to {node}, evicting {} pod(s)", c.victims.len()));
                                 nominated = Some(node);
                             }
                             Err(msg) => {
-                                let msg = format!("preemption: {msg}");
                                 preemption_msg = Some(msg.clone());
-                                diag.post_filter_msg = Some(msg);
+                                diag.post_filter_msg = Some(format!("preemption: {msg}"));
                             }
                         }
                     }
                     diag.message()
                 };
                 tracing::debug!(pod = %pod.key(), %message, "pod is unschedulable");
-                self.queue
-                    .unschedulable(&pod.uid, diag.unschedulable_plugins, now);
+                self.queue.unschedulable(&pod.uid, diag.unschedulable_plugins, now);
                 if let Some(n) = &nominated {
                     self.cache.set_nominated(&pod, Some(n));
                 }
@@ -577,13 +555,8 @@ impl Scheduler {
                     .to_json()
                 });
                 if self.cfg.record_events {
-                    self.writer.event(
-                        &pod,
-                        "Warning",
-                        "FailedScheduling",
-                        "Scheduling",
-                        message.clone(),
-                    );
+                    self.writer
+                        .event(&pod, "Warning", "FailedScheduling", "Scheduling", message.clone());
                 }
                 self.writer
                     .unschedulable(pod, "Unschedulable", message, nominated, explain);
@@ -628,12 +601,7 @@ pub async fn bind_pod(
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     });
     match api
-        .create_subresource::<_, serde_json::Value>(
-            "binding",
-            &pod.name,
-            &PostParams::default(),
-            &body,
-        )
+        .create_subresource::<_, serde_json::Value>("binding", &pod.name, &PostParams::default(), &body)
         .await
     {
         Ok(_) => Ok(()),

@@ -33,9 +33,7 @@ fn is_scalar_resource(name: &str) -> bool {
     // Extended resources: fully qualified names outside the kubernetes.io domain.
     match name.split_once('/') {
         Some((domain, _)) => {
-            domain != "kubernetes.io"
-                && !domain.ends_with(".kubernetes.io")
-                && !name.starts_with("requests.")
+            domain != "kubernetes.io" && !domain.ends_with(".kubernetes.io") && !name.starts_with("requests.")
         }
         None => false,
     }
@@ -75,9 +73,7 @@ impl Resource {
                 "memory" => self.memory += parse_value(&q.0).unwrap_or(0),
                 "ephemeral-storage" => self.ephemeral_storage += parse_value(&q.0).unwrap_or(0),
                 "pods" => self.allowed_pods += parse_value(&q.0).unwrap_or(0),
-                other if is_scalar_resource(other) => {
-                    *self.scalar_mut(other) += parse_value(&q.0).unwrap_or(0)
-                }
+                other if is_scalar_resource(other) => *self.scalar_mut(other) += parse_value(&q.0).unwrap_or(0),
                 _ => {}
             }
         }
@@ -90,8 +86,7 @@ impl Resource {
                 "cpu" => self.milli_cpu = self.milli_cpu.max(parse_milli(&q.0).unwrap_or(0)),
                 "memory" => self.memory = self.memory.max(parse_value(&q.0).unwrap_or(0)),
                 "ephemeral-storage" => {
-                    self.ephemeral_storage =
-                        self.ephemeral_storage.max(parse_value(&q.0).unwrap_or(0))
+                    self.ephemeral_storage = self.ephemeral_storage.max(parse_value(&q.0).unwrap_or(0))
                 }
                 other if is_scalar_resource(other) => {
                     let v = parse_value(&q.0).unwrap_or(0);
@@ -310,18 +305,10 @@ impl PodInfo {
             }
             if let Some(aff) = &spec.affinity {
                 if let Some(pa) = &aff.pod_affinity {
-                    for t in pa
-                        .required_during_scheduling_ignored_during_execution
-                        .iter()
-                        .flatten()
-                    {
+                    for t in pa.required_during_scheduling_ignored_during_execution.iter().flatten() {
                         required_affinity.push(AffinityTerm::new(&namespace, t, 1));
                     }
-                    for w in pa
-                        .preferred_during_scheduling_ignored_during_execution
-                        .iter()
-                        .flatten()
-                    {
+                    for w in pa.preferred_during_scheduling_ignored_during_execution.iter().flatten() {
                         preferred_affinity.push(AffinityTerm::new(
                             &namespace,
                             &w.pod_affinity_term,
@@ -330,18 +317,10 @@ impl PodInfo {
                     }
                 }
                 if let Some(pa) = &aff.pod_anti_affinity {
-                    for t in pa
-                        .required_during_scheduling_ignored_during_execution
-                        .iter()
-                        .flatten()
-                    {
+                    for t in pa.required_during_scheduling_ignored_during_execution.iter().flatten() {
                         required_anti_affinity.push(AffinityTerm::new(&namespace, t, 1));
                     }
-                    for w in pa
-                        .preferred_during_scheduling_ignored_during_execution
-                        .iter()
-                        .flatten()
-                    {
+                    for w in pa.preferred_during_scheduling_ignored_during_execution.iter().flatten() {
                         preferred_anti_affinity.push(AffinityTerm::new(
                             &namespace,
                             &w.pod_affinity_term,
@@ -387,11 +366,7 @@ impl PodInfo {
     }
 
     pub fn preemption_policy_never(&self) -> bool {
-        self.pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.preemption_policy.as_deref())
-            == Some("Never")
+        self.pod.spec.as_ref().and_then(|s| s.preemption_policy.as_deref()) == Some("Never")
     }
 
     pub fn nominated_node(&self) -> Option<&str> {
@@ -500,9 +475,7 @@ impl NodeInfo {
 pub(crate) mod testutil {
     //! Builders for tests.
     use super::*;
-    use k8s_openapi::api::core::v1::{
-        Container, NodeSpec, NodeStatus, PodSpec, ResourceRequirements,
-    };
+    use k8s_openapi::api::core::v1::{Container, NodeSpec, NodeStatus, PodSpec, ResourceRequirements};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     pub fn q(s: &str) -> Quantity {
@@ -579,26 +552,20 @@ mod tests {
         spec.containers.push(Container {
             name: "c2".into(),
             resources: Some(ResourceRequirements {
-                requests: Some(
-                    [("cpu".to_string(), q("1")), ("memory".to_string(), q("1G"))].into(),
-                ),
+                requests: Some([("cpu".to_string(), q("1")), ("memory".to_string(), q("1G"))].into()),
                 ..Default::default()
             }),
             ..Default::default()
         });
         for (cpu, mem) in [("2", "1G"), ("2", "3G")] {
-            spec.init_containers
-                .get_or_insert_with(Vec::new)
-                .push(Container {
-                    name: "i".into(),
-                    resources: Some(ResourceRequirements {
-                        requests: Some(
-                            [("cpu".to_string(), q(cpu)), ("memory".to_string(), q(mem))].into(),
-                        ),
-                        ..Default::default()
-                    }),
+            spec.init_containers.get_or_insert_with(Vec::new).push(Container {
+                name: "i".into(),
+                resources: Some(ResourceRequirements {
+                    requests: Some([("cpu".to_string(), q(cpu)), ("memory".to_string(), q(mem))].into()),
                     ..Default::default()
-                });
+                }),
+                ..Default::default()
+            });
         }
         spec.overhead = Some([("cpu".to_string(), q("500m"))].into());
         let pi = PodInfo::new(p);

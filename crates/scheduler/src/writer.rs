@@ -17,9 +17,7 @@ use crate::types::PodInfo;
 
 /// Kubernetes timestamp (seconds precision, UTC).
 pub fn now_rfc3339() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// (pod uid, reason, message) -> the event recording them.
@@ -75,11 +73,7 @@ impl Writer {
             let api: Api<Event> = Api::namespaced(w.client.clone(), &ns);
             let now = now_rfc3339();
             let key = (uid.clone(), reason.to_string(), message.clone());
-            let existing = w
-                .aggregates
-                .lock()
-                .get(&key)
-                .map(|a| (a.name.clone(), a.count));
+            let existing = w.aggregates.lock().get(&key).map(|a| (a.name.clone(), a.count));
             if let Some((ev_name, count)) = existing {
                 let patch = json!({"count": count + 1, "lastTimestamp": now});
                 match api
@@ -194,6 +188,22 @@ impl Writer {
         });
     }
 
+    /// Stores an explanation annotation on a pod.
+    pub fn explain(&self, pod: Arc<PodInfo>, explain: String) {
+        let w = self.clone();
+        tokio::spawn(async move {
+            let Ok(_permit) = w.limit.acquire().await else { return };
+            let api: Api<Pod> = Api::namespaced(w.client.clone(), &pod.namespace);
+            let patch = json!({"metadata": {"annotations": {EXPLAIN_ANNOTATION: explain}}});
+            if let Err(e) = api
+                .patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                tracing::debug!(error = %e, pod = %pod.key(), "storing explanation failed");
+            }
+        });
+    }
+
     /// Evicts a preemption victim.
     pub fn delete_victim(&self, victim: Arc<PodInfo>) {
         let w = self.clone();
@@ -217,22 +227,13 @@ impl Writer {
 }
 
 /// The merge patch for PodScheduled=False, or None when the pod already says so.
-pub fn status_patch(
-    pod: &Pod,
-    reason: &str,
-    message: &str,
-    nominated: Option<&str>,
-) -> Option<Value> {
+pub fn status_patch(pod: &Pod, reason: &str, message: &str, nominated: Option<&str>) -> Option<Value> {
     let status = pod.status.as_ref();
-    let conditions = status
-        .and_then(|s| s.conditions.clone())
-        .unwrap_or_default();
+    let conditions = status.and_then(|s| s.conditions.clone()).unwrap_or_default();
     let current_nominated = status.and_then(|s| s.nominated_node_name.as_deref());
     let old = conditions.iter().find(|c| c.type_ == "PodScheduled");
     let same = old.is_some_and(|c| {
-        c.status == "False"
-            && c.reason.as_deref() == Some(reason)
-            && c.message.as_deref() == Some(message)
+        c.status == "False" && c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(message)
     });
     let nominated_same = nominated.is_none() || nominated == current_nominated;
     if same && nominated_same {

@@ -28,10 +28,7 @@ pub fn eligible(pod: &PodInfo, cache: &Cache) -> Result<(), String> {
     }
     if let Some(nominated) = pod.nominated_node()
         && let Some(ni) = cache.node(nominated)
-        && ni
-            .pods
-            .iter()
-            .any(|p| p.deleting && p.priority < pod.priority)
+        && ni.pods.iter().any(|p| p.deleting && p.priority < pod.priority)
     {
         return Err("not eligible due to a terminating pod on the nominated node.".into());
     }
@@ -66,18 +63,8 @@ fn select_victims_on_node(
     // Most important first: higher priority, then earlier start.
     potential.sort_by(|a, b| {
         b.priority.cmp(&a.priority).then_with(|| {
-            let sa = a
-                .pod
-                .status
-                .as_ref()
-                .and_then(|s| s.start_time.as_ref())
-                .map(|t| t.0);
-            let sb = b
-                .pod
-                .status
-                .as_ref()
-                .and_then(|s| s.start_time.as_ref())
-                .map(|t| t.0);
+            let sa = a.pod.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
+            let sb = b.pod.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
             sa.cmp(&sb)
         })
     });
@@ -151,12 +138,7 @@ pub fn preempt(
 /// lowest priority sum, then fewest victims, then first found.
 fn pick_one(mut candidates: Vec<Candidate>) -> Candidate {
     let key = |c: &Candidate| {
-        let highest = c
-            .victims
-            .iter()
-            .map(|v| v.priority)
-            .max()
-            .unwrap_or(i32::MIN);
+        let highest = c.victims.iter().map(|v| v.priority).max().unwrap_or(i32::MIN);
         let sum: i64 = c
             .victims
             .iter()
@@ -196,12 +178,8 @@ mod tests {
             Ok(_) => panic!("pod should not fit"),
             Err(e) => *e,
         };
-        preempt(&fw, state.as_ref(), p, c, &diag).map(|cand| {
-            (
-                cand.node,
-                cand.victims.iter().map(|v| v.name.clone()).collect(),
-            )
-        })
+        preempt(&fw, state.as_ref(), p, c, &diag)
+            .map(|cand| (cand.node, cand.victims.iter().map(|v| v.name.clone()).collect()))
     }
 
     #[test]

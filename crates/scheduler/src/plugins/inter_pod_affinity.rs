@@ -9,14 +9,47 @@ use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Status};
 use crate::types::{AffinityTerm, NodeInfo, PodInfo};
 
 pub const NAME: &str = "InterPodAffinity";
-pub const ERR_REASON_EXISTING_ANTI_AFFINITY: &str =
-    "node(s) didn't satisfy existing pods anti-affinity rules";
+pub const ERR_REASON_EXISTING_ANTI_AFFINITY: &str = "node(s) didn't satisfy existing pods anti-affinity rules";
 pub const ERR_REASON_AFFINITY: &str = "node(s) didn't match pod affinity rules";
 pub const ERR_REASON_ANTI_AFFINITY: &str = "node(s) didn't match pod anti-affinity rules";
 /// Upstream's default hardPodAffinityWeight.
 const HARD_POD_AFFINITY_WEIGHT: i64 = 1;
 
-type TopologyCounts = HashMap<(String, String), i64>;
+/// topology key -> topology value -> count.
+#[derive(Debug, Default)]
+struct TopologyCounts(HashMap<String, HashMap<String, i64>>);
+
+impl TopologyCounts {
+    fn add(&mut self, node: &NodeInfo, key: &str, n: i64) {
+        if let Some(v) = node.labels.get(key) {
+            let values = match self.0.get_mut(key) {
+                Some(m) => m,
+                None => self.0.entry(key.to_string()).or_default(),
+            };
+            match values.get_mut(v) {
+                Some(c) => *c += n,
+                None => {
+                    values.insert(v.clone(), n);
+                }
+            }
+        }
+    }
+
+    fn get(&self, key: &str, value: &str) -> i64 {
+        self.0.get(key).and_then(|m| m.get(value)).copied().unwrap_or(0)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.values().all(|m| m.is_empty())
+    }
+
+    /// Whether the node is in a domain with a positive count.
+    fn hits(&self, node: &NodeInfo) -> bool {
+        self.0
+            .iter()
+            .any(|(k, m)| node.labels.get(k).and_then(|v| m.get(v)).is_some_and(|c| *c > 0))
+    }
+}
 
 #[derive(Debug, Default)]
 pub struct PreFilterState {
@@ -33,21 +66,8 @@ pub struct PreScoreState {
     scores: HashMap<String, HashMap<String, i64>>,
 }
 
-fn add(counts: &mut TopologyCounts, node: &NodeInfo, key: &str, n: i64) {
-    if let Some(v) = node.labels.get(key) {
-        *counts.entry((key.to_string(), v.clone())).or_default() += n;
-    }
-}
-
 fn matches_all(terms: &[AffinityTerm], pod: &PodInfo) -> bool {
     !terms.is_empty() && terms.iter().all(|t| t.matches(pod))
-}
-
-fn any_required_anti_affinity(cache: &Cache) -> bool {
-    cache
-        .nodes()
-        .iter()
-        .any(|n| n.pods_with_required_anti_affinity > 0)
 }
 
 pub struct InterPodAffinity;
@@ -63,7 +83,8 @@ impl Plugin for InterPodAffinity {
 
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, cache: &Cache) -> Status {
         let own = !pod.required_affinity.is_empty() || !pod.required_anti_affinity.is_empty();
-        if !own && !any_required_anti_affinity(cache) {
+        let existing = cache.any_pod_with_required_anti_affinity();
+        if !own && !existing {
             return Status::skip();
         }
         let mut s = PreFilterState::default();
@@ -71,11 +92,11 @@ impl Plugin for InterPodAffinity {
             if node.node.is_none() {
                 continue;
             }
-            if node.pods_with_required_anti_affinity > 0 {
+            if existing && node.pods_with_required_anti_affinity > 0 {
                 for existing in &node.pods {
                     for t in &existing.required_anti_affinity {
                         if t.matches(pod) {
-                            add(&mut s.existing_anti, node, &t.topology_key, 1);
+                            s.existing_anti.add(node, &t.topology_key, 1);
                         }
                     }
                 }
@@ -84,12 +105,12 @@ impl Plugin for InterPodAffinity {
                 for existing in &node.pods {
                     if matches_all(&pod.required_affinity, existing) {
                         for t in &pod.required_affinity {
-                            add(&mut s.affinity, node, &t.topology_key, 1);
+                            s.affinity.add(node, &t.topology_key, 1);
                         }
                     }
                     for t in &pod.required_anti_affinity {
                         if t.matches(existing) {
-                            add(&mut s.anti_affinity, node, &t.topology_key, 1);
+                            s.anti_affinity.add(node, &t.topology_key, 1);
                         }
                     }
                 }
@@ -111,37 +132,25 @@ impl Plugin for InterPodAffinity {
                 match node.labels.get(&t.topology_key) {
                     None => return Status::unresolvable(ERR_REASON_AFFINITY),
                     Some(v) => {
-                        if s.affinity
-                            .get(&(t.topology_key.clone(), v.clone()))
-                            .copied()
-                            .unwrap_or(0)
-                            <= 0
-                        {
+                        if s.affinity.get(&t.topology_key, v) <= 0 {
                             pods_exist = false;
                         }
                     }
                 }
             }
-            if !pods_exist && (!s.affinity.is_empty() || !matches_all(&pod.required_affinity, pod))
-            {
+            if !pods_exist && (!s.affinity.is_empty() || !matches_all(&pod.required_affinity, pod)) {
                 return Status::unresolvable(ERR_REASON_AFFINITY);
             }
         }
         for t in &pod.required_anti_affinity {
             if let Some(v) = node.labels.get(&t.topology_key)
-                && s.anti_affinity
-                    .get(&(t.topology_key.clone(), v.clone()))
-                    .copied()
-                    .unwrap_or(0)
-                    > 0
+                && s.anti_affinity.get(&t.topology_key, v) > 0
             {
                 return Status::unschedulable(ERR_REASON_ANTI_AFFINITY);
             }
         }
-        for ((k, v), n) in &s.existing_anti {
-            if *n > 0 && node.labels.get(k) == Some(v) {
-                return Status::unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY);
-            }
+        if s.existing_anti.hits(node) {
+            return Status::unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY);
         }
         Status::success()
     }
@@ -150,14 +159,11 @@ impl Plugin for InterPodAffinity {
         2
     }
 
-    fn pre_score(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        cache: &Cache,
-        _f: &[usize],
-    ) -> bool {
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, cache: &Cache, _f: &[usize]) -> bool {
         let own = !pod.preferred_affinity.is_empty() || !pod.preferred_anti_affinity.is_empty();
+        if !own && !cache.any_pod_with_affinity() {
+            return false;
+        }
         let mut s = PreScoreState::default();
         let mut bump = |node: &NodeInfo, key: &str, w: i64| {
             if let Some(v) = node.labels.get(key) {
@@ -227,8 +233,7 @@ impl Plugin for InterPodAffinity {
     }
 
     fn normalize(&self, _s: &CycleState, scores: &mut [i64]) {
-        let (Some(min), Some(max)) = (scores.iter().min().copied(), scores.iter().max().copied())
-        else {
+        let (Some(min), Some(max)) = (scores.iter().min().copied(), scores.iter().max().copied()) else {
             return;
         };
         let diff = max - min;
@@ -272,11 +277,7 @@ mod tests {
 
     fn zone_node(name: &str, zone: &str) -> NodeInfo {
         let mut n = node(name, "4", "8Gi", "110");
-        n.metadata
-            .labels
-            .as_mut()
-            .unwrap()
-            .insert("zone".into(), zone.into());
+        n.metadata.labels.as_mut().unwrap().insert("zone".into(), zone.into());
         node_info(n)
     }
 
@@ -331,9 +332,7 @@ mod tests {
         let mut p = labelled_pod("web", "web");
         p.spec.as_mut().unwrap().affinity = Some(Affinity {
             pod_affinity: Some(PodAffinity {
-                required_during_scheduling_ignored_during_execution: Some(vec![term(
-                    "web", "zone",
-                )]),
+                required_during_scheduling_ignored_during_execution: Some(vec![term("web", "zone")]),
                 ..Default::default()
             }),
             ..Default::default()
@@ -346,10 +345,7 @@ mod tests {
         let mut existing = labelled_pod("a", "web");
         existing.spec.as_mut().unwrap().affinity = Some(Affinity {
             pod_anti_affinity: Some(PodAntiAffinity {
-                required_during_scheduling_ignored_during_execution: Some(vec![term(
-                    "web",
-                    "kubernetes.io/hostname",
-                )]),
+                required_during_scheduling_ignored_during_execution: Some(vec![term("web", "kubernetes.io/hostname")]),
                 ..Default::default()
             }),
             ..Default::default()
@@ -363,9 +359,7 @@ mod tests {
         let mut p = labelled_pod("c", "other");
         p.spec.as_mut().unwrap().affinity = Some(Affinity {
             pod_anti_affinity: Some(PodAntiAffinity {
-                required_during_scheduling_ignored_during_execution: Some(vec![term(
-                    "web", "zone",
-                )]),
+                required_during_scheduling_ignored_during_execution: Some(vec![term("web", "zone")]),
                 ..Default::default()
             }),
             ..Default::default()
@@ -382,12 +376,10 @@ mod tests {
         let mut p = labelled_pod("web", "web");
         p.spec.as_mut().unwrap().affinity = Some(Affinity {
             pod_affinity: Some(PodAffinity {
-                preferred_during_scheduling_ignored_during_execution: Some(vec![
-                    WeightedPodAffinityTerm {
-                        weight: 5,
-                        pod_affinity_term: term("db", "zone"),
-                    },
-                ]),
+                preferred_during_scheduling_ignored_during_execution: Some(vec![WeightedPodAffinityTerm {
+                    weight: 5,
+                    pod_affinity_term: term("db", "zone"),
+                }]),
                 ..Default::default()
             }),
             ..Default::default()

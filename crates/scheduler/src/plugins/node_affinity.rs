@@ -72,11 +72,7 @@ impl Req {
                 let Ok(have) = v.parse::<i64>() else {
                     return false;
                 };
-                if self.op == Op::Gt {
-                    have > want
-                } else {
-                    have < want
-                }
+                if self.op == Op::Gt { have > want } else { have < want }
             }
         }
     }
@@ -104,20 +100,14 @@ impl Term {
         for r in t.match_fields.iter().flatten() {
             // Only metadata.name with In/NotIn is a valid field requirement.
             match Req::compile(r) {
-                Some(r) if r.key == "metadata.name" && matches!(r.op, Op::In | Op::NotIn) => {
-                    fields.push(r)
-                }
+                Some(r) if r.key == "metadata.name" && matches!(r.op, Op::In | Op::NotIn) => fields.push(r),
                 _ => valid = false,
             }
         }
         if exprs.is_empty() && fields.is_empty() {
             valid = false;
         }
-        Term {
-            valid,
-            exprs,
-            fields,
-        }
+        Term { valid, exprs, fields }
     }
 
     fn matches(&self, name: &String, labels: &BTreeMap<String, String>) -> bool {
@@ -147,16 +137,10 @@ impl PodNodeAffinity {
             .and_then(|s| s.affinity.as_ref())
             .and_then(|a| a.node_affinity.as_ref());
         let required = na
-            .and_then(|na| {
-                na.required_during_scheduling_ignored_during_execution
-                    .as_ref()
-            })
+            .and_then(|na| na.required_during_scheduling_ignored_during_execution.as_ref())
             .map(|sel| sel.node_selector_terms.iter().map(Term::compile).collect());
         let preferred = na
-            .and_then(|na| {
-                na.preferred_during_scheduling_ignored_during_execution
-                    .as_ref()
-            })
+            .and_then(|na| na.preferred_during_scheduling_ignored_during_execution.as_ref())
             .map(|p| {
                 p.iter()
                     .filter(|t| t.weight != 0)
@@ -216,11 +200,7 @@ impl Plugin for NodeAffinity {
         let aff = PodNodeAffinity::new(pod);
         let required = aff.has_required();
         state.node_affinity = Some(aff);
-        if required {
-            Status::success()
-        } else {
-            Status::skip()
-        }
+        if required { Status::success() } else { Status::skip() }
     }
 
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
@@ -243,10 +223,7 @@ impl Plugin for NodeAffinity {
         if state.node_affinity.is_none() {
             state.node_affinity = Some(PodNodeAffinity::new(pod));
         }
-        state
-            .node_affinity
-            .as_ref()
-            .is_some_and(PodNodeAffinity::has_preferred)
+        state.node_affinity.as_ref().is_some_and(PodNodeAffinity::has_preferred)
     }
 
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> i64 {
@@ -266,9 +243,7 @@ impl Plugin for NodeAffinity {
 mod tests {
     use super::*;
     use crate::types::testutil::*;
-    use k8s_openapi::api::core::v1::{
-        Affinity, NodeAffinity as NA, NodeSelector, PreferredSchedulingTerm,
-    };
+    use k8s_openapi::api::core::v1::{Affinity, NodeAffinity as NA, NodeSelector, PreferredSchedulingTerm};
 
     fn req(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
         NodeSelectorRequirement {
@@ -310,18 +285,14 @@ mod tests {
     #[test]
     fn node_selector() {
         let mut p = pod("p", "", "");
-        p.spec.as_mut().unwrap().node_selector =
-            Some([("disktype".to_string(), "ssd".to_string())].into());
+        p.spec.as_mut().unwrap().node_selector = Some([("disktype".to_string(), "ssd".to_string())].into());
         let p = PodInfo::new(p);
         assert!(fits(&p, &labelled("a", &[("disktype", "ssd")])));
         let n = labelled("b", &[("disktype", "hdd")]);
         assert!(!fits(&p, &n));
         let mut s = CycleState::default();
         NodeAffinity.pre_filter(&mut s, &p, &Cache::new());
-        assert_eq!(
-            NodeAffinity.filter(&s, &p, &n).reasons,
-            vec![ERR_REASON_POD]
-        );
+        assert_eq!(NodeAffinity.filter(&s, &p, &n).reasons, vec![ERR_REASON_POD]);
     }
 
     #[test]
@@ -339,26 +310,11 @@ mod tests {
             &with_required(vec![t(vec![req("gpu", "NotIn", &["nvidia-tesla"])])]),
             &n
         ));
-        assert!(fits(
-            &with_required(vec![t(vec![req("gpu", "Exists", &[])])]),
-            &n
-        ));
-        assert!(fits(
-            &with_required(vec![t(vec![req("tpu", "DoesNotExist", &[])])]),
-            &n
-        ));
-        assert!(fits(
-            &with_required(vec![t(vec![req("cores", "Gt", &["4"])])]),
-            &n
-        ));
-        assert!(!fits(
-            &with_required(vec![t(vec![req("cores", "Lt", &["4"])])]),
-            &n
-        ));
-        assert!(!fits(
-            &with_required(vec![t(vec![req("cores", "Gt", &["x"])])]),
-            &n
-        ));
+        assert!(fits(&with_required(vec![t(vec![req("gpu", "Exists", &[])])]), &n));
+        assert!(fits(&with_required(vec![t(vec![req("tpu", "DoesNotExist", &[])])]), &n));
+        assert!(fits(&with_required(vec![t(vec![req("cores", "Gt", &["4"])])]), &n));
+        assert!(!fits(&with_required(vec![t(vec![req("cores", "Lt", &["4"])])]), &n));
+        assert!(!fits(&with_required(vec![t(vec![req("cores", "Gt", &["x"])])]), &n));
         // Terms are ORed, expressions ANDed.
         assert!(fits(
             &with_required(vec![
@@ -416,10 +372,7 @@ mod tests {
             labelled("b", &[("group", "ai"), ("zone", "z1")]),
             labelled("c", &[]),
         ];
-        let mut scores: Vec<i64> = nodes
-            .iter()
-            .map(|n| NodeAffinity.score(&s, &p, n))
-            .collect();
+        let mut scores: Vec<i64> = nodes.iter().map(|n| NodeAffinity.score(&s, &p, n)).collect();
         assert_eq!(scores, vec![1, 5, 0]);
         NodeAffinity.normalize(&s, &mut scores);
         assert_eq!(scores, vec![20, 100, 0]);

@@ -63,12 +63,7 @@ mod tests {
     fn conflicts_as_upstream() {
         let s = CycleState::default();
         let mut ni = node_info(node("n", "1", "1Gi", "10"));
-        ni.add_pod(Arc::new(PodInfo::new(with_port(
-            "a",
-            Some("127.0.0.1"),
-            "TCP",
-            8080,
-        ))));
+        ni.add_pod(Arc::new(PodInfo::new(with_port("a", Some("127.0.0.1"), "TCP", 8080))));
         // Same port, other protocol: fine.
         assert!(
             NodePorts
@@ -78,11 +73,7 @@ mod tests {
         // Other ip: fine.
         assert!(
             NodePorts
-                .filter(
-                    &s,
-                    &PodInfo::new(with_port("b", Some("127.0.0.2"), "TCP", 8080)),
-                    &ni
-                )
+                .filter(&s, &PodInfo::new(with_port("b", Some("127.0.0.2"), "TCP", 8080)), &ni)
                 .is_success()
         );
         // Wildcard ip conflicts with any ip.

@@ -14,11 +14,7 @@ pub fn balanced_score(fractions: &[f64]) -> i64 {
     }
     let n = fractions.len() as f64;
     let mean = fractions.iter().sum::<f64>() / n;
-    let var = fractions
-        .iter()
-        .map(|f| (f - mean) * (f - mean))
-        .sum::<f64>()
-        / n;
+    let var = fractions.iter().map(|f| (f - mean) * (f - mean)).sum::<f64>() / n;
     let std = if fractions.len() == 2 {
         (fractions[0] - fractions[1]).abs() / 2.0
     } else {
@@ -44,10 +40,7 @@ impl Plugin for NodeResourcesBalancedAllocation {
                 node.requested.milli_cpu + pod.requests.milli_cpu,
                 node.allocatable.milli_cpu,
             ),
-            (
-                node.requested.memory + pod.requests.memory,
-                node.allocatable.memory,
-            ),
+            (node.requested.memory + pod.requests.memory, node.allocatable.memory),
         ] {
             if cap == 0 {
                 continue;

@@ -112,14 +112,8 @@ impl Plugin for NodeResourcesFit {
         let mut total = 0;
         let mut weights = 0;
         for (req, cap) in [
-            (
-                node.non_zero_cpu + pod.non_zero_cpu,
-                node.allocatable.milli_cpu,
-            ),
-            (
-                node.non_zero_mem + pod.non_zero_mem,
-                node.allocatable.memory,
-            ),
+            (node.non_zero_cpu + pod.non_zero_cpu, node.allocatable.milli_cpu),
+            (node.non_zero_mem + pod.non_zero_mem, node.allocatable.memory),
         ] {
             if cap == 0 {
                 continue;

@@ -11,8 +11,7 @@ use crate::plugins::taint_toleration::find_untolerated;
 use crate::types::{NodeInfo, PodInfo};
 
 pub const NAME: &str = "PodTopologySpread";
-pub const ERR_REASON_CONSTRAINTS_NOT_MATCH: &str =
-    "node(s) didn't match pod topology spread constraints";
+pub const ERR_REASON_CONSTRAINTS_NOT_MATCH: &str = "node(s) didn't match pod topology spread constraints";
 pub const ERR_REASON_NODE_LABEL_NOT_MATCH: &str =
     "node(s) didn't match pod topology spread constraints (missing required label)";
 const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
@@ -31,11 +30,7 @@ fn constraints(pod: &PodInfo, hard: bool) -> Vec<Constraint> {
     let Some(spec) = pod.pod.spec.as_ref() else {
         return Vec::new();
     };
-    let want = if hard {
-        "DoNotSchedule"
-    } else {
-        "ScheduleAnyway"
-    };
+    let want = if hard { "DoNotSchedule" } else { "ScheduleAnyway" };
     spec.topology_spread_constraints
         .iter()
         .flatten()
@@ -108,10 +103,7 @@ impl Plugin for PodTopologySpread {
         if cs.is_empty() {
             return Status::skip();
         }
-        let aff = state
-            .node_affinity
-            .clone()
-            .unwrap_or_else(|| PodNodeAffinity::new(pod));
+        let aff = state.node_affinity.clone().unwrap_or_else(|| PodNodeAffinity::new(pod));
         let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
         for node in cache.nodes() {
             if node.node.is_none() || !has_all_keys(node, &cs) {
@@ -123,7 +115,12 @@ impl Plugin for PodTopologySpread {
                 }
                 let v = &node.labels[&c.topology_key];
                 let n = count_matching(node, &c.selector, &pod.namespace);
-                *counts[i].entry(v.clone()).or_default() += n;
+                match counts[i].get_mut(v) {
+                    Some(slot) => *slot += n,
+                    None => {
+                        counts[i].insert(v.clone(), n);
+                    }
+                }
             }
         }
         let min_match = cs
@@ -167,13 +164,7 @@ impl Plugin for PodTopologySpread {
         2
     }
 
-    fn pre_score(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        cache: &Cache,
-        feasible: &[usize],
-    ) -> bool {
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, cache: &Cache, feasible: &[usize]) -> bool {
         let cs = constraints(pod, false);
         if cs.is_empty() {
             return false;
@@ -193,8 +184,8 @@ impl Plugin for PodTopologySpread {
             for (i, c) in cs.iter().enumerate() {
                 let v = &n.labels[&c.topology_key];
                 domains[i].insert(v.as_str());
-                if c.topology_key != LABEL_HOSTNAME {
-                    s.pair_counts[i].entry(v.clone()).or_insert(0);
+                if c.topology_key != LABEL_HOSTNAME && !s.pair_counts[i].contains_key(v) {
+                    s.pair_counts[i].insert(v.clone(), 0);
                 }
             }
         }
@@ -211,10 +202,7 @@ impl Plugin for PodTopologySpread {
                 ((size + 2) as f64).ln()
             })
             .collect();
-        let aff = state
-            .node_affinity
-            .clone()
-            .unwrap_or_else(|| PodNodeAffinity::new(pod));
+        let aff = state.node_affinity.clone().unwrap_or_else(|| PodNodeAffinity::new(pod));
         if cs.iter().any(|c| c.topology_key != LABEL_HOSTNAME) {
             for node in nodes {
                 if node.node.is_none() || !has_all_keys(node, &cs) {
@@ -285,23 +273,22 @@ mod tests {
     fn spread_pod(name: &str, when: &str, max_skew: i32) -> Pod {
         let mut p = pod(name, "", "");
         p.metadata.labels = Some([("foo".to_string(), "".to_string())].into());
-        p.spec.as_mut().unwrap().topology_spread_constraints =
-            Some(vec![TopologySpreadConstraint {
-                max_skew,
-                topology_key: "zone".into(),
-                when_unsatisfiable: when.into(),
-                label_selector: Some(LabelSelector {
-                    match_expressions: Some(vec![
-                        k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
-                            key: "foo".into(),
-                            operator: "Exists".into(),
-                            values: None,
-                        },
-                    ]),
-                    ..Default::default()
-                }),
+        p.spec.as_mut().unwrap().topology_spread_constraints = Some(vec![TopologySpreadConstraint {
+            max_skew,
+            topology_key: "zone".into(),
+            when_unsatisfiable: when.into(),
+            label_selector: Some(LabelSelector {
+                match_expressions: Some(vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                        key: "foo".into(),
+                        operator: "Exists".into(),
+                        values: None,
+                    },
+                ]),
                 ..Default::default()
-            }]);
+            }),
+            ..Default::default()
+        }]);
         p
     }
 
@@ -315,11 +302,7 @@ mod tests {
             ("node-y", "zone2"),
         ] {
             let mut nd = node(n, "4", "8Gi", "110");
-            nd.metadata
-                .labels
-                .as_mut()
-                .unwrap()
-                .insert("zone".into(), z.into());
+            nd.metadata.labels.as_mut().unwrap().insert("zone".into(), z.into());
             c.upsert_node(Arc::new(nd));
         }
         for (i, n) in ["node-a", "node-a", "node-b"].iter().enumerate() {
@@ -339,11 +322,7 @@ mod tests {
         assert!(PodTopologySpread.pre_filter(&mut s, &p, &c).is_success());
         let res: Vec<bool> = ["node-a", "node-b", "node-x", "node-y"]
             .iter()
-            .map(|n| {
-                PodTopologySpread
-                    .filter(&s, &p, c.node(n).unwrap())
-                    .is_success()
-            })
+            .map(|n| PodTopologySpread.filter(&s, &p, c.node(n).unwrap()).is_success())
             .collect();
         assert_eq!(res, vec![false, false, true, true]);
         let st = PodTopologySpread.filter(&s, &p, c.node("node-a").unwrap());

@@ -26,9 +26,7 @@ pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
         return false;
     }
     match t.operator.as_deref() {
-        None | Some("") | Some("Equal") => {
-            t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
+        None | Some("") | Some("Equal") => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
         Some("Exists") => true,
         _ => false,
     }
@@ -77,10 +75,7 @@ impl Plugin for TaintToleration {
                 continue;
             }
             let tolerated = pod.tolerations.iter().any(|t| {
-                matches!(
-                    t.effect.as_deref(),
-                    None | Some("") | Some("PreferNoSchedule")
-                ) && tolerates(t, taint)
+                matches!(t.effect.as_deref(), None | Some("") | Some("PreferNoSchedule")) && tolerates(t, taint)
             });
             if !tolerated {
                 n += 1;
@@ -122,14 +117,8 @@ mod tests {
     #[test]
     fn toleration_matching() {
         let t = taint("dedicated", "user1", "NoSchedule");
-        assert!(tolerates(
-            &tol("dedicated", "Equal", "user1", "NoSchedule"),
-            &t
-        ));
-        assert!(!tolerates(
-            &tol("dedicated", "Equal", "user2", "NoSchedule"),
-            &t
-        ));
+        assert!(tolerates(&tol("dedicated", "Equal", "user1", "NoSchedule"), &t));
+        assert!(!tolerates(&tol("dedicated", "Equal", "user2", "NoSchedule"), &t));
         assert!(tolerates(&tol("dedicated", "Exists", "", "NoSchedule"), &t));
         assert!(tolerates(&tol("dedicated", "Exists", "", ""), &t));
         assert!(!tolerates(&tol("dedicated", "Exists", "", "NoExecute"), &t));
@@ -148,10 +137,7 @@ mod tests {
         let p = PodInfo::new(pod("p", "", ""));
         let st = TaintToleration.filter(&CycleState::default(), &p, &ni);
         assert_eq!(st.code, Code::UnschedulableAndUnresolvable);
-        assert_eq!(
-            st.reasons,
-            vec!["node(s) had untolerated taint {dedicated: gpu}"]
-        );
+        assert_eq!(st.reasons, vec!["node(s) had untolerated taint {dedicated: gpu}"]);
         let mut tp = pod("p", "", "");
         tp.spec.as_mut().unwrap().tolerations = Some(vec![tol("", "Exists", "", "")]);
         assert!(
@@ -171,8 +157,7 @@ mod tests {
         let tainted = node_info(n);
         let clean = node_info(node("m", "1", "1Gi", "10"));
         let mut p = pod("p", "", "");
-        p.spec.as_mut().unwrap().tolerations =
-            Some(vec![tol("a", "Equal", "1", "PreferNoSchedule")]);
+        p.spec.as_mut().unwrap().tolerations = Some(vec![tol("a", "Equal", "1", "PreferNoSchedule")]);
         let p = PodInfo::new(p);
         let s = CycleState::default();
         let mut scores = vec![

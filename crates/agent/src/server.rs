@@ -3,11 +3,15 @@
 //! - `GET /containerLogs/{ns}/{pod}/{container}?follow&tailLines&timestamps&previous&sinceSeconds&limitBytes`
 //! - `GET /exec/{ns}/{pod}/{container}?command=..&command=..&stdin&stdout&stderr&tty` (WebSocket)
 //! - `GET /attach/{ns}/{pod}/{container}?stdin&stdout&stderr&tty` (WebSocket)
+//! - `GET /portForward/{ns}/{pod}?ports=8080,9090` (WebSocket)
 //! - `GET /healthz`
 //!
 //! Exec and attach speak the `v5.channel.k8s.io` (also v4, v3, v2, `channel.k8s.io`) framing: each binary
 //! message starts with a channel byte: 0 stdin, 1 stdout, 2 stderr, 3 status (a `metav1.Status` JSON on
 //! v4+), 4 resize (`{"Width":W,"Height":H}`), and on v5, 255 closes the channel named by the next byte.
+//! Port forwarding speaks upstream kubelet's WebSocket port-forward protocol (`v4.channel.k8s.io` or no
+//! subprotocol): for the i-th port, channel 2i carries data and 2i+1 errors, and the first frame the server
+//! sends on each carries the port as two little-endian bytes. Connections go to the pod IP.
 //! TLS uses a self-signed serving certificate; clients must present a certificate signed by the cluster CA.
 
 use std::collections::HashMap;
@@ -27,8 +31,8 @@ use bollard::container::LogOutput;
 use bollard::exec::{StartExecOptions, StartExecResults};
 use bollard::models::ExecConfig;
 use bollard::query_parameters::{
-    AttachContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
-    ResizeContainerTTYOptionsBuilder, ResizeExecOptionsBuilder,
+    AttachContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder, ResizeContainerTTYOptionsBuilder,
+    ResizeExecOptionsBuilder,
 };
 use futures::{SinkExt, Stream, StreamExt};
 use rustls::pki_types::pem::PemObject;
@@ -36,8 +40,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::io::AsyncWriteExt;
 
 use crate::docker::{
-    LABEL_CONTAINER_NAME, LABEL_NODE, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_RESTART_COUNT,
-    LABEL_TYPE, TYPE_CONTAINER,
+    LABEL_CONTAINER_NAME, LABEL_NODE, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_RESTART_COUNT, LABEL_TYPE,
+    TYPE_CONTAINER,
 };
 
 /// The subprotocols offered, most preferred first.
@@ -111,17 +115,11 @@ pub fn tls_config(ca_pem: &str, sans: Vec<String>) -> anyhow::Result<rustls::Ser
             .add(cert.context("parsing the cluster CA")?)
             .context("adding the cluster CA")?;
     }
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
-    )
-    .build()
-    .context("building the client certificate verifier")?;
-    let certified =
-        rcgen::generate_simple_self_signed(sans).context("generating the serving certificate")?;
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
-        certified.signing_key.serialize_der(),
-    ));
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .context("building the client certificate verifier")?;
+    let certified = rcgen::generate_simple_self_signed(sans).context("generating the serving certificate")?;
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der()));
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .context("choosing TLS versions")?
@@ -140,6 +138,8 @@ pub fn router(state: ServerState) -> Router {
         .route("/exec/{ns}/{pod}/{uid}/{container}", any(exec_with_uid))
         .route("/attach/{ns}/{pod}/{container}", any(attach))
         .route("/attach/{ns}/{pod}/{uid}/{container}", any(attach_with_uid))
+        .route("/portForward/{ns}/{pod}", any(port_forward))
+        .route("/portForward/{ns}/{pod}/{uid}", any(port_forward_with_uid))
         .with_state(state)
 }
 
@@ -153,10 +153,7 @@ pub fn parse_query(query: &str) -> Vec<(String, String)> {
             match bytes[i] {
                 b'+' => out.push(b' '),
                 b'%' if i + 2 < bytes.len() => {
-                    match u8::from_str_radix(
-                        std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
-                        16,
-                    ) {
+                    match u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"), 16) {
                         Ok(b) => {
                             out.push(b);
                             i += 2;
@@ -188,10 +185,7 @@ fn flag(params: &[(String, String)], name: &str) -> bool {
 }
 
 fn value<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    params
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
+    params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
 
 fn error(code: StatusCode, message: String) -> Response {
@@ -244,8 +238,7 @@ async fn container_logs(
 ) -> Response {
     let params = parse_query(query.as_deref().unwrap_or(""));
     let previous = flag(&params, "previous");
-    let id = match find_container(&state.docker, &state.node, &ns, &pod, &container, previous).await
-    {
+    let id = match find_container(&state.docker, &state.node, &ns, &pod, &container, previous).await {
         Ok(Some(id)) => id,
         Ok(None) if previous => {
             return error(
@@ -288,9 +281,7 @@ async fn container_logs(
     );
     Response::builder()
         .header("content-type", "text/plain")
-        .body(Body::from_stream(
-            body.map(Ok::<_, std::convert::Infallible>),
-        ))
+        .body(Body::from_stream(body.map(Ok::<_, std::convert::Infallible>)))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
@@ -398,10 +389,7 @@ async fn exec_inner(
     };
     let opts = stream_options(query);
     if opts.command.is_empty() {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "you must specify at least 1 command".into(),
-        );
+        return error(StatusCode::BAD_REQUEST, "you must specify at least 1 command".into());
     }
     let id = match find_container(&state.docker, &state.node, &ns, &pod, &container, false).await {
         Ok(Some(id)) => id,
@@ -432,58 +420,53 @@ async fn exec_inner(
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     let docker = state.docker.clone();
-    ws.protocols(PROTOCOLS)
-        .on_upgrade(move |socket| async move {
-            let protocol = socket
-                .protocol()
-                .and_then(|p| p.to_str().ok())
-                .unwrap_or("")
-                .to_string();
-            let started = docker
-                .start_exec(
-                    &exec,
-                    Some(StartExecOptions {
-                        detach: false,
-                        tty: opts.tty,
-                        output_capacity: None,
-                    }),
-                )
-                .await;
-            let (output, input) = match started {
-                Ok(StartExecResults::Attached { output, input }) => (output, input),
-                Ok(StartExecResults::Detached) => return,
-                Err(e) => {
-                    let _ = send_status(socket.split().0, &protocol, Err(e.to_string())).await;
-                    return;
-                }
-            };
-            let resize_docker = docker.clone();
-            let resize_id = exec.clone();
-            let resize = move |w: u16, h: u16| {
-                let docker = resize_docker.clone();
-                let id = resize_id.clone();
-                async move {
-                    let options = ResizeExecOptionsBuilder::default()
-                        .w(i32::from(w))
-                        .h(i32::from(h))
-                        .build();
-                    let _ = docker.resize_exec(&id, options).await;
-                }
-            };
-            let socket = pump(socket, output, input, opts.tty, resize).await;
-            let code = docker
-                .inspect_exec(&exec)
-                .await
-                .ok()
-                .and_then(|i| i.exit_code)
-                .unwrap_or(0);
-            let result = if code == 0 {
-                Ok(())
-            } else {
-                Err(code.to_string())
-            };
-            let _ = send_exit(socket, &protocol, result, &opts.command).await;
-        })
+    ws.protocols(PROTOCOLS).on_upgrade(move |socket| async move {
+        let protocol = socket
+            .protocol()
+            .and_then(|p| p.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let started = docker
+            .start_exec(
+                &exec,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: opts.tty,
+                    output_capacity: None,
+                }),
+            )
+            .await;
+        let (output, input) = match started {
+            Ok(StartExecResults::Attached { output, input }) => (output, input),
+            Ok(StartExecResults::Detached) => return,
+            Err(e) => {
+                let _ = send_status(socket.split().0, &protocol, Err(e.to_string())).await;
+                return;
+            }
+        };
+        let resize_docker = docker.clone();
+        let resize_id = exec.clone();
+        let resize = move |w: u16, h: u16| {
+            let docker = resize_docker.clone();
+            let id = resize_id.clone();
+            async move {
+                let options = ResizeExecOptionsBuilder::default()
+                    .w(i32::from(w))
+                    .h(i32::from(h))
+                    .build();
+                let _ = docker.resize_exec(&id, options).await;
+            }
+        };
+        let socket = pump(socket, output, input, opts.tty, resize).await;
+        let code = docker
+            .inspect_exec(&exec)
+            .await
+            .ok()
+            .and_then(|i| i.exit_code)
+            .unwrap_or(0);
+        let result = if code == 0 { Ok(()) } else { Err(code.to_string()) };
+        let _ = send_exit(socket, &protocol, result, &opts.command).await;
+    })
 }
 
 async fn attach_inner(
@@ -510,43 +493,42 @@ async fn attach_inner(
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
     };
     let docker = state.docker.clone();
-    ws.protocols(PROTOCOLS)
-        .on_upgrade(move |socket| async move {
-            let protocol = socket
-                .protocol()
-                .and_then(|p| p.to_str().ok())
-                .unwrap_or("")
-                .to_string();
-            let options = AttachContainerOptionsBuilder::default()
-                .stdin(opts.stdin)
-                .stdout(opts.stdout)
-                .stderr(opts.stderr)
-                .stream(true)
-                .logs(false)
-                .build();
-            let attached = match docker.attach_container(&id, Some(options)).await {
-                Ok(a) => a,
-                Err(e) => {
-                    let _ = send_status(socket.split().0, &protocol, Err(e.to_string())).await;
-                    return;
-                }
-            };
-            let resize_docker = docker.clone();
-            let resize_id = id.clone();
-            let resize = move |w: u16, h: u16| {
-                let docker = resize_docker.clone();
-                let id = resize_id.clone();
-                async move {
-                    let options = ResizeContainerTTYOptionsBuilder::default()
-                        .w(i32::from(w))
-                        .h(i32::from(h))
-                        .build();
-                    let _ = docker.resize_container_tty(&id, options).await;
-                }
-            };
-            let socket = pump(socket, attached.output, attached.input, opts.tty, resize).await;
-            let _ = send_status(socket, &protocol, Ok(())).await;
-        })
+    ws.protocols(PROTOCOLS).on_upgrade(move |socket| async move {
+        let protocol = socket
+            .protocol()
+            .and_then(|p| p.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let options = AttachContainerOptionsBuilder::default()
+            .stdin(opts.stdin)
+            .stdout(opts.stdout)
+            .stderr(opts.stderr)
+            .stream(true)
+            .logs(false)
+            .build();
+        let attached = match docker.attach_container(&id, Some(options)).await {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = send_status(socket.split().0, &protocol, Err(e.to_string())).await;
+                return;
+            }
+        };
+        let resize_docker = docker.clone();
+        let resize_id = id.clone();
+        let resize = move |w: u16, h: u16| {
+            let docker = resize_docker.clone();
+            let id = resize_id.clone();
+            async move {
+                let options = ResizeContainerTTYOptionsBuilder::default()
+                    .w(i32::from(w))
+                    .h(i32::from(h))
+                    .build();
+                let _ = docker.resize_container_tty(&id, options).await;
+            }
+        };
+        let socket = pump(socket, attached.output, attached.input, opts.tty, resize).await;
+        let _ = send_status(socket, &protocol, Ok(())).await;
+    })
 }
 
 type Sink = futures::stream::SplitSink<WebSocket, Message>;
@@ -554,9 +536,7 @@ type Sink = futures::stream::SplitSink<WebSocket, Message>;
 /// Moves bytes between the WebSocket and the process until its output ends; returns the sending half.
 async fn pump<R, F>(
     socket: WebSocket,
-    mut output: std::pin::Pin<
-        Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>,
-    >,
+    mut output: std::pin::Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>,
     mut input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
     tty: bool,
     resize: R,
@@ -619,6 +599,160 @@ where
     sink
 }
 
+async fn port_forward(
+    State(state): State<ServerState>,
+    Path((ns, pod)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+    request: axum::extract::Request,
+) -> Response {
+    port_forward_inner(state, ns, pod, query, request).await
+}
+
+async fn port_forward_with_uid(
+    State(state): State<ServerState>,
+    Path((ns, pod, _uid)): Path<(String, String, String)>,
+    RawQuery(query): RawQuery,
+    request: axum::extract::Request,
+) -> Response {
+    port_forward_inner(state, ns, pod, query, request).await
+}
+
+/// The pod IP of a pod on this node: its running sandbox's address (127.0.0.1 on the host network).
+pub async fn pod_address(docker: &Docker, node: &str, namespace: &str, pod: &str) -> anyhow::Result<Option<String>> {
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![
+            format!("{LABEL_NODE}={node}"),
+            format!("{LABEL_POD_NAMESPACE}={namespace}"),
+            format!("{LABEL_POD_NAME}={pod}"),
+            format!("{LABEL_TYPE}={}", crate::docker::TYPE_SANDBOX),
+        ],
+    )]);
+    let options = ListContainersOptionsBuilder::default().filters(&filters).build();
+    let list = docker
+        .list_containers(Some(options))
+        .await
+        .context("listing sandboxes")?;
+    for summary in list {
+        let Some(id) = summary.id else { continue };
+        let Some(record) = crate::docker::inspect(docker, &id).await? else {
+            continue;
+        };
+        if record.state == crate::docker::RunState::Running {
+            return Ok(Some(record.ip.unwrap_or_else(|| "127.0.0.1".to_string())));
+        }
+    }
+    Ok(None)
+}
+
+async fn port_forward_inner(
+    state: ServerState,
+    ns: String,
+    pod: String,
+    query: Option<String>,
+    request: axum::extract::Request,
+) -> Response {
+    let ws = match upgrade_or_error(request).await {
+        Ok(ws) => ws,
+        Err(r) => return r,
+    };
+    let params = parse_query(query.as_deref().unwrap_or(""));
+    let mut ports = Vec::new();
+    for (_, v) in params.iter().filter(|(k, _)| k == "ports" || k == "port") {
+        for p in v.split(',').filter(|p| !p.is_empty()) {
+            match p.trim().parse::<u16>() {
+                Ok(port) if port > 0 => ports.push(port),
+                _ => return error(StatusCode::BAD_REQUEST, format!("invalid port value \"{p}\"")),
+            }
+        }
+    }
+    if ports.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "at least 1 port must be specified".into());
+    }
+    let ip = match pod_address(&state.docker, &state.node, &ns, &pod).await {
+        Ok(Some(ip)) => ip,
+        Ok(None) => return error(StatusCode::NOT_FOUND, format!("pod \"{pod}\" has no running sandbox")),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+    };
+    ws.protocols(["v4.channel.k8s.io"])
+        .on_upgrade(move |socket| forward_ports(socket, ip, ports))
+}
+
+async fn forward_ports(socket: WebSocket, ip: String, ports: Vec<u16>) {
+    let (mut sink, mut stream) = socket.split();
+    let (out_tx, mut out_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+    let mut writers = Vec::new();
+    for (i, port) in ports.iter().enumerate() {
+        let data = (2 * i) as u8;
+        let err = data + 1;
+        for channel in [data, err] {
+            let frame = vec![channel, (*port & 0xff) as u8, (*port >> 8) as u8];
+            if sink.send(Message::Binary(frame.into())).await.is_err() {
+                return;
+            }
+        }
+        match tokio::net::TcpStream::connect((ip.as_str(), *port)).await {
+            Ok(tcp) => {
+                let (mut read, write) = tcp.into_split();
+                writers.push(Some(write));
+                let tx = out_tx.clone();
+                tokio::spawn(async move {
+                    use tokio::io::AsyncReadExt;
+                    let mut buf = vec![0u8; 32 * 1024];
+                    loop {
+                        match read.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                let mut frame = Vec::with_capacity(n + 1);
+                                frame.push(data);
+                                frame.extend_from_slice(&buf[..n]);
+                                if tx.send(frame).await.is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+            Err(e) => {
+                writers.push(None);
+                let mut frame = vec![err];
+                frame.extend_from_slice(format!("error forwarding port {port} to pod: {e}").as_bytes());
+                let _ = out_tx.send(frame).await;
+            }
+        }
+    }
+    drop(out_tx);
+    let sender = tokio::spawn(async move {
+        while let Some(frame) = out_rx.recv().await {
+            if sink.send(Message::Binary(frame.into())).await.is_err() {
+                break;
+            }
+        }
+        let _ = sink.send(Message::Close(None)).await;
+    });
+    while let Some(Ok(msg)) = stream.next().await {
+        let data = match msg {
+            Message::Binary(b) => b.to_vec(),
+            Message::Close(_) => break,
+            _ => continue,
+        };
+        let Some((&channel, payload)) = data.split_first() else {
+            continue;
+        };
+        if channel % 2 != 0 {
+            continue;
+        }
+        if let Some(Some(writer)) = writers.get_mut(usize::from(channel / 2))
+            && writer.write_all(payload).await.is_err()
+        {
+            writers[usize::from(channel / 2)] = None;
+        }
+    }
+    drop(writers);
+    sender.abort();
+}
+
 /// The `metav1.Status` written on the status channel (v4 and later).
 pub fn exit_status(result: Result<(), String>, command: &[String]) -> serde_json::Value {
     match result {
@@ -636,12 +770,7 @@ pub fn exit_status(result: Result<(), String>, command: &[String]) -> serde_json
     }
 }
 
-async fn send_exit(
-    socket: Sink,
-    protocol: &str,
-    result: Result<(), String>,
-    command: &[String],
-) -> anyhow::Result<()> {
+async fn send_exit(socket: Sink, protocol: &str, result: Result<(), String>, command: &[String]) -> anyhow::Result<()> {
     let body = exit_status(result.clone(), command);
     send_frame(
         socket,
@@ -654,11 +783,7 @@ async fn send_exit(
     .await
 }
 
-async fn send_status(
-    socket: Sink,
-    protocol: &str,
-    result: Result<(), String>,
-) -> anyhow::Result<()> {
+async fn send_status(socket: Sink, protocol: &str, result: Result<(), String>) -> anyhow::Result<()> {
     let body = match &result {
         Ok(()) => serde_json::json!({"metadata": {}, "status": "Success"}),
         Err(message) => serde_json::json!({
@@ -710,10 +835,7 @@ mod tests {
     fn exit_status_matches_upstream_shape() {
         let ok = exit_status(Ok(()), &[]);
         assert_eq!(ok["status"], "Success");
-        let failed = exit_status(
-            Err("3".into()),
-            &["sh".into(), "-c".into(), "exit 3".into()],
-        );
+        let failed = exit_status(Err("3".into()), &["sh".into(), "-c".into(), "exit 3".into()]);
         assert_eq!(failed["reason"], "NonZeroExitCode");
         assert_eq!(failed["details"]["causes"][0]["reason"], "ExitCode");
         assert_eq!(failed["details"]["causes"][0]["message"], "3");
@@ -721,10 +843,7 @@ mod tests {
 
     #[tokio::test]
     async fn limit_bytes_truncates() {
-        let chunks = futures::stream::iter(vec![
-            bytes::Bytes::from("hello "),
-            bytes::Bytes::from("world"),
-        ]);
+        let chunks = futures::stream::iter(vec![bytes::Bytes::from("hello "), bytes::Bytes::from("world")]);
         let out: Vec<bytes::Bytes> = limit_bytes(chunks, Some(8)).collect().await;
         assert_eq!(out.concat(), b"hello wo");
     }

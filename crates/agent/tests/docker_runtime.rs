@@ -28,8 +28,7 @@ struct FakeApi {
 impl FakeApi {
     fn handle(&self, method: &http::Method, path: &str, body: &[u8]) -> (u16, serde_json::Value) {
         let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        let json: serde_json::Value =
-            serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
+        let json: serde_json::Value = serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
         let not_found = |what: &str| {
             (
                 404,
@@ -37,17 +36,13 @@ impl FakeApi {
             )
         };
         match (method.as_str(), parts.as_slice()) {
-            ("GET", ["api", "v1", "namespaces", _, kind, name]) => {
-                match self.objects.lock().get(path) {
-                    Some(o) => (200, o.clone()),
-                    None => not_found(&format!("{kind} \"{name}\"")),
-                }
-            }
+            ("GET", ["api", "v1", "namespaces", _, kind, name]) => match self.objects.lock().get(path) {
+                Some(o) => (200, o.clone()),
+                None => not_found(&format!("{kind} \"{name}\"")),
+            },
             ("PATCH", ["api", "v1", "namespaces", ns, "pods", name, "status"]) => {
                 let status = json.get("status").cloned().unwrap_or_default();
-                self.statuses
-                    .lock()
-                    .push((name.to_string(), status.clone()));
+                self.statuses.lock().push((name.to_string(), status.clone()));
                 (
                     200,
                     serde_json::json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":name,"namespace":ns},"status":status}),
@@ -92,9 +87,7 @@ fn fake_client(api: Arc<FakeApi>) -> kube::Client {
             let response = http::Response::builder()
                 .status(code)
                 .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(
-                    serde_json::to_vec(&json).unwrap_or_default(),
-                )))
+                .body(Full::new(Bytes::from(serde_json::to_vec(&json).unwrap_or_default())))
                 .map_err(|e| -> BoxError { Box::new(e) })?;
             Ok::<_, BoxError>(response)
         }
@@ -107,10 +100,7 @@ static IMAGES: OnceCell<()> = OnceCell::const_new();
 async fn ensure_images(docker: &bollard::Docker) {
     IMAGES
         .get_or_init(|| async {
-            if docker::image_id(docker, "busybox:latest")
-                .await
-                .unwrap()
-                .is_none()
+            if docker::image_id(docker, "busybox:latest").await.unwrap().is_none()
                 || docker::image_id(docker, skiff_agent::images::PAUSE_IMAGE)
                     .await
                     .unwrap()
@@ -229,12 +219,7 @@ impl Harness {
         (tx, tokio::spawn(worker::run(self.ctx.clone(), uid, rx)))
     }
 
-    async fn wait_status(
-        &self,
-        name: &str,
-        secs: u64,
-        pred: impl Fn(&PodStatus) -> bool,
-    ) -> PodStatus {
+    async fn wait_status(&self, name: &str, secs: u64, pred: impl Fn(&PodStatus) -> bool) -> PodStatus {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
         loop {
             let latest = self
@@ -264,17 +249,10 @@ impl Harness {
     }
 
     async fn exec(&self, pod: &str, container: &str, cmd: &[&str]) -> (i64, String) {
-        let id = skiff_agent::server::find_container(
-            &self.ctx.docker,
-            &self.node,
-            "default",
-            pod,
-            container,
-            false,
-        )
-        .await
-        .unwrap()
-        .expect("container exists");
+        let id = skiff_agent::server::find_container(&self.ctx.docker, &self.node, "default", pod, container, false)
+            .await
+            .unwrap()
+            .expect("container exists");
         let cmd: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
         skiff_agent::probes::exec_output(&self.ctx.docker, &id, &cmd)
             .await
@@ -342,21 +320,15 @@ async fn containers_share_the_sandbox_network() {
     assert_eq!((code, out.trim()), (0, "hello-from-server"));
     let reasons: Vec<String> = h.event_reasons().into_iter().map(|(r, _)| r).collect();
     for r in ["Pulled", "Created", "Started"] {
-        assert!(
-            reasons.iter().any(|x| x == r),
-            "missing {r} event in {reasons:?}"
-        );
+        assert!(reasons.iter().any(|x| x == r), "missing {r} event in {reasons:?}");
     }
     let cs = status.container_statuses.unwrap();
-    assert!(cs.iter().all(|c| {
-        c.container_id
-            .as_deref()
-            .is_some_and(|id| id.starts_with("docker://"))
-    }));
+    assert!(
+        cs.iter()
+            .all(|c| { c.container_id.as_deref().is_some_and(|id| id.starts_with("docker://")) })
+    );
     h.finish(tx, task).await;
-    let left = docker::list_node_containers(&h.ctx.docker, &h.node)
-        .await
-        .unwrap();
+    let left = docker::list_node_containers(&h.ctx.docker, &h.node).await.unwrap();
     assert!(left.is_empty(), "containers removed after teardown");
 }
 
@@ -379,19 +351,10 @@ async fn shared_pid_namespace_and_host_aliases() {
     let status = h.wait_status("shared", 60, running).await;
     let (_, ps) = h.exec("shared", "a", &["ps"]).await;
     assert!(ps.contains("sleep 3602"), "a sees b's process: {ps}");
-    assert!(
-        ps.contains("/pause"),
-        "the sandbox's pause is visible: {ps}"
-    );
+    assert!(ps.contains("/pause"), "the sandbox's pause is visible: {ps}");
     let (_, hosts) = h.exec("shared", "b", &["cat", "/etc/hosts"]).await;
-    assert!(
-        hosts.starts_with("# Kubernetes-managed hosts file."),
-        "{hosts}"
-    );
-    assert!(
-        hosts.contains("10.1.2.3\tfoo.remote\tbar.remote"),
-        "{hosts}"
-    );
+    assert!(hosts.starts_with("# Kubernetes-managed hosts file."), "{hosts}");
+    assert!(hosts.contains("10.1.2.3\tfoo.remote\tbar.remote"), "{hosts}");
     let ip = status.pod_ip.unwrap();
     assert!(hosts.contains(&format!("{ip}\tshared")), "{hosts}");
     h.finish(tx, task).await;
@@ -456,19 +419,14 @@ async fn restart_policies() {
             .unwrap()
             .starts_with("back-off 10s restarting failed container=c pod=crash_default(")
     );
-    assert_eq!(
-        c.last_state
-            .as_ref()
-            .unwrap()
-            .terminated
-            .as_ref()
-            .unwrap()
-            .exit_code,
-        1
-    );
+    assert_eq!(c.last_state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code, 1);
     assert_eq!(s.phase.as_deref(), Some("Running"));
-    assert!(h.event_reasons().iter().any(|(r, m)| r == "BackOff"
-        && m.starts_with("Back-off restarting failed container c in pod crash_default(")));
+    assert!(
+        h.event_reasons()
+            .iter()
+            .any(|(r, m)| r == "BackOff"
+                && m.starts_with("Back-off restarting failed container c in pod crash_default("))
+    );
     h.finish(t1, w1).await;
     h.finish(t2, w2).await;
     h.finish(t3, w3).await;
@@ -490,10 +448,7 @@ async fn failing_liveness_probe_restarts_the_container() {
     let (tx, task) = h.spawn(&pod);
     let s = h
         .wait_status("sick", 60, |s| {
-            s.container_statuses
-                .iter()
-                .flatten()
-                .any(|c| c.restart_count >= 1)
+            s.container_statuses.iter().flatten().any(|c| c.restart_count >= 1)
         })
         .await;
     assert_eq!(s.container_statuses.unwrap()[0].restart_count, 1);
@@ -507,8 +462,7 @@ async fn failing_liveness_probe_restarts_the_container() {
     assert!(
         events
             .iter()
-            .any(|(r, m)| r == "Killing"
-                && m == "Container c failed liveness probe, will be restarted"),
+            .any(|(r, m)| r == "Killing" && m == "Container c failed liveness probe, will be restarted"),
         "{events:?}"
     );
     h.finish(tx, task).await;
@@ -580,14 +534,10 @@ async fn secret_config_map_and_projected_volumes() {
     }
     let (_, mounts) = h.exec("vols", "c", &["cat", "/proc/mounts"]).await;
     assert!(
-        mounts
-            .lines()
-            .any(|l| l.contains(" /mem ") && l.starts_with("tmpfs")),
+        mounts.lines().any(|l| l.contains(" /mem ") && l.starts_with("tmpfs")),
         "{mounts}"
     );
-    let (code, _) = h
-        .exec("vols", "c", &["sh", "-c", "echo x > /scratch/f"])
-        .await;
+    let (code, _) = h.exec("vols", "c", &["sh", "-c", "echo x > /scratch/f"]).await;
     assert_eq!(code, 0);
     let uid = pod.metadata.uid.clone().unwrap();
     let sub = h
@@ -598,10 +548,7 @@ async fn secret_config_map_and_projected_volumes() {
         .join("volumes/kubernetes.io~empty-dir/scratch/sub/f");
     assert_eq!(std::fs::read_to_string(sub).unwrap(), "x\n");
     h.finish(tx, task).await;
-    assert!(
-        !h.ctx.data_dir.join("pods").join(&uid).exists(),
-        "pod dir removed"
-    );
+    assert!(!h.ctx.data_dir.join("pods").join(&uid).exists(), "pod dir removed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -622,12 +569,7 @@ async fn missing_config_reports_create_container_config_error() {
             s.container_statuses
                 .iter()
                 .flatten()
-                .filter(|c| {
-                    c.state
-                        .as_ref()
-                        .and_then(|st| st.waiting.as_ref())
-                        .is_some()
-                })
+                .filter(|c| c.state.as_ref().and_then(|st| st.waiting.as_ref()).is_some())
                 .count()
                 == 2
                 && s.container_statuses.iter().flatten().all(|c| {
@@ -641,14 +583,8 @@ async fn missing_config_reports_create_container_config_error() {
         .await;
     let cs = s.container_statuses.unwrap();
     let waiting = |i: usize| cs[i].state.clone().unwrap().waiting.unwrap();
-    assert_eq!(
-        waiting(0).reason.as_deref(),
-        Some("CreateContainerConfigError")
-    );
-    assert_eq!(
-        waiting(0).message.as_deref(),
-        Some("secret \"nope\" not found")
-    );
+    assert_eq!(waiting(0).reason.as_deref(), Some("CreateContainerConfigError"));
+    assert_eq!(waiting(0).message.as_deref(), Some("secret \"nope\" not found"));
     assert_eq!(waiting(1).reason.as_deref(), Some("ErrImageNeverPull"));
     assert_eq!(s.phase.as_deref(), Some("Pending"));
     h.finish(tx, task).await;
@@ -667,31 +603,20 @@ async fn a_restarted_agent_adopts_running_containers() {
     let uid = pod.metadata.uid.clone().unwrap();
     let (tx, task) = h.spawn(&pod);
     h.wait_status("keep", 60, running).await;
-    let before = docker::pod_runtime(&h.ctx.docker, &h.node, &uid)
-        .await
-        .unwrap();
+    let before = docker::pod_runtime(&h.ctx.docker, &h.node, &uid).await.unwrap();
     // The agent dies: its worker stops without touching containers.
     task.abort();
     let _ = task.await;
     drop(tx);
-    let still = docker::pod_runtime(&h.ctx.docker, &h.node, &uid)
-        .await
-        .unwrap();
-    assert!(
-        still
-            .containers
-            .iter()
-            .all(|c| c.state == RunState::Running)
-    );
+    let still = docker::pod_runtime(&h.ctx.docker, &h.node, &uid).await.unwrap();
+    assert!(still.containers.iter().all(|c| c.state == RunState::Running));
     assert!(still.running_sandbox().is_some());
     // A new agent adopts them: same containers, no restarts.
     h.api.statuses.lock().clear();
     let (tx, task) = h.spawn(&pod);
     let s = h.wait_status("keep", 30, running).await;
     assert_eq!(s.container_statuses.unwrap()[0].restart_count, 0);
-    let after = docker::pod_runtime(&h.ctx.docker, &h.node, &uid)
-        .await
-        .unwrap();
+    let after = docker::pod_runtime(&h.ctx.docker, &h.node, &uid).await.unwrap();
     let ids = |rt: &docker::PodRuntime| {
         let mut v: Vec<String> = rt
             .containers
@@ -763,9 +688,7 @@ fn pki() -> Pki {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "test-ca");
+    ca_params.distinguished_name.push(DnType::CommonName, "test-ca");
     let ca_cert = ca_params.self_signed(&ca_key).unwrap();
     let issuer = Issuer::new(ca_params, ca_key);
     let client_key = KeyPair::generate().unwrap();
@@ -805,18 +728,12 @@ async fn agent_client(addr: std::net::SocketAddr, cert: Option<(&str, &str)>) ->
 /// Reads frames until the server closes: (stdout, stderr, status).
 async fn collect_frames(
     mut ws: impl futures::Stream<
-        Item = Result<
-            tokio_tungstenite::tungstenite::Message,
-            tokio_tungstenite::tungstenite::Error,
-        >,
+        Item = Result<tokio_tungstenite::tungstenite::Message, tokio_tungstenite::tungstenite::Error>,
     > + Unpin,
 ) -> (String, String, String) {
     use futures::StreamExt;
     let (mut out, mut err, mut status) = (Vec::new(), Vec::new(), Vec::new());
-    while let Some(Ok(msg)) = tokio::time::timeout(Duration::from_secs(20), ws.next())
-        .await
-        .unwrap()
-    {
+    while let Some(Ok(msg)) = tokio::time::timeout(Duration::from_secs(20), ws.next()).await.unwrap() {
         if let tokio_tungstenite::tungstenite::Message::Binary(data) = msg
             && let Some((&channel, payload)) = data.split_first()
         {
@@ -842,7 +759,9 @@ async fn https_endpoint_serves_logs_and_exec_to_ca_signed_clients() {
         serde_json::json!({
             "terminationGracePeriodSeconds": 1,
             "containers": [{"name": "c", "image": "busybox:latest",
-                "command": ["sh", "-c", "echo line-one; echo line-two; exec sleep 3600"]}]
+                "command": ["sh", "-c", "echo line-one; echo line-two; exec sleep 3600"]},
+                {"name": "web", "image": "busybox:latest",
+                "command": ["sh", "-c", "mkdir -p /www && echo pf-ok > /www/index.html && exec httpd -f -p 8080 -h /www"]}]
         }),
     );
     let (tx, task) = h.spawn(&pod);
@@ -911,14 +830,10 @@ async fn https_endpoint_serves_logs_and_exec_to_ca_signed_clients() {
         .unwrap();
     let (mut sink, stream) = conn.into_stream().split();
     use tokio_tungstenite::tungstenite::Message;
-    sink.send(Message::Binary(
-        [&[0u8][..], b"hello stdin"].concat().into(),
-    ))
-    .await
-    .unwrap();
-    sink.send(Message::Binary(vec![255u8, 0].into()))
+    sink.send(Message::Binary([&[0u8][..], b"hello stdin"].concat().into()))
         .await
         .unwrap();
+    sink.send(Message::Binary(vec![255u8, 0].into())).await.unwrap();
     let (out, _, status) = collect_frames(stream).await;
     assert_eq!(out, "hello stdin");
     assert_eq!(
@@ -926,15 +841,56 @@ async fn https_endpoint_serves_logs_and_exec_to_ca_signed_clients() {
         "Success"
     );
 
+    // Port forwarding: initial port frames on the data and error channels, then bytes both ways.
+    let conn = client
+        .connect(
+            http::Request::get("/portForward/default/talk?ports=8080")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let (mut sink, mut stream) = conn.into_stream().split();
+    for expected in [0u8, 1] {
+        let Some(Ok(Message::Binary(frame))) = stream.next().await else {
+            panic!("port frame")
+        };
+        assert_eq!(
+            frame.as_ref(),
+            [expected, 0x90, 0x1f],
+            "port 8080 little-endian on channel {expected}"
+        );
+    }
+    let request = b"GET /index.html HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    sink.send(Message::Binary([&[0u8][..], request].concat().into()))
+        .await
+        .unwrap();
+    let mut received = Vec::new();
+    while !String::from_utf8_lossy(&received).contains("pf-ok") {
+        match tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .unwrap()
+        {
+            Some(Ok(Message::Binary(frame))) if frame.first() == Some(&0) => received.extend_from_slice(&frame[1..]),
+            Some(Ok(_)) => {}
+            other => panic!(
+                "port-forward stream ended early: {other:?}; got {}",
+                String::from_utf8_lossy(&received)
+            ),
+        }
+    }
+    assert!(
+        String::from_utf8_lossy(&received).starts_with("HTTP/1.")
+            && String::from_utf8_lossy(&received).contains(" 200 OK")
+    );
+    drop(sink);
+
     // Without a client certificate the TLS handshake is refused.
     let anonymous = agent_client(addr, None).await;
     let denied = anonymous
         .request_text(http::Request::get("/healthz").body(Vec::new()).unwrap())
         .await;
-    assert!(
-        denied.is_err(),
-        "a client without a certificate is rejected"
-    );
+    assert!(denied.is_err(), "a client without a certificate is rejected");
 
     h.finish(tx, task).await;
 }

@@ -23,6 +23,10 @@ use crate::queue::{QueuedPod, SchedulingQueue};
 use crate::types::PodInfo;
 use crate::writer::{Writer, now_rfc3339};
 
+/// Condition reason and message for pods with scheduling gates.
+pub const REASON_SCHEDULING_GATED: &str = "SchedulingGated";
+pub const MSG_SCHEDULING_GATED: &str = "Scheduling is blocked due to non-empty scheduling gates";
+
 /// Upstream's message when the cluster has no nodes.
 pub const ERR_NO_NODES_AVAILABLE: &str = "no nodes available to schedule pods";
 
@@ -427,6 +431,24 @@ impl Scheduler {
         }
         if self.cache.is_assumed(&info.uid) {
             // Its binding is in flight.
+            return;
+        }
+        let gated = info
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| !g.is_empty());
+        if gated {
+            // As upstream's SchedulingGates PreEnqueue plugin: wait, and say why.
+            self.queue.delete(&info.uid);
+            self.writer.unschedulable(
+                info,
+                REASON_SCHEDULING_GATED,
+                MSG_SCHEDULING_GATED.to_string(),
+                None,
+                None,
+            );
             return;
         }
         let nominated = info.nominated_node().map(str::to_string);

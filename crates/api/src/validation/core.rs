@@ -368,7 +368,7 @@ pub(crate) fn validate_priority_class(obj: &Value, old: Option<&Value>, errs: &m
         errs.push(not_supported(
             &Path::new("preemptionPolicy"),
             pp,
-            &["Never", "PreemptLowerPriority"],
+            &["PreemptLowerPriority", "Never"],
         ));
     }
     if let Some(old) = old {

@@ -342,6 +342,32 @@ mod tests {
         assert!(!selector_matches(None, Some(&labels)));
     }
 
+    /// Random strings (including multi-byte characters) through every string parser.
+    #[test]
+    fn random_strings_never_panic() {
+        let alphabet: Vec<char> = "09.-+/*,@ eEkKmMGiuµ\u{a0}Ω%:TZ=@every1hs".chars().collect();
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..5000 {
+            let len = (next() % 16) as usize;
+            let s: String = (0..len)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
+            let _ = crate::quantity::Quantity::parse(&s);
+            let _ = validate_cron_schedule(&s);
+            let _ = is_qualified_name(&s);
+            let _ = is_dns1123_subdomain(&s);
+            let _ = is_valid_label_value(&s);
+            let _ = meta::name_is_dns_label(&s, true);
+            let _ = pod::port_name_errors(&s);
+        }
+    }
+
     #[test]
     fn arbitrary_shapes_never_panic() {
         let shapes = [

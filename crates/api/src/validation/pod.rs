@@ -86,18 +86,18 @@ pub(crate) fn validate_pod_spec(spec: Option<&Value>, p: &Path, errs: &mut Vec<F
         }
     }
     validate_labels(field(spec, "nodeSelector"), &p.child("nodeSelector"), errs);
+    if let Some(aff) = field(spec, "affinity") {
+        validate_affinity(aff, &p.child("affinity"), errs);
+    }
+    validate_topology_spread(
+        arr_at(spec, "topologySpreadConstraints"),
+        &p.child("topologySpreadConstraints"),
+        errs,
+    );
     for key in ["serviceAccountName", "nodeName"] {
         let v = str_at(spec, key);
         if !v.is_empty() {
             for m in is_dns1123_subdomain(v) {
-                errs.push(invalid_str(&p.child(key), v, &m));
-            }
-        }
-    }
-    for key in ["hostname", "subdomain"] {
-        let v = str_at(spec, key);
-        if !v.is_empty() {
-            for m in is_dns1123_label(v) {
                 errs.push(invalid_str(&p.child(key), v, &m));
             }
         }
@@ -112,9 +112,20 @@ pub(crate) fn validate_pod_spec(spec: Option<&Value>, p: &Path, errs: &mut Vec<F
             ));
         }
     }
+    for key in ["hostname", "subdomain"] {
+        let v = str_at(spec, key);
+        if !v.is_empty() {
+            for m in is_dns1123_label(v) {
+                errs.push(invalid_str(&p.child(key), v, &m));
+            }
+        }
+    }
     validate_tolerations(arr_at(spec, "tolerations"), &p.child("tolerations"), errs);
-    if let Some(aff) = field(spec, "affinity") {
-        validate_affinity(aff, &p.child("affinity"), errs);
+    let pcn = str_at(spec, "priorityClassName");
+    if !pcn.is_empty() {
+        for m in is_dns1123_subdomain(pcn) {
+            errs.push(invalid_str(&p.child("priorityClassName"), pcn, &m));
+        }
     }
     if let Some(v) = field(spec, "preemptionPolicy") {
         let s = v.as_str().unwrap_or("");
@@ -122,9 +133,64 @@ pub(crate) fn validate_pod_spec(spec: Option<&Value>, p: &Path, errs: &mut Vec<F
             errs.push(not_supported(
                 &p.child("preemptionPolicy"),
                 v,
-                &["Never", "PreemptLowerPriority"],
+                &["PreemptLowerPriority", "Never"],
             ));
         }
+    }
+}
+
+/// upstream's `validateTopologySpreadConstraints`.
+fn validate_topology_spread(list: &[Value], p: &Path, errs: &mut Vec<FieldError>) {
+    for (i, c) in list.iter().enumerate() {
+        let cp = p.index(i);
+        let skew = field(Some(c), "maxSkew").cloned().unwrap_or(Value::from(0));
+        if !skew.as_i64().is_some_and(|n| n > 0) {
+            errs.push(invalid(&cp.child("maxSkew"), &skew, "must be greater than zero"));
+        }
+        let key = str_at(Some(c), "topologyKey");
+        if key.is_empty() {
+            errs.push(required(&cp.child("topologyKey"), "can not be empty"));
+        }
+        let action_v = field(Some(c), "whenUnsatisfiable")
+            .cloned()
+            .unwrap_or(Value::String(String::new()));
+        let action = action_v.as_str().unwrap_or("?");
+        if action != "DoNotSchedule" && action != "ScheduleAnyway" {
+            errs.push(not_supported(
+                &cp.child("whenUnsatisfiable"),
+                &action_v,
+                &["DoNotSchedule", "ScheduleAnyway"],
+            ));
+        }
+        let repeated = list[i + 1..]
+            .iter()
+            .any(|o| str_at(Some(o), "topologyKey") == key && str_at(Some(o), "whenUnsatisfiable") == action);
+        if repeated {
+            errs.push(duplicate(
+                &cp.child("{topologyKey, whenUnsatisfiable}"),
+                &Value::String(format!("{{{key}, {action}}}")),
+            ));
+        }
+        if let Some(md) = field(Some(c), "minDomains") {
+            if !md.as_i64().is_some_and(|n| n > 0) {
+                errs.push(invalid(&cp.child("minDomains"), md, "must be greater than zero"));
+            }
+            if action != "DoNotSchedule" {
+                errs.push(invalid(
+                    &cp.child("minDomains"),
+                    md,
+                    &format!("can only use minDomains if whenUnsatisfiable=DoNotSchedule, not {action}"),
+                ));
+            }
+        }
+        for key in ["nodeAffinityPolicy", "nodeTaintsPolicy"] {
+            if let Some(v) = field(Some(c), key)
+                && !matches!(v.as_str(), Some("Honor" | "Ignore"))
+            {
+                errs.push(not_supported(&cp.child(key), v, &["Honor", "Ignore"]));
+            }
+        }
+        super::meta::validate_label_selector(field(Some(c), "labelSelector"), &cp.child("labelSelector"), errs);
     }
 }
 
@@ -1213,6 +1279,26 @@ mod tests {
             vec![
                 "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms: Required value: must have at least one node selector term",
                 "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey: Required value: can not be empty",
+            ]
+        );
+    }
+
+    #[test]
+    fn topology_spread_constraints() {
+        let e = pod_errors(
+            json!({"containers": [{"name": "a", "image": "x"}], "topologySpreadConstraints": [
+                {"maxSkew": 0, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"},
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule", "minDomains": 2},
+                {"maxSkew": 1, "whenUnsatisfiable": "Maybe"}
+            ]}),
+        );
+        assert_eq!(
+            e,
+            vec![
+                "spec.topologySpreadConstraints[0].maxSkew: Invalid value: 0: must be greater than zero",
+                "spec.topologySpreadConstraints[0].{topologyKey, whenUnsatisfiable}: Duplicate value: \"{zone, DoNotSchedule}\"",
+                "spec.topologySpreadConstraints[2].topologyKey: Required value: can not be empty",
+                "spec.topologySpreadConstraints[2].whenUnsatisfiable: Unsupported value: \"Maybe\": supported values: \"DoNotSchedule\", \"ScheduleAnyway\"",
             ]
         );
     }

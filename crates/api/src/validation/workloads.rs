@@ -783,12 +783,13 @@ fn go_duration_ok(s: &str) -> bool {
             return false;
         }
         rest = &rest[num_len..];
-        let unit_len = rest
-            .bytes()
-            .take_while(|b| b.is_ascii_alphabetic() || *b == 0xc2 || *b == 0xb5)
-            .count();
+        let unit_len: usize = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphabetic() || *c == 'µ' || *c == 'μ')
+            .map(char::len_utf8)
+            .sum();
         let unit = &rest[..unit_len];
-        if !matches!(unit, "ns" | "us" | "µs" | "ms" | "s" | "m" | "h") {
+        if !matches!(unit, "ns" | "us" | "µs" | "μs" | "ms" | "s" | "m" | "h") {
             return false;
         }
         rest = &rest[unit_len..];
@@ -1019,6 +1020,8 @@ mod tests {
         assert_eq!(validate_cron_schedule("0 9-17 * JAN-mar mon,FRI"), Ok(()));
         assert_eq!(validate_cron_schedule("@hourly"), Ok(()));
         assert_eq!(validate_cron_schedule("@every 1h30m"), Ok(()));
+        assert!(validate_cron_schedule("@every 5\u{00a0}s").is_err());
+        assert!(validate_cron_schedule("@every 5µs").is_ok());
         assert_eq!(validate_cron_schedule("5/15 0 1 1 0"), Ok(()));
         assert_eq!(
             validate_cron_schedule("* * * *"),

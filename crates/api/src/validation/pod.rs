@@ -144,7 +144,7 @@ fn validate_topology_spread(list: &[Value], p: &Path, errs: &mut Vec<FieldError>
     for (i, c) in list.iter().enumerate() {
         let cp = p.index(i);
         let skew = field(Some(c), "maxSkew").cloned().unwrap_or(Value::from(0));
-        if !skew.as_i64().is_some_and(|n| n > 0) {
+        if skew.as_i64().is_none_or(|n| n <= 0) {
             errs.push(invalid(&cp.child("maxSkew"), &skew, "must be greater than zero"));
         }
         let key = str_at(Some(c), "topologyKey");
@@ -172,7 +172,7 @@ fn validate_topology_spread(list: &[Value], p: &Path, errs: &mut Vec<FieldError>
             ));
         }
         if let Some(md) = field(Some(c), "minDomains") {
-            if !md.as_i64().is_some_and(|n| n > 0) {
+            if md.as_i64().is_none_or(|n| n <= 0) {
                 errs.push(invalid(&cp.child("minDomains"), md, "must be greater than zero"));
             }
             if action != "DoNotSchedule" {

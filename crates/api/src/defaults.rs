@@ -519,7 +519,15 @@ fn default_namespace(obj: &mut Value) {
     {
         labels.insert("kubernetes.io/metadata.name".into(), Value::String(name));
     }
-    if let Some(spec) = child(root, "spec") {
+    // Upstream adds the finalizer when the namespace is created; a namespace being deleted
+    // whose finalizer was removed must not get it back.
+    let deleting = root
+        .get("metadata")
+        .and_then(|m| m.get("deletionTimestamp"))
+        .is_some_and(|t| !t.is_null());
+    if let Some(spec) = child(root, "spec")
+        && !deleting
+    {
         default_val(spec, "finalizers", json!(["kubernetes"]));
     }
     if let Some(status) = child(root, "status") {
@@ -1106,6 +1114,13 @@ mod tests {
         assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
         assert_eq!(ns["status"]["phase"], "Active");
         assert_eq!(ns["metadata"]["labels"]["kubernetes.io/metadata.name"], "dev");
+        let finalized = defaulted(
+            "",
+            "Namespace",
+            json!({"metadata": {"name": "dev", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {}, "status": {"phase": "Terminating"}}),
+        );
+        assert!(finalized["spec"].get("finalizers").is_none());
+        assert_eq!(finalized["status"]["phase"], "Terminating");
 
         let node = defaulted("", "Node", json!({"status": {"capacity": {"cpu": "4"}}}));
         assert_eq!(node["status"]["allocatable"], json!({"cpu": "4"}));

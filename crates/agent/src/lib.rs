@@ -10,9 +10,11 @@
 //! - `volumes`, `env`, `probes`, `status`, `events`: what the worker is made of.
 //! - `server`: the agent's HTTPS endpoint (containerLogs, exec, attach).
 //! - `images`: local busybox and pause images.
+//! - `bench`: `skiff bench startup` (pod startup latency).
 //!
 //! Invariant: the agent never stops containers because it exits; containers are found again by label.
 
+pub mod bench;
 pub mod docker;
 pub mod env;
 pub mod events;
@@ -33,6 +35,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
+pub use bench::{StartupBench, StartupReport, bench_startup};
 pub use images::build_local_images;
 
 /// How a node agent runs.
@@ -70,14 +73,7 @@ impl AgentConfig {
     pub fn for_this_host(data_dir: impl Into<PathBuf>) -> Self {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let host = host.trim().to_lowercase();
-        Self::new(
-            if host.is_empty() {
-                "localhost".to_string()
-            } else {
-                host
-            },
-            data_dir,
-        )
+        Self::new(if host.is_empty() { "localhost".to_string() } else { host }, data_dir)
     }
 
     /// The cluster CA, from `cluster_ca_pem` or the kubeconfig.
@@ -132,10 +128,7 @@ pub async fn docker_available() -> bool {
 /// Runs the agent until its pod watch ends or an error stops it. Containers keep running when it stops.
 pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
     let docker = docker::connect().await?;
-    if docker::image_id(&docker, images::PAUSE_IMAGE)
-        .await?
-        .is_none()
-    {
+    if docker::image_id(&docker, images::PAUSE_IMAGE).await?.is_none() {
         images::build_pause_image(&docker)
             .await
             .context("building the pause image")?;

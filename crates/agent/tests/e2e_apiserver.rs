@@ -16,10 +16,7 @@ impl Drop for Guard {
     fn drop(&mut self) {
         let filter = format!("label={}={}", docker::LABEL_NODE, self.0);
         for (list, rm) in [
-            (
-                vec!["ps", "-aq", "--filter", &filter],
-                vec!["rm", "-f", "-v"],
-            ),
+            (vec!["ps", "-aq", "--filter", &filter], vec!["rm", "-f", "-v"]),
             (
                 vec!["volume", "ls", "-q", "--filter", &filter],
                 vec!["volume", "rm", "-f"],
@@ -31,10 +28,7 @@ impl Drop for Guard {
                     .map(str::to_string)
                     .collect();
                 if !ids.is_empty() {
-                    let _ = std::process::Command::new("docker")
-                        .args(&rm)
-                        .args(&ids)
-                        .output();
+                    let _ = std::process::Command::new("docker").args(&rm).args(&ids).output();
                 }
             }
         }
@@ -51,10 +45,7 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -78,11 +69,7 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
     let client = skiff_apiserver::client(running.state.clone());
 
     let d = docker::connect().await.unwrap();
-    if docker::image_id(&d, "busybox:latest")
-        .await
-        .unwrap()
-        .is_none()
-    {
+    if docker::image_id(&d, "busybox:latest").await.unwrap().is_none() {
         skiff_agent::build_local_images(&d).await.unwrap();
     }
 
@@ -110,15 +97,7 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
     assert_eq!(labels["kubernetes.io/os"], "linux");
     let status = n.status.unwrap();
     assert_eq!(status.capacity.as_ref().unwrap()["pods"].0, "110");
-    assert!(
-        status
-            .daemon_endpoints
-            .unwrap()
-            .kubelet_endpoint
-            .unwrap()
-            .port
-            > 0
-    );
+    assert!(status.daemon_endpoints.unwrap().kubelet_endpoint.unwrap().port > 0);
     assert!(
         status
             .node_info
@@ -134,14 +113,8 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
             .any(|a| a.type_ == "InternalIP" && a.address == "127.0.0.1")
     );
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-    let lease = eventually(30, "node lease", || async {
-        leases.get_opt(&node).await.ok()?
-    })
-    .await;
-    assert_eq!(
-        lease.spec.unwrap().holder_identity.as_deref(),
-        Some(node.as_str())
-    );
+    let lease = eventually(30, "node lease", || async { leases.get_opt(&node).await.ok()? }).await;
+    assert_eq!(lease.spec.unwrap().holder_identity.as_deref(), Some(node.as_str()));
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pod: Pod = serde_json::from_value(serde_json::json!({
@@ -207,6 +180,26 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
             .containers
             .is_empty()
             .then_some(())
+    })
+    .await;
+
+    // Pod startup latency through the whole path (API, watch, agent, Docker).
+    let report = skiff_agent::bench_startup(
+        client.clone(),
+        skiff_agent::StartupBench {
+            pods: 5,
+            node_name: Some(node.clone()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    eprintln!("startup: {report:?}");
+    assert_eq!(report.pods, 5);
+    assert!(report.p50_ms <= report.p99_ms && report.p99_ms <= report.max_ms);
+    eventually(60, "benchmark pods gone", || async {
+        let left = docker::list_node_containers(&d, &node).await.ok()?;
+        left.is_empty().then_some(())
     })
     .await;
     agent.abort();

@@ -1,0 +1,164 @@
+//! `skiff bench startup`: pod startup latency, from the create call to the pod's Ready condition as seen
+//! through a watch (upstream's pod startup SLO, image already present).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct StartupBench {
+    pub pods: usize,
+    pub namespace: String,
+    /// Bind the pods straight to this node (skipping the scheduler); `None` lets the scheduler place them.
+    pub node_name: Option<String>,
+    pub image: String,
+    /// Give up after this long.
+    pub timeout: Duration,
+}
+
+impl Default for StartupBench {
+    fn default() -> Self {
+        Self {
+            pods: 30,
+            namespace: "default".into(),
+            node_name: None,
+            image: crate::images::BUSYBOX_IMAGE.into(),
+            timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Latencies in milliseconds.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StartupReport {
+    pub pods: usize,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    /// From the first create to the last pod Ready.
+    pub total_ms: f64,
+}
+
+/// The value at a percentile of sorted samples (nearest rank).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Creates the pods, waits until each is Ready, reports the latencies and deletes the pods.
+pub async fn bench_startup(client: kube::Client, opts: StartupBench) -> anyhow::Result<StartupReport> {
+    let api: Api<Pod> = Api::namespaced(client, &opts.namespace);
+    let run = format!("{:x}", jiff::Timestamp::now().as_millisecond());
+    let selector = format!("skiff-bench=startup-{run}");
+    let mut stream = watcher(api.clone(), watcher::Config::default().labels(&selector))
+        .applied_objects()
+        .boxed();
+    // The watch must be established before the first create.
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    let watch_task = tokio::spawn(async move {
+        while let Some(item) = stream.next().await {
+            if let Ok(pod) = item
+                && is_ready(&pod)
+                && ready_tx
+                    .send((pod.metadata.name.clone().unwrap_or_default(), Instant::now()))
+                    .is_err()
+            {
+                break;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let started = Instant::now();
+    let mut created: HashMap<String, Instant> = HashMap::new();
+    let result = async {
+        for i in 0..opts.pods {
+            let name = format!("startup-{run}-{i}");
+            let pod: Pod = serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "labels": {"skiff-bench": format!("startup-{run}")}},
+                "spec": {
+                    "nodeName": opts.node_name,
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{
+                        "name": "c", "image": opts.image, "imagePullPolicy": "IfNotPresent",
+                        "command": ["sleep", "3600"]
+                    }]
+                }
+            }))?;
+            let at = Instant::now();
+            api.create(&PostParams::default(), &pod)
+                .await
+                .with_context(|| format!("creating pod {name}"))?;
+            created.insert(name, at);
+        }
+        let mut latencies = Vec::with_capacity(opts.pods);
+        let mut done: HashMap<String, ()> = HashMap::new();
+        let deadline = tokio::time::Instant::now() + opts.timeout;
+        while done.len() < opts.pods {
+            let next = tokio::time::timeout_at(deadline, ready_rx.recv())
+                .await
+                .map_err(|_| anyhow::anyhow!("{} of {} pods Ready before the timeout", done.len(), opts.pods))?;
+            let Some((name, at)) = next else {
+                anyhow::bail!("the pod watch ended")
+            };
+            if let Some(created_at) = created.get(&name)
+                && done.insert(name, ()).is_none()
+            {
+                latencies.push(at.duration_since(*created_at).as_secs_f64() * 1000.0);
+            }
+        }
+        let total_ms = started.elapsed().as_secs_f64() * 1000.0;
+        latencies.sort_by(f64::total_cmp);
+        Ok(StartupReport {
+            pods: opts.pods,
+            p50_ms: percentile(&latencies, 50.0),
+            p90_ms: percentile(&latencies, 90.0),
+            p99_ms: percentile(&latencies, 99.0),
+            max_ms: latencies.last().copied().unwrap_or(0.0),
+            total_ms,
+        })
+    }
+    .await;
+    watch_task.abort();
+    for name in created.keys() {
+        if let Err(e) = api.delete(name, &DeleteParams::default().grace_period(0)).await {
+            tracing::warn!(pod = %name, error = %e, "deleting a benchmark pod");
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&v, 100.0), 100.0);
+        assert_eq!(percentile(&[7.0], 99.0), 7.0);
+        assert_eq!(percentile(&[], 50.0), 0.0);
+    }
+}

@@ -60,26 +60,17 @@ impl Default for SimConfig {
 }
 
 fn now() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 fn now_micro() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
-        .to_string()
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()
 }
 
 /// The node's InternalIP: 172.16.0.0/12, one address per node index.
 fn node_ip(index: usize) -> String {
     let i = index + 1;
-    format!(
-        "172.{}.{}.{}",
-        16 + (i >> 16) % 16,
-        (i >> 8) & 0xff,
-        i & 0xff
-    )
+    format!("172.{}.{}.{}", 16 + (i >> 16) % 16, (i >> 8) & 0xff, i & 0xff)
 }
 
 /// The node's pod range: 10.64.0.0/10 carved into /24s.
@@ -214,31 +205,36 @@ async fn ensure_lease_namespace(client: &Client) {
     }
 }
 
-/// Creates or renews one node's Lease.
-async fn renew_lease(api: &Api<Lease>, name: &str, uid: &str) -> Result<(), kube::Error> {
-    let renew = now_micro();
-    let patch = json!({"spec": {"renewTime": renew, "holderIdentity": name}});
-    match api
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if is_not_found(&e) => {
-            let lease: Lease = serde_json::from_value(json!({
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {
-                    "name": name,
-                    "namespace": NODE_LEASE_NAMESPACE,
-                    "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}],
-                },
-                "spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_DURATION_SECONDS, "renewTime": renew},
-            }))
-            .map_err(kube::Error::SerdeError)?;
-            api.create(&PostParams::default(), &lease).await.map(|_| ())
+/// Creates (first round) or renews one node's Lease; falls back to the other call when the
+/// lease turns out to exist / to be gone.
+async fn renew_lease(api: &Api<Lease>, name: &str, uid: &str, first: bool) -> Result<(), kube::Error> {
+    if first {
+        match create_lease(api, name, uid).await {
+            Err(e) if is_conflict(&e) => {}
+            other => return other,
         }
+    }
+    let patch = json!({"spec": {"renewTime": now_micro(), "holderIdentity": name}});
+    match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => create_lease(api, name, uid).await,
         Err(e) => Err(e),
     }
+}
+
+async fn create_lease(api: &Api<Lease>, name: &str, uid: &str) -> Result<(), kube::Error> {
+    let lease: Lease = serde_json::from_value(json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": name,
+            "namespace": NODE_LEASE_NAMESPACE,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}],
+        },
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_DURATION_SECONDS, "renewTime": now_micro()},
+    }))
+    .map_err(kube::Error::SerdeError)?;
+    api.create(&PostParams::default(), &lease).await.map(|_| ())
 }
 
 /// Per-node pod IP allocation.
@@ -317,9 +313,7 @@ pub fn running_status(pod: &Pod, host_ip: &str, pod_ip: &str) -> Value {
 fn is_running_here(pod: &Pod) -> bool {
     let st = pod.status.as_ref();
     st.and_then(|s| s.phase.as_deref()) == Some("Running")
-        && st
-            .and_then(|s| s.pod_ip.as_deref())
-            .is_some_and(|ip| !ip.is_empty())
+        && st.and_then(|s| s.pod_ip.as_deref()).is_some_and(|ip| !ip.is_empty())
 }
 
 /// Registers the nodes, then keeps them alive and runs their pods until an error ends it.
@@ -343,31 +337,29 @@ pub async fn run(client: Client, cfg: SimConfig) -> anyhow::Result<()> {
         "simulated nodes registered"
     );
 
-    let index: Arc<HashMap<String, usize>> =
-        Arc::new((0..cfg.nodes).map(|i| (node_name(&cfg, i), i)).collect());
-    let named: Arc<Vec<(String, String)>> = Arc::new(
-        uids.into_iter()
-            .map(|(i, uid)| (node_name(&cfg, i), uid))
-            .collect(),
-    );
+    let index: Arc<HashMap<String, usize>> = Arc::new((0..cfg.nodes).map(|i| (node_name(&cfg, i), i)).collect());
+    let named: Arc<Vec<(String, String)>> =
+        Arc::new(uids.into_iter().map(|(i, uid)| (node_name(&cfg, i), uid)).collect());
 
     // Leases: renew every node's lease every interval, with bounded concurrency.
     let leases_api: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
     let lease_nodes = named.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(LEASE_RENEW_INTERVAL);
+        let mut first = true;
         loop {
             tick.tick().await;
             stream::iter(lease_nodes.iter())
                 .for_each_concurrent(CONCURRENCY, |(name, uid)| {
                     let api = leases_api.clone();
                     async move {
-                        if let Err(e) = renew_lease(&api, name, uid).await {
+                        if let Err(e) = renew_lease(&api, name, uid, first).await {
                             tracing::debug!(node = %name, error = %e, "renewing lease failed");
                         }
                     }
                 })
                 .await;
+            first = false;
         }
     });
 
@@ -504,10 +496,7 @@ mod tests {
         let labels = n.metadata.labels.unwrap();
         assert_eq!(labels["kubernetes.io/hostname"], "sim-node-2");
         assert_eq!(labels["zone"], "z1");
-        assert_eq!(
-            n.metadata.annotations.unwrap()[SIMULATED_ANNOTATION],
-            "true"
-        );
+        assert_eq!(n.metadata.annotations.unwrap()[SIMULATED_ANNOTATION], "true");
         let st = n.status.unwrap();
         assert_eq!(st.allocatable, st.capacity);
         assert_eq!(st.allocatable.unwrap()["memory"].0, "16Gi");
@@ -540,8 +529,7 @@ mod tests {
         }))
         .unwrap();
         let v = running_status(&pod, "172.16.0.1", "10.64.0.2");
-        let st: k8s_openapi::api::core::v1::PodStatus =
-            serde_json::from_value(v["status"].clone()).unwrap();
+        let st: k8s_openapi::api::core::v1::PodStatus = serde_json::from_value(v["status"].clone()).unwrap();
         assert_eq!(st.phase.as_deref(), Some("Running"));
         assert_eq!(st.pod_ip.as_deref(), Some("10.64.0.2"));
         let cs = st.container_statuses.unwrap();

@@ -42,6 +42,7 @@ pub fn validate(res: &Resource, obj: &Value, old: Option<&Value>) -> Vec<FieldEr
         ("apps", "StatefulSet") => workloads::validate_statefulset(obj, old, &mut errs),
         ("batch", "Job") => workloads::validate_job(obj, old, &mut errs),
         ("batch", "CronJob") => workloads::validate_cronjob(obj, &mut errs),
+        ("policy", "PodDisruptionBudget") => workloads::validate_pdb(obj, &mut errs),
         _ => {}
     }
     errs

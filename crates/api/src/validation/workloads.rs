@@ -612,6 +612,43 @@ pub(crate) fn validate_cronjob(obj: &Value, errs: &mut Vec<FieldError>) {
     }
 }
 
+/// upstream's `ValidatePodDisruptionBudgetSpec`.
+pub(crate) fn validate_pdb(obj: &Value, errs: &mut Vec<FieldError>) {
+    let spec = spec_of(obj);
+    let p = Path::new("spec");
+    let min = field(spec, "minAvailable");
+    let max = field(spec, "maxUnavailable");
+    if min.is_some() && max.is_some() {
+        errs.push(invalid_raw(
+            &p,
+            format!(
+                "policy.PodDisruptionBudgetSpec{{MinAvailable:{}, Selector:{}, MaxUnavailable:{}, UnhealthyPodEvictionPolicy:{}}}",
+                go_ptr("intstr.IntOrString", min),
+                go_ptr("v1.LabelSelector", field(spec, "selector")),
+                go_ptr("intstr.IntOrString", max),
+                go_ptr("policy.UnhealthyPodEvictionPolicyType", field(spec, "unhealthyPodEvictionPolicy")),
+            ),
+            "minAvailable and maxUnavailable cannot be both set",
+        ));
+    }
+    for (key, v) in [("minAvailable", min), ("maxUnavailable", max)] {
+        if v.is_some() {
+            validate_int_or_percent(v, &p.child(key), errs);
+            not_more_than_100_percent(v, &p.child(key), errs);
+        }
+    }
+    validate_label_selector(field(spec, "selector"), &p.child("selector"), errs);
+    if let Some(policy) = field(spec, "unhealthyPodEvictionPolicy")
+        && !matches!(policy.as_str(), Some("AlwaysAllow" | "IfHealthyBudget"))
+    {
+        errs.push(not_supported(
+            &p.child("unhealthyPodEvictionPolicy"),
+            policy,
+            &["AlwaysAllow", "IfHealthyBudget"],
+        ));
+    }
+}
+
 // ---- cron schedules -----------------------------------------------------------------------
 
 struct Bounds {
@@ -1012,6 +1049,33 @@ mod tests {
         let e = errors("batch", "Job", &sel, Some(&old));
         assert!(e.iter().any(|x| x.ends_with("`selector` not auto-generated")), "{e:?}");
         assert!(e.iter().any(|x| x.ends_with("field is immutable")), "{e:?}");
+    }
+
+    #[test]
+    fn pod_disruption_budgets() {
+        let pdb = |spec: Value| json!({"metadata": {"name": "b", "namespace": "d"}, "spec": spec});
+        assert!(
+            errors(
+                "policy",
+                "PodDisruptionBudget",
+                &pdb(json!({"minAvailable": 1, "selector": {"matchLabels": {"a": "b"}}})),
+                None
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            errors(
+                "policy",
+                "PodDisruptionBudget",
+                &pdb(json!({"minAvailable": "150%", "maxUnavailable": -1})),
+                None
+            ),
+            vec![
+                "spec: Invalid value: policy.PodDisruptionBudgetSpec{MinAvailable:(*intstr.IntOrString)(0xc000000000), Selector:(*v1.LabelSelector)(nil), MaxUnavailable:(*intstr.IntOrString)(0xc000000000), UnhealthyPodEvictionPolicy:(*policy.UnhealthyPodEvictionPolicyType)(nil)}: minAvailable and maxUnavailable cannot be both set",
+                "spec.minAvailable: Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:\"150%\"}: must not be greater than 100%",
+                "spec.maxUnavailable: Invalid value: -1: must be greater than or equal to 0",
+            ]
+        );
     }
 
     #[test]

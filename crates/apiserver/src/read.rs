@@ -146,7 +146,90 @@ impl Filter {
     }
 }
 
+/// Upstream's ValidateListOptions (and, for watches, validateWatchOptions): a 422 for
+/// ListOptions.meta.k8s.io naming every bad combination of the query parameters.
+pub fn validate_list_options(ctx: &Ctx, watch: bool) -> Result<(), StatusError> {
+    let errs = list_option_errors(&ctx.params, watch);
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(StatusError::invalid("meta.k8s.io", "ListOptions", "", &errs))
+    }
+}
+
+fn list_option_errors(params: &crate::handlers::Params, watch: bool) -> Vec<skiff_api::FieldError> {
+    use skiff_api::FieldError;
+    let get = |k: &str| params.get(k).map(String::as_str).unwrap_or("");
+    let matched = get("resourceVersionMatch");
+    let rv = get("resourceVersion");
+    let cont = get("continue");
+    let send_initial = params.contains_key("sendInitialEvents");
+    let rvm = "resourceVersionMatch";
+    let mut errs = Vec::new();
+    if watch {
+        if send_initial && matched != "NotOlderThan" {
+            errs.push(FieldError::forbidden(
+                rvm,
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if !matched.is_empty() {
+            if !send_initial {
+                errs.push(FieldError::forbidden(
+                    rvm,
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ));
+            }
+            if matched != "NotOlderThan" {
+                errs.push(FieldError::not_supported(rvm, &json!(matched), &["NotOlderThan"]));
+            }
+            if !cont.is_empty() {
+                errs.push(FieldError::forbidden(
+                    rvm,
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+        }
+    } else {
+        if !matched.is_empty() {
+            if rv.is_empty() {
+                errs.push(FieldError::forbidden(
+                    rvm,
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if !cont.is_empty() {
+                errs.push(FieldError::forbidden(
+                    rvm,
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+            if matched != "Exact" && matched != "NotOlderThan" {
+                errs.push(FieldError::not_supported(
+                    rvm,
+                    &json!(matched),
+                    &["Exact", "NotOlderThan", ""],
+                ));
+            }
+            if matched == "Exact" && rv == "0" {
+                errs.push(FieldError::forbidden(
+                    rvm,
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+        }
+        if send_initial {
+            errs.push(FieldError::forbidden(
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for list",
+            ));
+        }
+    }
+    errs
+}
+
 pub async fn list(ctx: &Ctx) -> Result<Response, StatusError> {
+    validate_list_options(ctx, false)?;
     let res = ctx.rr.resource;
     let filter = Filter::from_ctx(ctx)?;
     let limit: usize = ctx.param("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
@@ -250,5 +333,63 @@ mod tests {
             (42, "/registry/pods/default/a".to_string())
         );
         assert_eq!(decode_continue("!!").unwrap_err().code, 400);
+    }
+
+    fn params(pairs: &[(&str, &str)]) -> crate::handlers::Params {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn messages(pairs: &[(&str, &str)], watch: bool) -> Vec<String> {
+        list_option_errors(&params(pairs), watch)
+            .iter()
+            .map(|e| e.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn list_and_watch_options_as_upstream_validates_them() {
+        assert!(
+            messages(
+                &[("resourceVersion", "0"), ("resourceVersionMatch", "NotOlderThan")],
+                false
+            )
+            .is_empty()
+        );
+        assert!(
+            messages(
+                &[
+                    ("sendInitialEvents", "true"),
+                    ("resourceVersionMatch", "NotOlderThan"),
+                    ("allowWatchBookmarks", "true")
+                ],
+                true
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            messages(&[("sendInitialEvents", "true")], true),
+            [
+                "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+            ]
+        );
+        assert_eq!(
+            messages(&[("sendInitialEvents", "false")], false),
+            ["sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"]
+        );
+        assert_eq!(
+            messages(&[("resourceVersionMatch", "Exact")], true),
+            [
+                "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                "resourceVersionMatch: Unsupported value: \"Exact\": supported values: \"NotOlderThan\""
+            ]
+        );
+        assert_eq!(
+            messages(&[("resourceVersionMatch", "Exact"), ("resourceVersion", "0")], false),
+            ["resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""]
+        );
+        assert_eq!(
+            messages(&[("resourceVersionMatch", "Exact")], false),
+            ["resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"]
+        );
     }
 }

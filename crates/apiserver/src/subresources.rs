@@ -193,7 +193,7 @@ pub async fn create_binding(ctx: &Ctx, bytes: Bytes, pod_name: Option<String>) -
         if objects::deletion_timestamp(&pod).is_some() {
             return Err(StatusError::conflict(
                 "",
-                "pods",
+                "pods/binding",
                 &name,
                 &format!("pod {name} is being deleted, cannot be assigned to a host"),
             ));
@@ -205,7 +205,7 @@ pub async fn create_binding(ctx: &Ctx, bytes: Bytes, pod_name: Option<String>) -
         {
             return Err(StatusError::conflict(
                 "",
-                "pods",
+                "pods/binding",
                 &name,
                 &format!("pod {name} is already assigned to node \"{n}\""),
             ));
@@ -261,24 +261,131 @@ pub fn set_condition(obj: &mut Value, kind: &str, status: &str, reason: Option<&
     }
 }
 
-/// POST pods/NAME/eviction: delete the pod unless a PodDisruptionBudget forbids it (429).
+/// The 429 an eviction gets while a budget forbids it.
+fn budget_violation(cause: String) -> StatusError {
+    let mut e = StatusError::too_many_requests("Cannot evict pod as it would violate the pod's disruption budget.");
+    e.causes = vec![skiff_api::status::Cause {
+        reason: "DisruptionBudget".into(),
+        message: cause,
+        field: String::new(),
+    }];
+    e.retry_after_seconds = Some(10);
+    e
+}
+
+/// Upstream's canIgnorePDB: terminal, pending and terminating pods are not protected.
+fn can_ignore_budget(pod: &Value) -> bool {
+    matches!(
+        pod.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed" | "Pending")
+    ) || objects::deletion_timestamp(pod).is_some()
+}
+
+/// Upstream's checkAndDecrement: the budget's status with one disruption used up by `pod`,
+/// or the error that refuses the eviction.
+fn decrement_budget(pdb: &Value, pod: &str) -> Result<Value, StatusError> {
+    let int = |p: &str| pdb.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+    let name = objects::name(pdb);
+    let generation = objects::metadata(pdb)
+        .and_then(|m| m.get("generation"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    if int("/status/observedGeneration") < generation {
+        return Err(budget_violation(format!(
+            "The disruption budget {name} is still being processed by the server."
+        )));
+    }
+    let allowed = int("/status/disruptionsAllowed");
+    if allowed < 0 {
+        let mut e = StatusError::forbidden(format!(
+            "poddisruptionbudget.policy \"{name}\" is forbidden: pdb disruptions allowed is negative"
+        ));
+        e.kind = Some("poddisruptionbudget".into());
+        e.name = Some(name.to_string());
+        return Err(e);
+    }
+    if allowed == 0 {
+        return Err(budget_violation(format!(
+            "The disruption budget {name} needs {} healthy pods and has {} currently",
+            int("/status/desiredHealthy"),
+            int("/status/currentHealthy")
+        )));
+    }
+    let mut new = pdb.clone();
+    if let Some(st) = new.get_mut("status").and_then(Value::as_object_mut) {
+        st.insert("disruptionsAllowed".into(), json!(allowed - 1));
+        let disrupted = st.entry("disruptedPods").or_insert_with(|| json!({}));
+        if !disrupted.is_object() {
+            *disrupted = json!({});
+        }
+        disrupted[pod] = json!(objects::now_rfc3339());
+    }
+    if allowed == 1 {
+        insufficient_pods(&mut new);
+    }
+    Ok(new)
+}
+
+/// Upstream's UpdateDisruptionAllowedCondition once no disruption is left (a metav1.Condition,
+/// whose transition time stays while its status does).
+fn insufficient_pods(pdb: &mut Value) {
+    let observed = pdb
+        .pointer("/status/observedGeneration")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let Some(st) = pdb.get_mut("status").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let conds = st.entry("conditions").or_insert_with(|| json!([]));
+    if !conds.is_array() {
+        *conds = json!([]);
+    }
+    let Some(conds) = conds.as_array_mut() else { return };
+    let mut c = json!({
+        "type": "DisruptionAllowed",
+        "status": "False",
+        "reason": "InsufficientPods",
+        "message": "",
+        "observedGeneration": observed,
+        "lastTransitionTime": objects::now_rfc3339(),
+    });
+    match conds
+        .iter_mut()
+        .find(|x| x.get("type").and_then(Value::as_str) == Some("DisruptionAllowed"))
+    {
+        Some(existing) => {
+            if existing.get("status").and_then(Value::as_str) == Some("False")
+                && let Some(t) = existing.get("lastTransitionTime")
+            {
+                c["lastTransitionTime"] = t.clone();
+            }
+            *existing = c;
+        }
+        None => conds.push(c),
+    }
+}
+
+/// POST pods/NAME/eviction: delete the pod unless a PodDisruptionBudget forbids it (429);
+/// an allowed eviction uses up one of the budget's disruptions.
 async fn evict(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     let eviction = body::decode(&ctx.headers, &bytes)?;
-    let (pod, _) = ctx.current().await?;
-    let pod_labels = objects::labels(&pod).cloned().unwrap_or_default();
     let pdbs = skiff_api::registry::lookup("policy", "v1", "poddisruptionbudgets")
         .ok_or_else(|| StatusError::internal("no poddisruptionbudgets"))?;
-    let page = ctx
-        .state
-        .store
-        .list(&objects::prefix(pdbs, &ctx.rr.namespace), Default::default())
-        .await
-        .map_err(|e| ctx.store_err(e))?;
-    let terminal = matches!(
-        pod.pointer("/status/phase").and_then(Value::as_str),
-        Some("Succeeded" | "Failed")
-    );
-    if !terminal && objects::deletion_timestamp(&pod).is_none() {
+    let mut checked = false;
+    for _ in 0..8 {
+        let (pod, _) = ctx.current().await?;
+        if can_ignore_budget(&pod) {
+            checked = true;
+            break;
+        }
+        let pod_labels = objects::labels(&pod).cloned().unwrap_or_default();
+        let page = ctx
+            .state
+            .store
+            .list(&objects::prefix(pdbs, &ctx.rr.namespace), Default::default())
+            .await
+            .map_err(|e| ctx.store_err(e))?;
+        let mut matching = Vec::new();
         for kv in &page.items {
             let Some(pdb) = objects::decode_kv(kv) else { continue };
             let Some(sel) = pdb.pointer("/spec/selector") else {
@@ -290,31 +397,39 @@ async fn evict(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
             if matcher.is_empty() || !matcher.matches(&pod_labels) {
                 continue;
             }
-            let allowed = pdb
-                .pointer("/status/disruptionsAllowed")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            if allowed <= 0 {
-                let mut e =
-                    StatusError::too_many_requests("Cannot evict pod as it would violate the pod's disruption budget.");
-                e.causes = vec![skiff_api::status::Cause {
-                    reason: "DisruptionBudget".into(),
-                    message: format!(
-                        "The disruption budget {} needs {} healthy pods and has {} currently",
-                        objects::name(&pdb),
-                        pdb.pointer("/status/desiredHealthy")
-                            .and_then(Value::as_i64)
-                            .unwrap_or(0),
-                        pdb.pointer("/status/currentHealthy")
-                            .and_then(Value::as_i64)
-                            .unwrap_or(0)
-                    ),
-                    field: String::new(),
-                }];
-                e.retry_after_seconds = Some(10);
-                return Err(e);
-            }
+            matching.push((kv, pdb));
         }
+        let Some((kv, pdb)) = matching.first() else {
+            checked = true;
+            break;
+        };
+        if matching.len() > 1 {
+            return Err(StatusError::internal(
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+            ));
+        }
+        let updated = decrement_budget(pdb, &ctx.rr.name)?;
+        if ctx.dry_run() {
+            checked = true;
+            break;
+        }
+        let key = objects::key(pdbs, &ctx.rr.namespace, objects::name(pdb));
+        match ctx
+            .state
+            .store
+            .update(&key, objects::encode_for_store(&updated), kv.mod_revision)
+            .await
+        {
+            Ok(_) => {
+                checked = true;
+                break;
+            }
+            Err(skiff_store::StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(ctx.store_err(e)),
+        }
+    }
+    if !checked {
+        return Err(StatusError::modified("policy", "poddisruptionbudgets", &ctx.rr.name));
     }
     let mut opts = write::DeleteOpts::default();
     if let Some(d) = eviction.get("deleteOptions") {
@@ -323,13 +438,21 @@ async fn evict(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
             .pointer("/preconditions/uid")
             .and_then(Value::as_str)
             .map(str::to_string);
+        opts.resource_version = d
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string);
     }
     let mut rr = ctx.rr.clone();
     rr.subresource = String::new();
+    let mut params = crate::handlers::Params::new();
+    if let Some(d) = ctx.param("dryRun") {
+        params.insert("dryRun".into(), d.to_string());
+    }
     let pctx = Ctx {
         state: ctx.state.clone(),
         rr,
-        params: Default::default(),
+        params,
         headers: ctx.headers.clone(),
         method: Method::DELETE,
     };
@@ -378,5 +501,62 @@ impl Written {
         match self {
             Written::Updated(v) | Written::Deleted(v) => v,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pdb(allowed: i64, observed: i64) -> Value {
+        json!({
+            "metadata": {"name": "pdb", "generation": 1},
+            "status": {"disruptionsAllowed": allowed, "observedGeneration": observed, "desiredHealthy": 2, "currentHealthy": 2}
+        })
+    }
+
+    #[test]
+    fn an_eviction_uses_up_one_disruption() {
+        let new = decrement_budget(&pdb(2, 1), "p").expect("allowed");
+        assert_eq!(new["status"]["disruptionsAllowed"], 1);
+        assert!(new["status"]["disruptedPods"]["p"].is_string());
+        assert!(new["status"].get("conditions").is_none());
+        let last = decrement_budget(&new, "q").expect("allowed");
+        assert_eq!(last["status"]["disruptionsAllowed"], 0);
+        assert_eq!(last["status"]["conditions"][0]["type"], "DisruptionAllowed");
+        assert_eq!(last["status"]["conditions"][0]["status"], "False");
+        assert_eq!(last["status"]["conditions"][0]["reason"], "InsufficientPods");
+        let e = decrement_budget(&last, "r").unwrap_err();
+        assert_eq!(e.code, 429);
+        assert_eq!(
+            e.message,
+            "Cannot evict pod as it would violate the pod's disruption budget."
+        );
+        assert_eq!(
+            e.causes[0].message,
+            "The disruption budget pdb needs 2 healthy pods and has 2 currently"
+        );
+    }
+
+    #[test]
+    fn unprocessed_or_negative_budgets_refuse() {
+        let e = decrement_budget(&pdb(1, 0), "p").unwrap_err();
+        assert_eq!(e.code, 429);
+        assert_eq!(
+            e.causes[0].message,
+            "The disruption budget pdb is still being processed by the server."
+        );
+        assert_eq!(decrement_budget(&pdb(-1, 1), "p").unwrap_err().code, 403);
+    }
+
+    #[test]
+    fn pending_terminal_and_terminating_pods_ignore_budgets() {
+        for phase in ["Pending", "Succeeded", "Failed"] {
+            assert!(can_ignore_budget(&json!({"status": {"phase": phase}})), "{phase}");
+        }
+        assert!(!can_ignore_budget(&json!({"status": {"phase": "Running"}})));
+        assert!(can_ignore_budget(
+            &json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}, "status": {"phase": "Running"}})
+        ));
     }
 }

@@ -62,10 +62,13 @@ fn bookmark(res: &Resource, rev: Revision, initial_end: bool) -> Value {
 }
 
 pub async fn serve(ctx: Ctx, _name: Option<String>) -> Result<Response, StatusError> {
+    crate::read::validate_list_options(&ctx, true)?;
     let res = ctx.rr.resource;
     let filter = Filter::from_ctx(&ctx)?;
     let bookmarks = ctx.flag("allowWatchBookmarks");
     let send_initial = ctx.flag("sendInitialEvents");
+    // sendInitialEvents=false: no synthetic ADDED events, whatever the resourceVersion.
+    let no_initial = ctx.param("sendInitialEvents").is_some() && !send_initial;
     let timeout = ctx
         .param("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())
@@ -78,7 +81,10 @@ pub async fn serve(ctx: Ctx, _name: Option<String>) -> Result<Response, StatusEr
     // Where to start: "" / "0" (or sendInitialEvents) replay the current state as ADDED first.
     let mut initial: Vec<Value> = Vec::new();
     let start: Revision;
-    if rv_param.is_empty() || rv_param == "0" || send_initial {
+    if no_initial && (rv_param.is_empty() || rv_param == "0") {
+        // From now on: the store's current revision, nothing replayed.
+        start = store.current_revision().await.map_err(|e| ctx.store_err(e))?;
+    } else if rv_param.is_empty() || rv_param == "0" || send_initial {
         let page = store
             .list(&prefix, Default::default())
             .await

@@ -121,6 +121,55 @@ fn random_suffix() -> String {
         .collect()
 }
 
+/// Upstream's longest generated name (63) less the random suffix.
+const MAX_GENERATED_BASE: usize = 63 - 5;
+
+/// A name from `generateName`: the prefix, cut to leave room for the suffix, as upstream's
+/// SimpleNameGenerator does, then five random characters.
+fn generated_name(base: &str) -> String {
+    let mut end = base.len().min(MAX_GENERATED_BASE);
+    while !base.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{}", &base[..end], random_suffix())
+}
+
+/// Upstream's ValidateNoNewFinalizers: once deletion has started, finalizers may only go.
+fn no_new_finalizers(old: &Value, new: &Value) -> Option<skiff_api::FieldError> {
+    objects::deletion_timestamp(old)?;
+    let before = objects::finalizers(old);
+    let mut extra: Vec<String> = objects::finalizers(new)
+        .into_iter()
+        .filter(|f| !before.contains(f))
+        .collect();
+    if extra.is_empty() {
+        return None;
+    }
+    extra.sort();
+    extra.dedup();
+    let list = extra.iter().map(|f| format!("{f:?}")).collect::<Vec<_>>().join(", ");
+    Some(skiff_api::FieldError::forbidden(
+        "metadata.finalizers",
+        format!(
+            "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{list}}}"
+        ),
+    ))
+}
+
+/// Upstream's shouldDeleteDuringUpdate: an update removes the object when deletion was
+/// requested, no finalizer is left and no grace period is pending (a pod on a node keeps
+/// its deletionGracePeriodSeconds until the node confirms).
+fn delete_during_update(res: &Resource, old: &Value, new: &Value) -> bool {
+    if objects::deletion_timestamp(old).is_none() || !objects::finalizers(new).is_empty() || namespace_pending(res, new)
+    {
+        return false;
+    }
+    objects::metadata(old)
+        .and_then(|m| m.get("deletionGracePeriodSeconds"))
+        .and_then(Value::as_i64)
+        .is_none_or(|g| g == 0)
+}
+
 /// Namespaced writes need an existing namespace that is not terminating.
 async fn check_namespace(ctx: &Ctx, name: &str) -> Result<(), StatusError> {
     let res = ctx.rr.resource;
@@ -215,7 +264,7 @@ pub async fn create_object(ctx: &Ctx, obj: &mut Value, operation: &str) -> Resul
         let name = md.get("name").and_then(Value::as_str).unwrap_or("").to_string();
         if name.is_empty() {
             if let Some(g) = md.get("generateName").and_then(Value::as_str).filter(|g| !g.is_empty()) {
-                let n = format!("{g}{}", random_suffix());
+                let n = generated_name(g);
                 md.insert("name".into(), json!(n));
             }
         }
@@ -442,13 +491,13 @@ pub async fn finish_update(
         let g = old_md.get("generation").and_then(Value::as_i64).unwrap_or(1);
         metadata_mut(&mut new).insert("generation".into(), json!(g + 1));
     }
+    if let Some(e) = no_new_finalizers(old, &new) {
+        return Err(StatusError::invalid(res.group, res.kind, objects::name(&new), &[e]));
+    }
     admit(res, &mut new, Some(old))?;
     manage_fields(ctx, Some(old), &mut new, operation);
     let key = ctx.key();
-    if objects::deletion_timestamp(&new).is_some()
-        && objects::finalizers(&new).is_empty()
-        && !namespace_pending(res, &new)
-    {
+    if delete_during_update(res, old, &new) {
         if ctx.dry_run() {
             return Ok(Written::Deleted(new));
         }
@@ -859,4 +908,59 @@ pub async fn delete_collection(ctx: &Ctx, bytes: Bytes) -> Result<Response, Stat
         "items": deleted,
     });
     Ok(body::value_response(StatusCode::OK, &list))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pods() -> &'static Resource {
+        skiff_api::registry::lookup("", "v1", "pods").expect("pods")
+    }
+
+    #[test]
+    fn generated_names_fit_in_63_characters() {
+        let short = generated_name("gen-");
+        assert!(short.starts_with("gen-") && short.len() == 9, "{short}");
+        assert!(short[4..].bytes().all(|b| GENERATE_ALPHABET.contains(&b)));
+        let long = generated_name(&"a".repeat(70));
+        assert_eq!(long.len(), 63);
+        assert!(long.starts_with(&"a".repeat(58)));
+        // Never cut inside a character.
+        let multi = generated_name(&"é".repeat(40));
+        assert!(multi.len() <= 63);
+    }
+
+    #[test]
+    fn finalizers_can_only_go_once_deletion_started() {
+        let old = json!({"metadata": {"name": "x", "deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["a"]}});
+        let added = json!({"metadata": {"name": "x", "finalizers": ["a", "b"]}});
+        let e = no_new_finalizers(&old, &added).expect("forbidden");
+        assert_eq!(
+            e.to_string(),
+            "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"b\"}"
+        );
+        let removed = json!({"metadata": {"name": "x", "finalizers": []}});
+        assert!(no_new_finalizers(&old, &removed).is_none());
+        let alive = json!({"metadata": {"name": "x", "finalizers": ["a"]}});
+        assert!(no_new_finalizers(&alive, &added).is_none());
+    }
+
+    #[test]
+    fn updates_finish_a_deletion_only_without_pending_grace() {
+        let res = pods();
+        let new = json!({"metadata": {"name": "p"}});
+        let graceful = json!({"metadata": {"name": "p", "deletionTimestamp": "2026-01-01T00:00:30Z", "deletionGracePeriodSeconds": 30}});
+        assert!(
+            !delete_during_update(res, &graceful, &new),
+            "a pod on a node waits for its node"
+        );
+        let zero = json!({"metadata": {"name": "p", "deletionTimestamp": "2026-01-01T00:00:00Z", "deletionGracePeriodSeconds": 0}});
+        assert!(delete_during_update(res, &zero, &new));
+        let no_grace = json!({"metadata": {"name": "p", "deletionTimestamp": "2026-01-01T00:00:00Z"}});
+        assert!(delete_during_update(res, &no_grace, &new));
+        let held = json!({"metadata": {"name": "p", "finalizers": ["f"]}});
+        assert!(!delete_during_update(res, &zero, &held));
+        assert!(!delete_during_update(res, &new, &new), "not being deleted");
+    }
 }

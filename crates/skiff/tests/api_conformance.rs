@@ -1,0 +1,1532 @@
+//! API conformance, end to end: describe with events and leases, `get -w` tables, every patch
+//! type from kubectl, replace, delete --all and deletecollection, generateName, finalizers,
+//! graceful pod deletion, eviction with a PodDisruptionBudget, binding, watch parameters,
+//! the seed's YAML examples as written, and the kube-rs client.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{Cluster, eventually};
+use serde_json::{Value, json};
+
+const CONTROL_PLANE: &[&str] = &["--no-agent", "--no-scheduler"];
+
+fn admin_token(c: &Cluster) -> String {
+    let text = std::fs::read_to_string(c.path().join("tokens.csv")).expect("tokens.csv");
+    text.lines()
+        .next()
+        .and_then(|l| l.split(',').next())
+        .expect("token")
+        .to_string()
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// curl with the admin token; returns (status code, body).
+fn curl(c: &Cluster, method: &str, path: &str, content_type: &str, body: &[u8]) -> (u16, String) {
+    let body_file = c.path().join(format!("body-{}", unique()));
+    std::fs::write(&body_file, body).expect("body file");
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-sk", "-X", method, "-w", "\n%{http_code}", "--max-time", "20"])
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {}", admin_token(c)))
+        .arg("-H")
+        .arg(format!("Content-Type: {content_type}"));
+    if !body.is_empty() {
+        cmd.arg("--data-binary").arg(format!("@{}", body_file.display()));
+    }
+    let out = cmd
+        .arg(format!("https://127.0.0.1:{}{path}", c.port))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+fn json_of(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+/// `kubectl create -f -` with this manifest; returns stdout.
+fn create(c: &Cluster, yaml: &str) -> String {
+    c.stdin_kubectl(&["create", "-f", "-"], yaml)
+}
+
+/// kubectl reading stdin that must fail; returns stderr.
+fn stdin_kubectl_err(c: &Cluster, args: &[&str], input: &str) -> String {
+    use std::io::Write;
+    let mut child = c
+        .kubectl_cmd(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("kubectl output");
+    assert!(
+        !out.status.success(),
+        "kubectl {args:?} unexpectedly succeeded: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+fn exists(c: &Cluster, args: &[&str]) -> bool {
+    c.kubectl(&[&["get"], args].concat()).status.success()
+}
+
+const NODE: &str = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: n1
+  labels:
+    kubernetes.io/hostname: n1
+status:
+  capacity: {cpu: "4", memory: 8Gi, pods: "110"}
+  allocatable: {cpu: "4", memory: 8Gi, pods: "110"}
+  conditions:
+  - type: Ready
+    status: "True"
+    reason: KubeletReady
+    message: kubelet is posting ready status
+    lastHeartbeatTime: "2026-01-01T00:00:00Z"
+    lastTransitionTime: "2026-01-01T00:00:00Z"
+  addresses:
+  - type: InternalIP
+    address: 10.0.0.1
+  nodeInfo:
+    kubeletVersion: v1.33.0
+    osImage: Debian
+    kernelVersion: "6.1"
+    containerRuntimeVersion: docker://24.0.0
+    architecture: amd64
+    operatingSystem: linux
+    bootID: ""
+    machineID: ""
+    systemUUID: ""
+    kubeProxyVersion: ""
+"#;
+
+fn pod_yaml(name: &str, labels: &str, node: Option<&str>) -> String {
+    let node = node.map(|n| format!("  nodeName: {n}\n")).unwrap_or_default();
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  labels: {labels}\nspec:\n{node}  containers:\n  - name: c\n    image: busybox:latest\n"
+    )
+}
+
+fn uid_of(c: &Cluster, args: &[&str]) -> String {
+    c.get_json(args)["metadata"]["uid"].as_str().expect("uid").to_string()
+}
+
+fn event_yaml(name: &str, kind: &str, api_version: &str, obj: &str, uid: &str, ns: &str, msg: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Event
+metadata:
+  name: {name}
+  namespace: {ns}
+involvedObject:
+  apiVersion: {api_version}
+  kind: {kind}
+  name: {obj}
+  namespace: {ns}
+  uid: {uid}
+reason: Testing
+message: {msg}
+type: Normal
+count: 1
+firstTimestamp: "2026-01-01T00:00:00Z"
+lastTimestamp: "2026-01-01T00:00:00Z"
+source:
+  component: conformance
+"#
+    )
+}
+
+#[test]
+fn describe_pod_node_and_deployment_with_events_and_lease() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.apply(NODE, &[]);
+    // The status in a create is the system's: set it through the status subresource.
+    let status = serde_json::to_string(&json!({"status": node_status()})).expect("json");
+    c.k(&[
+        "patch",
+        "node",
+        "n1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status,
+    ]);
+    c.apply(
+        "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: n1\n  namespace: kube-node-lease\nspec:\n  holderIdentity: n1\n  leaseDurationSeconds: 40\n  renewTime: \"2026-01-01T00:00:00.000000Z\"\n",
+        &[],
+    );
+    c.apply(&pod_yaml("p1", "{app: demo}", Some("n1")), &[]);
+    let pod_uid = uid_of(&c, &["pod", "p1"]);
+    create(
+        &c,
+        &event_yaml("p1.ev", "Pod", "v1", "p1", &pod_uid, "default", "pod-event-message"),
+    );
+    let node_uid = uid_of(&c, &["node", "n1"]);
+    create(
+        &c,
+        &event_yaml("n1.ev", "Node", "v1", "n1", &node_uid, "default", "node-event-message"),
+    );
+    c.k(&["create", "deployment", "web", "--image=busybox:latest", "--replicas=2"]);
+    let d_uid = uid_of(&c, &["deployment", "web"]);
+    create(
+        &c,
+        &event_yaml(
+            "web.ev",
+            "Deployment",
+            "apps/v1",
+            "web",
+            &d_uid,
+            "default",
+            "deploy-event-message",
+        ),
+    );
+
+    let pod = c.k(&["describe", "pod", "p1"]);
+    for want in [
+        "Name:",
+        "p1",
+        "Node:",
+        "n1",
+        "app=demo",
+        "Containers:",
+        "busybox:latest",
+        "QoS Class:",
+        "BestEffort",
+        "Events:",
+        "Testing",
+        "pod-event-message",
+    ] {
+        assert!(pod.contains(want), "describe pod lacks {want:?}:\n{pod}");
+    }
+    let node = c.k(&["describe", "node", "n1"]);
+    for want in [
+        "Name:",
+        "n1",
+        "Lease:",
+        "HolderIdentity:",
+        "RenewTime:",
+        "Conditions:",
+        "KubeletReady",
+        "InternalIP:",
+        "10.0.0.1",
+        "Capacity:",
+        "Non-terminated Pods:",
+        "p1",
+        "Allocated resources:",
+        "Events:",
+        "node-event-message",
+    ] {
+        assert!(node.contains(want), "describe node lacks {want:?}:\n{node}");
+    }
+    let deploy = c.k(&["describe", "deployment", "web"]);
+    for want in [
+        "Name:",
+        "web",
+        "Replicas:",
+        "2 desired",
+        "StrategyType:",
+        "RollingUpdate",
+        "Pod Template:",
+        "Events:",
+        "deploy-event-message",
+    ] {
+        assert!(deploy.contains(want), "describe deployment lacks {want:?}:\n{deploy}");
+    }
+}
+
+/// The node status the describe test sets.
+fn node_status() -> Value {
+    json!({
+        "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+        "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+        "conditions": [{
+            "type": "Ready", "status": "True", "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+            "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"
+        }],
+        "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+        "nodeInfo": {
+            "kubeletVersion": "v1.33.0", "osImage": "Debian", "kernelVersion": "6.1",
+            "containerRuntimeVersion": "docker://24.0.0", "architecture": "amd64",
+            "operatingSystem": "linux", "bootID": "", "machineID": "", "systemUUID": "",
+            "kubeProxyVersion": ""
+        }
+    })
+}
+
+#[test]
+fn get_watch_pods_prints_table_rows_after_an_update() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.apply(&pod_yaml("w1", "{app: w}", None), &[]);
+    let mut child = c
+        .kubectl_cmd(&["get", "pods", "-w", "--output-watch-events"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl get -w");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let header = rx.recv_timeout(Duration::from_secs(10)).expect("header");
+    assert!(
+        header.starts_with("EVENT") && header.contains("READY") && header.contains("STATUS"),
+        "{header}"
+    );
+    let first = rx.recv_timeout(Duration::from_secs(10)).expect("first row");
+    assert!(
+        first.starts_with("ADDED") && first.contains("w1") && first.contains("Pending"),
+        "{first}"
+    );
+    // A status change shows as a MODIFIED row with the new cells.
+    c.k(&[
+        "patch",
+        "pod",
+        "w1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Running","containerStatuses":[{"name":"c","ready":true,"restartCount":2,"image":"busybox:latest","imageID":"","state":{"running":{"startedAt":"2026-01-01T00:00:00Z"}}}]}}"#,
+    ]);
+    let modified = eventually(Duration::from_secs(10), || {
+        rx.try_recv().ok().filter(|l| l.starts_with("MODIFIED"))
+    });
+    c.k(&["delete", "pod", "w1", "--wait=false"]);
+    let deleted = eventually(Duration::from_secs(10), || {
+        rx.try_recv().ok().filter(|l| l.starts_with("DELETED"))
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let modified = modified.expect("no MODIFIED row");
+    assert!(
+        modified.contains("w1") && modified.contains("1/1") && modified.contains("Running") && modified.contains('2'),
+        "{modified}"
+    );
+    assert!(deleted.expect("no DELETED row").contains("w1"));
+}
+
+const TWO_CONTAINERS: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: pt
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: pt}
+  template:
+    metadata:
+      labels: {app: pt}
+    spec:
+      containers:
+      - name: a
+        image: busybox:1
+        env:
+        - {name: X, value: "1"}
+        - {name: Y, value: "2"}
+      - name: b
+        image: busybox:2
+"#;
+
+fn container_names(d: &Value) -> Vec<String> {
+    d["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+#[test]
+fn kubectl_patch_json_merge_and_strategic() {
+    let c = Cluster::start(CONTROL_PLANE);
+    create(&c, TWO_CONTAINERS);
+
+    // JSON patch, with a passing and a failing `test`.
+    c.k(&[
+        "patch",
+        "deployment",
+        "pt",
+        "--type=json",
+        "-p",
+        r#"[{"op":"test","path":"/spec/replicas","value":1},{"op":"replace","path":"/spec/replicas","value":3},{"op":"add","path":"/metadata/labels","value":{"j":"1"}}]"#,
+    ]);
+    let d = c.get_json(&["deployment", "pt"]);
+    assert_eq!(d["spec"]["replicas"], 3);
+    assert_eq!(d["metadata"]["labels"]["j"], "1");
+    let err = c.k_err(&[
+        "patch",
+        "deployment",
+        "pt",
+        "--type=json",
+        "-p",
+        r#"[{"op":"test","path":"/spec/replicas","value":7},{"op":"replace","path":"/spec/replicas","value":9}]"#,
+    ]);
+    assert!(err.contains("test") || err.contains("Invalid"), "{err}");
+    assert_eq!(c.get_json(&["deployment", "pt"])["spec"]["replicas"], 3);
+    let err = c.k_err(&[
+        "patch",
+        "deployment",
+        "pt",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/nope/x"}]"#,
+    ]);
+    assert!(!err.contains("panic"), "{err}");
+
+    // Merge patch: maps merge, null deletes, lists are replaced whole.
+    c.k(&[
+        "patch",
+        "deployment",
+        "pt",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"labels":{"j":null,"m":"2"}},"spec":{"template":{"spec":{"containers":[{"name":"a","image":"busybox:3"},{"name":"b","image":"busybox:2"}]}}}}"#,
+    ]);
+    let d = c.get_json(&["deployment", "pt"]);
+    assert!(d["metadata"]["labels"].get("j").is_none(), "{}", d["metadata"]);
+    assert_eq!(d["metadata"]["labels"]["m"], "2");
+    assert_eq!(container_names(&d), ["a", "b"]);
+    assert!(
+        d["spec"]["template"]["spec"]["containers"][0].get("env").is_none(),
+        "merge patch keeps no env of the replaced list"
+    );
+    assert_eq!(d["metadata"]["generation"], 3);
+
+    // Strategic merge (kubectl's default): containers merge by name.
+    c.k(&[
+        "patch",
+        "deployment",
+        "pt",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"b","env":[{"name":"Z","value":"z"}]}]}}}}"#,
+    ]);
+    let d = c.get_json(&["deployment", "pt"]);
+    assert_eq!(container_names(&d), ["a", "b"]);
+    assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["image"], "busybox:3");
+    assert_eq!(d["spec"]["template"]["spec"]["containers"][1]["env"][0]["name"], "Z");
+
+    // `$patch: delete` removes one container by its merge key.
+    c.k(&[
+        "patch",
+        "deployment",
+        "pt",
+        "--type=strategic",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"b","$patch":"delete"}]}}}}"#,
+    ]);
+    assert_eq!(container_names(&c.get_json(&["deployment", "pt"])), ["a"]);
+
+    // `$setElementOrder` orders the merged list.
+    c.k(&[
+        "patch",
+        "deployment",
+        "pt",
+        "--type=strategic",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"$setElementOrder/containers":[{"name":"c"},{"name":"a"}],"containers":[{"name":"c","image":"busybox:4"}]}}}}"#,
+    ]);
+    let d = c.get_json(&["deployment", "pt"]);
+    assert_eq!(container_names(&d), ["c", "a"]);
+    assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["image"], "busybox:4");
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent",
+        "defaults apply to patched objects"
+    );
+
+    // `$patch: replace` on a map, `$retainKeys` on the strategy.
+    c.k(&[
+        "patch",
+        "deployment",
+        "pt",
+        "--type=strategic",
+        "-p",
+        r#"{"spec":{"strategy":{"$retainKeys":["type"],"type":"Recreate"}}}"#,
+    ]);
+    let d = c.get_json(&["deployment", "pt"]);
+    assert_eq!(d["spec"]["strategy"]["type"], "Recreate");
+    assert!(
+        d["spec"]["strategy"].get("rollingUpdate").is_none(),
+        "{}",
+        d["spec"]["strategy"]
+    );
+
+    // A patch that makes the object invalid is refused and changes nothing.
+    let err = c.k_err(&[
+        "patch",
+        "deployment",
+        "pt",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":-1}}"#,
+    ]);
+    assert!(err.contains("Invalid") && err.contains("spec.replicas"), "{err}");
+    let err = c.k_err(&["patch", "deployment", "pt", "--type=merge", "-p", "{not json"]);
+    assert!(!err.is_empty());
+    let err = c.k_err(&["patch", "deployment", "nope", "-p", "{}"]);
+    assert!(
+        err.contains("NotFound") && err.contains("deployments.apps \"nope\" not found"),
+        "{err}"
+    );
+    assert_eq!(c.get_json(&["deployment", "pt"])["spec"]["replicas"], 3);
+}
+
+#[test]
+fn kubectl_replace_and_replace_force() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.k(&["create", "configmap", "r", "--from-literal=a=1"]);
+    let uid = uid_of(&c, &["configmap", "r"]);
+    let out = c.stdin_kubectl(
+        &["replace", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: r\ndata:\n  b: \"2\"\n",
+    );
+    assert!(out.contains("configmap/r replaced"), "{out}");
+    let cm = c.get_json(&["configmap", "r"]);
+    assert_eq!(cm["data"], json!({"b": "2"}));
+    assert_eq!(cm["metadata"]["uid"], uid.as_str());
+    // A stale resourceVersion in the replacement is a conflict.
+    let err = stdin_kubectl_err(
+        &c,
+        &["replace", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: r\n  resourceVersion: \"1\"\ndata:\n  c: \"3\"\n",
+    );
+    assert!(
+        err.contains("Conflict") && err.contains("the object has been modified"),
+        "{err}"
+    );
+    // Replacing what does not exist is a 404.
+    let err = stdin_kubectl_err(
+        &c,
+        &["replace", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ghost\ndata:\n  c: \"3\"\n",
+    );
+    assert!(err.contains("configmaps \"ghost\" not found"), "{err}");
+    // --force deletes and creates again: a new uid.
+    let out = c.stdin_kubectl(
+        &["replace", "--force", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: r\ndata:\n  d: \"4\"\n",
+    );
+    assert!(out.contains("replaced"), "{out}");
+    let cm = c.get_json(&["configmap", "r"]);
+    assert_eq!(cm["data"], json!({"d": "4"}));
+    assert_ne!(cm["metadata"]["uid"], uid.as_str());
+}
+
+#[test]
+fn delete_all_and_deletecollection_with_a_label_selector() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.k(&["create", "namespace", "dc"]);
+    for (name, tier) in [("a1", "x"), ("a2", "x"), ("b1", "y")] {
+        c.k(&["create", "configmap", name, "--from-literal=k=v", "-n", "dc"]);
+        c.k(&["label", "configmap", name, &format!("tier={tier}"), "-n", "dc"]);
+    }
+    // DELETE on the collection with a selector removes only the matching objects.
+    let out = c.k(&[
+        "delete",
+        "--raw",
+        "/api/v1/namespaces/dc/configmaps?labelSelector=tier%3Dx",
+    ]);
+    let list = json_of(&out);
+    assert_eq!(list["kind"], "ConfigMapList", "{out}");
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(2), "{out}");
+    let left = c.k(&["get", "configmaps", "-n", "dc", "-l", "tier", "-o", "name"]);
+    assert_eq!(left.trim(), "configmap/b1");
+    // A bad selector is a 400 and deletes nothing.
+    let (code, body) = curl(
+        &c,
+        "DELETE",
+        "/api/v1/namespaces/dc/configmaps?labelSelector=a%20in%20(",
+        "application/json",
+        b"",
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(exists(&c, &["configmap", "b1", "-n", "dc"]));
+    // DELETE on a cluster-wide collection of a namespaced kind is refused.
+    let (code, _) = curl(&c, "DELETE", "/api/v1/configmaps", "application/json", b"");
+    assert!(code == 405 || code == 404, "{code}");
+    // kubectl delete --all.
+    c.k(&["create", "configmap", "b2", "--from-literal=k=v", "-n", "dc"]);
+    let out = c.k(&["delete", "configmaps", "--all", "-n", "dc"]);
+    assert!(
+        out.contains("configmap \"b1\" deleted") && out.contains("configmap \"b2\" deleted"),
+        "{out}"
+    );
+    let left = c.k(&["get", "configmaps", "-n", "dc", "-o", "name"]);
+    assert!(!left.contains("configmap/b"), "{left}");
+    // Other namespaces are untouched.
+    c.k(&["create", "configmap", "keep", "--from-literal=k=v"]);
+    c.k(&["delete", "configmaps", "--all", "-n", "dc"]);
+    assert!(exists(&c, &["configmap", "keep"]));
+}
+
+#[test]
+fn generate_name_gives_unique_names_within_limits() {
+    let c = Cluster::start(CONTROL_PLANE);
+    let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  generateName: gen-\ndata:\n  a: b\n";
+    let first = create(&c, yaml);
+    let second = create(&c, yaml);
+    let name_of = |out: &str| -> String {
+        out.trim()
+            .strip_prefix("configmap/")
+            .and_then(|s| s.strip_suffix(" created"))
+            .unwrap_or_else(|| panic!("{out}"))
+            .to_string()
+    };
+    let (a, b) = (name_of(&first), name_of(&second));
+    assert!(a.starts_with("gen-") && a.len() == 9, "{a}");
+    assert!(b.starts_with("gen-") && b.len() == 9, "{b}");
+    assert_ne!(a, b);
+    assert_eq!(c.get_json(&["configmap", &a])["metadata"]["generateName"], "gen-");
+    // A long prefix is cut so the name fits in 63 characters, as upstream does (services are DNS labels).
+    let prefix = format!("{}-", "s".repeat(61));
+    let svc =
+        format!("apiVersion: v1\nkind: Service\nmetadata:\n  generateName: {prefix}\nspec:\n  ports:\n  - port: 80\n");
+    let out = create(&c, &svc);
+    let name = out
+        .trim()
+        .strip_prefix("service/")
+        .and_then(|s| s.strip_suffix(" created"))
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_string();
+    assert_eq!(name.len(), 63, "{name}");
+    assert!(name.starts_with(&"s".repeat(58)), "{name}");
+    // Neither name nor generateName: 422 with upstream's message.
+    let err = stdin_kubectl_err(
+        &c,
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  labels: {a: b}\n",
+    );
+    assert!(err.contains("name or generateName is required"), "{err}");
+}
+
+#[test]
+fn finalizers_hold_a_delete_until_removed() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.apply(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  finalizers:\n  - example.com/hold\ndata:\n  a: b\n",
+        &[],
+    );
+    c.k(&["delete", "configmap", "held", "--wait=false"]);
+    let cm = c.get_json(&["configmap", "held"]);
+    assert!(cm["metadata"]["deletionTimestamp"].is_string(), "{}", cm["metadata"]);
+    assert_eq!(cm["metadata"]["deletionGracePeriodSeconds"], 0);
+    // A second delete changes nothing and still succeeds.
+    c.k(&["delete", "configmap", "held", "--wait=false"]);
+    // No new finalizers once deletion has started.
+    let err = c.k_err(&[
+        "patch",
+        "configmap",
+        "held",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":["example.com/hold","example.com/more"]}}"#,
+    ]);
+    assert!(
+        err.contains("no new finalizers can be added if the object is being deleted"),
+        "{err}"
+    );
+    // Other changes are still allowed while it waits.
+    c.k(&["label", "configmap", "held", "still=here"]);
+    assert!(exists(&c, &["configmap", "held"]));
+    // Removing the last finalizer completes the deletion.
+    c.k(&[
+        "patch",
+        "configmap",
+        "held",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ]);
+    assert!(!exists(&c, &["configmap", "held"]));
+}
+
+#[test]
+fn graceful_pod_deletion() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.apply(NODE, &[]);
+    c.apply(&pod_yaml("bound", "{app: g}", Some("n1")), &[]);
+    c.apply(&pod_yaml("unbound", "{app: g}", None), &[]);
+    // An unbound pod goes at once.
+    c.k(&["delete", "pod", "unbound", "--wait=false"]);
+    assert!(!exists(&c, &["pod", "unbound"]));
+    // A pod on a node keeps its deletionTimestamp until the node confirms.
+    c.k(&["delete", "pod", "bound", "--wait=false"]);
+    let p = c.get_json(&["pod", "bound"]);
+    assert!(p["metadata"]["deletionTimestamp"].is_string(), "{}", p["metadata"]);
+    assert_eq!(p["metadata"]["deletionGracePeriodSeconds"], 30);
+    let out = c.k(&["get", "pod", "bound"]);
+    assert!(out.contains("Terminating"), "{out}");
+    // The node's status updates and other writes meanwhile do not finish the deletion.
+    c.k(&[
+        "patch",
+        "pod",
+        "bound",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Running"}}"#,
+    ]);
+    assert!(
+        exists(&c, &["pod", "bound"]),
+        "a status update removed a terminating pod"
+    );
+    c.k(&["label", "pod", "bound", "seen=yes"]);
+    assert!(
+        exists(&c, &["pod", "bound"]),
+        "a label change removed a terminating pod"
+    );
+    // A shorter grace period shortens the wait; a longer one does not extend it.
+    c.k(&["delete", "pod", "bound", "--wait=false", "--grace-period=10"]);
+    assert_eq!(
+        c.get_json(&["pod", "bound"])["metadata"]["deletionGracePeriodSeconds"],
+        10
+    );
+    c.k(&["delete", "pod", "bound", "--wait=false", "--grace-period=60"]);
+    assert_eq!(
+        c.get_json(&["pod", "bound"])["metadata"]["deletionGracePeriodSeconds"],
+        10
+    );
+    // --force --grace-period=0 is the confirmation.
+    c.k(&["delete", "pod", "bound", "--grace-period=0", "--force"]);
+    assert!(!exists(&c, &["pod", "bound"]));
+}
+
+#[test]
+fn eviction_respects_pod_disruption_budgets() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.apply(NODE, &[]);
+    c.apply(&pod_yaml("guarded", "{app: guarded}", Some("n1")), &[]);
+    c.k(&[
+        "patch",
+        "pod",
+        "guarded",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Running"}}"#,
+    ]);
+    c.apply(
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: pdb\nspec:\n  minAvailable: 1\n  selector:\n    matchLabels:\n      app: guarded\n",
+        &[],
+    );
+    c.k(&[
+        "patch",
+        "pdb",
+        "pdb",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"disruptionsAllowed":0,"currentHealthy":1,"desiredHealthy":1,"expectedPods":1,"observedGeneration":1}}"#,
+    ]);
+    assert_eq!(c.get_json(&["pdb", "pdb"])["status"]["disruptionsAllowed"], 0);
+    let eviction =
+        br#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"guarded","namespace":"default"}}"#;
+    let path = "/api/v1/namespaces/default/pods/guarded/eviction";
+    let (code, body) = curl(&c, "POST", path, "application/json", eviction);
+    assert_eq!(code, 429, "{body}");
+    let st = json_of(&body);
+    assert_eq!(st["reason"], "TooManyRequests");
+    assert_eq!(
+        st["message"],
+        "Cannot evict pod as it would violate the pod's disruption budget."
+    );
+    assert_eq!(st["details"]["causes"][0]["reason"], "DisruptionBudget");
+    assert_eq!(
+        st["details"]["causes"][0]["message"],
+        "The disruption budget pdb needs 1 healthy pods and has 1 currently"
+    );
+    // kubectl drain retries and gives up at its timeout, naming the budget.
+    let out = c.kubectl(&["drain", "n1", "--force", "--ignore-daemonsets", "--timeout=3s"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("Cannot evict pod as it would violate the pod's disruption budget"),
+        "{err}"
+    );
+    assert!(
+        c.get_json(&["pod", "guarded"])["metadata"]
+            .get("deletionTimestamp")
+            .is_none()
+    );
+    assert_eq!(
+        c.get_json(&["node", "n1"])["spec"]["unschedulable"],
+        true,
+        "drain cordons first"
+    );
+
+    // With one disruption allowed the eviction goes through and uses it up.
+    c.k(&[
+        "patch",
+        "pdb",
+        "pdb",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"disruptionsAllowed":1,"currentHealthy":2,"desiredHealthy":1,"expectedPods":2}}"#,
+    ]);
+    c.apply(&pod_yaml("guarded2", "{app: guarded}", Some("n1")), &[]);
+    c.k(&[
+        "patch",
+        "pod",
+        "guarded2",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Running"}}"#,
+    ]);
+    let (code, body) = curl(&c, "POST", path, "application/json", eviction);
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(json_of(&body)["status"], "Success");
+    let pod = c.get_json(&["pod", "guarded"]);
+    assert!(
+        pod["metadata"]["deletionTimestamp"].is_string(),
+        "bound pods are deleted gracefully"
+    );
+    let pdb = c.get_json(&["pdb", "pdb"]);
+    assert_eq!(pdb["status"]["disruptionsAllowed"], 0, "{}", pdb["status"]);
+    assert!(
+        pdb["status"]["disruptedPods"]["guarded"].is_string(),
+        "{}",
+        pdb["status"]
+    );
+    let eviction2 =
+        br#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"guarded2","namespace":"default"}}"#;
+    let (code, body) = curl(
+        &c,
+        "POST",
+        "/api/v1/namespaces/default/pods/guarded2/eviction",
+        "application/json",
+        eviction2,
+    );
+    assert_eq!(code, 429, "the budget was used up: {body}");
+
+    // Pending pods are not protected by budgets (upstream's canIgnorePDB).
+    c.apply(&pod_yaml("pending", "{app: guarded}", None), &[]);
+    let (code, body) = curl(
+        &c,
+        "POST",
+        "/api/v1/namespaces/default/pods/pending/eviction",
+        "application/json",
+        br#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"pending"}}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert!(!exists(&c, &["pod", "pending"]));
+    // Evicting a missing pod is a 404.
+    let (code, body) = curl(
+        &c,
+        "POST",
+        "/api/v1/namespaces/default/pods/ghost/eviction",
+        "application/json",
+        br#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"ghost"}}"#,
+    );
+    assert_eq!(code, 404, "{body}");
+}
+
+#[test]
+fn binding_twice_is_a_conflict() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.apply(&pod_yaml("b", "{app: b}", None), &[]);
+    let binding =
+        br#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"b"},"target":{"kind":"Node","name":"n1"}}"#;
+    let path = "/api/v1/namespaces/default/pods/b/binding";
+    let (code, body) = curl(&c, "POST", path, "application/json", binding);
+    assert_eq!(code, 201, "{body}");
+    let p = c.get_json(&["pod", "b"]);
+    assert_eq!(p["spec"]["nodeName"], "n1");
+    let scheduled = p["status"]["conditions"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["type"] == "PodScheduled"))
+        .cloned()
+        .expect("PodScheduled");
+    assert_eq!(scheduled["status"], "True");
+    let other = br#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"b"},"target":{"kind":"Node","name":"n2"}}"#;
+    let (code, body) = curl(&c, "POST", path, "application/json", other);
+    assert_eq!(code, 409, "{body}");
+    let st = json_of(&body);
+    assert_eq!(st["reason"], "Conflict");
+    assert_eq!(
+        st["message"],
+        "Operation cannot be fulfilled on pods/binding \"b\": pod b is already assigned to node \"n1\""
+    );
+    assert_eq!(c.get_json(&["pod", "b"])["spec"]["nodeName"], "n1");
+    // A binding without a target is invalid; to a missing pod, not found.
+    let (code, body) = curl(
+        &c,
+        "POST",
+        path,
+        "application/json",
+        br#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"b"}}"#,
+    );
+    assert_eq!(code, 422, "{body}");
+    let (code, body) = curl(
+        &c,
+        "POST",
+        "/api/v1/namespaces/default/pods/ghost/binding",
+        "application/json",
+        binding,
+    );
+    assert_eq!(code, 404, "{body}");
+}
+
+/// The lines of a watch stream that closes by itself (timeoutSeconds).
+fn watch_lines(c: &Cluster, path: &str) -> Vec<Value> {
+    let out = c.k(&["get", "--raw", path]);
+    out.lines().filter(|l| !l.trim().is_empty()).map(json_of).collect()
+}
+
+#[test]
+fn watch_resource_versions_and_streaming_lists() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.k(&["create", "namespace", "wt"]);
+    c.k(&["create", "configmap", "one", "--from-literal=a=1", "-n", "wt"]);
+    c.k(&["label", "configmap", "one", "x=y", "-n", "wt"]);
+    c.k(&["create", "configmap", "two", "--from-literal=a=1", "-n", "wt"]);
+    c.k(&["delete", "configmap", "two", "-n", "wt"]);
+    let base = "/api/v1/namespaces/wt/configmaps?watch=1&timeoutSeconds=1";
+
+    // resourceVersion=1: every change since then is replayed, in order.
+    let evs = watch_lines(&c, &format!("{base}&resourceVersion=1"));
+    let kinds: Vec<(String, String)> = evs
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or("").to_string(),
+                e["object"]["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let want = [
+        ("ADDED", "one"),
+        ("MODIFIED", "one"),
+        ("ADDED", "two"),
+        ("DELETED", "two"),
+    ];
+    let want: Vec<(String, String)> = want.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    assert_eq!(kinds, want, "{evs:?}");
+
+    // resourceVersion=0 / unset: the current state as ADDED, nothing else.
+    let evs = watch_lines(&c, &format!("{base}&resourceVersion=0"));
+    assert_eq!(evs.len(), 1, "{evs:?}");
+    assert_eq!(evs[0]["type"], "ADDED");
+    assert_eq!(evs[0]["object"]["metadata"]["labels"]["x"], "y");
+
+    // From the list's resourceVersion: nothing old.
+    let rv = c.get_json(&["configmaps", "-n", "wt"])["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("rv")
+        .to_string();
+    let evs = watch_lines(&c, &format!("{base}&resourceVersion={rv}"));
+    assert!(evs.is_empty(), "{evs:?}");
+
+    // A malformed resourceVersion is a 400, a continue token that is garbage too.
+    let (code, body) = curl(
+        &c,
+        "GET",
+        "/api/v1/namespaces/wt/configmaps?watch=1&resourceVersion=abc",
+        "application/json",
+        b"",
+    );
+    assert_eq!(code, 400, "{body}");
+    let (code, body) = curl(
+        &c,
+        "GET",
+        "/api/v1/namespaces/wt/configmaps?limit=1&continue=zzz",
+        "application/json",
+        b"",
+    );
+    assert_eq!(code, 400, "{body}");
+
+    // Streaming list: initial ADDED events, then a BOOKMARK marking their end.
+    let evs = watch_lines(
+        &c,
+        &format!("{base}&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"),
+    );
+    assert_eq!(evs.len(), 2, "{evs:?}");
+    assert_eq!(evs[0]["type"], "ADDED");
+    assert_eq!(evs[1]["type"], "BOOKMARK");
+    assert_eq!(
+        evs[1]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    assert_eq!(evs[1]["object"]["kind"], "ConfigMap");
+    let bookmark_rv: i64 = evs[1]["object"]["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("bookmark rv");
+    assert!(bookmark_rv >= rv.parse::<i64>().expect("rv"));
+    // sendInitialEvents=false with no resourceVersion: only what happens from now on.
+    let evs = watch_lines(
+        &c,
+        &format!("{base}&sendInitialEvents=false&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"),
+    );
+    assert!(evs.is_empty(), "{evs:?}");
+    // sendInitialEvents needs resourceVersionMatch=NotOlderThan, as upstream validates.
+    let (code, body) = curl(
+        &c,
+        "GET",
+        "/api/v1/namespaces/wt/configmaps?watch=1&sendInitialEvents=true&allowWatchBookmarks=true",
+        "application/json",
+        b"",
+    );
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body.contains("sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"),
+        "{body}"
+    );
+    // ...and is not a list option.
+    let (code, body) = curl(
+        &c,
+        "GET",
+        "/api/v1/namespaces/wt/configmaps?sendInitialEvents=true",
+        "application/json",
+        b"",
+    );
+    assert_eq!(code, 422, "{body}");
+    assert!(body.contains("sendInitialEvents is forbidden for list"), "{body}");
+}
+
+// The seed's YAML examples, as written (typos included).
+const SEED_PROJECTED_POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: test-projected-volume 
+spec:
+  containers:
+  - name: test-secret-volume
+    image: busybox
+    args:
+    - sleep
+    - "86400"
+    volumeMounts:
+    - name: mysql-cred
+      mountPath: "/projected-volume"
+      readOnly: true
+  volumes:
+  - name: mysql-cred
+    projected:
+      sources:
+      - secret:
+          name: user
+      - secret:
+          name: pass
+"#;
+
+const SEED_SECRET: &str = r#"apiVersion: v1
+kind: Secret
+metadata:
+  name: mysecret
+type: Opaque
+data:
+  user: YWRtaW4=
+  pass: MWYyZDFlMmU2N2Rm
+"#;
+
+const SEED_EXTENSIONS_DEPLOYMENT: &str = r#"apiVersion: extensions/v1beta1   
+kind: Deployment                 
+metadata:
+  name: string         # Deployment名称
+spec:
+  replicas: 3            # 目标副本数量
+  revisonHistoryLimit: 0 # 控制历史版本个数，0的话就没办法再进行回滚操作
+  strategy:
+    rollingUpdate:       # 滚动更新
+      maxSurge: 1        # 滚动升级时最大同时升级1个pod
+      maxUnavailable: 1  # 滚动升级时最大允许不可用的pod个数
+  template:         
+    metadata:
+      labels:
+        app: string      # 模板名称
+    sepc:                # 定义容器模板，该模板可以包含多个容器
+      containers:                               
+        - name: string                                 
+          image: string 
+          ports:
+            - name: http
+              containerPort: 8080  # 对service暴露端口
+"#;
+
+const SEED_REPLICASET: &str = r#"apiVersion: apps/v1
+kind: ReplicaSet
+metadata:
+  name: nginx-set
+  labels:
+    app: nginx
+spec:
+  replicas: 3
+  selector:
+    matchLabels:
+      app: nginx
+  template:
+    metadata:
+      labels:
+        app: nginx
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.7.9
+"#;
+
+const SEED_STATEFULSET: &str = r#"apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: web
+spec:
+  serviceName: "nginx"
+  replicas: 2
+  selector:
+    matchLabels:
+      app: nginx
+  template:
+    metadata:
+      labels:
+        app: nginx
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.9.1
+        ports:
+        - containerPort: 80
+          name: web
+"#;
+
+const SEED_DAEMONSET: &str = r#"apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: fluentd-elasticsearch
+  namespace: kube-system
+  labels:
+    k8s-app: fluentd-logging
+spec:
+  selector:
+    matchLabels:
+      name: fluentd-elasticsearch
+  template:
+    metadata:
+      labels:
+        name: fluentd-elasticsearch
+    spec:
+      tolerations:
+      - key: node-role.kubernetes.io/master
+        effect: NoSchedule
+      containers:
+      - name: fluentd-elasticsearch
+        image: k8s.gcr.io/fluentd-elasticsearch:1.20
+        resources:
+          limits:
+            memory: 200Mi
+          requests:
+            cpu: 100m
+            memory: 200Mi
+        volumeMounts:
+        - name: varlog
+          mountPath: /var/log
+        - name: varlibdockercontainers
+          mountPath: /var/lib/docker/containers
+          readOnly: true
+      terminationGracePeriodSeconds: 30
+      volumes:
+      - name: varlog
+        hostPath:
+          path: /var/log
+      - name: varlibdockercontainers
+        hostPath:
+          path: /var/lib/docker/containers
+"#;
+
+const SEED_JOB: &str = r#"apiVersion: batch/v1
+kind: Job
+metadata:
+  name: pi
+spec:
+  template:
+    spec:
+      containers:
+      - name: pi
+        image: resouer/ubuntu-bc 
+        command: ["sh", "-c", "echo 'scale=10000; 4*a(1)' | bc -l "]
+      restartPolicy: Never
+  backoffLimit: 4
+"#;
+
+const SEED_V1BETA1_CRONJOB: &str = r#"apiVersion: batch/v1beta1
+kind: CronJob
+metadata:
+  name: hello
+spec:
+  schedule: "*/1 * * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          containers:
+          - name: hello
+            image: busybox
+            args:
+            - /bin/sh
+            - -c
+            - date; echo Hello from the Kubernetes cluster
+          restartPolicy: OnFailure
+"#;
+
+#[test]
+fn seed_examples_as_written() {
+    let c = Cluster::start(CONTROL_PLANE);
+    for (yaml, want) in [
+        (SEED_SECRET, "secret/mysecret created"),
+        (SEED_PROJECTED_POD, "pod/test-projected-volume created"),
+        (SEED_REPLICASET, "replicaset.apps/nginx-set created"),
+        (SEED_STATEFULSET, "statefulset.apps/web created"),
+        (SEED_DAEMONSET, "daemonset.apps/fluentd-elasticsearch created"),
+        (SEED_JOB, "job.batch/pi created"),
+    ] {
+        let out = c.apply(yaml, &[]);
+        assert!(out.contains(want), "{out}");
+        // Applying again changes nothing.
+        let out = c.apply(yaml, &[]);
+        assert!(out.contains("unchanged"), "{out}");
+    }
+    let s = c.get_json(&["secret", "mysecret"]);
+    assert_eq!(s["data"]["pass"], "MWYyZDFlMmU2N2Rm");
+    let rs = c.get_json(&["rs", "nginx-set"]);
+    assert_eq!(
+        rs["spec"]["template"]["spec"]["containers"][0]["terminationMessagePath"],
+        "/dev/termination-log"
+    );
+    let sts = c.get_json(&["sts", "web"]);
+    assert_eq!(sts["spec"]["podManagementPolicy"], "OrderedReady");
+    assert_eq!(sts["spec"]["updateStrategy"]["type"], "RollingUpdate");
+    let ds = c.get_json(&["ds", "fluentd-elasticsearch", "-n", "kube-system"]);
+    assert_eq!(ds["spec"]["updateStrategy"]["type"], "RollingUpdate");
+    assert_eq!(
+        ds["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+        "100m"
+    );
+    let job = c.get_json(&["job", "pi"]);
+    assert_eq!(job["spec"]["backoffLimit"], 4);
+    assert_eq!(job["spec"]["completions"], 1);
+    assert!(
+        job["spec"]["selector"]["matchLabels"]["batch.kubernetes.io/controller-uid"].is_string(),
+        "{}",
+        job["spec"]
+    );
+    // Removed API versions are refused, as upstream refuses them: kubectl finds no mapping.
+    let err = stdin_kubectl_err(&c, &["apply", "-f", "-"], SEED_EXTENSIONS_DEPLOYMENT);
+    assert!(
+        err.contains("no matches for kind \"Deployment\" in version \"extensions/v1beta1\""),
+        "{err}"
+    );
+    let err = stdin_kubectl_err(&c, &["apply", "-f", "-"], SEED_V1BETA1_CRONJOB);
+    assert!(
+        err.contains("no matches for kind \"CronJob\" in version \"batch/v1beta1\""),
+        "{err}"
+    );
+    // The same documents sent straight to the server's paths are 404s.
+    let (code, _) = curl(
+        &c,
+        "POST",
+        "/apis/extensions/v1beta1/namespaces/default/deployments",
+        "application/yaml",
+        SEED_EXTENSIONS_DEPLOYMENT.as_bytes(),
+    );
+    assert_eq!(code, 404);
+    // Moved to apps/v1 as written, the typos (revisonHistoryLimit, sepc) are unknown fields
+    // and kubectl's strict validation names them.
+    let moved = SEED_EXTENSIONS_DEPLOYMENT.replace("extensions/v1beta1", "apps/v1");
+    let err = stdin_kubectl_err(&c, &["apply", "-f", "-"], &moved);
+    assert!(
+        err.contains("unknown field \"spec.revisonHistoryLimit\"")
+            && err.contains("unknown field \"spec.template.sepc\""),
+        "{err}"
+    );
+    // With validation off the typos are dropped, and the missing selector is then invalid.
+    let err = stdin_kubectl_err(&c, &["apply", "--validate=false", "-f", "-"], &moved);
+    assert!(err.contains("Invalid") && err.contains("spec.selector"), "{err}");
+    // batch/v1 CronJob, as the example means today.
+    let cj = SEED_V1BETA1_CRONJOB.replace("batch/v1beta1", "batch/v1");
+    let out = c.apply(&cj, &[]);
+    assert!(out.contains("cronjob.batch/hello created"), "{out}");
+    let got = c.k(&["get", "cronjobs"]);
+    assert!(got.contains("*/1 * * * *"), "{got}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_client_crud_watch_patch_and_subresources() {
+    use futures::{StreamExt, TryStreamExt};
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+
+    let c = tokio::task::spawn_blocking(|| Cluster::start(CONTROL_PLANE))
+        .await
+        .expect("cluster");
+    let kc = kube::config::Kubeconfig::read_from(&c.kubeconfig).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .expect("config");
+    let client = kube::Client::try_from(config).expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+
+    // Watch from the current list's resourceVersion.
+    let rv = cms
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv");
+    let mut events = cms
+        .watch(&WatchParams::default().timeout(20), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+
+    // CRUD.
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "rs", "labels": {"lang": "rust"}},
+        "data": {"a": "1"}
+    }))
+    .expect("cm");
+    let created = cms.create(&PostParams::default(), &cm).await.expect("create");
+    assert!(created.metadata.uid.is_some());
+    let mut got = cms.get("rs").await.expect("get");
+    got.data.get_or_insert_default().insert("a".into(), "2".into());
+    let replaced = cms.replace("rs", &PostParams::default(), &got).await.expect("replace");
+    assert_eq!(
+        replaced.data.as_ref().and_then(|d| d.get("a")).map(String::as_str),
+        Some("2")
+    );
+    let err = cms
+        .replace("rs", &PostParams::default(), &got)
+        .await
+        .expect_err("stale replace");
+    match err {
+        kube::Error::Api(s) => assert_eq!(s.code, 409),
+        other => panic!("{other:?}"),
+    }
+    let other: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "other"}})).expect("cm");
+    cms.create(&PostParams::default(), &other).await.expect("create other");
+    let listed = cms
+        .list(&ListParams::default().labels("lang=rust"))
+        .await
+        .expect("list by label");
+    let names: Vec<String> = listed.items.iter().filter_map(|c| c.metadata.name.clone()).collect();
+    assert_eq!(names, ["rs"]);
+    let missing = cms.get("nope").await.expect_err("missing");
+    match missing {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 404);
+            assert_eq!(s.reason, "NotFound");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Patches: apply with a field manager (and its conflict), strategic, JSON.
+    let ssa = PatchParams::apply("conformance-test");
+    let applied = cms
+        .patch(
+            "rs",
+            &ssa,
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "rs"}, "data": {"b": "x"}}),
+            ),
+        )
+        .await
+        .expect("apply");
+    let managers: Vec<String> = applied
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(managers.iter().any(|m| m == "conformance-test"), "{managers:?}");
+    let conflict = cms
+        .patch(
+            "rs",
+            &PatchParams::apply("someone-else"),
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "rs"}, "data": {"b": "y"}}),
+            ),
+        )
+        .await
+        .expect_err("conflict");
+    match conflict {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 409);
+            assert_eq!(s.reason, "Conflict");
+        }
+        other => panic!("{other:?}"),
+    }
+    let forced = cms
+        .patch(
+            "rs",
+            &PatchParams::apply("someone-else").force(),
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "rs"}, "data": {"b": "y"}}),
+            ),
+        )
+        .await
+        .expect("forced apply");
+    assert_eq!(
+        forced.data.as_ref().and_then(|d| d.get("b")).map(String::as_str),
+        Some("y")
+    );
+    let strategic = cms
+        .patch(
+            "rs",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"metadata": {"labels": {"s": "1"}}})),
+        )
+        .await
+        .expect("strategic");
+    assert_eq!(
+        strategic
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("s"))
+            .map(String::as_str),
+        Some("1")
+    );
+    let jp: json_patch::Patch =
+        serde_json::from_value(json!([{"op": "replace", "path": "/data/a", "value": "3"}])).expect("json patch");
+    let patched = cms
+        .patch("rs", &PatchParams::default(), &Patch::<()>::Json(jp))
+        .await
+        .expect("json patch");
+    assert_eq!(
+        patched.data.as_ref().and_then(|d| d.get("a")).map(String::as_str),
+        Some("3")
+    );
+    cms.delete("rs", &DeleteParams::default()).await.expect("delete");
+
+    // The watch saw it all.
+    let mut seen: Vec<String> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !seen.iter().any(|s| s == "DELETED rs") {
+        let next = tokio::time::timeout_at(deadline, events.try_next())
+            .await
+            .expect("watch events in time")
+            .expect("watch stream");
+        let Some(ev) = next else { break };
+        match ev {
+            WatchEvent::Added(o) => seen.push(format!("ADDED {}", o.metadata.name.unwrap_or_default())),
+            WatchEvent::Modified(o) => seen.push(format!("MODIFIED {}", o.metadata.name.unwrap_or_default())),
+            WatchEvent::Deleted(o) => seen.push(format!("DELETED {}", o.metadata.name.unwrap_or_default())),
+            WatchEvent::Bookmark(_) => {}
+            WatchEvent::Error(e) => panic!("watch error {e:?}"),
+        }
+    }
+    for want in ["ADDED rs", "MODIFIED rs", "ADDED other", "DELETED rs"] {
+        assert!(seen.iter().any(|s| s == want), "{want} not in {seen:?}");
+    }
+
+    // The runtime watcher with streaming lists (sendInitialEvents + bookmarks).
+    let stream = kube::runtime::watcher(cms.clone(), kube::runtime::watcher::Config::default().streaming_lists());
+    let mut stream = stream.boxed();
+    let mut init_names = Vec::new();
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
+            .await
+            .expect("streaming list in time")
+            .expect("watcher")
+            .expect("event");
+        match ev {
+            kube::runtime::watcher::Event::Init => {}
+            kube::runtime::watcher::Event::InitApply(o) => init_names.push(o.metadata.name.unwrap_or_default()),
+            kube::runtime::watcher::Event::InitDone => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(init_names, ["other"]);
+
+    // /status and /scale of a Deployment.
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "kd"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "kd"}},
+            "template": {"metadata": {"labels": {"app": "kd"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+        }
+    }))
+    .expect("deployment");
+    deploys
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("create deployment");
+    let scale = deploys.get_scale("kd").await.expect("get scale");
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(1));
+    assert_eq!(scale.status.map(|s| s.selector), Some(Some("app=kd".to_string())));
+    let scaled = deploys
+        .patch_scale(
+            "kd",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .expect("patch scale");
+    assert_eq!(scaled.spec.and_then(|s| s.replicas), Some(5));
+    assert_eq!(
+        deploys.get("kd").await.expect("get").spec.and_then(|s| s.replicas),
+        Some(5)
+    );
+    let st = deploys
+        .patch_status(
+            "kd",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": 5, "readyReplicas": 4, "observedGeneration": 2}})),
+        )
+        .await
+        .expect("patch status");
+    assert_eq!(st.status.as_ref().and_then(|s| s.ready_replicas), Some(4));
+    let got = deploys.get_status("kd").await.expect("get status");
+    assert_eq!(got.status.and_then(|s| s.replicas), Some(5));
+    // Status changes through the main resource are ignored; spec changes through /status too.
+    let ignored = deploys
+        .patch(
+            "kd",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"readyReplicas": 1}})),
+        )
+        .await
+        .expect("patch main");
+    assert_eq!(ignored.status.and_then(|s| s.ready_replicas), Some(4));
+    let ignored = deploys
+        .patch_status(
+            "kd",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .expect("patch status spec");
+    assert_eq!(ignored.spec.and_then(|s| s.replicas), Some(5));
+    drop(c);
+}

@@ -536,6 +536,82 @@ mod tests {
         );
     }
 
+    use crate::plugins::default_preemption::preempt;
+    use crate::types::PodInfo;
+    use crate::types::testutil::{node, pod};
+    use std::sync::Arc;
+
+    /// The task's example: one node short of cpu, two not matching the node selector.
+    #[test]
+    fn end_to_end_fit_error_message() {
+        let mut c = Cache::new();
+        let mut n1 = node("node1", "1", "4Gi", "110");
+        n1.metadata.labels.as_mut().unwrap().insert("disk".into(), "ssd".into());
+        c.upsert_node(Arc::new(n1));
+        c.upsert_node(Arc::new(node("node2", "8", "4Gi", "110")));
+        c.upsert_node(Arc::new(node("node3", "8", "4Gi", "110")));
+        let mut p = pod("x", "2", "");
+        p.spec.as_mut().unwrap().node_selector = Some([("disk".to_string(), "ssd".to_string())].into());
+        let p = PodInfo::new(p);
+        let mut fw = Framework::with_default_plugins(0);
+        let (mut diag, state) = *fw.schedule(&p, &c).unwrap_err();
+        let msg = preempt(&fw, state.as_ref(), &p, &c, &diag).unwrap_err();
+        diag.post_filter_msg = Some(format!("preemption: {msg}"));
+        assert_eq!(
+            diag.message(),
+            "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+        );
+        assert_eq!(diag.node_statuses.len(), 3);
+        let fit = fw.plugin_index("NodeResourcesFit").unwrap();
+        let aff = fw.plugin_index("NodeAffinity").unwrap();
+        assert_eq!(diag.unschedulable_plugins, (1 << fit) | (1 << aff));
+    }
+
+    #[test]
+    fn scores_prefer_least_allocated_and_spread_round_robin() {
+        let mut c = Cache::new();
+        for n in ["a", "b", "c"] {
+            c.upsert_node(Arc::new(node(n, "4", "16Gi", "110")));
+        }
+        let mut fw = Framework::with_default_plugins(0);
+        let mut placed = std::collections::HashMap::new();
+        for i in 0..6 {
+            let p = Arc::new(PodInfo::new(pod(&format!("p{i}"), "1", "1Gi")));
+            let (res, _) = fw.schedule(&p, &c).unwrap();
+            assert_eq!(res.feasible, 3);
+            let name = c.node_name(res.node).to_string();
+            *placed.entry(name.clone()).or_insert(0) += 1;
+            c.assume_pod(p, &name);
+        }
+        // LeastAllocated + BalancedAllocation spread equal pods evenly.
+        assert!(placed.values().all(|n| *n == 2), "{placed:?}");
+    }
+
+    #[test]
+    fn nominated_pods_reserve_room() {
+        let mut c = Cache::new();
+        c.upsert_node(Arc::new(node("a", "2", "16Gi", "110")));
+        let mut hp = pod("vip", "2", "");
+        hp.spec.as_mut().unwrap().priority = Some(100);
+        let hp = Arc::new(PodInfo::new(hp));
+        c.set_nominated(&hp, Some("a"));
+        let mut fw = Framework::with_default_plugins(0);
+        let low = PodInfo::new(pod("low", "1", ""));
+        let (diag, _) = *fw.schedule(&low, &c).unwrap_err();
+        assert_eq!(diag.message(), "0/1 nodes are available: 1 Insufficient cpu.");
+        // The nominated pod itself fits.
+        assert!(fw.schedule(&hp, &c).is_ok());
+    }
+
+    #[test]
+    fn no_nodes() {
+        let c = Cache::new();
+        let mut fw = Framework::with_default_plugins(0);
+        let (diag, state) = *fw.schedule(&PodInfo::new(pod("x", "", "")), &c).unwrap_err();
+        assert_eq!(diag.num_all_nodes, 0);
+        assert!(state.is_none());
+    }
+
     #[test]
     fn normalize_default() {
         let mut s = vec![0, 5, 10];

@@ -193,9 +193,7 @@ impl Quantity {
         };
         let mut value = mantissa;
         if bin_exp > 0 {
-            let m = 1i128
-                .checked_shl(bin_exp as u32)
-                .ok_or(QuantityError::Numeric)?;
+            let m = 1i128.checked_shl(bin_exp as u32).ok_or(QuantityError::Numeric)?;
             value = value.checked_mul(m).ok_or(QuantityError::Numeric)?;
         }
         let nanos = if dec_exp >= 0 {
@@ -273,14 +271,16 @@ impl Quantity {
         self.nanos
     }
 
-    /// The amount in thousandths, rounded up (upstream's `MilliValue`), saturating at i64 bounds.
+    /// The amount in thousandths, rounded away from zero (upstream's `MilliValue`), saturating
+    /// at i64 bounds.
     pub fn milli_value(&self) -> i64 {
-        saturate(ceil_div(self.nanos, 1_000_000))
+        saturate(div_away_from_zero(self.nanos, 1_000_000))
     }
 
-    /// The amount in whole units, rounded up (upstream's `Value`), saturating at i64 bounds.
+    /// The amount in whole units, rounded away from zero (upstream's `Value`), saturating at
+    /// i64 bounds.
     pub fn value(&self) -> i64 {
-        saturate(ceil_div(self.nanos, NANOS_PER_UNIT))
+        saturate(div_away_from_zero(self.nanos, NANOS_PER_UNIT))
     }
 
     /// An approximation for scoring; never use it for comparisons.
@@ -290,11 +290,7 @@ impl Quantity {
 
     /// The sum; the format is this quantity's, or the other's when this one is zero.
     pub fn checked_add(&self, other: &Quantity) -> Option<Quantity> {
-        let format = if self.is_zero() {
-            other.format
-        } else {
-            self.format
-        };
+        let format = if self.is_zero() { other.format } else { self.format };
         Some(Quantity {
             nanos: self.nanos.checked_add(other.nanos)?,
             format,
@@ -302,11 +298,7 @@ impl Quantity {
     }
 
     pub fn checked_sub(&self, other: &Quantity) -> Option<Quantity> {
-        let format = if self.is_zero() {
-            other.format
-        } else {
-            self.format
-        };
+        let format = if self.is_zero() { other.format } else { self.format };
         Some(Quantity {
             nanos: self.nanos.checked_sub(other.nanos)?,
             format,
@@ -382,9 +374,14 @@ impl Quantity {
     }
 }
 
-fn ceil_div(n: i128, d: i128) -> i128 {
+/// Division rounding away from zero, as upstream's scaled values round.
+fn div_away_from_zero(n: i128, d: i128) -> i128 {
     let q = n / d;
-    if n % d > 0 { q + 1 } else { q }
+    match (n % d).signum() {
+        1 => q + 1,
+        -1 => q - 1,
+        _ => q,
+    }
 }
 
 fn saturate(v: i128) -> i64 {
@@ -520,7 +517,8 @@ mod tests {
         assert_eq!(q("2Gi").value(), 2 * 1024 * 1024 * 1024);
         assert_eq!(q("2Gi").milli_value(), 2 * 1024 * 1024 * 1024 * 1000);
         assert_eq!(q("1u").milli_value(), 1);
-        assert_eq!(q("-1500m").value(), -1);
+        assert_eq!(q("-1500m").value(), -2);
+        assert_eq!(q("-1n").milli_value(), -1);
         assert_eq!(q("1e3").value(), 1000);
         assert_eq!(q("500M").value(), 500_000_000);
         assert_eq!(q("8Ei").value(), i64::MAX);
@@ -565,8 +563,7 @@ mod tests {
         assert!(Quantity::parse("99999999999999999999999999999999999999999999").is_err());
         assert!(Quantity::parse("1e99999").is_err());
         assert_eq!(
-            Quantity::parse("0.0000000000000000000000000000000000000000001")
-                .map(|x| x.nano_value()),
+            Quantity::parse("0.0000000000000000000000000000000000000000001").map(|x| x.nano_value()),
             Ok(1)
         );
         assert_eq!(

@@ -343,6 +343,108 @@ mod tests {
         assert!(!selector_matches(None, Some(&labels)));
     }
 
+    /// What `kubectl run/create/expose` send must pass once defaulted.
+    #[test]
+    fn kubectl_generated_objects_are_valid() {
+        use test_util::errors_defaulted;
+        let cases = [
+            (
+                "",
+                "Pod",
+                json!({"kind": "Pod", "apiVersion": "v1",
+                "metadata": {"name": "nginx", "namespace": "default", "creationTimestamp": null, "labels": {"run": "nginx"}},
+                "spec": {"containers": [{"name": "nginx", "image": "nginx", "resources": {}}],
+                         "dnsPolicy": "ClusterFirst", "restartPolicy": "Always"}, "status": {}}),
+            ),
+            (
+                "apps",
+                "Deployment",
+                json!({"kind": "Deployment", "apiVersion": "apps/v1",
+                "metadata": {"name": "web", "namespace": "default", "creationTimestamp": null, "labels": {"app": "web"}},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "strategy": {},
+                         "template": {"metadata": {"creationTimestamp": null, "labels": {"app": "web"}},
+                                      "spec": {"containers": [{"name": "nginx", "image": "nginx", "resources": {}}]}}},
+                "status": {}}),
+            ),
+            (
+                "batch",
+                "Job",
+                json!({"kind": "Job", "apiVersion": "batch/v1",
+                "metadata": {"name": "pi", "namespace": "default", "uid": "0b6c0a0e-1", "creationTimestamp": null},
+                "spec": {"template": {"metadata": {"creationTimestamp": null},
+                         "spec": {"containers": [{"name": "pi", "image": "perl", "resources": {}}], "restartPolicy": "Never"}}},
+                "status": {}}),
+            ),
+            (
+                "batch",
+                "CronJob",
+                json!({"kind": "CronJob", "apiVersion": "batch/v1",
+                "metadata": {"name": "tick", "namespace": "default", "creationTimestamp": null},
+                "spec": {"schedule": "*/1 * * * *", "jobTemplate": {"metadata": {"name": "tick", "creationTimestamp": null},
+                         "spec": {"template": {"metadata": {"creationTimestamp": null},
+                                  "spec": {"containers": [{"name": "tick", "image": "busybox", "resources": {}}], "restartPolicy": "OnFailure"}}}}},
+                "status": {}}),
+            ),
+            (
+                "",
+                "Service",
+                json!({"kind": "Service", "apiVersion": "v1",
+                "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+                "spec": {"ports": [{"port": 80, "protocol": "TCP", "targetPort": 80}], "selector": {"app": "web"}},
+                "status": {"loadBalancer": {}}}),
+            ),
+            (
+                "",
+                "Secret",
+                json!({"kind": "Secret", "apiVersion": "v1",
+                "metadata": {"name": "s", "namespace": "default"}, "data": {"password": "aHVudGVyMg=="}}),
+            ),
+            (
+                "",
+                "ConfigMap",
+                json!({"kind": "ConfigMap", "apiVersion": "v1",
+                "metadata": {"name": "c", "namespace": "default"}, "data": {"app.properties": "a=b"}}),
+            ),
+            (
+                "",
+                "Namespace",
+                json!({"kind": "Namespace", "apiVersion": "v1",
+                "metadata": {"name": "dev"}, "spec": {}, "status": {}}),
+            ),
+            (
+                "apps",
+                "DaemonSet",
+                json!({"metadata": {"name": "agent", "namespace": "kube-system"},
+                "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                         "template": {"metadata": {"labels": {"app": "agent"}},
+                                      "spec": {"containers": [{"name": "a", "image": "busybox"}],
+                                               "tolerations": [{"operator": "Exists"}]}}}}),
+            ),
+            (
+                "apps",
+                "StatefulSet",
+                json!({"metadata": {"name": "db", "namespace": "default"},
+                "spec": {"serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                         "template": {"metadata": {"labels": {"app": "db"}},
+                                      "spec": {"containers": [{"name": "db", "image": "busybox",
+                                               "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}},
+                         "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]}}),
+            ),
+            (
+                "",
+                "Node",
+                json!({"metadata": {"name": "node-1", "labels": {"kubernetes.io/hostname": "node-1"}},
+                "spec": {"taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]},
+                "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"}}}),
+            ),
+        ];
+        for (group, kind, obj) in cases {
+            let e = errors_defaulted(group, kind, &obj, None);
+            assert!(e.is_empty(), "{kind}: {e:?}");
+        }
+    }
+
     /// Random strings (including multi-byte characters) through every string parser.
     #[test]
     fn random_strings_never_panic() {

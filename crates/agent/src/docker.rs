@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use anyhow::Context;
 use bollard::Docker;
 use bollard::query_parameters::{
-    InspectContainerOptions, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
-    RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+    InspectContainerOptions, KillContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    StopContainerOptionsBuilder,
 };
 use jiff::Timestamp;
 
@@ -30,8 +30,7 @@ pub const TYPE_CONTAINER: &str = "container";
 
 /// Connects to the local engine and negotiates the API version it speaks.
 pub async fn connect() -> anyhow::Result<Docker> {
-    let docker =
-        Docker::connect_with_local_defaults().context("connecting to the Docker Engine")?;
+    let docker = Docker::connect_with_local_defaults().context("connecting to the Docker Engine")?;
     docker
         .negotiate_version()
         .await
@@ -83,11 +82,7 @@ impl PodRuntime {
     }
 
     pub fn next_sandbox_attempt(&self) -> i32 {
-        self.sandboxes
-            .iter()
-            .map(|s| s.restart_count + 1)
-            .max()
-            .unwrap_or(0)
+        self.sandboxes.iter().map(|s| s.restart_count + 1).max().unwrap_or(0)
     }
 
     /// Instances of a container, newest first.
@@ -110,10 +105,7 @@ fn parse_time(s: Option<&String>) -> Option<Timestamp> {
 }
 
 /// Lists every container this node's agent created (running or not), grouped by pod UID.
-pub async fn list_node_containers(
-    docker: &Docker,
-    node: &str,
-) -> anyhow::Result<HashMap<String, PodRuntime>> {
+pub async fn list_node_containers(docker: &Docker, node: &str) -> anyhow::Result<HashMap<String, PodRuntime>> {
     let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_NODE}={node}")])]);
     let options = ListContainersOptionsBuilder::default()
         .all(true)
@@ -146,10 +138,7 @@ pub async fn list_node_containers(
 pub async fn pod_runtime(docker: &Docker, node: &str, uid: &str) -> anyhow::Result<PodRuntime> {
     let filters = HashMap::from([(
         "label".to_string(),
-        vec![
-            format!("{LABEL_NODE}={node}"),
-            format!("{LABEL_POD_UID}={uid}"),
-        ],
+        vec![format!("{LABEL_NODE}={node}"), format!("{LABEL_POD_UID}={uid}")],
     )]);
     let options = ListContainersOptionsBuilder::default()
         .all(true)
@@ -176,10 +165,7 @@ pub async fn pod_runtime(docker: &Docker, node: &str, uid: &str) -> anyhow::Resu
 
 /// Inspects a container; `None` when it no longer exists.
 pub async fn inspect(docker: &Docker, id: &str) -> anyhow::Result<Option<ContainerRecord>> {
-    let info = match docker
-        .inspect_container(id, None::<InspectContainerOptions>)
-        .await
-    {
+    let info = match docker.inspect_container(id, None::<InspectContainerOptions>).await {
         Ok(info) => info,
         Err(e) if is_not_found(&e) => return Ok(None),
         Err(e) => return Err(e).with_context(|| format!("inspecting container {id}")),
@@ -194,19 +180,13 @@ pub async fn inspect(docker: &Docker, id: &str) -> anyhow::Result<Option<Contain
     let state = info.state.clone().unwrap_or_default();
     let run_state = if state.running == Some(true) {
         RunState::Running
-    } else if parse_time(state.started_at.as_ref()).is_some()
-        || parse_time(state.finished_at.as_ref()).is_some()
-    {
+    } else if parse_time(state.started_at.as_ref()).is_some() || parse_time(state.finished_at.as_ref()).is_some() {
         RunState::Exited
     } else {
         RunState::Created
     };
     let is_sandbox = labels.get(LABEL_TYPE).map(String::as_str) == Some(TYPE_SANDBOX);
-    let count_label = if is_sandbox {
-        LABEL_ATTEMPT
-    } else {
-        LABEL_RESTART_COUNT
-    };
+    let count_label = if is_sandbox { LABEL_ATTEMPT } else { LABEL_RESTART_COUNT };
     let ip = info
         .network_settings
         .as_ref()
@@ -221,17 +201,10 @@ pub async fn inspect(docker: &Docker, id: &str) -> anyhow::Result<Option<Contain
             .get(LABEL_CONTAINER_NAME)
             .cloned()
             .unwrap_or_else(|| "POD".to_string()),
-        restart_count: labels
-            .get(count_label)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
+        restart_count: labels.get(count_label).and_then(|v| v.parse().ok()).unwrap_or(0),
         init: labels.get(LABEL_INIT).map(String::as_str) == Some("true"),
         hash: labels.get(LABEL_HASH).cloned().unwrap_or_default(),
-        image: info
-            .config
-            .as_ref()
-            .and_then(|c| c.image.clone())
-            .unwrap_or_default(),
+        image: info.config.as_ref().and_then(|c| c.image.clone()).unwrap_or_default(),
         image_id: info.image.clone().unwrap_or_default(),
         state: run_state,
         exit_code: state.exit_code.unwrap_or(0),
@@ -247,10 +220,7 @@ pub async fn inspect(docker: &Docker, id: &str) -> anyhow::Result<Option<Contain
 pub fn is_not_found(e: &bollard::errors::Error) -> bool {
     matches!(
         e,
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 404,
-            ..
-        }
+        bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }
     )
 }
 
@@ -262,33 +232,25 @@ pub async fn stop(docker: &Docker, id: &str, grace: i64) -> anyhow::Result<()> {
     match docker.stop_container(id, Some(options)).await {
         Ok(()) => Ok(()),
         Err(e) if is_not_found(&e) => Ok(()),
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 304, ..
-        }) => Ok(()),
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 304, .. }) => Ok(()),
         Err(e) => Err(e).with_context(|| format!("stopping container {id}")),
     }
 }
 
 /// Sends SIGKILL; a container that is not running is not an error.
 pub async fn kill(docker: &Docker, id: &str) -> anyhow::Result<()> {
-    let options = KillContainerOptionsBuilder::default()
-        .signal("SIGKILL")
-        .build();
+    let options = KillContainerOptionsBuilder::default().signal("SIGKILL").build();
     match docker.kill_container(id, Some(options)).await {
         Ok(()) => Ok(()),
         Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 404 | 409,
-            ..
+            status_code: 404 | 409, ..
         }) => Ok(()),
         Err(e) => Err(e).with_context(|| format!("killing container {id}")),
     }
 }
 
 pub async fn remove(docker: &Docker, id: &str) -> anyhow::Result<()> {
-    let options = RemoveContainerOptionsBuilder::default()
-        .force(true)
-        .v(true)
-        .build();
+    let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
     match docker.remove_container(id, Some(options)).await {
         Ok(()) => Ok(()),
         Err(e) if is_not_found(&e) => Ok(()),
@@ -305,19 +267,18 @@ pub async fn image_id(docker: &Docker, image: &str) -> anyhow::Result<Option<Str
     }
 }
 
+/// The user an image runs as (`Config.User`, possibly empty).
+pub async fn image_user(docker: &Docker, image: &str) -> anyhow::Result<String> {
+    match docker.inspect_image(image).await {
+        Ok(info) => Ok(info.config.and_then(|c| c.user).unwrap_or_default()),
+        Err(e) if is_not_found(&e) => Ok(String::new()),
+        Err(e) => Err(e).with_context(|| format!("inspecting image {image}")),
+    }
+}
+
 /// A Docker container name, as dockershim named them.
-pub fn container_name(
-    kind: &str,
-    pod_name: &str,
-    namespace: &str,
-    uid: &str,
-    attempt: i32,
-) -> String {
-    let short: String = uid
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .take(12)
-        .collect();
+pub fn container_name(kind: &str, pod_name: &str, namespace: &str, uid: &str, attempt: i32) -> String {
+    let short: String = uid.chars().filter(|c| c.is_ascii_alphanumeric()).take(12).collect();
     format!("k8s_{kind}_{pod_name}_{namespace}_{short}_{attempt}")
 }
 
@@ -348,10 +309,7 @@ mod tests {
     #[test]
     fn instances_are_newest_first_and_sandbox_attempts_increase() {
         let rt = PodRuntime {
-            sandboxes: vec![
-                rec("POD", 0, RunState::Exited),
-                rec("POD", 1, RunState::Running),
-            ],
+            sandboxes: vec![rec("POD", 0, RunState::Exited), rec("POD", 1, RunState::Running)],
             containers: vec![
                 rec("a", 0, RunState::Exited),
                 rec("a", 2, RunState::Running),
@@ -360,11 +318,7 @@ mod tests {
         };
         assert_eq!(rt.running_sandbox().map(|s| s.id.as_str()), Some("POD1"));
         assert_eq!(rt.next_sandbox_attempt(), 2);
-        let a: Vec<_> = rt
-            .instances("a", false)
-            .iter()
-            .map(|c| c.restart_count)
-            .collect();
+        let a: Vec<_> = rt.instances("a", false).iter().map(|c| c.restart_count).collect();
         assert_eq!(a, vec![2, 0]);
         assert!(rt.instances("a", true).is_empty());
         assert_eq!(

@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
-use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, LogsOptionsBuilder,
-};
+use bollard::query_parameters::{CreateContainerOptionsBuilder, CreateImageOptionsBuilder, LogsOptionsBuilder};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::Api;
@@ -96,6 +94,31 @@ pub struct PodWorker {
     pod_ip: String,
 }
 
+/// upstream's verifyRunAsNonRoot, with the image's configured user.
+fn verify_non_root(run_as_user: Option<i64>, image_user: &str, pod: &Pod, container: &str) -> Result<(), String> {
+    if let Some(uid) = run_as_user {
+        if uid == 0 {
+            return Err(format!(
+                "container's runAsUser breaks non-root policy (pod: \"{}\", container: {container})",
+                format_pod(pod)
+            ));
+        }
+        return Ok(());
+    }
+    let name = image_user.split(':').next().unwrap_or("");
+    match name {
+        "" | "0" => Err(format!(
+            "container has runAsNonRoot and image will run as root (pod: \"{}\", container: {container})",
+            format_pod(pod)
+        )),
+        n if n.parse::<i64>().is_ok() => Ok(()),
+        n => Err(format!(
+            "container has runAsNonRoot and image has non-numeric user ({n}), cannot verify user is non-root (pod: \"{}\", container: {container})",
+            format_pod(pod)
+        )),
+    }
+}
+
 /// Go's `time.Duration.String()` for whole seconds ("10s", "1m20s", "5m0s").
 pub fn go_duration(d: Duration) -> String {
     let secs = d.as_secs();
@@ -133,11 +156,7 @@ fn hex_prefix(bytes: &[u8]) -> String {
 fn grace_seconds(pod: &Pod) -> i64 {
     pod.metadata
         .deletion_grace_period_seconds
-        .or_else(|| {
-            pod.spec
-                .as_ref()
-                .and_then(|s| s.termination_grace_period_seconds)
-        })
+        .or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
         .unwrap_or(30)
         .max(0)
 }
@@ -179,14 +198,12 @@ pub async fn run(ctx: Arc<Ctx>, uid: String, mut pods: watch::Receiver<Option<Po
                 }
                 return;
             }
-            Some(pod) if pod.metadata.deletion_timestamp.is_some() => {
-                match worker.delete(&pod).await {
-                    Ok(()) => return,
-                    Err(e) => {
-                        tracing::warn!(uid = %worker.uid, error = %format!("{e:#}"), "terminating a pod")
-                    }
+            Some(pod) if pod.metadata.deletion_timestamp.is_some() => match worker.delete(&pod).await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(uid = %worker.uid, error = %format!("{e:#}"), "terminating a pod")
                 }
-            }
+            },
             Some(pod) => match worker.sync(&pod).await {
                 Ok(true) => resync = TERMINAL_RESYNC,
                 Ok(false) => resync = RESYNC,
@@ -210,18 +227,9 @@ impl PodWorker {
         &self.ctx.docker
     }
 
-    fn event(
-        &self,
-        pod: &Pod,
-        container: Option<(bool, &str)>,
-        type_: &str,
-        reason: &str,
-        message: String,
-    ) {
+    fn event(&self, pod: &Pod, container: Option<(bool, &str)>, type_: &str, reason: &str, message: String) {
         let path = container.map(|(init, name)| container_field_path(init, name));
-        self.ctx
-            .recorder
-            .pod_event(pod, path, type_, reason, message);
+        self.ctx.recorder.pod_event(pod, path, type_, reason, message);
     }
 
     async fn runtime(&self) -> anyhow::Result<PodRuntime> {
@@ -239,11 +247,7 @@ impl PodWorker {
         let phase = preview.phase.clone().unwrap_or_default();
         if phase == "Succeeded" || phase == "Failed" {
             // Nothing more will run: stop what is left (the sandbox), keep the containers for logs.
-            for c in rt
-                .containers
-                .iter()
-                .filter(|c| c.state == RunState::Running)
-            {
+            for c in rt.containers.iter().filter(|c| c.state == RunState::Running) {
                 docker::stop(self.docker(), &c.id, grace_seconds(pod)).await?;
             }
             for s in rt.sandboxes.iter().filter(|s| s.state == RunState::Running) {
@@ -306,19 +310,14 @@ impl PodWorker {
         self.write_hosts_file(pod, &spec, &pod_ip).await?;
 
         // Init containers, in order.
-        let policy = spec
-            .restart_policy
-            .clone()
-            .unwrap_or_else(|| "Always".into());
+        let policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
         let mut initialized = true;
         for c in spec.init_containers.iter().flatten() {
             let sidecar = c.restart_policy.as_deref() == Some("Always");
-            let instances: Vec<ContainerRecord> =
-                rt.instances(&c.name, true).into_iter().cloned().collect();
+            let instances: Vec<ContainerRecord> = rt.instances(&c.name, true).into_iter().cloned().collect();
             match instances.first() {
                 None => {
-                    self.start_container(pod, c, true, 0, &sandbox, &pod_ip)
-                        .await?;
+                    self.start_container(pod, c, true, 0, &sandbox, &pod_ip).await?;
                     initialized = false;
                 }
                 Some(l) if l.state == RunState::Created => {
@@ -335,10 +334,7 @@ impl PodWorker {
                             initialized = false;
                             break;
                         }
-                        let started = self
-                            .notes
-                            .get(&(true, c.name.clone()))
-                            .is_none_or(|n| n.started);
+                        let started = self.notes.get(&(true, c.name.clone())).is_none_or(|n| n.started);
                         if started {
                             continue;
                         }
@@ -346,10 +342,7 @@ impl PodWorker {
                     initialized = false;
                 }
                 Some(l) if l.exit_code == 0 && !sidecar => {
-                    self.notes
-                        .entry((true, c.name.clone()))
-                        .or_default()
-                        .waiting = None;
+                    self.notes.entry((true, c.name.clone())).or_default().waiting = None;
                     continue;
                 }
                 Some(_) => {
@@ -367,13 +360,9 @@ impl PodWorker {
 
         if initialized {
             for c in &spec.containers {
-                let instances: Vec<ContainerRecord> =
-                    rt.instances(&c.name, false).into_iter().cloned().collect();
+                let instances: Vec<ContainerRecord> = rt.instances(&c.name, false).into_iter().cloned().collect();
                 match instances.first() {
-                    None => {
-                        self.start_container(pod, c, false, 0, &sandbox, &pod_ip)
-                            .await?
-                    }
+                    None => self.start_container(pod, c, false, 0, &sandbox, &pod_ip).await?,
                     Some(l) if l.state == RunState::Created => {
                         docker::remove(self.docker(), &l.id).await?;
                         self.start_container(pod, c, false, l.restart_count, &sandbox, &pod_ip)
@@ -428,10 +417,7 @@ impl PodWorker {
         let mut value = serde_json::to_value(&status)?;
         // Compare without transition times so an unchanged status is not rewritten.
         let mut comparable = value.clone();
-        if let Some(conds) = comparable
-            .get_mut("conditions")
-            .and_then(|c| c.as_array_mut())
-        {
+        if let Some(conds) = comparable.get_mut("conditions").and_then(|c| c.as_array_mut()) {
             for c in conds {
                 if let Some(o) = c.as_object_mut() {
                     o.remove("lastTransitionTime");
@@ -531,11 +517,7 @@ impl PodWorker {
 
     /// Copies probe results of running containers into the notes used by the status.
     fn refresh_probe_notes(&mut self, rt: &PodRuntime) {
-        for c in rt
-            .containers
-            .iter()
-            .filter(|c| c.state == RunState::Running)
-        {
+        for c in rt.containers.iter().filter(|c| c.state == RunState::Running) {
             let note = self.notes.entry((c.init, c.name.clone())).or_default();
             match self.probes.get(&c.id) {
                 Some(run) => {
@@ -560,20 +542,13 @@ impl PodWorker {
         self.probes.retain(|id, _| running.contains(id.as_str()));
     }
 
-    async fn write_hosts_file(
-        &self,
-        pod: &Pod,
-        spec: &PodSpec,
-        pod_ip: &str,
-    ) -> anyhow::Result<()> {
+    async fn write_hosts_file(&self, pod: &Pod, spec: &PodSpec, pod_ip: &str) -> anyhow::Result<()> {
         let dir = volumes::pod_dir(&self.ctx.data_dir, &self.uid);
         tokio::fs::create_dir_all(dir.join("containers"))
             .await
             .context("creating the pod directory")?;
         let content = if spec.host_network == Some(true) {
-            let host = tokio::fs::read_to_string("/etc/hosts")
-                .await
-                .unwrap_or_default();
+            let host = tokio::fs::read_to_string("/etc/hosts").await.unwrap_or_default();
             format!("{host}{}", volumes::host_aliases(pod))
         } else {
             volumes::hosts_file(pod, pod_ip)
@@ -600,19 +575,11 @@ impl PodWorker {
                 pod.metadata.namespace.clone().unwrap_or_default(),
             ),
             (docker::LABEL_TYPE.to_string(), kind.to_string()),
-            (
-                docker::LABEL_GRACE.to_string(),
-                grace_seconds(pod).to_string(),
-            ),
+            (docker::LABEL_GRACE.to_string(), grace_seconds(pod).to_string()),
         ])
     }
 
-    async fn create_sandbox(
-        &mut self,
-        pod: &Pod,
-        spec: &PodSpec,
-        rt: &PodRuntime,
-    ) -> anyhow::Result<()> {
+    async fn create_sandbox(&mut self, pod: &Pod, spec: &PodSpec, rt: &PodRuntime) -> anyhow::Result<()> {
         if !rt.sandboxes.is_empty() {
             self.event(
                 pod,
@@ -634,10 +601,7 @@ impl PodWorker {
             }
             self.probes.clear();
         }
-        if docker::image_id(self.docker(), PAUSE_IMAGE)
-            .await?
-            .is_none()
-        {
+        if docker::image_id(self.docker(), PAUSE_IMAGE).await?.is_none() {
             crate::images::build_pause_image(self.docker())
                 .await
                 .context("building the pause image")?;
@@ -671,11 +635,7 @@ impl PodWorker {
         }
         let dns = spec.dns_config.clone().unwrap_or_default();
         let host_config = HostConfig {
-            network_mode: Some(if host_network {
-                "host".into()
-            } else {
-                "bridge".into()
-            }),
+            network_mode: Some(if host_network { "host".into() } else { "bridge".into() }),
             ipc_mode: Some(if spec.host_ipc == Some(true) {
                 "host".into()
             } else {
@@ -697,11 +657,7 @@ impl PodWorker {
                 .security_context
                 .as_ref()
                 .and_then(|s| s.sysctls.as_ref())
-                .map(|s| {
-                    s.iter()
-                        .map(|s| (s.name.clone(), s.value.clone()))
-                        .collect()
-                }),
+                .map(|s| s.iter().map(|s| (s.name.clone(), s.value.clone())).collect()),
             ..Default::default()
         };
         let config = ContainerCreateBody {
@@ -713,9 +669,7 @@ impl PodWorker {
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::default()
-            .name(&docker::container_name(
-                "POD", &name, &namespace, &self.uid, attempt,
-            ))
+            .name(&docker::container_name("POD", &name, &namespace, &self.uid, attempt))
             .build();
         let created = self
             .docker()
@@ -744,10 +698,7 @@ impl PodWorker {
         init: bool,
         latest: &ContainerRecord,
     ) -> anyhow::Result<bool> {
-        let restart = self
-            .probes
-            .get(&latest.id)
-            .and_then(|p| p.state.lock().restart.clone());
+        let restart = self.probes.get(&latest.id).and_then(|p| p.state.lock().restart.clone());
         let changed = !latest.hash.is_empty() && latest.hash != container_hash(c);
         let spec_change = restart.is_none() && changed;
         let message = match (restart, changed) {
@@ -776,13 +727,7 @@ impl PodWorker {
         grace: i64,
         message: &str,
     ) -> anyhow::Result<()> {
-        self.event(
-            pod,
-            Some((init, &c.name)),
-            NORMAL,
-            "Killing",
-            message.to_string(),
-        );
+        self.event(pod, Some((init, &c.name)), NORMAL, "Killing", message.to_string());
         self.probes.remove(id);
         let started = Instant::now();
         if let Some(pre_stop) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) {
@@ -812,10 +757,7 @@ impl PodWorker {
         } else if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
             self.ctx.host_ip.clone()
         } else {
-            pod.status
-                .as_ref()
-                .and_then(|s| s.pod_ip.clone())
-                .unwrap_or_default()
+            pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default()
         };
         Target {
             docker: self.ctx.docker.clone(),
@@ -847,8 +789,7 @@ impl PodWorker {
             );
         });
         let tasks = probes::start(target, state.clone(), self.wake.clone(), on_failure);
-        self.probes
-            .insert(id.to_string(), ProbeRun { state, tasks });
+        self.probes.insert(id.to_string(), ProbeRun { state, tasks });
     }
 
     /// Starts the next instance of a container right away (its spec changed), keeping only the
@@ -887,12 +828,7 @@ impl PodWorker {
         };
         let key = (init, c.name.clone());
         let finished = latest.finished_at.unwrap_or_else(jiff::Timestamp::now);
-        let since_finish = Duration::from_secs(
-            jiff::Timestamp::now()
-                .duration_since(finished)
-                .as_secs()
-                .max(0) as u64,
-        );
+        let since_finish = Duration::from_secs(jiff::Timestamp::now().duration_since(finished).as_secs().max(0) as u64);
         if let Some(b) = self.backoff.get(&key) {
             if b.last_update.elapsed() > MAX_BACKOFF * 2 {
                 self.backoff.remove(&key);
@@ -917,8 +853,7 @@ impl PodWorker {
                         ),
                     );
                 }
-                self.notes.entry(key).or_default().waiting =
-                    Some(("CrashLoopBackOff".into(), message));
+                self.notes.entry(key).or_default().waiting = Some(("CrashLoopBackOff".into(), message));
                 return Ok(());
             }
         }
@@ -963,11 +898,9 @@ impl PodWorker {
             return Ok(true);
         }
         if policy == "Never" {
-            let message =
-                format!("Container image \"{image}\" is not present with pull policy of Never");
+            let message = format!("Container image \"{image}\" is not present with pull policy of Never");
             self.event(pod, field, WARNING, "ErrImageNeverPull", message.clone());
-            self.notes.entry(key).or_default().waiting =
-                Some(("ErrImageNeverPull".into(), message));
+            self.notes.entry(key).or_default().waiting = Some(("ErrImageNeverPull".into(), message));
             return Ok(false);
         }
         if let Some(b) = self.image_backoff.get(&image)
@@ -978,17 +911,9 @@ impl PodWorker {
             self.notes.entry(key).or_default().waiting = Some(("ImagePullBackOff".into(), message));
             return Ok(false);
         }
-        self.event(
-            pod,
-            field,
-            NORMAL,
-            "Pulling",
-            format!("Pulling image \"{image}\""),
-        );
+        self.event(pod, field, NORMAL, "Pulling", format!("Pulling image \"{image}\""));
         let started = Instant::now();
-        let options = CreateImageOptionsBuilder::default()
-            .from_image(&image)
-            .build();
+        let options = CreateImageOptionsBuilder::default().from_image(&image).build();
         let mut stream = self.docker().create_image(Some(options), None, None);
         let mut error = None;
         let pull = async {
@@ -999,10 +924,7 @@ impl PodWorker {
                 }
             }
         };
-        if tokio::time::timeout(Duration::from_secs(120), pull)
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(Duration::from_secs(120), pull).await.is_err() {
             error = Some("pull timed out".into());
         }
         match error {
@@ -1063,37 +985,23 @@ impl PodWorker {
             Ok(env) => env,
             Err(e) => {
                 self.event(pod, field, WARNING, "Failed", format!("Error: {e}"));
-                self.notes.entry(key).or_default().waiting =
-                    Some(("CreateContainerConfigError".into(), e.to_string()));
+                self.notes.entry(key).or_default().waiting = Some(("CreateContainerConfigError".into(), e.to_string()));
                 return Ok(());
             }
         };
-        let volumes = self
-            .volumes
-            .as_ref()
-            .map(|(v, _)| v.clone())
-            .unwrap_or_default();
+        let volumes = self.volumes.as_ref().map(|(v, _)| v.clone()).unwrap_or_default();
         let mut binds = match volumes::binds(c, &volumes) {
             Ok(b) => b,
             Err(e) => {
                 self.event(pod, field, WARNING, "Failed", format!("Error: {e}"));
-                self.notes.entry(key).or_default().waiting =
-                    Some(("CreateContainerConfigError".into(), e));
+                self.notes.entry(key).or_default().waiting = Some(("CreateContainerConfigError".into(), e));
                 return Ok(());
             }
         };
         let pod_dir = volumes::pod_dir(&self.ctx.data_dir, &self.uid);
-        let mounted = |path: &str| {
-            c.volume_mounts
-                .iter()
-                .flatten()
-                .any(|m| m.mount_path == path)
-        };
+        let mounted = |path: &str| c.volume_mounts.iter().flatten().any(|m| m.mount_path == path);
         if !mounted("/etc/hosts") {
-            binds.push(format!(
-                "{}:/etc/hosts",
-                pod_dir.join("etc-hosts").display()
-            ));
+            binds.push(format!("{}:/etc/hosts", pod_dir.join("etc-hosts").display()));
         }
         let log_path = self.termination_log_path(&c.name, init, restart_count);
         tokio::fs::write(&log_path, b"")
@@ -1107,14 +1015,10 @@ impl PodWorker {
             binds.push(format!("{}:{message_path}", log_path.display()));
         }
 
-        let lookup: HashMap<&str, &str> =
-            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let lookup: HashMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let expand = |v: &Option<Vec<String>>| {
-            v.as_ref().map(|v| {
-                v.iter()
-                    .map(|s| env::expand(s, &lookup))
-                    .collect::<Vec<_>>()
-            })
+            v.as_ref()
+                .map(|v| v.iter().map(|s| env::expand(s, &lookup)).collect::<Vec<_>>())
         };
         let entrypoint = expand(&c.command);
         let mut cmd = expand(&c.args);
@@ -1126,10 +1030,21 @@ impl PodWorker {
         let sc = c.security_context.clone().unwrap_or_default();
         let run_as_user = sc.run_as_user.or(pod_sc.run_as_user);
         let run_as_group = sc.run_as_group.or(pod_sc.run_as_group);
+        let image_user = docker::image_user(self.docker(), c.image.as_deref().unwrap_or("")).await?;
+        if sc.run_as_non_root.or(pod_sc.run_as_non_root) == Some(true)
+            && let Err(message) = verify_non_root(run_as_user, &image_user, pod, &c.name)
+        {
+            self.event(pod, field, WARNING, "Failed", format!("Error: {message}"));
+            self.notes.entry(key).or_default().waiting = Some(("CreateContainerConfigError".into(), message));
+            return Ok(());
+        }
         let user = match (run_as_user, run_as_group) {
             (Some(u), Some(g)) => Some(format!("{u}:{g}")),
             (Some(u), None) => Some(u.to_string()),
-            (None, Some(g)) => Some(format!("0:{g}")),
+            (None, Some(g)) => {
+                let base = image_user.split(':').next().filter(|u| !u.is_empty()).unwrap_or("0");
+                Some(format!("{base}:{g}"))
+            }
             (None, None) => None,
         };
         let mut groups: Vec<String> = pod_sc
@@ -1179,11 +1094,7 @@ impl PodWorker {
                 None
             },
             memory: limit("memory").map(|m| (m / 1000) as i64),
-            cpu_shares: Some(
-                cpu_request
-                    .map(|m| ((m * 1024) / 1000).max(2) as i64)
-                    .unwrap_or(2),
-            ),
+            cpu_shares: Some(cpu_request.map(|m| ((m * 1024) / 1000).max(2) as i64).unwrap_or(2)),
             cpu_quota: limit("cpu").map(|m| ((m * 100_000) / 1000).max(1000) as i64),
             cpu_period: limit("cpu").map(|_| 100_000),
             privileged: sc.privileged,
@@ -1196,10 +1107,7 @@ impl PodWorker {
         };
         let mut labels = self.base_labels(pod, docker::TYPE_CONTAINER);
         labels.insert(docker::LABEL_CONTAINER_NAME.into(), c.name.clone());
-        labels.insert(
-            docker::LABEL_RESTART_COUNT.into(),
-            restart_count.to_string(),
-        );
+        labels.insert(docker::LABEL_RESTART_COUNT.into(), restart_count.to_string());
         labels.insert(docker::LABEL_HASH.into(), container_hash(c));
         if init {
             labels.insert(docker::LABEL_INIT.into(), "true".into());
@@ -1237,32 +1145,18 @@ impl PodWorker {
             Err(e) => {
                 let message = e.to_string();
                 self.event(pod, field, WARNING, "Failed", format!("Error: {message}"));
-                self.notes.entry(key).or_default().waiting =
-                    Some(("CreateContainerError".into(), message));
+                self.notes.entry(key).or_default().waiting = Some(("CreateContainerError".into(), message));
                 return Ok(());
             }
         };
-        self.event(
-            pod,
-            field,
-            NORMAL,
-            "Created",
-            format!("Created container: {}", c.name),
-        );
+        self.event(pod, field, NORMAL, "Created", format!("Created container: {}", c.name));
         if let Err(e) = self.docker().start_container(&created.id, None).await {
             let message = e.to_string();
             self.event(pod, field, WARNING, "Failed", format!("Error: {message}"));
-            self.notes.entry(key).or_default().waiting =
-                Some(("RunContainerError".into(), message));
+            self.notes.entry(key).or_default().waiting = Some(("RunContainerError".into(), message));
             return Ok(());
         }
-        self.event(
-            pod,
-            field,
-            NORMAL,
-            "Started",
-            format!("Started container {}", c.name),
-        );
+        self.event(pod, field, NORMAL, "Started", format!("Started container {}", c.name));
         self.notes.entry(key.clone()).or_default().waiting = None;
         let mut probe_pod = pod.clone();
         probe_pod.status.get_or_insert_with(Default::default).pod_ip = Some(pod_ip.to_string());
@@ -1319,11 +1213,7 @@ impl PodWorker {
         let rt = self.runtime().await?;
         let spec = pod.spec.clone().unwrap_or_default();
         let mut stops = Vec::new();
-        for rec in rt
-            .containers
-            .iter()
-            .filter(|c| c.state == RunState::Running)
-        {
+        for rec in rt.containers.iter().filter(|c| c.state == RunState::Running) {
             let def = spec
                 .containers
                 .iter()
@@ -1379,11 +1269,7 @@ impl PodWorker {
                 .find_map(|c| c.labels.get(docker::LABEL_GRACE)?.parse().ok())
         });
         let grace = grace.unwrap_or(30);
-        for c in rt
-            .containers
-            .iter()
-            .filter(|c| c.state == RunState::Running)
-        {
+        for c in rt.containers.iter().filter(|c| c.state == RunState::Running) {
             docker::stop(self.docker(), &c.id, grace).await?;
         }
         self.cleanup().await
@@ -1391,41 +1277,24 @@ impl PodWorker {
 
     async fn cleanup(&mut self) -> anyhow::Result<()> {
         self.probes.clear();
-        cleanup_pod(
-            &self.ctx.docker,
-            &self.ctx.node,
-            &self.ctx.data_dir,
-            &self.uid,
-        )
-        .await
+        cleanup_pod(&self.ctx.docker, &self.ctx.node, &self.ctx.data_dir, &self.uid).await
     }
 }
 
 /// Removes every container, tmpfs volume and the directory of a pod.
-pub async fn cleanup_pod(
-    docker: &Docker,
-    node: &str,
-    data_dir: &std::path::Path,
-    uid: &str,
-) -> anyhow::Result<()> {
+pub async fn cleanup_pod(docker: &Docker, node: &str, data_dir: &std::path::Path, uid: &str) -> anyhow::Result<()> {
     let rt = docker::pod_runtime(docker, node, uid).await?;
     for c in rt.containers.iter().chain(&rt.sandboxes) {
         docker::remove(docker, &c.id).await?;
     }
-    let filters = HashMap::from([(
-        "label".to_string(),
-        vec![format!("{}={uid}", docker::LABEL_POD_UID)],
-    )]);
+    let filters = HashMap::from([("label".to_string(), vec![format!("{}={uid}", docker::LABEL_POD_UID)])]);
     let options = bollard::query_parameters::ListVolumesOptionsBuilder::default()
         .filters(&filters)
         .build();
     if let Ok(list) = docker.list_volumes(Some(options)).await {
         for v in list.volumes.unwrap_or_default() {
             let _ = docker
-                .remove_volume(
-                    &v.name,
-                    None::<bollard::query_parameters::RemoveVolumeOptions>,
-                )
+                .remove_volume(&v.name, None::<bollard::query_parameters::RemoveVolumeOptions>)
                 .await;
         }
     }
@@ -1455,6 +1324,30 @@ mod tests {
         assert_eq!(default_pull_policy("busybox:1.36"), "IfNotPresent");
         assert_eq!(default_pull_policy("localhost:5000/busybox"), "Always");
         assert_eq!(default_pull_policy("busybox@sha256:abc"), "IfNotPresent");
+    }
+
+    #[test]
+    fn run_as_non_root_is_verified() {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("p".into());
+        pod.metadata.namespace = Some("ns".into());
+        pod.metadata.uid = Some("u".into());
+        assert!(verify_non_root(Some(1000), "", &pod, "c").is_ok());
+        assert!(verify_non_root(None, "1000:1000", &pod, "c").is_ok());
+        assert_eq!(
+            verify_non_root(None, "", &pod, "c").unwrap_err(),
+            "container has runAsNonRoot and image will run as root (pod: \"p_ns(u)\", container: c)"
+        );
+        assert!(
+            verify_non_root(Some(0), "1000", &pod, "c")
+                .unwrap_err()
+                .contains("breaks non-root policy")
+        );
+        assert!(
+            verify_non_root(None, "nobody", &pod, "c")
+                .unwrap_err()
+                .contains("non-numeric user (nobody)")
+        );
     }
 
     #[test]

@@ -677,6 +677,115 @@ async fn graceful_deletion_stops_then_deletes_the_pod() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_containers_run_in_order_before_the_app() {
+    let h = Harness::new("init").await;
+    let pod = h.pod(
+        "inits",
+        serde_json::json!({
+            "terminationGracePeriodSeconds": 1,
+            "initContainers": [
+                {"name": "first", "image": "busybox:latest", "command": ["sh", "-c", "echo one > /work/log"],
+                 "volumeMounts": [{"name": "work", "mountPath": "/work"}]},
+                {"name": "second", "image": "busybox:latest", "command": ["sh", "-c", "test -f /work/log && echo two >> /work/log"],
+                 "volumeMounts": [{"name": "work", "mountPath": "/work"}]}
+            ],
+            "containers": [{"name": "app", "image": "busybox:latest", "command": ["sleep", "3600"],
+                "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
+            "volumes": [{"name": "work", "emptyDir": {}}]
+        }),
+    );
+    let failing = h.pod(
+        "init-fails",
+        serde_json::json!({
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "initContainers": [{"name": "boom", "image": "busybox:latest", "command": ["sh", "-c", "exit 7"]}],
+            "containers": [{"name": "app", "image": "busybox:latest", "command": ["sleep", "3600"]}]
+        }),
+    );
+    let non_root = h.pod(
+        "non-root",
+        serde_json::json!({
+            "terminationGracePeriodSeconds": 1,
+            "securityContext": {"runAsNonRoot": true},
+            "containers": [{"name": "app", "image": "busybox:latest", "command": ["sleep", "3600"]},
+                           {"name": "uid", "image": "busybox:latest", "command": ["sleep", "3600"],
+                            "securityContext": {"runAsUser": 1000, "runAsGroup": 1000}}]
+        }),
+    );
+    let (t1, w1) = h.spawn(&pod);
+    let (t2, w2) = h.spawn(&failing);
+    let (t3, w3) = h.spawn(&non_root);
+    let s = h.wait_status("inits", 60, running).await;
+    let init = s
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == "Initialized")
+        .unwrap();
+    assert_eq!(init.status, "True");
+    for st in s.init_container_statuses.unwrap() {
+        let t = st.state.unwrap().terminated.unwrap();
+        assert_eq!(
+            (t.exit_code, t.reason.as_deref()),
+            (0, Some("Completed")),
+            "{}",
+            st.name
+        );
+    }
+    assert_eq!(h.exec("inits", "app", &["cat", "/work/log"]).await.1, "one\ntwo\n");
+
+    let s = h
+        .wait_status("init-fails", 60, |s| s.phase.as_deref() == Some("Failed"))
+        .await;
+    let t = s.init_container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(t.exit_code, 7);
+    let app = s.container_statuses.unwrap()[0].state.clone().unwrap().waiting.unwrap();
+    assert_eq!(app.reason.as_deref(), Some("PodInitializing"));
+    assert!(
+        docker::list_node_containers(&h.ctx.docker, &h.node)
+            .await
+            .unwrap()
+            .get(failing.metadata.uid.as_deref().unwrap())
+            .is_some_and(|rt| rt.instances("app", false).is_empty())
+    );
+
+    let s = h
+        .wait_status("non-root", 60, |s| {
+            s.container_statuses
+                .iter()
+                .flatten()
+                .any(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()))
+                && s.container_statuses.iter().flatten().any(|c| {
+                    c.state
+                        .as_ref()
+                        .and_then(|st| st.waiting.as_ref())
+                        .and_then(|w| w.reason.as_deref())
+                        == Some("CreateContainerConfigError")
+                })
+        })
+        .await;
+    let cs = s.container_statuses.unwrap();
+    let waiting = cs[0].state.clone().unwrap().waiting.unwrap();
+    assert!(
+        waiting
+            .message
+            .unwrap()
+            .starts_with("container has runAsNonRoot and image will run as root")
+    );
+    assert_eq!(h.exec("non-root", "uid", &["id", "-u"]).await.1.trim(), "1000");
+    h.finish(t1, w1).await;
+    h.finish(t2, w2).await;
+    h.finish(t3, w3).await;
+}
+
 struct Pki {
     ca_pem: String,
     client_cert_pem: String,

@@ -187,7 +187,7 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
     let report = skiff_agent::bench_startup(
         client.clone(),
         skiff_agent::StartupBench {
-            pods: 5,
+            pods: std::env::var("BENCH_PODS").ok().and_then(|v| v.parse().ok()).unwrap_or(5),
             node_name: Some(node.clone()),
             ..Default::default()
         },
@@ -195,7 +195,7 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
     .await
     .unwrap();
     eprintln!("startup: {report:?}");
-    assert_eq!(report.pods, 5);
+    assert!(report.pods >= 5);
     assert!(report.p50_ms <= report.p99_ms && report.p99_ms <= report.max_ms);
     eventually(60, "benchmark pods gone", || async {
         let left = docker::list_node_containers(&d, &node).await.ok()?;

@@ -375,6 +375,25 @@ impl Framework {
             }
         };
         let mut state = state;
+        // As upstream's evaluateNominatedNode: a pod nominated by preemption tries its node
+        // first and takes it if it fits.
+        if let Some(idx) = pod.nominated_node().and_then(|n| cache.node_index(n))
+            && cache.nodes()[idx].node.is_some()
+        {
+            let (st, _) = self.run_filters_with_nominated(&state, pod, cache, &cache.nodes()[idx]);
+            if st.is_success() {
+                return Ok((
+                    ScheduleResult {
+                        node: idx,
+                        evaluated: 1,
+                        feasible: 1,
+                        rejected: Vec::new(),
+                        scores: Scores::default(),
+                    },
+                    state,
+                ));
+            }
+        }
         let to_find = self.num_feasible_nodes_to_find(num_all);
         let nodes = cache.nodes();
         let len = nodes.len();
@@ -601,6 +620,24 @@ mod tests {
         assert_eq!(diag.message(), "0/1 nodes are available: 1 Insufficient cpu.");
         // The nominated pod itself fits.
         assert!(fw.schedule(&hp, &c).is_ok());
+    }
+
+    #[test]
+    fn nominated_node_is_tried_first() {
+        let mut c = Cache::new();
+        for n in ["a", "b", "c"] {
+            c.upsert_node(Arc::new(node(n, "4", "16Gi", "110")));
+        }
+        // Make "c" the worst by score; the nominated pod still lands there.
+        c.assume_pod(Arc::new(PodInfo::new(pod("busy", "3", "8Gi"))), "c");
+        let mut p = pod("vip", "1", "");
+        p.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            nominated_node_name: Some("c".into()),
+            ..Default::default()
+        });
+        let mut fw = Framework::with_default_plugins(0);
+        let (res, _) = fw.schedule(&PodInfo::new(p), &c).unwrap();
+        assert_eq!(c.node_name(res.node), "c");
     }
 
     #[test]

@@ -129,6 +129,16 @@ impl Masks {
     }
 }
 
+/// Counters for the periodic debug summary.
+#[derive(Debug, Default, Clone, Copy)]
+struct Stats {
+    attempts: u64,
+    scheduled: u64,
+    unschedulable: u64,
+    bind_errors: u64,
+    cycle_time: Duration,
+}
+
 struct Scheduler {
     cfg: SchedulerConfig,
     client: Client,
@@ -149,6 +159,7 @@ struct Scheduler {
     last_stale_flush: Instant,
     /// Explanations sent with bindings, until the bound pod is seen.
     pending_explains: HashMap<String, String>,
+    stats: Stats,
 }
 
 fn spawn_watch<K, F>(api: Api<K>, tx: mpsc::UnboundedSender<Msg>, wrap: F)
@@ -206,10 +217,29 @@ pub async fn run(client: Client, cfg: SchedulerConfig) -> anyhow::Result<()> {
         init_nodes: None,
         last_stale_flush: Instant::now(),
         pending_explains: HashMap::new(),
+        stats: Stats::default(),
         cfg,
     };
     tracing::info!(names = ?s.cfg.scheduler_names, "scheduler started");
+    let mut last_report = Instant::now();
+    let mut reported = Stats::default();
     loop {
+        if last_report.elapsed() >= Duration::from_secs(5) && s.stats.attempts != reported.attempts {
+            let d = s.stats;
+            let attempts = d.attempts - reported.attempts;
+            tracing::debug!(
+                attempts,
+                scheduled = d.scheduled - reported.scheduled,
+                unschedulable = d.unschedulable - reported.unschedulable,
+                bind_errors = d.bind_errors - reported.bind_errors,
+                avg_cycle_us = (d.cycle_time - reported.cycle_time).as_micros() as u64 / attempts.max(1),
+                queued = s.queue.len(),
+                nodes = s.cache.num_nodes(),
+                "scheduling summary"
+            );
+            reported = d;
+            last_report = Instant::now();
+        }
         let mut drained = 0;
         while drained < 8192 {
             match rx.try_recv() {
@@ -481,6 +511,7 @@ impl Scheduler {
                     tracing::debug!(pod = %info.key(), code, %msg, "binding not applied");
                     return;
                 }
+                self.stats.bind_errors += 1;
                 tracing::warn!(pod = %info.key(), node = %node, %msg, "binding failed");
                 let message = format!("Binding rejected: {msg}");
                 if self.cfg.record_events {
@@ -497,7 +528,10 @@ impl Scheduler {
     fn schedule_one(&mut self, qp: QueuedPod) {
         let pod = qp.info;
         let now = Instant::now();
-        match self.fw.schedule(&pod, &self.cache) {
+        self.stats.attempts += 1;
+        let outcome = self.fw.schedule(&pod, &self.cache);
+        self.stats.cycle_time += now.elapsed();
+        match outcome {
             Ok((res, _state)) => {
                 let node = self.cache.node_name(res.node).to_string();
                 let explain = self.cfg.explain.then(|| Explain {
@@ -512,6 +546,7 @@ impl Scheduler {
                     scores: top_scores(&self.cache, &res.scores),
                     preemption: None,
                 });
+                self.stats.scheduled += 1;
                 self.queue.done(&pod.uid);
                 self.cache.set_nominated(&pod, None);
                 self.cache.assume_pod(pod.clone(), &node);
@@ -556,6 +591,7 @@ impl Scheduler {
                     }
                     diag.message()
                 };
+                self.stats.unschedulable += 1;
                 tracing::debug!(pod = %pod.key(), %message, "pod is unschedulable");
                 self.queue.unschedulable(&pod.uid, diag.unschedulable_plugins, now);
                 if let Some(n) = &nominated {

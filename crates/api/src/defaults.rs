@@ -131,9 +131,7 @@ fn default_pod(obj: &mut Value) {
         default_pod_spec(spec);
         // Admission: ServiceAccount, Priority, DefaultTolerationSeconds.
         default_str(spec, "serviceAccountName", "default");
-        if let Some(sa) = spec.get("serviceAccountName").cloned() {
-            default_str(spec, "serviceAccount", sa.as_str().unwrap_or("default"));
-        }
+        mirror_service_account(spec);
         if is_unset(spec, "priority") {
             match str_of(spec, "priorityClassName") {
                 "" => {
@@ -158,8 +156,24 @@ fn default_pod(obj: &mut Value) {
     }
 }
 
+/// The v1 conversion: `serviceAccountName` wins, the deprecated `serviceAccount` fills it when
+/// it is empty, and the deprecated field always mirrors the result.
+fn mirror_service_account(spec: &mut Map<String, Value>) {
+    if str_of(spec, "serviceAccountName").is_empty() {
+        let legacy = str_of(spec, "serviceAccount").to_string();
+        if !legacy.is_empty() {
+            spec.insert("serviceAccountName".into(), Value::String(legacy));
+        }
+    }
+    let name = str_of(spec, "serviceAccountName").to_string();
+    if !name.is_empty() {
+        spec.insert("serviceAccount".into(), Value::String(name));
+    }
+}
+
 /// What `SetDefaults_PodSpec` and the defaulters of its members do; applies to pod templates too.
 fn default_pod_spec(spec: &mut Map<String, Value>) {
+    mirror_service_account(spec);
     default_str(spec, "dnsPolicy", "ClusterFirst");
     default_str(spec, "restartPolicy", "Always");
     default_val(spec, "securityContext", json!({}));
@@ -857,6 +871,19 @@ mod tests {
         assert_eq!(s["enableServiceLinks"], true);
         assert_eq!(s["serviceAccountName"], "default");
         assert_eq!(s["serviceAccount"], "default");
+        let legacy = defaulted(
+            "",
+            "Pod",
+            json!({"spec": {"serviceAccount": "builder", "containers": []}}),
+        );
+        assert_eq!(legacy["spec"]["serviceAccountName"], "builder");
+        assert_eq!(legacy["spec"]["serviceAccount"], "builder");
+        let both = defaulted(
+            "",
+            "Pod",
+            json!({"spec": {"serviceAccount": "old", "serviceAccountName": "new"}}),
+        );
+        assert_eq!(both["spec"]["serviceAccount"], "new");
         assert_eq!(s["priority"], 0);
         assert_eq!(s["preemptionPolicy"], "PreemptLowerPriority");
         let c = &s["containers"];

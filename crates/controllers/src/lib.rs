@@ -1,8 +1,11 @@
 //! Controllers, one file per controller named as upstream's: they talk to the API only
 //! (list + watch + write), never to the store.
 
+pub mod controller_utils;
+pub mod deployment;
 pub mod garbagecollector;
 pub mod namespace;
+pub mod replicaset;
 pub mod resources;
 
 /// Which controllers run.
@@ -10,6 +13,8 @@ pub mod resources;
 pub struct ControllersConfig {
     pub garbage_collector: bool,
     pub namespace: bool,
+    pub replicaset: bool,
+    pub deployment: bool,
 }
 
 impl Default for ControllersConfig {
@@ -17,6 +22,8 @@ impl Default for ControllersConfig {
         ControllersConfig {
             garbage_collector: true,
             namespace: true,
+            replicaset: true,
+            deployment: true,
         }
     }
 }
@@ -31,6 +38,14 @@ pub async fn run(client: kube::Client, cfg: ControllersConfig) -> anyhow::Result
     if cfg.namespace {
         let c = client.clone();
         set.spawn(async move { namespace::run(c).await });
+    }
+    if cfg.replicaset {
+        let c = client.clone();
+        set.spawn(async move { replicaset::run(c).await });
+    }
+    if cfg.deployment {
+        let c = client.clone();
+        set.spawn(async move { deployment::run(c).await });
     }
     match set.join_next().await {
         Some(Ok(r)) => r,

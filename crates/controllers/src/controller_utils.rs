@@ -1,0 +1,809 @@
+//! Shared machinery of the workload controllers (upstream's `pkg/controller/controller_utils.go`
+//! and friends): a de-duplicating work queue keyed by `namespace/name`, watches that feed it,
+//! event recording, pod readiness/availability, controller references with adopt/release,
+//! template hashing and the ranking used to pick pods to delete.
+//!
+//! Controllers read the objects they act on with live reads (gets and lists) at the start of
+//! each sync, so a sync never acts on a stale cache and needs no "expectations"; the watches
+//! only tell which keys to sync.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use skiff_api::selector::LabelSelector;
+use tokio::sync::Notify;
+
+/// How many pods one sync creates or deletes at most (upstream's `burstReplicas`).
+pub const BURST_REPLICAS: usize = 500;
+
+/// The pod deletion cost annotation (lower cost is deleted first).
+pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+
+/// `namespace/name`.
+pub fn key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// Splits a `namespace/name` key.
+pub fn split_key(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
+}
+
+pub fn now() -> Time {
+    Time(jiff::Timestamp::now())
+}
+
+/// A work queue: a key is queued at most once, however often it is added, and keys wait
+/// their turn in order. `add_after` queues later; failures back off per key.
+#[derive(Clone, Default)]
+pub struct WorkQueue {
+    inner: Arc<parking_lot::Mutex<QueueState>>,
+    notify: Arc<Notify>,
+}
+
+#[derive(Default)]
+struct QueueState {
+    queued: HashSet<String>,
+    order: VecDeque<String>,
+    failures: HashMap<String, u32>,
+}
+
+impl WorkQueue {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add(&self, key: String) {
+        let mut s = self.inner.lock();
+        if s.queued.insert(key.clone()) {
+            s.order.push_back(key);
+            drop(s);
+            self.notify.notify_one();
+        }
+    }
+
+    pub fn add_after(&self, key: String, after: Duration) {
+        if after.is_zero() {
+            self.add(key);
+            return;
+        }
+        let q = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            q.add(key);
+        });
+    }
+
+    /// Requeue after a failure, with upstream's per-item exponential backoff (5 ms doubling,
+    /// capped here at 30 s).
+    fn add_rate_limited(&self, key: String) {
+        let n = {
+            let mut s = self.inner.lock();
+            let n = s.failures.entry(key.clone()).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        };
+        let ms = 5u64.saturating_mul(1u64 << n.min(20)).min(30_000);
+        self.add_after(key, Duration::from_millis(ms));
+    }
+
+    fn forget(&self, key: &str) {
+        self.inner.lock().failures.remove(key);
+    }
+
+    async fn next(&self) -> String {
+        loop {
+            {
+                let mut s = self.inner.lock();
+                if let Some(k) = s.order.pop_front() {
+                    s.queued.remove(&k);
+                    return k;
+                }
+            }
+            self.notify.notified().await;
+        }
+    }
+
+    /// Process keys one at a time forever: `sync` returns when to sync the key again.
+    pub async fn run<F, Fut>(self, name: &'static str, mut sync: F) -> anyhow::Result<()>
+    where
+        F: FnMut(String) -> Fut,
+        Fut: Future<Output = anyhow::Result<Option<Duration>>>,
+    {
+        loop {
+            let key = self.next().await;
+            match sync(key.clone()).await {
+                Ok(again) => {
+                    self.forget(&key);
+                    if let Some(d) = again {
+                        self.add_after(key, d);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(
+                        controller = name,
+                        key,
+                        error = format!("{e:#}"),
+                        "sync failed; will retry"
+                    );
+                    self.add_rate_limited(key);
+                }
+            }
+        }
+    }
+}
+
+/// Watch `api` and queue the keys `map` gives for every added, changed or deleted object.
+pub fn spawn_watch<K, F>(api: Api<K>, queue: WorkQueue, map: F)
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    F: Fn(&K) -> Vec<String> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::InitApply(o)) | Ok(watcher::Event::Delete(o)) => {
+                    for k in map(&o) {
+                        queue.add(k);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "controller watch error");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    });
+}
+
+/// Watch a kind into a store and queue every object's own key; returns the store.
+pub fn spawn_owner_watch<K>(api: Api<K>, queue: WorkQueue) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    spawn_store_watch(api, queue, |o: &K| self_key(o))
+}
+
+/// Watch a kind into a store, queueing the keys `map` gives for every event; returns the store.
+pub fn spawn_store_watch<K, F>(api: Api<K>, queue: WorkQueue, map: F) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    F: Fn(&K) -> Vec<String> + Send + 'static,
+{
+    let (reader, writer) = reflector::store();
+    tokio::spawn(async move {
+        let mut stream = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default())).boxed();
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::InitApply(o)) | Ok(watcher::Event::Delete(o)) => {
+                    for k in map(&o) {
+                        queue.add(k);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "owner watch error");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    });
+    reader
+}
+
+/// Keys of the owners (of `kind`, from `store`) a pod concerns: its controller, or for an
+/// orphan every owner in its namespace whose selector matches it.
+pub fn owner_keys<K>(
+    store: &Store<K>,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    kind: &str,
+    selector: impl Fn(&K) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+) -> Vec<String>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    if let Some(c) = controller_ref(meta) {
+        return if c.kind == kind {
+            vec![key(meta.namespace.as_deref().unwrap_or_default(), &c.name)]
+        } else {
+            Vec::new()
+        };
+    }
+    let ns = meta.namespace.clone().unwrap_or_default();
+    store
+        .state()
+        .iter()
+        .filter(|o| o.meta().namespace.as_deref() == Some(ns.as_str()))
+        .filter(|o| labels_match(&selector_of(selector(o)), meta))
+        .flat_map(|o| self_key(o.as_ref()))
+        .collect()
+}
+
+/// The key of the object itself.
+pub fn self_key<K: kube::Resource>(o: &K) -> Vec<String> {
+    let m = o.meta();
+    match (&m.namespace, &m.name) {
+        (Some(ns), Some(n)) => vec![key(ns, n)],
+        _ => Vec::new(),
+    }
+}
+
+/// The key of the object's controller, when it is of `kind`.
+pub fn controller_key(meta: &ObjectMeta, kind: &str) -> Option<String> {
+    let c = controller_ref(meta)?;
+    (c.kind == kind).then(|| key(meta.namespace.as_deref().unwrap_or_default(), &c.name))
+}
+
+/// The controller owner reference, if any.
+pub fn controller_ref(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))
+}
+
+/// The controller reference an owner sets on what it creates.
+pub fn new_controller_ref(owner: &ObjectMeta, api_version: &str, kind: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: api_version.to_string(),
+        kind: kind.to_string(),
+        name: owner.name.clone().unwrap_or_default(),
+        uid: owner.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// Records core/v1 Events as one component; failures are only logged.
+#[derive(Clone)]
+pub struct Recorder {
+    client: kube::Client,
+    component: &'static str,
+}
+
+impl Recorder {
+    pub fn new(client: kube::Client, component: &'static str) -> Self {
+        Recorder { client, component }
+    }
+
+    /// Record an event about `obj` (`type_` is `Normal` or `Warning`).
+    pub async fn event<K>(&self, obj: &K, type_: &str, reason: &str, message: &str)
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        let meta = obj.meta();
+        let ns = meta.namespace.clone().unwrap_or_else(|| "default".to_string());
+        let name = meta.name.clone().unwrap_or_default();
+        let t = jiff::Timestamp::now();
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}.{:x}", t.as_nanosecond())),
+                namespace: Some(ns.clone()),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some(K::api_version(&()).to_string()),
+                kind: Some(K::kind(&()).to_string()),
+                name: Some(name),
+                namespace: meta.namespace.clone(),
+                uid: meta.uid.clone(),
+                resource_version: meta.resource_version.clone(),
+                ..Default::default()
+            },
+            reason: Some(reason.to_string()),
+            message: Some(message.to_string()),
+            type_: Some(type_.to_string()),
+            source: Some(EventSource {
+                component: Some(self.component.to_string()),
+                host: None,
+            }),
+            reporting_component: Some(self.component.to_string()),
+            reporting_instance: Some(self.component.to_string()),
+            first_timestamp: Some(Time(t)),
+            last_timestamp: Some(Time(t)),
+            count: Some(1),
+            ..Default::default()
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+        if let Err(e) = api.create(&PostParams::default(), &event).await {
+            tracing::debug!(component = self.component, reason, error = %e, "recording an event failed");
+        }
+    }
+}
+
+// ---- pods ----
+
+pub fn pod_phase(pod: &Pod) -> &str {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+}
+
+/// Not terminated and not being deleted (upstream's `IsPodActive`).
+pub fn is_pod_active(pod: &Pod) -> bool {
+    let phase = pod_phase(pod);
+    phase != "Succeeded" && phase != "Failed" && pod.metadata.deletion_timestamp.is_none()
+}
+
+pub fn is_pod_terminating(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
+fn ready_condition(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::PodCondition> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+}
+
+pub fn is_pod_ready(pod: &Pod) -> bool {
+    ready_condition(pod).is_some_and(|c| c.status == "True")
+}
+
+/// Ready for at least `min_ready_seconds` (upstream's `IsPodAvailable`).
+pub fn is_pod_available(pod: &Pod, min_ready_seconds: i32, now: jiff::Timestamp) -> bool {
+    let Some(c) = ready_condition(pod) else {
+        return false;
+    };
+    if c.status != "True" {
+        return false;
+    }
+    if min_ready_seconds <= 0 {
+        return true;
+    }
+    match &c.last_transition_time {
+        Some(t) => t.0 + jiff::SignedDuration::from_secs(i64::from(min_ready_seconds)) <= now,
+        None => false,
+    }
+}
+
+/// When a ready pod turns available, so the owner can sync again then.
+pub fn available_after(pod: &Pod, min_ready_seconds: i32, now: jiff::Timestamp) -> Option<Duration> {
+    if min_ready_seconds <= 0 || !is_pod_ready(pod) || is_pod_available(pod, min_ready_seconds, now) {
+        return None;
+    }
+    let t = ready_condition(pod)?.last_transition_time.as_ref()?.0;
+    let at = t + jiff::SignedDuration::from_secs(i64::from(min_ready_seconds));
+    let d = at.duration_since(now);
+    Some(Duration::from_millis(d.as_millis().max(0) as u64 + 100))
+}
+
+/// A pod from a template, as upstream's `GetPodFromTemplate`.
+pub fn pod_from_template(
+    template: &PodTemplateSpec,
+    generate_name: &str,
+    owner: Option<OwnerReference>,
+    namespace: &str,
+) -> Pod {
+    let tm = template.metadata.clone().unwrap_or_default();
+    Pod {
+        metadata: ObjectMeta {
+            generate_name: Some(generate_name.to_string()),
+            namespace: Some(namespace.to_string()),
+            labels: tm.labels,
+            annotations: tm.annotations,
+            finalizers: tm.finalizers,
+            owner_references: owner.map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: template.spec.clone(),
+        status: None,
+    }
+}
+
+/// Upstream's pod name prefix for generateName: `<owner>-`, trimmed to leave room for the
+/// random suffix.
+pub fn pod_name_prefix(owner: &str) -> String {
+    let mut p = format!("{owner}-");
+    if p.len() > 58 {
+        p.truncate(58);
+    }
+    p
+}
+
+fn restarts(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map(|cs| cs.iter().map(|c| c.restart_count).max().unwrap_or(0))
+        .unwrap_or(0)
+}
+
+fn deletion_cost(pod: &Pod) -> i32 {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(POD_DELETION_COST))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn phase_rank(pod: &Pod) -> u8 {
+    match pod_phase(pod) {
+        "Pending" => 0,
+        "Unknown" => 1,
+        "Running" => 2,
+        _ => 3,
+    }
+}
+
+/// Upstream's `ActivePodsWithRanks.Less`: `Less` comes first in the delete order.
+/// `rank` is how many related pods share the pod's node.
+pub fn compare_for_deletion(a: &Pod, rank_a: usize, b: &Pod, rank_b: usize) -> Ordering {
+    let node = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+    // 1. unassigned < assigned
+    let (na, nb) = (node(a).is_empty(), node(b).is_empty());
+    if na != nb {
+        return if na { Ordering::Less } else { Ordering::Greater };
+    }
+    // 2. Pending < Unknown < Running
+    let (pa, pb) = (phase_rank(a), phase_rank(b));
+    if pa != pb {
+        return pa.cmp(&pb);
+    }
+    // 3. not ready < ready
+    let (ra, rb) = (is_pod_ready(a), is_pod_ready(b));
+    if ra != rb {
+        return if !ra { Ordering::Less } else { Ordering::Greater };
+    }
+    // 4. lower deletion cost first
+    let (ca, cb) = (deletion_cost(a), deletion_cost(b));
+    if ca != cb {
+        return ca.cmp(&cb);
+    }
+    // 5. doubled up (higher rank) first
+    if rank_a != rank_b {
+        return rank_b.cmp(&rank_a);
+    }
+    // 6. been ready for less time first
+    if ra && rb {
+        let t = |p: &Pod| ready_condition(p).and_then(|c| c.last_transition_time.as_ref().map(|t| t.0));
+        if let (Some(x), Some(y)) = (t(a), t(b))
+            && x != y
+        {
+            return y.cmp(&x);
+        }
+    }
+    // 7. more restarts first
+    let (xa, xb) = (restarts(a), restarts(b));
+    if xa != xb {
+        return xb.cmp(&xa);
+    }
+    // 8. newer first
+    let ct = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    match (ct(a), ct(b)) {
+        (Some(x), Some(y)) if x != y => y.cmp(&x),
+        _ => Ordering::Equal,
+    }
+}
+
+/// The `n` pods to delete first, ranked by how many of `related` share their node.
+pub fn pods_to_delete<'a>(pods: &[&'a Pod], related: &[&Pod], n: usize) -> Vec<&'a Pod> {
+    let mut on_node: HashMap<String, usize> = HashMap::new();
+    for p in related {
+        if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone())
+            && is_pod_active(p)
+        {
+            *on_node.entry(node).or_default() += 1;
+        }
+    }
+    let rank = |p: &Pod| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .and_then(|n| on_node.get(n).copied())
+            .unwrap_or(0)
+    };
+    let mut ranked: Vec<(&Pod, usize)> = pods.iter().map(|p| (*p, rank(p))).collect();
+    ranked.sort_by(|(a, ra), (b, rb)| compare_for_deletion(a, *ra, b, *rb));
+    ranked.into_iter().take(n).map(|(p, _)| p).collect()
+}
+
+// ---- ownership ----
+
+/// What claiming found: the objects this owner controls now.
+pub struct Claimed<T> {
+    pub owned: Vec<T>,
+}
+
+/// Upstream's `ClaimObjects` for anything with metadata: keep owned objects that still match,
+/// adopt matching orphans (unless the owner is being deleted), release owned ones that no
+/// longer match. Adoption and release are merge patches of `ownerReferences` guarded by the
+/// object's uid.
+pub async fn claim<K>(
+    api: &Api<K>,
+    owner: &ObjectMeta,
+    owner_api_version: &str,
+    owner_kind: &str,
+    selector: &LabelSelector,
+    objects: Vec<K>,
+) -> anyhow::Result<Claimed<K>>
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let uid = owner.uid.clone().unwrap_or_default();
+    let owner_deleting = owner.deletion_timestamp.is_some();
+    let mut owned = Vec::new();
+    for obj in objects {
+        let m = obj.meta();
+        let labels = m.labels.clone().unwrap_or_default();
+        let matches = selector.matches(&labels);
+        match controller_ref(m) {
+            Some(c) if c.uid == uid => {
+                if matches || owner_deleting {
+                    owned.push(obj);
+                } else if m.deletion_timestamp.is_none() {
+                    // Release.
+                    let refs: Vec<&OwnerReference> =
+                        m.owner_references.iter().flatten().filter(|o| o.uid != uid).collect();
+                    let patch = json!({"metadata": {"ownerReferences": refs, "uid": m.uid}});
+                    if let Some(name) = &m.name
+                        && let Err(e) = api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await
+                        && !is_not_found(&e)
+                    {
+                        return Err(e.into());
+                    }
+                }
+            }
+            Some(_) => {}
+            None => {
+                if !matches || owner_deleting || m.deletion_timestamp.is_some() {
+                    continue;
+                }
+                let mut refs: Vec<OwnerReference> = m.owner_references.clone().unwrap_or_default();
+                refs.push(new_controller_ref(owner, owner_api_version, owner_kind));
+                let patch = json!({"metadata": {"ownerReferences": refs, "uid": m.uid}});
+                let Some(name) = m.name.clone() else { continue };
+                match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    Ok(adopted) => owned.push(adopted),
+                    Err(e) if is_not_found(&e) || is_conflict(&e) || is_invalid(&e) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    Ok(Claimed { owned })
+}
+
+pub fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+pub fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+pub fn is_already_exists(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists")
+}
+
+fn is_invalid(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 422)
+}
+
+/// Delete, treating "already gone" as done.
+pub async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str, dp: &DeleteParams) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, dp).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Get, `None` when missing.
+pub async fn get_opt<K>(api: &Api<K>, name: &str) -> anyhow::Result<Option<K>>
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    Ok(api.get_opt(name).await?)
+}
+
+// ---- hashing ----
+
+/// 32-bit FNV-1a.
+pub fn fnv32a(data: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in data {
+        h ^= u32::from(*b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+const ALPHANUMS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// Upstream's `rand.SafeEncodeString`: every byte mapped into an alphabet without vowels
+/// (so no words) and without the look-alikes 0, 1 and 3.
+pub fn safe_encode_string(s: &str) -> String {
+    s.bytes()
+        .map(|b| ALPHANUMS[usize::from(b) % ALPHANUMS.len()] as char)
+        .collect()
+}
+
+/// Upstream's `controller.ComputeHash`: FNV-1a of the template (its canonical JSON here), then
+/// the collision count as 4 little-endian bytes, as the decimal of the sum, safely encoded.
+pub fn compute_hash(template: &PodTemplateSpec, collision_count: Option<i32>) -> String {
+    let mut data = canonical_json(&serde_json::to_value(template).unwrap_or(Value::Null)).into_bytes();
+    if let Some(c) = collision_count {
+        data.extend_from_slice(&(c as u32).to_le_bytes());
+    }
+    safe_encode_string(&fnv32a(&data).to_string())
+}
+
+/// JSON with object keys sorted at every level: the same object always hashes the same.
+pub fn canonical_json(v: &Value) -> String {
+    fn sort(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let sorted: BTreeMap<&String, Value> = m.iter().map(|(k, v)| (k, sort(v))).collect();
+                let mut out = serde_json::Map::new();
+                for (k, v) in sorted {
+                    out.insert(k.clone(), v);
+                }
+                Value::Object(out)
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sort).collect()),
+            other => other.clone(),
+        }
+    }
+    sort(v).to_string()
+}
+
+// ---- int-or-percent ----
+
+/// Upstream's `GetScaledValueFromIntOrPercent`: an int as is, `"N%"` of `total` rounded up
+/// or down.
+pub fn scaled_value(v: Option<&IntOrString>, total: i32, round_up: bool) -> anyhow::Result<i32> {
+    match v {
+        None => Ok(0),
+        Some(IntOrString::Int(i)) => Ok(*i),
+        Some(IntOrString::String(s)) => {
+            let Some(p) = s.strip_suffix('%') else {
+                anyhow::bail!("invalid value for IntOrString: invalid type: string is not a percentage");
+            };
+            let p: i64 = p
+                .parse()
+                .map_err(|_| anyhow::anyhow!("invalid value \"{s}\": not a percentage"))?;
+            let product = p * i64::from(total);
+            let v = if round_up {
+                (product + 99).div_euclid(100)
+            } else {
+                product.div_euclid(100)
+            };
+            Ok(v as i32)
+        }
+    }
+}
+
+/// A selector parsed from a typed `LabelSelector`; a bad one selects nothing.
+pub fn selector_of(s: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>) -> LabelSelector {
+    LabelSelector::from_k8s(s).unwrap_or_else(|_| LabelSelector::nothing())
+}
+
+/// Whether an object's labels match.
+pub fn labels_match(sel: &LabelSelector, meta: &ObjectMeta) -> bool {
+    match &meta.labels {
+        Some(l) => sel.matches(l),
+        None => sel.matches(&BTreeMap::<String, String>::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+
+    fn pod(name: &str, node: Option<&str>, phase: &str, ready: bool) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: node.map(str::to_string),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn delete_order_prefers_unscheduled_pending_not_ready() {
+        let running = pod("running", Some("n1"), "Running", true);
+        let unready = pod("unready", Some("n1"), "Running", false);
+        let pending = pod("pending", Some("n1"), "Pending", false);
+        let unscheduled = pod("unscheduled", None, "Pending", false);
+        let all = [&running, &unready, &pending, &unscheduled];
+        let order: Vec<&str> = pods_to_delete(&all, &all, 4)
+            .iter()
+            .map(|p| p.metadata.name.as_deref().unwrap_or(""))
+            .collect();
+        assert_eq!(order, ["unscheduled", "pending", "unready", "running"]);
+    }
+
+    #[test]
+    fn delete_order_prefers_doubled_up_nodes() {
+        let a = pod("a", Some("n1"), "Running", true);
+        let b = pod("b", Some("n2"), "Running", true);
+        let c = pod("c", Some("n2"), "Running", true);
+        let all = [&a, &b, &c];
+        let first = pods_to_delete(&all, &all, 1);
+        assert_ne!(first[0].metadata.name.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn safe_encoding_uses_upstream_alphabet() {
+        // '0' is 48: 48 % 27 = 21 -> '4'; '9' is 57 -> 57 % 27 = 3 -> 'f'.
+        assert_eq!(safe_encode_string("09"), "4f");
+        assert!(
+            safe_encode_string("1234567890")
+                .chars()
+                .all(|c| ALPHANUMS.contains(&(c as u8)))
+        );
+    }
+
+    #[test]
+    fn fnv32a_matches_reference_vectors() {
+        assert_eq!(fnv32a(b""), 0x811c9dc5);
+        assert_eq!(fnv32a(b"a"), 0xe40c292c);
+        assert_eq!(fnv32a(b"foobar"), 0xbf9cf968);
+    }
+
+    #[test]
+    fn hash_changes_with_template_and_collisions() {
+        let t = PodTemplateSpec::default();
+        let h0 = compute_hash(&t, None);
+        assert_eq!(h0, compute_hash(&t, None));
+        assert_ne!(h0, compute_hash(&t, Some(1)));
+        let mut t2 = t.clone();
+        t2.metadata = Some(ObjectMeta {
+            labels: Some([("a".to_string(), "b".to_string())].into()),
+            ..Default::default()
+        });
+        assert_ne!(h0, compute_hash(&t2, None));
+    }
+
+    #[test]
+    fn percent_rounding() {
+        let p = IntOrString::String("25%".into());
+        assert_eq!(scaled_value(Some(&p), 10, true).unwrap(), 3);
+        assert_eq!(scaled_value(Some(&p), 10, false).unwrap(), 2);
+        assert_eq!(scaled_value(Some(&IntOrString::Int(2)), 10, false).unwrap(), 2);
+        assert!(scaled_value(Some(&IntOrString::String("2".into())), 10, false).is_err());
+    }
+
+    #[test]
+    fn queue_dedupes() {
+        let q = WorkQueue::new();
+        q.add("a/b".into());
+        q.add("a/b".into());
+        q.add("a/c".into());
+        assert_eq!(q.inner.lock().order.len(), 2);
+    }
+}

@@ -1,0 +1,298 @@
+//! The ReplicaSet controller (upstream's `pkg/controller/replicaset`): keeps `spec.replicas`
+//! pods from the template, adopting matching orphans and releasing pods that stopped matching,
+//! and reports replicas / fullyLabeledReplicas / readyReplicas / availableReplicas.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+
+use crate::controller_utils::{
+    self as cu, BURST_REPLICAS, Recorder, WorkQueue, is_pod_active, is_pod_available, is_pod_ready,
+};
+
+pub const COMPONENT: &str = "replicaset-controller";
+
+struct Ctx {
+    client: kube::Client,
+    recorder: Recorder,
+}
+
+pub async fn run(client: kube::Client) -> anyhow::Result<()> {
+    let queue = WorkQueue::new();
+    let store = cu::spawn_owner_watch(Api::<ReplicaSet>::all(client.clone()), queue.clone());
+    let s = store.clone();
+    cu::spawn_watch(Api::<Pod>::all(client.clone()), queue.clone(), move |p: &Pod| {
+        cu::owner_keys(&s, &p.metadata, "ReplicaSet", |rs: &ReplicaSet| {
+            rs.spec.as_ref().map(|s| &s.selector)
+        })
+    });
+    let ctx = Ctx {
+        recorder: Recorder::new(client.clone(), COMPONENT),
+        client,
+    };
+    queue.run("replicaset", |key| sync(&ctx, key)).await
+}
+
+async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
+    let (ns, name) = cu::split_key(&key);
+    let rs_api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(rs) = rs_api.get_opt(name).await? else {
+        return Ok(None);
+    };
+    let Some(spec) = rs.spec.as_ref() else {
+        return Ok(None);
+    };
+    let selector = cu::selector_of(Some(&spec.selector));
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let all = pods_api.list(&ListParams::default()).await?.items;
+    let active: Vec<Pod> = all.into_iter().filter(is_pod_active).collect();
+    let pods = cu::claim(&pods_api, &rs.metadata, "apps/v1", "ReplicaSet", &selector, active)
+        .await?
+        .owned;
+
+    let mut manage_err = None;
+    if rs.metadata.deletion_timestamp.is_none() {
+        manage_err = manage_replicas(ctx, &rs, &pods).await.err();
+    }
+
+    let now = jiff::Timestamp::now();
+    let min_ready = spec.min_ready_seconds.unwrap_or(0);
+    let mut status = calculate_status(&rs, &pods, manage_err.as_ref(), now);
+    if status_differs(rs.status.as_ref(), &status) {
+        let mut updated = rs.clone();
+        // Keep the conditions' transition times when nothing changed.
+        if let (Some(old), Some(new)) = (
+            rs.status.as_ref().and_then(|s| s.conditions.as_ref()),
+            status.conditions.as_mut(),
+        ) {
+            for c in new.iter_mut() {
+                if let Some(o) = old.iter().find(|o| o.type_ == c.type_ && o.status == c.status) {
+                    c.last_transition_time = o.last_transition_time.clone();
+                }
+            }
+        }
+        updated.status = Some(status);
+        rs_api.replace_status(name, &PostParams::default(), &updated).await?;
+    }
+    if let Some(e) = manage_err {
+        return Err(e);
+    }
+    // Sync again when a ready pod turns available.
+    let again = pods.iter().filter_map(|p| cu::available_after(p, min_ready, now)).min();
+    Ok(again)
+}
+
+fn status_differs(old: Option<&ReplicaSetStatus>, new: &ReplicaSetStatus) -> bool {
+    let Some(old) = old else { return true };
+    let strip = |s: &ReplicaSetStatus| {
+        let mut s = s.clone();
+        for c in s.conditions.iter_mut().flatten() {
+            c.last_transition_time = None;
+        }
+        serde_json::to_value(s).unwrap_or_default()
+    };
+    strip(old) != strip(new)
+}
+
+fn nz(v: usize) -> Option<i32> {
+    (v > 0).then_some(v as i32)
+}
+
+/// Upstream's `calculateStatus`.
+fn calculate_status(
+    rs: &ReplicaSet,
+    pods: &[Pod],
+    manage_err: Option<&anyhow::Error>,
+    now: jiff::Timestamp,
+) -> ReplicaSetStatus {
+    let spec = rs.spec.clone().unwrap_or_default();
+    let template_labels = spec
+        .template
+        .as_ref()
+        .and_then(|t| t.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    let min_ready = spec.min_ready_seconds.unwrap_or(0);
+    let fully_labeled = pods
+        .iter()
+        .filter(|p| {
+            let labels = p.metadata.labels.clone().unwrap_or_default();
+            template_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+        })
+        .count();
+    let ready = pods.iter().filter(|p| is_pod_ready(p)).count();
+    let available = pods.iter().filter(|p| is_pod_available(p, min_ready, now)).count();
+    let mut conditions: Vec<ReplicaSetCondition> = rs
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.type_ != "ReplicaFailure")
+        .collect();
+    if let Some(e) = manage_err {
+        let want = spec.replicas.unwrap_or(1);
+        let reason = if (pods.len() as i32) < want {
+            "FailedCreate"
+        } else {
+            "FailedDelete"
+        };
+        conditions.push(ReplicaSetCondition {
+            type_: "ReplicaFailure".into(),
+            status: "True".into(),
+            reason: Some(reason.into()),
+            message: Some(format!("{e:#}")),
+            last_transition_time: Some(cu::now()),
+        });
+    }
+    ReplicaSetStatus {
+        replicas: pods.len() as i32,
+        fully_labeled_replicas: nz(fully_labeled),
+        ready_replicas: nz(ready),
+        available_replicas: nz(available),
+        observed_generation: rs.metadata.generation,
+        conditions: (!conditions.is_empty()).then_some(conditions),
+        terminating_replicas: None,
+    }
+}
+
+/// Upstream's `manageReplicas`: create or delete pods to reach `spec.replicas`.
+async fn manage_replicas(ctx: &Ctx, rs: &ReplicaSet, pods: &[Pod]) -> anyhow::Result<()> {
+    let spec = rs.spec.clone().unwrap_or_default();
+    let want = spec.replicas.unwrap_or(1).max(0) as usize;
+    let ns = rs.metadata.namespace.clone().unwrap_or_default();
+    let name = rs.metadata.name.clone().unwrap_or_default();
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    if pods.len() < want {
+        let diff = (want - pods.len()).min(BURST_REPLICAS);
+        let Some(template) = spec.template.as_ref() else {
+            return Ok(());
+        };
+        let owner = cu::new_controller_ref(&rs.metadata, "apps/v1", "ReplicaSet");
+        let pod = cu::pod_from_template(template, &cu::pod_name_prefix(&name), Some(owner), &ns);
+        // Slow start: batches of 1, 2, 4, ... stop at the first failure.
+        let mut created = 0usize;
+        let mut batch = 1usize;
+        while created < diff {
+            let n = batch.min(diff - created);
+            let pp = PostParams::default();
+            let results = futures::future::join_all((0..n).map(|_| pods_api.create(&pp, &pod))).await;
+            let mut failed = None;
+            for r in results {
+                match r {
+                    Ok(p) => {
+                        let msg = format!("Created pod: {}", p.metadata.name.unwrap_or_default());
+                        ctx.recorder.event(rs, "Normal", "SuccessfulCreate", &msg).await;
+                    }
+                    Err(e) => {
+                        let msg = format!("Error creating: {}", api_message(&e));
+                        ctx.recorder.event(rs, "Warning", "FailedCreate", &msg).await;
+                        failed = Some(e);
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                return Err(anyhow::Error::new(e).context("creating pods"));
+            }
+            created += n;
+            batch *= 2;
+        }
+    } else if pods.len() > want {
+        let diff = (pods.len() - want).min(BURST_REPLICAS);
+        let refs: Vec<&Pod> = pods.iter().collect();
+        for p in cu::pods_to_delete(&refs, &refs, diff) {
+            let pname = p.metadata.name.clone().unwrap_or_default();
+            match pods_api.delete(&pname, &DeleteParams::default()).await {
+                Ok(_) => {
+                    let msg = format!("Deleted pod: {pname}");
+                    ctx.recorder.event(rs, "Normal", "SuccessfulDelete", &msg).await;
+                }
+                Err(e) if cu::is_not_found(&e) => {}
+                Err(e) => {
+                    let msg = format!("Error deleting: {}", api_message(&e));
+                    ctx.recorder.event(rs, "Warning", "FailedDelete", &msg).await;
+                    return Err(anyhow::Error::new(e).context("deleting pods"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The message of an API error, as upstream's events show it.
+pub(crate) fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::ReplicaSetSpec;
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus, PodTemplateSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(labels: &[(&str, &str)], ready: bool) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                ..Default::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn status_counts_labels_readiness_and_generation() {
+        let rs = ReplicaSet {
+            metadata: ObjectMeta {
+                generation: Some(4),
+                ..Default::default()
+            },
+            spec: Some(ReplicaSetSpec {
+                replicas: Some(3),
+                template: Some(PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(
+                            [
+                                ("app".to_string(), "web".to_string()),
+                                ("tier".to_string(), "fe".to_string()),
+                            ]
+                            .into(),
+                        ),
+                        ..Default::default()
+                    }),
+                    spec: None,
+                }),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let pods = vec![
+            pod(&[("app", "web"), ("tier", "fe")], true),
+            pod(&[("app", "web")], true),
+            pod(&[("app", "web"), ("tier", "fe")], false),
+        ];
+        let s = calculate_status(&rs, &pods, None, jiff::Timestamp::now());
+        assert_eq!(s.replicas, 3);
+        assert_eq!(s.fully_labeled_replicas, Some(2));
+        assert_eq!(s.ready_replicas, Some(2));
+        assert_eq!(s.available_replicas, Some(2));
+        assert_eq!(s.observed_generation, Some(4));
+        assert!(s.conditions.is_none());
+    }
+}

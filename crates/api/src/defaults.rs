@@ -509,7 +509,19 @@ fn default_service(obj: &mut Value) {
     }
     if matches!(ty.as_str(), "ClusterIP" | "NodePort" | "LoadBalancer") {
         default_str(spec, "internalTrafficPolicy", "Cluster");
-        default_str(spec, "ipFamilyPolicy", "SingleStack");
+        // The registry's family defaults on a single-stack IPv4 cluster; headless services
+        // without a selector require every configured family.
+        let headless = str_of(spec, "clusterIP") == "None";
+        let has_selector = spec
+            .get("selector")
+            .and_then(Value::as_object)
+            .is_some_and(|m| !m.is_empty());
+        let policy = if headless && !has_selector {
+            "RequireDualStack"
+        } else {
+            "SingleStack"
+        };
+        default_str(spec, "ipFamilyPolicy", policy);
         default_val(spec, "ipFamilies", json!(["IPv4"]));
     }
     if ty == "LoadBalancer" {

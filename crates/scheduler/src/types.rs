@@ -274,23 +274,28 @@ impl PodInfo {
                     }
                 }
             }
-            // Init containers: sidecars (restartPolicy Always) run alongside the app
-            // containers; others run one at a time before them.
+            // Init containers (upstream's PodRequests): sidecars (restartPolicy Always) run
+            // alongside the app containers; each other init container runs alone with the
+            // sidecars started before it. The pod needs the larger of the two phases.
             let mut sidecars = Resource::default();
+            let mut init_peak = Resource::default();
             for c in spec.init_containers.iter().flatten() {
                 let req = c.resources.as_ref().and_then(|r| r.requests.as_ref());
                 let r = Resource::from_list(req);
                 if c.restart_policy.as_deref() == Some("Always") {
                     requests.add(&r);
+                    non_zero_cpu += r.milli_cpu;
+                    non_zero_mem += r.memory;
                     sidecars.add(&r);
                 } else {
                     let mut with_sidecars = sidecars.clone();
                     with_sidecars.add(&r);
-                    requests.set_max_resource(&with_sidecars);
-                    non_zero_cpu = non_zero_cpu.max(with_sidecars.milli_cpu);
-                    non_zero_mem = non_zero_mem.max(with_sidecars.memory);
+                    init_peak.set_max_resource(&with_sidecars);
                 }
             }
+            requests.set_max_resource(&init_peak);
+            non_zero_cpu = non_zero_cpu.max(init_peak.milli_cpu);
+            non_zero_mem = non_zero_mem.max(init_peak.memory);
             if let Some(oh) = &spec.overhead {
                 let r = Resource::from_list(Some(oh));
                 requests.add(&r);
@@ -571,6 +576,28 @@ mod tests {
         let pi = PodInfo::new(p);
         assert_eq!(pi.requests.milli_cpu, 3500);
         assert_eq!(pi.requests.memory, 3_000_000_000);
+    }
+
+    #[test]
+    fn sidecar_after_init_container() {
+        // Upstream: max(containers + sidecars, init + sidecars started before it).
+        let mut p = pod("p", "1", "");
+        let spec = p.spec.as_mut().unwrap();
+        let c = |name: &str, cpu: &str, always: bool| Container {
+            name: name.into(),
+            restart_policy: always.then(|| "Always".to_string()),
+            resources: Some(ResourceRequirements {
+                requests: Some([("cpu".to_string(), q(cpu))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        spec.init_containers = Some(vec![c("init", "5", false), c("sidecar", "2", true)]);
+        assert_eq!(PodInfo::new(p.clone()).requests.milli_cpu, 5000);
+        let spec = p.spec.as_mut().unwrap();
+        spec.init_containers = Some(vec![c("sidecar", "2", true), c("init", "2", false)]);
+        // app phase 1 + 2 = 3; init phase 2 + 2 = 4.
+        assert_eq!(PodInfo::new(p).requests.milli_cpu, 4000);
     }
 
     #[test]

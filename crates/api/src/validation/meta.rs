@@ -328,11 +328,22 @@ pub(crate) fn validate_object_meta(
     super::nonnegative(meta, "generation", &p, errs);
     validate_labels(field(meta, "labels"), &p.child("labels"), errs);
     validate_annotations(field(meta, "annotations"), &p.child("annotations"), errs);
-    for (i, f) in arr_at(meta, "finalizers").iter().enumerate() {
+    let finalizers = arr_at(meta, "finalizers");
+    let fp = p.child("finalizers");
+    for f in finalizers {
         let s = f.as_str().unwrap_or("");
         for m in is_qualified_name(s) {
-            errs.push(invalid_str(&p.child("finalizers").index(i), s, &m));
+            errs.push(invalid_str(&fp, s, &m));
         }
+    }
+    let has = |name: &str| finalizers.iter().any(|f| f.as_str() == Some(name));
+    if has("orphan") && has("foregroundDeletion") {
+        let list = finalizers.iter().map(super::go_quote).collect::<Vec<_>>().join(", ");
+        errs.push(super::invalid_raw(
+            &fp,
+            format!("[]string{{{list}}}"),
+            "finalizer orphan and foregroundDeletion cannot be both set",
+        ));
     }
 }
 
@@ -499,6 +510,22 @@ mod tests {
                 "spec.selector.matchExpressions[1].values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
                 "spec.selector.matchExpressions[2].operator: Invalid value: \"Gt\": not a valid selector operator",
             ]
+        );
+    }
+
+    #[test]
+    fn finalizers() {
+        let e = errors(
+            "",
+            "ConfigMap",
+            &json!({"metadata": {"name": "a", "namespace": "d", "finalizers": ["example.com/ok", "bad name", "orphan", "foregroundDeletion"]}}),
+            None,
+        );
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].starts_with("metadata.finalizers: Invalid value: \"bad name\": name part must consist of"));
+        assert_eq!(
+            e[1],
+            "metadata.finalizers: Invalid value: []string{\"example.com/ok\", \"bad name\", \"orphan\", \"foregroundDeletion\"}: finalizer orphan and foregroundDeletion cannot be both set"
         );
     }
 

@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Subcommand;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::PostParams;
 use serde_json::json;
 
 #[derive(Subcommand)]

@@ -17,7 +17,7 @@ use kube::{Api, Client};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::scheduler::{SchedulerConfig, run};
+use crate::scheduler::{SchedulerConfig, run_with_signal};
 
 const CONCURRENCY: usize = 64;
 
@@ -308,7 +308,13 @@ async fn run_bench(
                 ..Default::default()
             };
             let c = client.clone();
-            (name, Some(tokio::spawn(async move { run(c, sc).await })))
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let task = tokio::spawn(async move { run_with_signal(c, sc, Some(tx)).await });
+            tokio::time::timeout(Duration::from_secs(120), rx)
+                .await
+                .context("the scheduler did not sync its caches within 120s")?
+                .context("the scheduler stopped before syncing")?;
+            (name, Some(task))
         }
     };
 
@@ -341,8 +347,6 @@ async fn run_bench(
         }
     });
     let _ = tokio::time::timeout(Duration::from_secs(10), synced_rx).await;
-    // Let the scheduler sync its caches before the clock starts.
-    tokio::time::sleep(Duration::from_millis(500)).await;
 
     let workload = cfg.workload;
     let sched = scheduler_name.clone();

@@ -22,4 +22,4 @@ pub mod writer;
 
 pub use bench::{BenchConfig, BenchResult, bench};
 pub use explain::{EXPLAIN_ANNOTATION, Explain, render_explain};
-pub use scheduler::{SchedulerConfig, run};
+pub use scheduler::{SchedulerConfig, run, run_with_signal};

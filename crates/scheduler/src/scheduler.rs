@@ -186,6 +186,15 @@ where
 
 /// Runs the scheduler until the client's watches end for good.
 pub async fn run(client: Client, cfg: SchedulerConfig) -> anyhow::Result<()> {
+    run_with_signal(client, cfg, None).await
+}
+
+/// As `run`; `synced` fires once the pod and node caches are filled and scheduling starts.
+pub async fn run_with_signal(
+    client: Client,
+    cfg: SchedulerConfig,
+    mut synced: Option<tokio::sync::oneshot::Sender<()>>,
+) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     spawn_watch(Api::<Pod>::all(client.clone()), tx.clone(), |e| Msg::Pod(Box::new(e)));
     spawn_watch(Api::<Node>::all(client.clone()), tx.clone(), |e| Msg::Node(Box::new(e)));
@@ -264,6 +273,14 @@ pub async fn run(client: Client, cfg: SchedulerConfig) -> anyhow::Result<()> {
             s.last_stale_flush = now;
         }
         if s.pods_synced && s.nodes_synced {
+            if let Some(tx) = synced.take() {
+                tracing::info!(
+                    nodes = s.cache.num_nodes(),
+                    pending = s.queue.len(),
+                    "scheduler caches synced"
+                );
+                let _ = tx.send(());
+            }
             let mut n = 0;
             while n < 256 {
                 let Some(p) = s.queue.pop() else { break };

@@ -157,7 +157,18 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         }
     };
     let facts = node::gather(&docker, &cfg.node_name, &cfg.data_dir, Some(node_ip), port).await?;
-    let node = node::register(&client, &facts).await?;
+    // The API server may not be up yet: keep trying, as upstream's kubelet does.
+    let mut delay = std::time::Duration::from_millis(500);
+    let node = loop {
+        match node::register(&client, &facts).await {
+            Ok(node) => break node,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "registering the node; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(10));
+            }
+        }
+    };
     tokio::spawn(node::heartbeat(
         client.clone(),
         facts.clone(),

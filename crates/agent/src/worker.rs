@@ -30,8 +30,9 @@ use crate::volumes::{self, HostVolume};
 const INITIAL_BACKOFF: Duration = Duration::from_secs(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 const RESYNC: Duration = Duration::from_secs(1);
-/// Pods that finished only need their (unchanging) status checked now and then.
-const TERMINAL_RESYNC: Duration = Duration::from_secs(10);
+/// Pods whose containers all run and are ready (or that finished) are checked now and then; container
+/// exits and probe changes wake their worker at once.
+const SETTLED_RESYNC: Duration = Duration::from_secs(10);
 const VOLUME_REFRESH: Duration = Duration::from_secs(60);
 
 /// What every pod worker shares.
@@ -92,6 +93,8 @@ pub struct PodWorker {
     seen_exits: HashSet<String>,
     /// The sandbox's IP (the host's for hostNetwork pods) as of the last sync.
     pod_ip: String,
+    /// Whether the last reported status had every container running and ready with nothing waiting.
+    settled: bool,
 }
 
 /// upstream's verifyRunAsNonRoot, with the image's configured user.
@@ -174,7 +177,12 @@ fn default_pull_policy(image: &str) -> &'static str {
 
 /// Runs a pod worker until the pod is gone. `pods` carries the latest object; `None` means the API
 /// object no longer exists.
-pub async fn run(ctx: Arc<Ctx>, uid: String, mut pods: watch::Receiver<Option<Pod>>) {
+pub async fn run(ctx: Arc<Ctx>, uid: String, pods: watch::Receiver<Option<Pod>>) {
+    run_with_wake(ctx, uid, pods, Arc::new(Notify::new())).await
+}
+
+/// As [`run`], with a handle others use to make the worker sync now (the runtime's container events).
+pub async fn run_with_wake(ctx: Arc<Ctx>, uid: String, mut pods: watch::Receiver<Option<Pod>>, wake: Arc<Notify>) {
     let mut worker = PodWorker {
         ctx,
         uid,
@@ -182,11 +190,12 @@ pub async fn run(ctx: Arc<Ctx>, uid: String, mut pods: watch::Receiver<Option<Po
         backoff: HashMap::new(),
         image_backoff: HashMap::new(),
         probes: HashMap::new(),
-        wake: Arc::new(Notify::new()),
+        wake,
         volumes: None,
         last_status: None,
         seen_exits: HashSet::new(),
         pod_ip: String::new(),
+        settled: false,
     };
     let mut resync = RESYNC;
     loop {
@@ -205,7 +214,8 @@ pub async fn run(ctx: Arc<Ctx>, uid: String, mut pods: watch::Receiver<Option<Po
                 }
             },
             Some(pod) => match worker.sync(&pod).await {
-                Ok(true) => resync = TERMINAL_RESYNC,
+                Ok(true) => resync = SETTLED_RESYNC,
+                Ok(false) if worker.settled => resync = SETTLED_RESYNC,
                 Ok(false) => resync = RESYNC,
                 Err(e) => {
                     resync = RESYNC;
@@ -414,6 +424,12 @@ impl PodWorker {
     /// Writes the status if it changed since the last write.
     async fn report(&mut self, pod: &Pod, rt: &PodRuntime) -> anyhow::Result<()> {
         let status = self.compute_status(pod, rt);
+        self.settled = status.phase.as_deref() == Some("Running")
+            && status
+                .container_statuses
+                .iter()
+                .flatten()
+                .all(|c| c.ready && c.state.as_ref().is_some_and(|s| s.running.is_some()));
         let mut value = serde_json::to_value(&status)?;
         // Compare without transition times so an unchanged status is not rewritten.
         let mut comparable = value.clone();
@@ -1103,6 +1119,14 @@ impl PodWorker {
             cap_drop: caps.drop.clone(),
             group_add: Some(groups).filter(|g| !g.is_empty()),
             security_opt: Some(security_opt).filter(|s| !s.is_empty()),
+            // Upstream's containerLogMaxSize / containerLogMaxFiles defaults.
+            log_config: Some(bollard::models::HostConfigLogConfig {
+                typ: Some("json-file".into()),
+                config: Some(HashMap::from([
+                    ("max-size".to_string(), "10m".to_string()),
+                    ("max-file".to_string(), "5".to_string()),
+                ])),
+            }),
             ..Default::default()
         };
         let mut labels = self.base_labels(pod, docker::TYPE_CONTAINER);

@@ -213,10 +213,29 @@ impl Harness {
         self.api.objects.lock().insert(path.to_string(), object);
     }
 
+    /// Runs a worker for the pod, woken by the engine's container events as the agent's workers are.
     fn spawn(&self, pod: &Pod) -> (watch::Sender<Option<Pod>>, tokio::task::JoinHandle<()>) {
         let (tx, rx) = watch::channel(Some(pod.clone()));
         let uid = pod.metadata.uid.clone().unwrap();
-        (tx, tokio::spawn(worker::run(self.ctx.clone(), uid, rx)))
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let (events_tx, mut events) = tokio::sync::mpsc::channel(64);
+        let forwarder = tokio::spawn(skiff_agent::pods::container_events(self.ctx.clone(), events_tx));
+        let notify = wake.clone();
+        let own = uid.clone();
+        let waker = tokio::spawn(async move {
+            while let Some(event_uid) = events.recv().await {
+                if event_uid == own {
+                    notify.notify_one();
+                }
+            }
+        });
+        let worker = worker::run_with_wake(self.ctx.clone(), uid, rx, wake);
+        let task = tokio::spawn(async move {
+            worker.await;
+            forwarder.abort();
+            waker.abort();
+        });
+        (tx, task)
     }
 
     async fn wait_status(&self, name: &str, secs: u64, pred: impl Fn(&PodStatus) -> bool) -> PodStatus {

@@ -22,6 +22,14 @@ pub use workloads::validate_cron_schedule;
 /// Every problem with `obj` (and, on update, with the change from `old`), in upstream's order
 /// as far as it is deterministic. Empty means valid.
 pub fn validate(res: &Resource, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    // Upstream defaults the stored object as it decodes it, so an object stored before a
+    // default existed compares equal to its defaulted successor.
+    let old_defaulted = old.map(|o| {
+        let mut o = o.clone();
+        crate::defaults::apply_defaults(res, &mut o);
+        o
+    });
+    let old = old_defaulted.as_ref();
     let mut errs = Vec::new();
     let name_fn = name_validator(res);
     meta::validate_object_meta(obj.get("metadata"), res.namespaced, name_fn, &mut errs);

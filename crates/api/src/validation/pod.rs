@@ -1439,6 +1439,14 @@ mod tests {
             e,
             vec!["spec.activeDeadlineSeconds: Invalid value: 60: must be less than or equal to previous value"]
         );
+        // A stored pod that predates a default is compared with its defaults applied.
+        let mut bare = pod(json!({"containers": [{"name": "a", "image": "x:1"}]}));
+        bare["spec"]["nodeName"] = json!("n1");
+        let res = crate::registry::lookup_kind("", "Pod").expect("pod");
+        let mut relabelled = bare.clone();
+        relabelled["metadata"]["labels"] = json!({"a": "b"});
+        crate::defaults::apply_defaults(res, &mut relabelled);
+        assert!(errors("", "Pod", &relabelled, Some(&bare)).is_empty());
         // Quantities that are equal by value are not a change.
         let mut q_old = old.clone();
         q_old["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "1"}});

@@ -455,16 +455,15 @@ impl Scheduler {
                 self.pending_mask |= self.masks.pod_added;
             }
             if let Some(explain) = self.pending_explains.remove(&info.uid) {
-                // The binding carries the explanation; an API server that does not copy
-                // binding annotations onto the pod would leave an older attempt's
-                // explanation behind: replace it.
+                // The binding carries the explanation (upstream's API server copies binding
+                // annotations onto the pod); when it did not land, write it.
                 let current = info
                     .pod
                     .metadata
                     .annotations
                     .as_ref()
                     .and_then(|a| a.get(EXPLAIN_ANNOTATION));
-                if current.is_some_and(|c| *c != explain) {
+                if current != Some(&explain) {
                     self.writer.explain(info.clone(), explain);
                 }
             }

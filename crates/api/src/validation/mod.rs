@@ -2,6 +2,19 @@
 //! rules users hit, with upstream's field paths and messages.
 //!
 //! Objects are JSON as stored; validation runs after defaulting and never panics on any input.
+//!
+//! Code map:
+//! - `meta`: names (DNS-1123 subdomain/label, DNS-1035), qualified names, label values,
+//!   labels, annotations, finalizers, label selectors, `metadata` on create and update.
+//! - `pod`: pod specs (containers, init containers, resources, ports, env, probes,
+//!   lifecycle, volumes and mounts, node selector, affinity, topology spread, tolerations)
+//!   and the pod update rules.
+//! - `workloads`: Deployment, ReplicaSet, DaemonSet, StatefulSet, Job, CronJob (with the
+//!   cron schedule parser), PodDisruptionBudget.
+//! - `core`: Service, Node taints, Secret, ConfigMap, PersistentVolumeClaim, PriorityClass.
+//!
+//! Values inside messages are rendered as upstream's `field.Error` renders them, including
+//! Go's `%#v` of structs where upstream passes a struct (selectors, strategies, taints).
 
 mod core;
 mod meta;

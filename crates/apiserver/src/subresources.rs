@@ -152,7 +152,8 @@ async fn scale_write(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
         }
         match write::finish_update(ctx, &obj, new, rev, UpdateScope::Main, "Update").await {
             Ok(w) => return Ok(body::value_response(StatusCode::OK, &scale_of(w.object()))),
-            Err(e) if e.reason == "Conflict" && rv.is_empty() => continue,
+            // Re-read and apply again; a stale resourceVersion in the request fails the check above.
+            Err(e) if e.reason == "Conflict" => continue,
             Err(e) => return Err(e),
         }
     }

@@ -4,7 +4,7 @@
 use axum::response::Response;
 use bytes::Bytes;
 use http::{StatusCode, header};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use skiff_api::patch::PatchType;
 use skiff_api::{Resource, StatusError};
 use skiff_store::{Revision, StoreError};
@@ -387,13 +387,8 @@ fn reset_status_on_create(res: &Resource, obj: &mut Value) {
     let Some(m) = obj.as_object_mut() else { return };
     match res.plural {
         "pods" => {
-            let qos = m.get("status").and_then(|s| s.get("qosClass")).cloned();
-            let mut st = Map::new();
-            st.insert("phase".into(), json!("Pending"));
-            if let Some(q) = qos {
-                st.insert("qosClass".into(), q);
-            }
-            m.insert("status".into(), Value::Object(st));
+            // Defaulting computes qosClass from the spec; the client's status is not kept.
+            m.insert("status".into(), json!({"phase": "Pending"}));
         }
         "deployments"
         | "replicasets"
@@ -661,8 +656,10 @@ pub async fn patch_object(ctx: &Ctx, bytes: Bytes, scope: UpdateScope) -> Result
             return Err(StatusError::modified(res.group, res.plural, &ctx.rr.name));
         }
         let operation = if ptype == PatchType::Apply { "Apply" } else { "Update" };
+        // A conflict with a concurrent writer: patch the fresh object again. A resourceVersion the
+        // patch itself sets fails the check above on the next round.
         match finish_update(ctx, &old, new, rev, scope, operation).await {
-            Err(e) if e.reason == "Conflict" && precondition.is_empty() => continue,
+            Err(e) if e.reason == "Conflict" => continue,
             other => return other.map(|w| (w, StatusCode::OK)),
         }
     }

@@ -27,6 +27,7 @@ use crate::probes::{self, ProbeKind, ProbeState, Target};
 use crate::status::{self, ContainerNote, StatusInput};
 use crate::volumes::{self, HostVolume};
 
+const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
 const INITIAL_BACKOFF: Duration = Duration::from_secs(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 const RESYNC: Duration = Duration::from_secs(1);
@@ -95,6 +96,8 @@ pub struct PodWorker {
     pod_ip: String,
     /// Whether the last reported status had every container running and ready with nothing waiting.
     settled: bool,
+    /// spec.activeDeadlineSeconds has passed: the pod fails and its containers stop.
+    deadline_exceeded: bool,
 }
 
 /// upstream's verifyRunAsNonRoot, with the image's configured user.
@@ -196,6 +199,7 @@ pub async fn run_with_wake(ctx: Arc<Ctx>, uid: String, mut pods: watch::Receiver
         seen_exits: HashSet::new(),
         pod_ip: String::new(),
         settled: false,
+        deadline_exceeded: false,
     };
     let mut resync = RESYNC;
     loop {
@@ -253,6 +257,10 @@ impl PodWorker {
         self.observe_exits(pod, &rt).await;
         self.refresh_probe_notes(&rt);
 
+        if !self.deadline_exceeded && Self::past_deadline(pod) {
+            self.deadline_exceeded = true;
+            self.event(pod, None, WARNING, "DeadlineExceeded", DEADLINE_MESSAGE.into());
+        }
         let preview = self.compute_status(pod, &rt);
         let phase = preview.phase.clone().unwrap_or_default();
         if phase == "Succeeded" || phase == "Failed" {
@@ -418,7 +426,30 @@ impl PodWorker {
             status.pod_ip = old.pod_ip.clone();
             status.pod_ips = old.pod_ips.clone();
         }
+        if self.deadline_exceeded {
+            status.phase = Some("Failed".into());
+            status.reason = Some("DeadlineExceeded".into());
+            status.message = Some(DEADLINE_MESSAGE.into());
+        }
+        // A terminal phase never changes again (upstream refuses the transition).
+        if let Some(old) = pod.status.as_ref()
+            && matches!(old.phase.as_deref(), Some("Succeeded" | "Failed"))
+        {
+            status.phase = old.phase.clone();
+            status.reason = old.reason.clone().or(status.reason);
+            status.message = old.message.clone().or(status.message);
+        }
         status
+    }
+
+    /// Whether spec.activeDeadlineSeconds has passed since the pod started.
+    fn past_deadline(pod: &Pod) -> bool {
+        let deadline = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds);
+        let start = pod.status.as_ref().and_then(|s| s.start_time.as_ref());
+        match (deadline, start) {
+            (Some(d), Some(start)) => jiff::Timestamp::now().duration_since(start.0).as_secs() >= d,
+            _ => false,
+        }
     }
 
     /// Writes the status if it changed since the last write.
@@ -728,8 +759,17 @@ impl PodWorker {
                 return Ok(false);
             }
         };
-        self.kill_container(pod, c, init, &latest.id, grace_seconds(pod), &message)
-            .await?;
+        // A liveness or startup probe may carry its own grace period.
+        let probe_grace = if spec_change {
+            None
+        } else {
+            [c.liveness_probe.as_ref(), c.startup_probe.as_ref()]
+                .into_iter()
+                .flatten()
+                .find_map(|p| p.termination_grace_period_seconds)
+        };
+        let grace = probe_grace.unwrap_or_else(|| grace_seconds(pod));
+        self.kill_container(pod, c, init, &latest.id, grace, &message).await?;
         // A changed spec restarts the container whatever the restart policy (as upstream).
         Ok(spec_change)
     }

@@ -805,6 +805,38 @@ async fn init_containers_run_in_order_before_the_app() {
     h.finish(t3, w3).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_deadline_fails_the_pod_and_stops_it() {
+    let h = Harness::new("deadline").await;
+    let mut pod = h.pod(
+        "late",
+        serde_json::json!({
+            "activeDeadlineSeconds": 5,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}]
+        }),
+    );
+    pod.status = Some(serde_json::from_value(serde_json::json!({"startTime": "2020-01-01T00:00:00Z"})).unwrap());
+    let (tx, task) = h.spawn(&pod);
+    let s = h
+        .wait_status("late", 60, |s| s.phase.as_deref() == Some("Failed"))
+        .await;
+    assert_eq!(s.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(
+        s.message.as_deref(),
+        Some("Pod was active on the node longer than the specified deadline")
+    );
+    let uid = pod.metadata.uid.clone().unwrap();
+    let rt = docker::pod_runtime(&h.ctx.docker, &h.node, &uid).await.unwrap();
+    assert!(
+        rt.containers
+            .iter()
+            .chain(&rt.sandboxes)
+            .all(|c| c.state != RunState::Running)
+    );
+    h.finish(tx, task).await;
+}
+
 struct Pki {
     ca_pem: String,
     client_cert_pem: String,

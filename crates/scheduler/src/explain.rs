@@ -83,6 +83,21 @@ pub fn group_rejections<'a>(cache: &Cache, statuses: impl Iterator<Item = &'a (u
     out
 }
 
+/// Adds the nodes a PreFilter result excluded as one group.
+pub fn add_excluded(rejected: &mut Vec<Rejection>, excluded: Option<&(Status, usize)>) {
+    if let Some((st, n)) = excluded
+        && *n > 0
+    {
+        rejected.push(Rejection {
+            plugin: st.plugin.to_string(),
+            reason: st.message(),
+            count: *n,
+            nodes: Vec::new(),
+        });
+        rejected.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.plugin.cmp(&b.plugin)));
+    }
+}
+
 /// Keeps the best scored nodes (scores must be sorted best first).
 pub fn top_scores(cache: &Cache, scores: &Scores) -> Vec<Scored> {
     scores

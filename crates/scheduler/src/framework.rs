@@ -98,6 +98,9 @@ pub struct CycleState {
     pub inter_pod_score: Option<plugins::inter_pod_affinity::PreScoreState>,
     pub spread: Option<plugins::pod_topology_spread::PreFilterState>,
     pub spread_score: Option<plugins::pod_topology_spread::PreScoreState>,
+    /// A PreFilter result: only these nodes can fit (upstream's PreFilterResult), and the
+    /// plugin that narrowed them.
+    pub node_names: Option<(Vec<String>, &'static str)>,
 }
 
 /// One scheduling plugin; every extension point has a no-op default.
@@ -165,6 +168,8 @@ pub struct Diagnosis {
     pub post_filter_msg: Option<String>,
     /// Bit set of plugin indices that rejected the pod somewhere.
     pub unschedulable_plugins: u64,
+    /// Nodes a PreFilter result excluded: their common status and how many there were.
+    pub excluded: Option<(Status, usize)>,
 }
 
 /// Formats upstream's FitError message: "0/N nodes are available: <histogram>. <postfilter>".
@@ -199,10 +204,11 @@ pub fn fit_error_message<'a>(
 
 impl Diagnosis {
     pub fn message(&self) -> String {
+        let excluded = self.excluded.iter().flat_map(|(s, n)| std::iter::repeat_n(s, *n));
         fit_error_message(
             self.num_all_nodes,
             self.pre_filter_msg.as_deref(),
-            self.node_statuses.iter().map(|(_, s)| s),
+            self.node_statuses.iter().map(|(_, s)| s).chain(excluded),
             self.post_filter_msg.as_deref(),
         )
     }
@@ -235,6 +241,8 @@ pub struct ScheduleResult {
     pub feasible: usize,
     /// Rejected nodes seen while searching (for explain).
     pub rejected: Vec<(usize, Status)>,
+    /// Nodes a PreFilter result excluded (status, count).
+    pub excluded: Option<(Status, usize)>,
     /// Scores of the feasible nodes, best first (empty when only one node fit).
     pub scores: Scores,
 }
@@ -388,20 +396,39 @@ impl Framework {
                         evaluated: 1,
                         feasible: 1,
                         rejected: Vec::new(),
+                        excluded: None,
                         scores: Scores::default(),
                     },
                     state,
                 ));
             }
         }
-        let to_find = self.num_feasible_nodes_to_find(num_all);
         let nodes = cache.nodes();
-        let len = nodes.len();
+        // A PreFilter result narrows the candidates; the other nodes are rejected together.
+        let candidates: Option<Vec<usize>> = state.node_names.as_ref().map(|(names, plugin)| {
+            let mut idx: Vec<usize> = names
+                .iter()
+                .filter_map(|n| cache.node_index(n))
+                .filter(|&i| nodes[i].node.is_some())
+                .collect();
+            idx.sort_unstable();
+            idx.dedup();
+            let mut st = Status::unresolvable(format!("node(s) didn't satisfy plugin(s) [{plugin}]"));
+            st.plugin = plugin;
+            diag.excluded = Some((st, num_all - idx.len()));
+            idx
+        });
+        let len = candidates.as_ref().map(Vec::len).unwrap_or(nodes.len());
+        let to_find = self.num_feasible_nodes_to_find(len);
         let mut feasible: Vec<usize> = Vec::with_capacity(to_find.min(1024));
         let mut processed = 0;
         let start = if len == 0 { 0 } else { self.next_start % len };
         for off in 0..len {
-            let idx = (start + off) % len;
+            let pos = (start + off) % len;
+            let idx = match &candidates {
+                Some(c) => c[pos],
+                None => pos,
+            };
             let ni = &nodes[idx];
             if ni.node.is_none() {
                 processed += 1;
@@ -425,7 +452,7 @@ impl Framework {
                 diag.node_statuses.push((idx, st));
             }
         }
-        if len > 0 {
+        if len > 0 && candidates.is_none() {
             self.next_start = (start + processed) % len;
         }
         if feasible.is_empty() {
@@ -439,6 +466,7 @@ impl Framework {
                     evaluated,
                     feasible: 1,
                     rejected: diag.node_statuses,
+                    excluded: diag.excluded,
                     scores: Scores::default(),
                 },
                 state,
@@ -468,6 +496,7 @@ impl Framework {
                 evaluated,
                 feasible: feasible.len(),
                 rejected: diag.node_statuses,
+                excluded: diag.excluded,
                 scores,
             },
             state,
@@ -638,6 +667,42 @@ mod tests {
         let mut fw = Framework::with_default_plugins(0);
         let (res, _) = fw.schedule(&PodInfo::new(p), &c).unwrap();
         assert_eq!(c.node_name(res.node), "c");
+    }
+
+    #[test]
+    fn match_fields_narrow_candidates_as_daemonset_pods() {
+        use k8s_openapi::api::core::v1::{
+            Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+        };
+        let mut c = Cache::new();
+        for n in ["a", "b", "c"] {
+            c.upsert_node(Arc::new(node(n, "1", "16Gi", "110")));
+        }
+        c.assume_pod(Arc::new(PodInfo::new(pod("busy", "1", ""))), "b");
+        let mut p = pod("ds", "1", "");
+        p.spec.as_mut().unwrap().affinity = Some(Affinity {
+            node_affinity: Some(NodeAffinity {
+                required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: None,
+                        match_fields: Some(vec![NodeSelectorRequirement {
+                            key: "metadata.name".into(),
+                            operator: "In".into(),
+                            values: Some(vec!["b".into()]),
+                        }]),
+                    }],
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let mut fw = Framework::with_default_plugins(0);
+        let (diag, _) = *fw.schedule(&PodInfo::new(p), &c).unwrap_err();
+        assert_eq!(diag.node_statuses.len(), 1);
+        assert_eq!(
+            diag.message(),
+            "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [NodeAffinity]."
+        );
     }
 
     #[test]

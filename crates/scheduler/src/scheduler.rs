@@ -16,7 +16,7 @@ use serde_json::json;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::cache::{Cache, NodeChange};
-use crate::explain::{EXPLAIN_ANNOTATION, Explain, group_rejections, top_scores};
+use crate::explain::{EXPLAIN_ANNOTATION, Explain, add_excluded, group_rejections, top_scores};
 use crate::framework::Framework;
 use crate::plugins::{self, default_preemption};
 use crate::queue::{QueuedPod, SchedulingQueue};
@@ -558,7 +558,11 @@ impl Scheduler {
                     nodes: self.cache.num_nodes(),
                     evaluated: res.evaluated,
                     feasible: res.feasible,
-                    rejected: group_rejections(&self.cache, res.rejected.iter()),
+                    rejected: {
+                        let mut r = group_rejections(&self.cache, res.rejected.iter());
+                        add_excluded(&mut r, res.excluded.as_ref());
+                        r
+                    },
                     scores: top_scores(&self.cache, &res.scores),
                     preemption: None,
                 });
@@ -622,7 +626,11 @@ impl Scheduler {
                         nodes: diag.num_all_nodes,
                         evaluated: diag.node_statuses.len(),
                         feasible: 0,
-                        rejected: group_rejections(&self.cache, diag.node_statuses.iter()),
+                        rejected: {
+                            let mut r = group_rejections(&self.cache, diag.node_statuses.iter());
+                            add_excluded(&mut r, diag.excluded.as_ref());
+                            r
+                        },
                         scores: Vec::new(),
                         preemption: preemption_msg,
                     }

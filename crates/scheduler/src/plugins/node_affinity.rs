@@ -10,6 +10,7 @@ use crate::types::{NodeInfo, PodInfo};
 
 pub const NAME: &str = "NodeAffinity";
 pub const ERR_REASON_POD: &str = "node(s) didn't match Pod's node affinity/selector";
+pub const ERR_REASON_CONFLICT: &str = "pod affinity terms conflict";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Op {
@@ -159,6 +160,30 @@ impl PodNodeAffinity {
         !self.node_selector.is_empty() || self.required.is_some()
     }
 
+    /// Upstream's PreFilter node names: when every required term names nodes through
+    /// `metadata.name In`, only those nodes can match. Some(empty) means the terms conflict.
+    pub fn node_names(&self) -> Option<Vec<String>> {
+        let terms = self.required.as_ref()?;
+        let mut all: Vec<String> = Vec::new();
+        for t in terms {
+            let mut term_names: Option<Vec<String>> = None;
+            for f in &t.fields {
+                if f.op != Op::In {
+                    continue;
+                }
+                term_names = Some(match term_names {
+                    None => f.values.clone(),
+                    Some(prev) => prev.into_iter().filter(|n| f.values.contains(n)).collect(),
+                });
+            }
+            // A term without a name requirement lets every node through.
+            all.extend(term_names?);
+        }
+        all.sort();
+        all.dedup();
+        Some(all)
+    }
+
     pub fn has_preferred(&self) -> bool {
         !self.preferred.is_empty()
     }
@@ -199,7 +224,13 @@ impl Plugin for NodeAffinity {
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, _c: &Cache) -> Status {
         let aff = PodNodeAffinity::new(pod);
         let required = aff.has_required();
+        let names = aff.node_names();
         state.node_affinity = Some(aff);
+        match names {
+            Some(n) if n.is_empty() => return Status::unresolvable(ERR_REASON_CONFLICT),
+            Some(n) => state.node_names = Some((n, NAME)),
+            None => {}
+        }
         if required { Status::success() } else { Status::skip() }
     }
 
@@ -337,6 +368,36 @@ mod tests {
         let p = with_required(vec![term]);
         assert!(fits(&p, &labelled("a", &[])));
         assert!(!fits(&p, &labelled("b", &[])));
+    }
+
+    #[test]
+    fn node_names_from_match_fields() {
+        let t = |names: &[&str]| NodeSelectorTerm {
+            match_expressions: None,
+            match_fields: Some(vec![req("metadata.name", "In", names)]),
+        };
+        let names = |p: &PodInfo| PodNodeAffinity::new(p).node_names();
+        assert_eq!(
+            names(&with_required(vec![t(&["a"]), t(&["b", "a"])])),
+            Some(vec!["a".to_string(), "b".to_string()])
+        );
+        let mixed = NodeSelectorTerm {
+            match_expressions: Some(vec![req("x", "Exists", &[])]),
+            match_fields: None,
+        };
+        assert_eq!(names(&with_required(vec![t(&["a"]), mixed])), None);
+        let both = NodeSelectorTerm {
+            match_expressions: None,
+            match_fields: Some(vec![
+                req("metadata.name", "In", &["a"]),
+                req("metadata.name", "In", &["b"]),
+            ]),
+        };
+        let p = with_required(vec![both]);
+        assert_eq!(names(&p), Some(vec![]));
+        let mut s = CycleState::default();
+        let st = NodeAffinity.pre_filter(&mut s, &p, &Cache::new());
+        assert_eq!(st.reasons, vec![ERR_REASON_CONFLICT]);
     }
 
     #[test]

@@ -920,6 +920,8 @@ async fn https_endpoint_serves_logs_and_exec_to_ca_signed_clients() {
             "terminationGracePeriodSeconds": 1,
             "containers": [{"name": "c", "image": "busybox:latest",
                 "command": ["sh", "-c", "echo line-one; echo line-two; exec sleep 3600"]},
+                {"name": "ticker", "image": "busybox:latest",
+                "command": ["sh", "-c", "while true; do echo tick; sleep 0.3; done"]},
                 {"name": "web", "image": "busybox:latest",
                 "command": ["sh", "-c", "mkdir -p /www && echo pf-ok > /www/index.html && exec httpd -f -p 8080 -h /www"]}]
         }),
@@ -1000,6 +1002,38 @@ async fn https_endpoint_serves_logs_and_exec_to_ca_signed_clients() {
         serde_json::from_str::<serde_json::Value>(&status).unwrap()["status"],
         "Success"
     );
+
+    // exec with a terminal: output comes on stdout through the pty.
+    let uri = "/exec/default/talk/c?command=tty&stdout=true&tty=true";
+    let conn = client
+        .connect(http::Request::get(uri).body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    let (out, _, _) = collect_frames(conn.into_stream()).await;
+    assert!(out.starts_with("/dev/pts/"), "tty output: {out:?}");
+
+    // attach: the running process's output arrives on stdout.
+    let conn = client
+        .connect(
+            http::Request::get("/attach/default/talk/ticker?stdout=true&stderr=true")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut stream = conn.into_stream();
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("tick") {
+        match tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .unwrap()
+        {
+            Some(Ok(Message::Binary(frame))) if frame.first() == Some(&1) => seen.extend_from_slice(&frame[1..]),
+            Some(Ok(_)) => {}
+            other => panic!("attach ended early: {other:?}"),
+        }
+    }
+    drop(stream);
 
     // Port forwarding: initial port frames on the data and error channels, then bytes both ways.
     let conn = client

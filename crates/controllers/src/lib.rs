@@ -2,8 +2,11 @@
 //! (list + watch + write), never to the store.
 
 pub mod controller_utils;
+pub mod daemonset;
 pub mod deployment;
 pub mod garbagecollector;
+pub mod history;
+pub mod job;
 pub mod namespace;
 pub mod replicaset;
 pub mod resources;
@@ -15,6 +18,8 @@ pub struct ControllersConfig {
     pub namespace: bool,
     pub replicaset: bool,
     pub deployment: bool,
+    pub daemonset: bool,
+    pub job: bool,
 }
 
 impl Default for ControllersConfig {
@@ -24,6 +29,8 @@ impl Default for ControllersConfig {
             namespace: true,
             replicaset: true,
             deployment: true,
+            daemonset: true,
+            job: true,
         }
     }
 }
@@ -46,6 +53,14 @@ pub async fn run(client: kube::Client, cfg: ControllersConfig) -> anyhow::Result
     if cfg.deployment {
         let c = client.clone();
         set.spawn(async move { deployment::run(c).await });
+    }
+    if cfg.daemonset {
+        let c = client.clone();
+        set.spawn(async move { daemonset::run(c).await });
+    }
+    if cfg.job {
+        let c = client.clone();
+        set.spawn(async move { job::run(c).await });
     }
     match set.join_next().await {
         Some(Ok(r)) => r,

@@ -14,6 +14,8 @@ const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
 /// Upstream: at least this percentage of nodes is searched.
 const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
 const BASE_PERCENTAGE_OF_NODES_TO_SCORE: usize = 50;
+/// How many of the best scored nodes a result keeps in order.
+pub const TOP_SCORES: usize = 10;
 
 /// Outcome codes of a plugin call, as upstream's framework.Code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,7 +245,8 @@ pub struct ScheduleResult {
     pub rejected: Vec<(usize, Status)>,
     /// Nodes a PreFilter result excluded (status, count).
     pub excluded: Option<(Status, usize)>,
-    /// Scores of the feasible nodes, best first (empty when only one node fit).
+    /// Scores of the feasible nodes; the first TOP_SCORES are the best, in order (empty
+    /// when only one node fit).
     pub scores: Scores,
 }
 
@@ -489,7 +492,14 @@ impl Framework {
             }
         }
         let node = totals[best].node;
-        scores.nodes.sort_by_key(|s| std::cmp::Reverse(s.total));
+        // Only the best few are ever shown: order those, leave the rest.
+        let keep = TOP_SCORES.min(scores.nodes.len());
+        if keep < scores.nodes.len() {
+            scores
+                .nodes
+                .select_nth_unstable_by_key(keep - 1, |s| std::cmp::Reverse(s.total));
+        }
+        scores.nodes[..keep].sort_by_key(|s| std::cmp::Reverse(s.total));
         Ok((
             ScheduleResult {
                 node,

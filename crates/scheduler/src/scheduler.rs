@@ -664,14 +664,13 @@ impl Scheduler {
     }
 }
 
-/// POST pods/NAME/binding.
+/// POST pods/NAME/binding (the reply is not decoded: only success matters).
 pub async fn bind_pod(
     client: &Client,
     pod: &PodInfo,
     node: &str,
     explain: Option<String>,
 ) -> Result<(), (u16, String)> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
     let mut meta = json!({"name": pod.name, "namespace": pod.namespace, "uid": pod.uid});
     if let Some(e) = explain {
         meta["annotations"] = json!({ EXPLAIN_ANNOTATION: e });
@@ -682,10 +681,11 @@ pub async fn bind_pod(
         "metadata": meta,
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     });
-    match api
-        .create_subresource::<_, serde_json::Value>("binding", &pod.name, &PostParams::default(), &body)
-        .await
-    {
+    let bytes = serde_json::to_vec(&body).map_err(|e| (0, e.to_string()))?;
+    let req = kube::core::Request::new(format!("/api/v1/namespaces/{}/pods", pod.namespace))
+        .create_subresource("binding", &pod.name, &PostParams::default(), bytes)
+        .map_err(|e| (0, e.to_string()))?;
+    match client.request_text(req).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) => Err((s.code, s.message.clone())),
         Err(e) => Err((0, e.to_string())),

@@ -119,14 +119,18 @@ impl Writer {
                 "lastTimestamp": now,
                 "count": 1,
             });
-            let ev: Event = match serde_json::from_value(ev) {
-                Ok(e) => e,
-                Err(e) => {
-                    tracing::warn!(error = %e, "building event failed");
-                    return;
+            let created = match serde_json::to_vec(&ev) {
+                Ok(bytes) => {
+                    match kube::core::Request::new(format!("/api/v1/namespaces/{ns}/events"))
+                        .create(&PostParams::default(), bytes)
+                    {
+                        Ok(req) => w.client.request_text(req).await.map(|_| ()),
+                        Err(e) => Err(kube::Error::BuildRequest(e)),
+                    }
                 }
+                Err(e) => Err(kube::Error::SerdeError(e)),
             };
-            match api.create(&PostParams::default(), &ev).await {
+            match created {
                 Ok(_) => {
                     let mut agg = w.aggregates.lock();
                     if agg.len() >= MAX_AGGREGATES {

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
 use kube::Api;
 
 use crate::quantity;
@@ -41,10 +41,7 @@ impl ObjectCache {
     }
 
     /// A Secret's data decoded to strings (bytes are kept as lossy UTF-8); `None` when absent.
-    pub async fn secret(
-        &mut self,
-        name: &str,
-    ) -> anyhow::Result<Option<BTreeMap<String, Vec<u8>>>> {
+    pub async fn secret(&mut self, name: &str) -> anyhow::Result<Option<BTreeMap<String, Vec<u8>>>> {
         let secret = self.secrets.get_opt(name).await?;
         let data = secret.map(|s| {
             let mut out: BTreeMap<String, Vec<u8>> = BTreeMap::new();
@@ -68,10 +65,7 @@ impl ObjectCache {
     }
 
     /// A ConfigMap's data and binaryData; `None` when absent.
-    pub async fn config_map(
-        &mut self,
-        name: &str,
-    ) -> anyhow::Result<Option<BTreeMap<String, Vec<u8>>>> {
+    pub async fn config_map(&mut self, name: &str) -> anyhow::Result<Option<BTreeMap<String, Vec<u8>>>> {
         let cm = self.config_maps.get_opt(name).await?;
         let data = cm.map(|c| {
             let mut out: BTreeMap<String, Vec<u8>> = BTreeMap::new();
@@ -94,10 +88,28 @@ impl ObjectCache {
         Ok(data)
     }
 
-    async fn secret_strings(
-        &mut self,
-        name: &str,
-    ) -> anyhow::Result<Option<BTreeMap<String, String>>> {
+    /// The services whose variables a container sees: the namespace's (with service links) and the
+    /// `kubernetes` service of `default`. A failed list yields none.
+    pub async fn services(&mut self, namespace: &str, links: bool) -> Vec<Service> {
+        let client = self.secrets.clone().into_client();
+        let mut out = Vec::new();
+        if links {
+            let api: Api<Service> = Api::namespaced(client.clone(), namespace);
+            if let Ok(list) = api.list(&Default::default()).await {
+                out.extend(list.items);
+            }
+        }
+        if !links || namespace != "default" {
+            let api: Api<Service> = Api::namespaced(client, "default");
+            if let Ok(Some(svc)) = api.get_opt("kubernetes").await {
+                out.retain(|s| s.metadata.name.as_deref() != Some("kubernetes"));
+                out.push(svc);
+            }
+        }
+        out
+    }
+
+    async fn secret_strings(&mut self, name: &str) -> anyhow::Result<Option<BTreeMap<String, String>>> {
         if let Some(cached) = self.secret_cache.get(name) {
             return Ok(cached.clone());
         }
@@ -123,6 +135,8 @@ pub async fn container_env(
 ) -> anyhow::Result<Result<Vec<(String, String)>, ConfigError>> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let mut vars: Vec<(String, String)> = Vec::new();
+    let links = pod.spec.as_ref().and_then(|s| s.enable_service_links).unwrap_or(true);
+    vars.extend(service_env(&objects.services(namespace, links).await));
     let set = |vars: &mut Vec<(String, String)>, k: String, v: String| {
         if let Some(slot) = vars.iter_mut().find(|(n, _)| *n == k) {
             slot.1 = v;
@@ -141,10 +155,7 @@ pub async fn container_env(
                 }
                 None if cm_ref.optional == Some(true) => {}
                 None => {
-                    return Ok(Err(ConfigError(format!(
-                        "configmap \"{}\" not found",
-                        cm_ref.name
-                    ))));
+                    return Ok(Err(ConfigError(format!("configmap \"{}\" not found", cm_ref.name))));
                 }
             }
         }
@@ -157,28 +168,21 @@ pub async fn container_env(
                 }
                 None if s_ref.optional == Some(true) => {}
                 None => {
-                    return Ok(Err(ConfigError(format!(
-                        "secret \"{}\" not found",
-                        s_ref.name
-                    ))));
+                    return Ok(Err(ConfigError(format!("secret \"{}\" not found", s_ref.name))));
                 }
             }
         }
     }
     for env in container.env.iter().flatten() {
         let value = if let Some(value) = &env.value {
-            let lookup: HashMap<&str, &str> =
-                vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let lookup: HashMap<&str, &str> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             expand(value, &lookup)
         } else if let Some(source) = &env.value_from {
             if let Some(field) = &source.field_ref {
                 match field_ref_value(pod, &field.field_path, ctx) {
                     Some(v) => v,
                     None => {
-                        return Ok(Err(ConfigError(format!(
-                            "unsupported fieldPath: {}",
-                            field.field_path
-                        ))));
+                        return Ok(Err(ConfigError(format!("unsupported fieldPath: {}", field.field_path))));
                     }
                 }
             } else if let Some(res) = &source.resource_field_ref {
@@ -215,10 +219,7 @@ pub async fn container_env(
                     },
                     None if optional => continue,
                     None => {
-                        return Ok(Err(ConfigError(format!(
-                            "configmap \"{}\" not found",
-                            key_ref.name
-                        ))));
+                        return Ok(Err(ConfigError(format!("configmap \"{}\" not found", key_ref.name))));
                     }
                 }
             } else if let Some(key_ref) = &source.secret_key_ref {
@@ -236,10 +237,7 @@ pub async fn container_env(
                     },
                     None if optional => continue,
                     None => {
-                        return Ok(Err(ConfigError(format!(
-                            "secret \"{}\" not found",
-                            key_ref.name
-                        ))));
+                        return Ok(Err(ConfigError(format!("secret \"{}\" not found", key_ref.name))));
                     }
                 }
             } else {
@@ -251,6 +249,53 @@ pub async fn container_env(
         set(&mut vars, env.name.clone(), value);
     }
     Ok(Ok(vars))
+}
+
+/// Service environment variables as upstream's kubelet makes them (`FOO_SERVICE_HOST`, Docker-link
+/// style `FOO_PORT_80_TCP_ADDR`, ...), for services with a cluster IP.
+pub fn service_env(services: &[Service]) -> Vec<(String, String)> {
+    let mut services: Vec<&Service> = services.iter().collect();
+    services.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut out = Vec::new();
+    for svc in services {
+        let Some(spec) = svc.spec.as_ref() else { continue };
+        let Some(ip) = spec.cluster_ip.as_deref().filter(|ip| !ip.is_empty() && *ip != "None") else {
+            continue;
+        };
+        let ports = spec.ports.clone().unwrap_or_default();
+        let Some(first) = ports.first() else { continue };
+        let name = svc
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_default()
+            .to_uppercase()
+            .replace('-', "_");
+        out.push((format!("{name}_SERVICE_HOST"), ip.to_string()));
+        out.push((format!("{name}_SERVICE_PORT"), first.port.to_string()));
+        for p in &ports {
+            if let Some(port_name) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                out.push((
+                    format!("{name}_SERVICE_PORT_{}", port_name.to_uppercase().replace('-', "_")),
+                    p.port.to_string(),
+                ));
+            }
+        }
+        let proto = |p: &k8s_openapi::api::core::v1::ServicePort| p.protocol.clone().unwrap_or_else(|| "TCP".into());
+        out.push((
+            format!("{name}_PORT"),
+            format!("{}://{ip}:{}", proto(first).to_lowercase(), first.port),
+        ));
+        for p in &ports {
+            let proto = proto(p);
+            let prefix = format!("{name}_PORT_{}_{}", p.port, proto.to_uppercase());
+            out.push((prefix.clone(), format!("{}://{ip}:{}", proto.to_lowercase(), p.port)));
+            out.push((format!("{prefix}_PROTO"), proto.to_lowercase()));
+            out.push((format!("{prefix}_PORT"), p.port.to_string()));
+            out.push((format!("{prefix}_ADDR"), ip.to_string()));
+        }
+    }
+    out
 }
 
 /// Expands `$(VAR)` references; `$$` escapes a `$`; unknown references stay as written.
@@ -288,11 +333,8 @@ pub fn expand(input: &str, vars: &HashMap<&str, &str>) -> String {
 pub fn field_ref_value(pod: &Pod, path: &str, ctx: &EnvContext<'_>) -> Option<String> {
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
-    let subscript = |prefix: &str| -> Option<String> {
-        path.strip_prefix(prefix)?
-            .strip_suffix("']")
-            .map(str::to_string)
-    };
+    let subscript =
+        |prefix: &str| -> Option<String> { path.strip_prefix(prefix)?.strip_suffix("']").map(str::to_string) };
     if let Some(key) = subscript("metadata.labels['") {
         return Some(
             meta.labels
@@ -325,9 +367,7 @@ pub fn field_ref_value(pod: &Pod, path: &str, ctx: &EnvContext<'_>) -> Option<St
         "metadata.labels" => format_map(meta.labels.as_ref()),
         "metadata.annotations" => format_map(meta.annotations.as_ref()),
         "spec.nodeName" => spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
-        "spec.serviceAccountName" => spec
-            .and_then(|s| s.service_account_name.clone())
-            .unwrap_or_default(),
+        "spec.serviceAccountName" => spec.and_then(|s| s.service_account_name.clone()).unwrap_or_default(),
         "status.hostIP" | "status.hostIPs" => ctx.host_ip.to_string(),
         "status.podIP" | "status.podIPs" => ctx.pod_ip.to_string(),
         _ => return None,
@@ -348,19 +388,12 @@ pub fn resource_field_value(
         } else {
             res.and_then(|r| r.requests.as_ref())
         };
-        map.and_then(|m| m.get(name))
-            .and_then(|q| quantity::parse_milli(&q.0))
+        map.and_then(|m| m.get(name)).and_then(|q| quantity::parse_milli(&q.0))
     };
     let (milli, default_divisor) = match resource {
-        "limits.cpu" => (
-            get(true, "cpu").unwrap_or(ctx.node_allocatable_cpu_milli),
-            "1",
-        ),
+        "limits.cpu" => (get(true, "cpu").unwrap_or(ctx.node_allocatable_cpu_milli), "1"),
         "requests.cpu" => (get(false, "cpu").unwrap_or(0), "1"),
-        "limits.memory" => (
-            get(true, "memory").unwrap_or(ctx.node_allocatable_memory * 1000),
-            "1",
-        ),
+        "limits.memory" => (get(true, "memory").unwrap_or(ctx.node_allocatable_memory * 1000), "1"),
         "requests.memory" => (get(false, "memory").unwrap_or(0), "1"),
         "limits.ephemeral-storage" => (
             get(true, "ephemeral-storage").unwrap_or(ctx.node_allocatable_storage * 1000),
@@ -393,6 +426,27 @@ mod tests {
     }
 
     #[test]
+    fn service_links_follow_upstream_names() {
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "redis-primary"},
+            "spec": {"clusterIP": "10.0.0.11", "ports": [{"name": "db", "port": 6379, "protocol": "TCP"}]}
+        }))
+        .unwrap();
+        let headless: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "h"}, "spec": {"clusterIP": "None", "ports": [{"port": 80}]}
+        }))
+        .unwrap();
+        let env: HashMap<String, String> = service_env(&[svc, headless]).into_iter().collect();
+        assert_eq!(env["REDIS_PRIMARY_SERVICE_HOST"], "10.0.0.11");
+        assert_eq!(env["REDIS_PRIMARY_SERVICE_PORT"], "6379");
+        assert_eq!(env["REDIS_PRIMARY_SERVICE_PORT_DB"], "6379");
+        assert_eq!(env["REDIS_PRIMARY_PORT"], "tcp://10.0.0.11:6379");
+        assert_eq!(env["REDIS_PRIMARY_PORT_6379_TCP_ADDR"], "10.0.0.11");
+        assert_eq!(env["REDIS_PRIMARY_PORT_6379_TCP_PROTO"], "tcp");
+        assert!(!env.keys().any(|k| k.starts_with("H_")));
+    }
+
+    #[test]
     fn expands_references_and_escapes() {
         let vars = HashMap::from([("A", "x"), ("B", "y")]);
         assert_eq!(expand("$(A)-$(B)", &vars), "x-y");
@@ -412,10 +466,7 @@ mod tests {
             ..Default::default()
         });
         let c = ctx();
-        assert_eq!(
-            field_ref_value(&pod, "metadata.name", &c).as_deref(),
-            Some("p")
-        );
+        assert_eq!(field_ref_value(&pod, "metadata.name", &c).as_deref(), Some("p"));
         assert_eq!(
             field_ref_value(&pod, "metadata.labels['app']", &c).as_deref(),
             Some("web")
@@ -424,14 +475,8 @@ mod tests {
             field_ref_value(&pod, "metadata.labels", &c).as_deref(),
             Some("app=\"web\"")
         );
-        assert_eq!(
-            field_ref_value(&pod, "spec.nodeName", &c).as_deref(),
-            Some("n1")
-        );
-        assert_eq!(
-            field_ref_value(&pod, "status.podIP", &c).as_deref(),
-            Some("10.0.0.5")
-        );
+        assert_eq!(field_ref_value(&pod, "spec.nodeName", &c).as_deref(), Some("n1"));
+        assert_eq!(field_ref_value(&pod, "status.podIP", &c).as_deref(), Some("10.0.0.5"));
         assert_eq!(field_ref_value(&pod, "spec.bogus", &c), None);
     }
 

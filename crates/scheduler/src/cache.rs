@@ -22,6 +22,8 @@ pub struct Cache {
     /// Pods in the cache with any pod (anti-)affinity term / with required anti-affinity.
     pods_with_affinity: usize,
     pods_with_required_anti_affinity: usize,
+    /// Namespace name -> labels (for affinity terms' namespace selectors).
+    namespaces: HashMap<String, std::collections::BTreeMap<String, String>>,
 }
 
 /// What changed in a node update, for moving unschedulable pods.
@@ -220,6 +222,23 @@ impl Cache {
             self.nominated_node_of.insert(pod.uid.clone(), node.to_string());
             self.nominated.entry(node.to_string()).or_default().push(pod.clone());
         }
+    }
+
+    /// Records a namespace's labels; returns whether they changed.
+    pub fn set_namespace(&mut self, name: &str, labels: std::collections::BTreeMap<String, String>) -> bool {
+        if self.namespaces.get(name) == Some(&labels) {
+            return false;
+        }
+        self.namespaces.insert(name.to_string(), labels);
+        true
+    }
+
+    pub fn remove_namespace(&mut self, name: &str) {
+        self.namespaces.remove(name);
+    }
+
+    pub fn namespace_labels(&self, name: &str) -> Option<&std::collections::BTreeMap<String, String>> {
+        self.namespaces.get(name)
     }
 
     /// Whether any pod in the cache has pod (anti-)affinity terms.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::PostParams;
 use kube::runtime::WatchStreamExt;
@@ -71,6 +71,7 @@ enum Msg {
     Pod(Box<WatchEvent<Pod>>),
     Node(Box<WatchEvent<Node>>),
     PriorityClass(Box<WatchEvent<PriorityClass>>),
+    Namespace(Box<WatchEvent<Namespace>>),
     Bound {
         info: Arc<PodInfo>,
         node: String,
@@ -86,6 +87,7 @@ struct Masks {
     node_allocatable: u64,
     pod_deleted: u64,
     pod_added: u64,
+    namespace_labels: u64,
 }
 
 impl Masks {
@@ -105,6 +107,7 @@ impl Masks {
             node_allocatable: fit,
             pod_deleted: fit | ports | spread | interpod,
             pod_added: spread | interpod,
+            namespace_labels: interpod,
         }
     }
 
@@ -200,6 +203,9 @@ pub async fn run_with_signal(
     spawn_watch(Api::<Node>::all(client.clone()), tx.clone(), |e| Msg::Node(Box::new(e)));
     spawn_watch(Api::<PriorityClass>::all(client.clone()), tx.clone(), |e| {
         Msg::PriorityClass(Box::new(e))
+    });
+    spawn_watch(Api::<Namespace>::all(client.clone()), tx.clone(), |e| {
+        Msg::Namespace(Box::new(e))
     });
     let fw = Framework::with_default_plugins(cfg.percentage_of_nodes_to_score);
     let masks = Masks::new(&fw);
@@ -331,7 +337,25 @@ impl Scheduler {
             Msg::Pod(ev) => self.handle_pod_event(*ev),
             Msg::Node(ev) => self.handle_node_event(*ev),
             Msg::PriorityClass(ev) => self.handle_priority_class(*ev),
+            Msg::Namespace(ev) => self.handle_namespace(*ev),
             Msg::Bound { info, node, result } => self.handle_bound(info, node, result),
+        }
+    }
+
+    fn handle_namespace(&mut self, ev: WatchEvent<Namespace>) {
+        match ev {
+            WatchEvent::Apply(ns) | WatchEvent::InitApply(ns) => {
+                let name = ns.metadata.name.clone().unwrap_or_default();
+                let labels = ns.metadata.labels.clone().unwrap_or_default();
+                if self.cache.set_namespace(&name, labels) {
+                    self.pending_mask |= self.masks.namespace_labels;
+                }
+            }
+            WatchEvent::Delete(ns) => {
+                self.cache
+                    .remove_namespace(ns.metadata.name.as_deref().unwrap_or_default());
+            }
+            WatchEvent::Init | WatchEvent::InitDone => {}
         }
     }
 

@@ -140,61 +140,50 @@ impl HostPort {
     }
 }
 
-/// Which namespaces an affinity term looks at.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Namespaces {
-    /// An explicit list (or the pod's own namespace when the term names none).
-    List(Vec<String>),
-    /// `namespaceSelector: {}`: every namespace.
-    All,
-}
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 /// A pod (anti-)affinity term, compiled.
 #[derive(Debug, Clone)]
 pub struct AffinityTerm {
     pub selector: Selector,
-    pub namespaces: Namespaces,
+    /// Namespaces named by the term (the pod's own when it names none and has no selector).
+    pub namespaces: Vec<String>,
+    /// The namespace selector, if any (`{}` selects every namespace).
+    pub namespace_selector: Option<Selector>,
     pub topology_key: String,
     pub weight: i64,
 }
 
 impl AffinityTerm {
     fn new(pod_ns: &str, t: &PodAffinityTerm, weight: i64) -> Self {
-        let mut selector = Selector::from_label_selector(t.label_selector.as_ref());
-        let listed = t.namespaces.clone().unwrap_or_default();
-        let namespaces = match &t.namespace_selector {
-            // An empty namespace selector selects every namespace. Non-empty namespace
-            // selectors would need namespace labels, which the scheduler does not watch:
-            // they select only the listed namespaces.
-            Some(ns)
-                if ns.match_labels.as_ref().is_none_or(|m| m.is_empty())
-                    && ns.match_expressions.as_ref().is_none_or(|m| m.is_empty()) =>
-            {
-                Namespaces::All
-            }
-            Some(_) => Namespaces::List(listed),
-            None if listed.is_empty() => Namespaces::List(vec![pod_ns.to_string()]),
-            None => Namespaces::List(listed),
-        };
         // matchLabelKeys / mismatchLabelKeys are merged into the selector by the API server
-        // upstream; nothing to do here.
-        if t.label_selector.is_none() {
-            selector = Selector::nothing();
+        // upstream; nothing to do here. A missing selector matches nothing.
+        let selector = Selector::from_label_selector(t.label_selector.as_ref());
+        let mut namespaces = t.namespaces.clone().unwrap_or_default();
+        let namespace_selector = t
+            .namespace_selector
+            .as_ref()
+            .map(|s| Selector::from_label_selector(Some(s)));
+        if namespaces.is_empty() && namespace_selector.is_none() {
+            namespaces.push(pod_ns.to_string());
         }
         AffinityTerm {
             selector,
             namespaces,
+            namespace_selector,
             topology_key: t.topology_key.clone(),
             weight,
         }
     }
 
-    /// Whether `pod` is selected by this term.
-    pub fn matches(&self, pod: &PodInfo) -> bool {
-        let ns_ok = match &self.namespaces {
-            Namespaces::All => true,
-            Namespaces::List(l) => l.contains(&pod.namespace),
-        };
+    /// Whether `pod` is selected by this term; `ns_labels` are the labels of the pod's
+    /// namespace (as upstream's AffinityTerm.Matches).
+    pub fn matches(&self, pod: &PodInfo, ns_labels: Option<&BTreeMap<String, String>>) -> bool {
+        let ns_ok = self.namespaces.contains(&pod.namespace)
+            || self
+                .namespace_selector
+                .as_ref()
+                .is_some_and(|s| s.matches(ns_labels.unwrap_or(&NO_LABELS)));
         ns_ok && self.selector.matches(&pod.labels)
     }
 }

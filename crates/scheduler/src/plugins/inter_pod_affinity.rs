@@ -59,6 +59,8 @@ pub struct PreFilterState {
     affinity: TopologyCounts,
     /// Topology pairs with pods matching the pod's required anti-affinity terms.
     anti_affinity: TopologyCounts,
+    /// The pod matches all of its own required affinity terms.
+    self_match: bool,
 }
 
 #[derive(Debug, Default)]
@@ -66,8 +68,9 @@ pub struct PreScoreState {
     scores: HashMap<String, HashMap<String, i64>>,
 }
 
-fn matches_all(terms: &[AffinityTerm], pod: &PodInfo) -> bool {
-    !terms.is_empty() && terms.iter().all(|t| t.matches(pod))
+fn matches_all(terms: &[AffinityTerm], pod: &PodInfo, cache: &Cache) -> bool {
+    let ns = cache.namespace_labels(&pod.namespace);
+    !terms.is_empty() && terms.iter().all(|t| t.matches(pod, ns))
 }
 
 pub struct InterPodAffinity;
@@ -87,7 +90,11 @@ impl Plugin for InterPodAffinity {
         if !own && !existing {
             return Status::skip();
         }
-        let mut s = PreFilterState::default();
+        let mut s = PreFilterState {
+            self_match: matches_all(&pod.required_affinity, pod, cache),
+            ..Default::default()
+        };
+        let pod_ns = cache.namespace_labels(&pod.namespace);
         for node in cache.nodes() {
             if node.node.is_none() {
                 continue;
@@ -95,7 +102,7 @@ impl Plugin for InterPodAffinity {
             if existing && node.pods_with_required_anti_affinity > 0 {
                 for existing in &node.pods {
                     for t in &existing.required_anti_affinity {
-                        if t.matches(pod) {
+                        if t.matches(pod, pod_ns) {
                             s.existing_anti.add(node, &t.topology_key, 1);
                         }
                     }
@@ -103,13 +110,13 @@ impl Plugin for InterPodAffinity {
             }
             if own {
                 for existing in &node.pods {
-                    if matches_all(&pod.required_affinity, existing) {
+                    if matches_all(&pod.required_affinity, existing, cache) {
                         for t in &pod.required_affinity {
                             s.affinity.add(node, &t.topology_key, 1);
                         }
                     }
                     for t in &pod.required_anti_affinity {
-                        if t.matches(existing) {
+                        if t.matches(existing, cache.namespace_labels(&existing.namespace)) {
                             s.anti_affinity.add(node, &t.topology_key, 1);
                         }
                     }
@@ -138,7 +145,7 @@ impl Plugin for InterPodAffinity {
                     }
                 }
             }
-            if !pods_exist && (!s.affinity.is_empty() || !matches_all(&pod.required_affinity, pod)) {
+            if !pods_exist && (!s.affinity.is_empty() || !s.self_match) {
                 return Status::unresolvable(ERR_REASON_AFFINITY);
             }
         }
@@ -175,37 +182,39 @@ impl Plugin for InterPodAffinity {
             }
         };
         let mut any = false;
+        let pod_ns = cache.namespace_labels(&pod.namespace);
         for node in cache.nodes() {
             if node.node.is_none() || (!own && node.pods_with_affinity == 0) {
                 continue;
             }
             for existing in &node.pods {
+                let ex_ns = cache.namespace_labels(&existing.namespace);
                 for t in &pod.preferred_affinity {
-                    if t.matches(existing) {
+                    if t.matches(existing, ex_ns) {
                         bump(node, &t.topology_key, t.weight);
                         any = true;
                     }
                 }
                 for t in &pod.preferred_anti_affinity {
-                    if t.matches(existing) {
+                    if t.matches(existing, ex_ns) {
                         bump(node, &t.topology_key, -t.weight);
                         any = true;
                     }
                 }
                 for t in &existing.required_affinity {
-                    if t.matches(pod) {
+                    if t.matches(pod, pod_ns) {
                         bump(node, &t.topology_key, HARD_POD_AFFINITY_WEIGHT);
                         any = true;
                     }
                 }
                 for t in &existing.preferred_affinity {
-                    if t.matches(pod) {
+                    if t.matches(pod, pod_ns) {
                         bump(node, &t.topology_key, t.weight);
                         any = true;
                     }
                 }
                 for t in &existing.preferred_anti_affinity {
-                    if t.matches(pod) {
+                    if t.matches(pod, pod_ns) {
                         bump(node, &t.topology_key, -t.weight);
                         any = true;
                     }
@@ -368,6 +377,33 @@ mod tests {
         assert_eq!(st[0].reasons, vec![ERR_REASON_ANTI_AFFINITY]);
         assert_eq!(st[1].code, Code::Unschedulable);
         assert!(st[2].is_success());
+    }
+
+    #[test]
+    fn namespace_selector_uses_namespace_labels() {
+        let mut existing = labelled_pod("db", "db");
+        existing.metadata.namespace = Some("prod".into());
+        let mut c = cache_with(&[("n1", existing)]);
+        let mut t = term("db", "zone");
+        t.namespace_selector = Some(LabelSelector {
+            match_labels: Some([("env".to_string(), "prod".to_string())].into()),
+            ..Default::default()
+        });
+        let mut p = labelled_pod("web", "web");
+        p.spec.as_mut().unwrap().affinity = Some(Affinity {
+            pod_affinity: Some(PodAffinity {
+                required_during_scheduling_ignored_during_execution: Some(vec![t]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let p = PodInfo::new(p);
+        // Namespace labels unknown: the db pod is not selected, nothing matches anywhere.
+        let st = run(&c, &p);
+        assert!(st.iter().all(|s| !s.is_success()));
+        c.set_namespace("prod", [("env".to_string(), "prod".to_string())].into());
+        let st = run(&c, &p);
+        assert!(st[0].is_success() && st[1].is_success() && !st[2].is_success());
     }
 
     #[test]

@@ -13,8 +13,8 @@ use crate::framework::{Scores, Status};
 pub const EXPLAIN_ANNOTATION: &str = "scheduler.skiff.dev/explain";
 /// At most this many node names are listed per rejection reason.
 const MAX_NODES_PER_REASON: usize = 50;
-/// At most this many scored nodes are kept.
-const MAX_SCORED_NODES: usize = 10;
+/// At most this many scored nodes are kept (the annotation rides on every bound pod).
+const MAX_SCORED_NODES: usize = 5;
 
 /// Nodes rejected by one plugin for one reason.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,7 +53,7 @@ pub struct Explain {
     pub feasible: usize,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rejected: Vec<Rejection>,
-    /// The best scored nodes, best first (at most 10).
+    /// The best scored nodes, best first (at most 5).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scores: Vec<Scored>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

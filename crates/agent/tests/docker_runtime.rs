@@ -837,6 +837,83 @@ async fn active_deadline_fails_the_pod_and_stops_it() {
     h.finish(tx, task).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_host_ports_and_host_network() {
+    let h = Harness::new("res").await;
+    let pod = h.pod(
+        "limited",
+        serde_json::json!({
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c", "image": "busybox:latest",
+                "command": ["sh", "-c", "mkdir -p /www && echo via-host-port > /www/index.html && exec httpd -f -p 80 -h /www"],
+                "ports": [{"containerPort": 80, "hostPort": 38080}],
+                "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}, "requests": {"cpu": "250m", "memory": "64Mi"}}
+            }]
+        }),
+    );
+    let host = h.pod(
+        "on-host",
+        serde_json::json!({
+            "hostNetwork": true,
+            "terminationGracePeriodSeconds": 1,
+            "hostAliases": [{"ip": "10.9.9.9", "hostnames": ["alias.test"]}],
+            "containers": [{"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}]
+        }),
+    );
+    let (t1, w1) = h.spawn(&pod);
+    let (t2, w2) = h.spawn(&host);
+    let s = h.wait_status("limited", 60, running).await;
+    assert_eq!(s.qos_class.as_deref(), Some("Burstable"));
+    let id = skiff_agent::server::find_container(&h.ctx.docker, &h.node, "default", "limited", "c", false)
+        .await
+        .unwrap()
+        .unwrap();
+    let info = h
+        .ctx
+        .docker
+        .inspect_container(&id, None::<bollard::query_parameters::InspectContainerOptions>)
+        .await
+        .unwrap();
+    let hc = info.host_config.unwrap();
+    assert_eq!(hc.memory, Some(64 * 1024 * 1024));
+    assert_eq!(
+        (hc.cpu_quota, hc.cpu_period, hc.cpu_shares),
+        (Some(50_000), Some(100_000), Some(256))
+    );
+    // The host port is published by the sandbox.
+    let mut body = String::new();
+    for _ in 0..20 {
+        if let Ok(mut stream) = tokio::net::TcpStream::connect("127.0.0.1:38080").await {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            stream.write_all(b"GET /index.html HTTP/1.0\r\n\r\n").await.unwrap();
+            let _ = stream.read_to_string(&mut body).await;
+            if body.contains("via-host-port") {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(body.contains("via-host-port"), "{body}");
+
+    let s = h.wait_status("on-host", 60, running).await;
+    assert_eq!(
+        s.pod_ip.as_deref(),
+        Some("127.0.0.1"),
+        "host network pods report the host IP"
+    );
+    let (_, hosts) = h.exec("on-host", "c", &["cat", "/etc/hosts"]).await;
+    assert!(
+        hosts.ends_with("# Entries added by HostAliases.\n10.9.9.9\talias.test\n"),
+        "{hosts}"
+    );
+    let (_, host_name) = h.exec("on-host", "c", &["hostname"]).await;
+    let real = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(host_name.trim(), real.trim());
+    h.finish(t1, w1).await;
+    h.finish(t2, w2).await;
+}
+
 struct Pki {
     ca_pem: String,
     client_cert_pem: String,

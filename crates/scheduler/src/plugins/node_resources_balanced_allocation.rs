@@ -1,5 +1,6 @@
 //! NodeResourcesBalancedAllocation: favours nodes whose cpu and memory use stay balanced.
 
+use crate::cache::Cache;
 use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin};
 use crate::types::{NodeInfo, PodInfo};
 
@@ -30,6 +31,12 @@ impl Plugin for NodeResourcesBalancedAllocation {
 
     fn score_weight(&self) -> i64 {
         1
+    }
+
+    /// As upstream: best-effort pods (no cpu or memory requests) are not scored, so they do
+    /// not all pile onto one node.
+    fn pre_score(&self, _s: &mut CycleState, pod: &PodInfo, _c: &Cache, _f: &[usize]) -> bool {
+        pod.requests.milli_cpu != 0 || pod.requests.memory != 0
     }
 
     fn score(&self, _s: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
@@ -70,6 +77,8 @@ mod tests {
             97
         );
         assert_eq!(balanced_score(&[0.5, 0.5]), 100);
+        let mut s = CycleState::default();
+        assert!(!NodeResourcesBalancedAllocation.pre_score(&mut s, &p, &crate::cache::Cache::new(), &[]));
         assert_eq!(balanced_score(&[1.0, 0.0]), 50);
     }
 }

@@ -10,6 +10,7 @@ pub mod job;
 pub mod namespace;
 pub mod replicaset;
 pub mod resources;
+pub mod statefulset;
 
 /// Which controllers run.
 #[derive(Clone, Debug)]
@@ -20,6 +21,7 @@ pub struct ControllersConfig {
     pub deployment: bool,
     pub daemonset: bool,
     pub job: bool,
+    pub statefulset: bool,
 }
 
 impl Default for ControllersConfig {
@@ -31,6 +33,7 @@ impl Default for ControllersConfig {
             deployment: true,
             daemonset: true,
             job: true,
+            statefulset: true,
         }
     }
 }
@@ -61,6 +64,10 @@ pub async fn run(client: kube::Client, cfg: ControllersConfig) -> anyhow::Result
     if cfg.job {
         let c = client.clone();
         set.spawn(async move { job::run(c).await });
+    }
+    if cfg.statefulset {
+        let c = client.clone();
+        set.spawn(async move { statefulset::run(c).await });
     }
     match set.join_next().await {
         Some(Ok(r)) => r,

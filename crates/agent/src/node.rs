@@ -10,8 +10,7 @@ use anyhow::Context;
 use bollard::Docker;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    DaemonEndpoint, Namespace, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus,
-    NodeSystemInfo,
+    DaemonEndpoint, Namespace, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
@@ -104,22 +103,12 @@ pub async fn gather(
     ip: Option<IpAddr>,
     port: i32,
 ) -> anyhow::Result<NodeFacts> {
-    let info = docker
-        .info()
-        .await
-        .context("reading the Docker Engine's info")?;
-    let version = docker
-        .version()
-        .await
-        .context("reading the Docker Engine's version")?;
+    let info = docker.info().await.context("reading the Docker Engine's info")?;
+    let version = docker.version().await.context("reading the Docker Engine's version")?;
     tokio::fs::create_dir_all(data_dir)
         .await
         .with_context(|| format!("creating {}", data_dir.display()))?;
-    let arch = go_arch(
-        info.architecture
-            .as_deref()
-            .unwrap_or(std::env::consts::ARCH),
-    );
+    let arch = go_arch(info.architecture.as_deref().unwrap_or(std::env::consts::ARCH));
     let hostname = read_trimmed("/proc/sys/kernel/hostname");
     let mut labels = BTreeMap::new();
     labels.insert("kubernetes.io/hostname".to_string(), name.to_string());
@@ -154,11 +143,7 @@ fn ki(bytes: i128) -> Quantity {
 }
 
 /// The Node's status as this agent reports it.
-pub fn node_status(
-    facts: &NodeFacts,
-    now: jiff::Timestamp,
-    previous: Option<&NodeStatus>,
-) -> NodeStatus {
+pub fn node_status(facts: &NodeFacts, now: jiff::Timestamp, previous: Option<&NodeStatus>) -> NodeStatus {
     let mut capacity = BTreeMap::new();
     capacity.insert("cpu".to_string(), Quantity(facts.cpus.to_string()));
     capacity.insert("memory".to_string(), ki(facts.memory_bytes));
@@ -209,12 +194,7 @@ pub fn node_status(
                 "KubeletHasSufficientPID",
                 "kubelet has sufficient PID available",
             ),
-            condition(
-                "Ready",
-                "True",
-                "KubeletReady",
-                "kubelet is posting ready status",
-            ),
+            condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
         ]),
         addresses: Some(vec![
             NodeAddress {
@@ -290,18 +270,10 @@ pub async fn update_status(client: &kube::Client, facts: &NodeFacts) -> anyhow::
 }
 
 /// Creates or renews the node's Lease.
-pub async fn renew_lease(
-    client: &kube::Client,
-    facts: &NodeFacts,
-    node_uid: Option<&str>,
-) -> anyhow::Result<()> {
+pub async fn renew_lease(client: &kube::Client, facts: &NodeFacts, node_uid: Option<&str>) -> anyhow::Result<()> {
     let api: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
     let now = MicroTime(jiff::Timestamp::now());
-    match api
-        .get_opt(&facts.name)
-        .await
-        .context("reading the node lease")?
-    {
+    match api.get_opt(&facts.name).await.context("reading the node lease")? {
         Some(mut lease) => {
             let spec = lease.spec.get_or_insert_with(Default::default);
             spec.holder_identity = Some(facts.name.clone());
@@ -388,9 +360,8 @@ pub async fn heartbeat(client: kube::Client, facts: NodeFacts, node_uid: Option<
 }
 
 fn is_not_found(e: &anyhow::Error) -> bool {
-    e.chain().any(
-        |c| matches!(c.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 404),
-    )
+    e.chain()
+        .any(|c| matches!(c.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 404))
 }
 
 #[cfg(test)]
@@ -436,14 +407,8 @@ mod tests {
             .find(|c| c.type_ == "Ready")
             .unwrap();
         assert_eq!(ready.reason.as_deref(), Some("KubeletReady"));
-        assert_eq!(
-            ready.message.as_deref(),
-            Some("kubelet is posting ready status")
-        );
-        assert_eq!(
-            s.daemon_endpoints.unwrap().kubelet_endpoint.unwrap().port,
-            10250
-        );
+        assert_eq!(ready.message.as_deref(), Some("kubelet is posting ready status"));
+        assert_eq!(s.daemon_endpoints.unwrap().kubelet_endpoint.unwrap().port, 10250);
         let info = s.node_info.unwrap();
         assert_eq!(info.kubelet_version, "v1.33.0");
         assert_eq!(info.container_runtime_version, "docker://20.10.24");

@@ -8,9 +8,7 @@ use bollard::Docker;
 use bollard::exec::{StartExecOptions, StartExecResults};
 use bollard::models::ExecConfig;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{
-    Container, ExecAction, HTTPGetAction, LifecycleHandler, Probe, TCPSocketAction,
-};
+use k8s_openapi::api::core::v1::{Container, ExecAction, HTTPGetAction, LifecycleHandler, Probe, TCPSocketAction};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -77,19 +75,11 @@ pub fn start(
     let probes = [
         (ProbeKind::Startup, target.container.startup_probe.clone()),
         (ProbeKind::Liveness, target.container.liveness_probe.clone()),
-        (
-            ProbeKind::Readiness,
-            target.container.readiness_probe.clone(),
-        ),
+        (ProbeKind::Readiness, target.container.readiness_probe.clone()),
     ];
     for (kind, probe) in probes {
         let Some(probe) = probe else { continue };
-        let (target, state, wake, on_failure) = (
-            target.clone(),
-            state.clone(),
-            wake.clone(),
-            on_failure.clone(),
-        );
+        let (target, state, wake, on_failure) = (target.clone(), state.clone(), wake.clone(), on_failure.clone());
         tasks.push(tokio::spawn(async move {
             probe_loop(kind, probe, target, state, wake, on_failure).await
         }));
@@ -110,7 +100,7 @@ async fn probe_loop(
     let success_threshold = probe.success_threshold.unwrap_or(1).max(1);
     let failure_threshold = probe.failure_threshold.unwrap_or(3).max(1);
     tokio::time::sleep(Duration::from_secs(
-        probe.initial_delay_seconds.unwrap_or(0).max(0) as u64,
+        probe.initial_delay_seconds.unwrap_or(0).max(0) as u64
     ))
     .await;
     let (mut successes, mut failures) = (0, 0);
@@ -197,11 +187,7 @@ pub async fn run_probe(probe: &Probe, target: &Target, timeout: Duration) -> Out
 }
 
 /// Runs a command in a container, returning its exit code and combined output.
-pub async fn exec_output(
-    docker: &Docker,
-    container_id: &str,
-    command: &[String],
-) -> anyhow::Result<(i64, String)> {
+pub async fn exec_output(docker: &Docker, container_id: &str, command: &[String]) -> anyhow::Result<(i64, String)> {
     let exec = docker
         .create_exec(
             container_id,
@@ -214,11 +200,8 @@ pub async fn exec_output(
         )
         .await?;
     let mut output = String::new();
-    if let StartExecResults::Attached {
-        output: mut stream, ..
-    } = docker
-        .start_exec(&exec.id, Some(StartExecOptions::default()))
-        .await?
+    if let StartExecResults::Attached { output: mut stream, .. } =
+        docker.start_exec(&exec.id, Some(StartExecOptions::default())).await?
     {
         while let Some(chunk) = stream.next().await {
             output.push_str(&chunk?.to_string());
@@ -291,12 +274,7 @@ pub async fn http_status(
     let url = format!("{scheme}://{host}:{port}{path}");
     if scheme == "https" {
         // TLS is not verified by upstream's prober either; a completed TCP connect is taken as success.
-        return match tokio::time::timeout(
-            timeout,
-            tokio::net::TcpStream::connect((host.as_str(), port)),
-        )
-        .await
-        {
+        return match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host.as_str(), port))).await {
             Ok(Ok(_)) => Ok(200),
             Ok(Err(e)) => Err(format!(
                 "Get \"{url}\": dial tcp {host}:{port}: connect: {}",
@@ -308,12 +286,7 @@ pub async fn http_status(
     let work = async {
         let mut stream = tokio::net::TcpStream::connect((host.as_str(), port))
             .await
-            .map_err(|e| {
-                format!(
-                    "Get \"{url}\": dial tcp {host}:{port}: connect: {}",
-                    io_reason(&e)
-                )
-            })?;
+            .map_err(|e| format!("Get \"{url}\": dial tcp {host}:{port}: connect: {}", io_reason(&e)))?;
         let mut request = format!(
             "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: kube-probe/1.33\r\nAccept: */*\r\nConnection: close\r\n"
         );
@@ -368,17 +341,9 @@ async fn tcp_socket(tcp: &TCPSocketAction, target: &Target, timeout: Duration) -
         .clone()
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| target.pod_ip.clone());
-    match tokio::time::timeout(
-        timeout,
-        tokio::net::TcpStream::connect((host.as_str(), port)),
-    )
-    .await
-    {
+    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host.as_str(), port))).await {
         Ok(Ok(_)) => Outcome::Success,
-        Ok(Err(e)) => Outcome::Failure(format!(
-            "dial tcp {host}:{port}: connect: {}",
-            io_reason(&e)
-        )),
+        Ok(Err(e)) => Outcome::Failure(format!("dial tcp {host}:{port}: connect: {}", io_reason(&e))),
         Err(_) => Outcome::Failure(format!("dial tcp {host}:{port}: i/o timeout")),
     }
 }
@@ -389,22 +354,12 @@ pub async fn run_handler(handler: &LifecycleHandler, target: &Target) -> Result<
         let command = exec.command.clone().unwrap_or_default();
         return match exec_output(&target.docker, &target.container_id, &command).await {
             Ok((0, _)) => Ok(()),
-            Ok((code, output)) => Err(format!(
-                "command '{}' exited with {code}: {output}",
-                command.join(" ")
-            )),
+            Ok((code, output)) => Err(format!("command '{}' exited with {code}: {output}", command.join(" "))),
             Err(e) => Err(format!("{e:#}")),
         };
     }
     if let Some(http) = &handler.http_get {
-        return match http_status(
-            http,
-            &target.pod_ip,
-            &target.container,
-            Duration::from_secs(10),
-        )
-        .await
-        {
+        return match http_status(http, &target.pod_ip, &target.container, Duration::from_secs(10)).await {
             Ok(code) if (200..400).contains(&code) => Ok(()),
             Ok(code) => Err(format!(
                 "HTTP lifecycle hook ({}) for Container \"{}\" returned status {code}",
@@ -441,10 +396,7 @@ mod tests {
     #[test]
     fn named_ports_resolve() {
         let c = container();
-        assert_eq!(
-            resolve_port(&IntOrString::String("http".into()), &c),
-            Ok(8080)
-        );
+        assert_eq!(resolve_port(&IntOrString::String("http".into()), &c), Ok(8080));
         assert_eq!(resolve_port(&IntOrString::Int(81), &c), Ok(81));
         assert_eq!(resolve_port(&IntOrString::String("90".into()), &c), Ok(90));
         assert!(resolve_port(&IntOrString::String("nope".into()), &c).is_err());

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
+    HostIP, Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -54,13 +54,13 @@ pub fn compute(input: &StatusInput<'_>) -> PodStatus {
         .flatten()
         .map(|c| container_status(c, true, input, false))
         .collect();
-    let init_done = init_statuses.iter().all(|s| {
-        matches!(&s.state, Some(ContainerState { terminated: Some(t), .. }) if t.exit_code == 0)
-    });
+    let init_done = init_statuses
+        .iter()
+        .all(|s| matches!(&s.state, Some(ContainerState { terminated: Some(t), .. }) if t.exit_code == 0));
     let init_failed_never = restart_policy == "Never"
-        && init_statuses.iter().any(|s| {
-            matches!(&s.state, Some(ContainerState { terminated: Some(t), .. }) if t.exit_code != 0)
-        });
+        && init_statuses
+            .iter()
+            .any(|s| matches!(&s.state, Some(ContainerState { terminated: Some(t), .. }) if t.exit_code != 0));
     let statuses: Vec<ContainerStatus> = spec
         .containers
         .iter()
@@ -108,17 +108,10 @@ pub fn compute(input: &StatusInput<'_>) -> PodStatus {
             "Initialized",
             false,
             Some("ContainersNotInitialized"),
-            Some(format!(
-                "containers with incomplete status: [{}]",
-                incomplete.join(" ")
-            )),
+            Some(format!("containers with incomplete status: [{}]", incomplete.join(" "))),
         );
     }
-    let unready: Vec<&str> = statuses
-        .iter()
-        .filter(|s| !s.ready)
-        .map(|s| s.name.as_str())
-        .collect();
+    let unready: Vec<&str> = statuses.iter().filter(|s| !s.ready).map(|s| s.name.as_str()).collect();
     for type_ in ["ContainersReady", "Ready"] {
         if phase == "Succeeded" || (terminal && !unready.is_empty()) {
             push(type_, false, Some("PodCompleted"), None);
@@ -129,19 +122,11 @@ pub fn compute(input: &StatusInput<'_>) -> PodStatus {
                 type_,
                 false,
                 Some("ContainersNotReady"),
-                Some(format!(
-                    "containers with unready status: [{}]",
-                    unready.join(" ")
-                )),
+                Some(format!("containers with unready status: [{}]", unready.join(" "))),
             );
         }
     }
-    match old
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "PodScheduled")
-    {
+    match old.conditions.iter().flatten().find(|c| c.type_ == "PodScheduled") {
         Some(c) => conditions.push(c.clone()),
         None => push("PodScheduled", true, None, None),
     }
@@ -226,12 +211,7 @@ fn terminated(record: &ContainerRecord, message: Option<&String>) -> ContainerSt
     }
 }
 
-fn container_status(
-    container: &Container,
-    init: bool,
-    input: &StatusInput<'_>,
-    blocked: bool,
-) -> ContainerStatus {
+fn container_status(container: &Container, init: bool, input: &StatusInput<'_>, blocked: bool) -> ContainerStatus {
     let instances = input.runtime.instances(&container.name, init);
     let default_note = ContainerNote {
         ready: true,
@@ -263,9 +243,7 @@ fn container_status(
             });
             waiting(reason, Some(message.clone()).filter(|m| !m.is_empty()))
         }
-        (None, Some((reason, message))) => {
-            waiting(reason, Some(message.clone()).filter(|m| !m.is_empty()))
-        }
+        (None, Some((reason, message))) => waiting(reason, Some(message.clone()).filter(|m| !m.is_empty())),
         (Some(l), _) => match l.state {
             RunState::Running => ContainerState {
                 running: Some(ContainerStateRunning {
@@ -286,9 +264,7 @@ fn container_status(
     ContainerStatus {
         name: container.name.clone(),
         image: container.image.clone().unwrap_or_default(),
-        image_id: latest
-            .map(|l| format!("docker://{}", l.image_id))
-            .unwrap_or_default(),
+        image_id: latest.map(|l| format!("docker://{}", l.image_id)).unwrap_or_default(),
         container_id: latest.map(|l| format!("docker://{}", l.id)),
         restart_count: latest.map(|l| l.restart_count).unwrap_or(0),
         ready: running && note.ready && note.started,
@@ -393,11 +369,7 @@ mod tests {
         }
     }
 
-    fn run(
-        pod: &Pod,
-        rt: &PodRuntime,
-        notes: &HashMap<(bool, String), ContainerNote>,
-    ) -> PodStatus {
+    fn run(pod: &Pod, rt: &PodRuntime, notes: &HashMap<(bool, String), ContainerNote>) -> PodStatus {
         compute(&StatusInput {
             pod,
             runtime: rt,
@@ -408,12 +380,7 @@ mod tests {
     }
 
     fn condition<'a>(s: &'a PodStatus, t: &str) -> &'a PodCondition {
-        s.conditions
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|c| c.type_ == t)
-            .unwrap()
+        s.conditions.as_ref().unwrap().iter().find(|c| c.type_ == t).unwrap()
     }
 
     #[test]
@@ -462,14 +429,7 @@ mod tests {
         let cs = &s.container_statuses.as_ref().unwrap()[0];
         assert_eq!(cs.restart_count, 1);
         assert_eq!(
-            cs.state
-                .as_ref()
-                .unwrap()
-                .waiting
-                .as_ref()
-                .unwrap()
-                .reason
-                .as_deref(),
+            cs.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(),
             Some("CrashLoopBackOff")
         );
         let last = cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
@@ -477,10 +437,7 @@ mod tests {
         assert!(!cs.ready);
         let ready = condition(&s, "Ready");
         assert_eq!(ready.reason.as_deref(), Some("ContainersNotReady"));
-        assert_eq!(
-            ready.message.as_deref(),
-            Some("containers with unready status: [a]")
-        );
+        assert_eq!(ready.message.as_deref(), Some("containers with unready status: [a]"));
     }
 
     #[test]
@@ -491,45 +448,30 @@ mod tests {
         };
         let notes = HashMap::new();
         assert_eq!(
-            run(&pod("Never", &["a"], &[]), &rt(0), &notes)
-                .phase
-                .as_deref(),
+            run(&pod("Never", &["a"], &[]), &rt(0), &notes).phase.as_deref(),
             Some("Succeeded")
         );
         assert_eq!(
-            run(&pod("Never", &["a"], &[]), &rt(2), &notes)
-                .phase
-                .as_deref(),
+            run(&pod("Never", &["a"], &[]), &rt(2), &notes).phase.as_deref(),
             Some("Failed")
         );
         assert_eq!(
-            run(&pod("OnFailure", &["a"], &[]), &rt(0), &notes)
-                .phase
-                .as_deref(),
+            run(&pod("OnFailure", &["a"], &[]), &rt(0), &notes).phase.as_deref(),
             Some("Succeeded")
         );
         assert_eq!(
-            run(&pod("OnFailure", &["a"], &[]), &rt(1), &notes)
-                .phase
-                .as_deref(),
+            run(&pod("OnFailure", &["a"], &[]), &rt(1), &notes).phase.as_deref(),
             Some("Running")
         );
         assert_eq!(
-            run(&pod("Always", &["a"], &[]), &rt(0), &notes)
-                .phase
-                .as_deref(),
+            run(&pod("Always", &["a"], &[]), &rt(0), &notes).phase.as_deref(),
             Some("Running")
         );
         let done = run(&pod("Never", &["a"], &[]), &rt(0), &notes);
-        assert_eq!(
-            condition(&done, "Ready").reason.as_deref(),
-            Some("PodCompleted")
-        );
+        assert_eq!(condition(&done, "Ready").reason.as_deref(), Some("PodCompleted"));
         let empty = PodRuntime::default();
         assert_eq!(
-            run(&pod("Always", &["a"], &[]), &empty, &notes)
-                .phase
-                .as_deref(),
+            run(&pod("Always", &["a"], &[]), &empty, &notes).phase.as_deref(),
             Some("Pending")
         );
     }
@@ -548,10 +490,7 @@ mod tests {
         assert_eq!(s.phase.as_deref(), Some("Pending"));
         let init = condition(&s, "Initialized");
         assert_eq!(init.status, "False");
-        assert_eq!(
-            init.message.as_deref(),
-            Some("containers with incomplete status: [i2]")
-        );
+        assert_eq!(init.message.as_deref(), Some("containers with incomplete status: [i2]"));
         let waiting = s.container_statuses.as_ref().unwrap()[0]
             .state
             .as_ref()
@@ -599,15 +538,9 @@ mod tests {
             }
         };
         assert_eq!(qos_class(&with(&[], &[])), "BestEffort");
+        assert_eq!(qos_class(&with(&[("cpu", "1"), ("memory", "1Gi")], &[])), "Guaranteed");
         assert_eq!(
-            qos_class(&with(&[("cpu", "1"), ("memory", "1Gi")], &[])),
-            "Guaranteed"
-        );
-        assert_eq!(
-            qos_class(&with(
-                &[("cpu", "1"), ("memory", "1Gi")],
-                &[("cpu", "500m")]
-            )),
+            qos_class(&with(&[("cpu", "1"), ("memory", "1Gi")], &[("cpu", "500m")])),
             "Burstable"
         );
         assert_eq!(qos_class(&with(&[], &[("memory", "1Gi")])), "Burstable");

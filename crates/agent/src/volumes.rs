@@ -10,9 +10,7 @@ use anyhow::Context;
 use bollard::Docker;
 use bollard::models::VolumeCreateRequest;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{
-    Container, DownwardAPIVolumeFile, KeyToPath, Pod, ServiceAccount, Volume,
-};
+use k8s_openapi::api::core::v1::{Container, DownwardAPIVolumeFile, KeyToPath, Pod, ServiceAccount, Volume};
 use kube::Api;
 use kube::api::PostParams;
 
@@ -57,13 +55,7 @@ pub async fn setup(
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let base = pod_dir(data_dir, &uid).join("volumes");
     let mut out = HashMap::new();
-    for volume in pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .into_iter()
-        .flatten()
-    {
+    for volume in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
         match setup_one(pod, volume, &base, client, docker, objects, ctx).await? {
             Ok(v) => {
                 out.insert(volume.name.clone(), v);
@@ -113,10 +105,7 @@ async fn setup_one(
                         (LABEL_POD_UID.to_string(), uid.clone()),
                         (
                             LABEL_NODE.to_string(),
-                            pod.spec
-                                .as_ref()
-                                .and_then(|s| s.node_name.clone())
-                                .unwrap_or_default(),
+                            pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default(),
                         ),
                     ])),
                     ..Default::default()
@@ -154,24 +143,18 @@ async fn setup_one(
                 }
                 Ok(())
             }
-            "Directory" if !meta.as_ref().is_some_and(|m| m.is_dir()) => Err(format!(
-                "hostPath type check failed: {} is not a directory",
-                host.path
-            )),
-            "File" if !meta.as_ref().is_some_and(|m| m.is_file()) => Err(format!(
-                "hostPath type check failed: {} is not a file",
-                host.path
-            )),
-            "Socket" | "CharDevice" | "BlockDevice" if meta.is_none() => Err(format!(
-                "hostPath type check failed: {} does not exist",
-                host.path
-            )),
+            "Directory" if !meta.as_ref().is_some_and(|m| m.is_dir()) => {
+                Err(format!("hostPath type check failed: {} is not a directory", host.path))
+            }
+            "File" if !meta.as_ref().is_some_and(|m| m.is_file()) => {
+                Err(format!("hostPath type check failed: {} is not a file", host.path))
+            }
+            "Socket" | "CharDevice" | "BlockDevice" if meta.is_none() => {
+                Err(format!("hostPath type check failed: {} does not exist", host.path))
+            }
             _ => Ok(()),
         };
-        return Ok(check.map(|()| HostVolume::Path {
-            path,
-            read_only: false,
-        }));
+        return Ok(check.map(|()| HostVolume::Path { path, read_only: false }));
     }
     let mut files: BTreeMap<String, (Vec<u8>, u32)> = BTreeMap::new();
     let dir;
@@ -199,13 +182,7 @@ async fn setup_one(
         let mode = cm.default_mode.unwrap_or(0o644) as u32;
         match objects.config_map(&cm.name).await? {
             Some(data) => {
-                if let Err(e) = project_keys(
-                    &data,
-                    cm.items.as_deref(),
-                    mode,
-                    cm.optional == Some(true),
-                    &mut files,
-                ) {
+                if let Err(e) = project_keys(&data, cm.items.as_deref(), mode, cm.optional == Some(true), &mut files) {
                     return Ok(Err(format!("{e} in ConfigMap {}", cm.name)));
                 }
             }
@@ -215,13 +192,7 @@ async fn setup_one(
     } else if let Some(dapi) = &volume.downward_api {
         dir = base.join("kubernetes.io~downward-api").join(name);
         let mode = dapi.default_mode.unwrap_or(0o644) as u32;
-        if let Err(e) = project_downward(
-            pod,
-            dapi.items.as_deref().unwrap_or_default(),
-            mode,
-            ctx,
-            &mut files,
-        ) {
+        if let Err(e) = project_downward(pod, dapi.items.as_deref().unwrap_or_default(), mode, ctx, &mut files) {
             return Ok(Err(e));
         }
     } else if let Some(projected) = &volume.projected {
@@ -232,9 +203,7 @@ async fn setup_one(
                 let optional = secret.optional == Some(true);
                 match objects.secret(&secret.name).await? {
                     Some(data) => {
-                        if let Err(e) =
-                            project_keys(&data, secret.items.as_deref(), mode, optional, &mut files)
-                        {
+                        if let Err(e) = project_keys(&data, secret.items.as_deref(), mode, optional, &mut files) {
                             return Ok(Err(format!("{e} in Secret {}", secret.name)));
                         }
                     }
@@ -246,9 +215,7 @@ async fn setup_one(
                 let optional = cm.optional == Some(true);
                 match objects.config_map(&cm.name).await? {
                     Some(data) => {
-                        if let Err(e) =
-                            project_keys(&data, cm.items.as_deref(), mode, optional, &mut files)
-                        {
+                        if let Err(e) = project_keys(&data, cm.items.as_deref(), mode, optional, &mut files) {
                             return Ok(Err(format!("{e} in ConfigMap {}", cm.name)));
                         }
                     }
@@ -257,24 +224,12 @@ async fn setup_one(
                 }
             }
             if let Some(dapi) = &source.downward_api
-                && let Err(e) = project_downward(
-                    pod,
-                    dapi.items.as_deref().unwrap_or_default(),
-                    mode,
-                    ctx,
-                    &mut files,
-                )
+                && let Err(e) = project_downward(pod, dapi.items.as_deref().unwrap_or_default(), mode, ctx, &mut files)
             {
                 return Ok(Err(e));
             }
             if let Some(sat) = &source.service_account_token {
-                let token = service_account_token(
-                    pod,
-                    client,
-                    sat.audience.clone(),
-                    sat.expiration_seconds,
-                )
-                .await;
+                let token = service_account_token(pod, client, sat.audience.clone(), sat.expiration_seconds).await;
                 let token = match token {
                     Ok(t) => t,
                     Err(e) => {
@@ -337,10 +292,7 @@ fn project_keys(
                     }
                     None if optional => {}
                     None => {
-                        return Err(format!(
-                            "configured to use key {}, but it does not exist",
-                            item.key
-                        ));
+                        return Err(format!("configured to use key {}, but it does not exist", item.key));
                     }
                 }
             }
@@ -362,17 +314,10 @@ fn project_downward(
             field_ref_value(pod, &field.field_path, ctx)
                 .ok_or_else(|| format!("unsupported fieldPath: {}", field.field_path))?
         } else if let Some(res) = &item.resource_field_ref {
-            let containers = pod
-                .spec
-                .as_ref()
-                .map(|s| s.containers.as_slice())
-                .unwrap_or_default();
+            let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
             let name = res.container_name.as_deref().unwrap_or("");
             let default = Container::default();
-            let container = containers
-                .iter()
-                .find(|c| c.name == name)
-                .unwrap_or(&default);
+            let container = containers.iter().find(|c| c.name == name).unwrap_or(&default);
             resource_field_value(
                 container,
                 &res.resource,
@@ -414,9 +359,7 @@ async fn service_account_token(
         },
         ..Default::default()
     };
-    let response = api
-        .create_token_request(&sa, &PostParams::default(), &request)
-        .await?;
+    let response = api.create_token_request(&sa, &PostParams::default(), &request).await?;
     Ok(response.status.map(|s| s.token).unwrap_or_default())
 }
 
@@ -424,9 +367,7 @@ async fn service_account_token(
 /// directory, `..data` is swapped to point at it, and each top-level name is a symlink through `..data`.
 pub fn write_atomic(dir: &Path, files: &BTreeMap<String, (Vec<u8>, u32)>) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let stamp = jiff::Timestamp::now()
-        .strftime("..%Y_%m_%d_%H_%M_%S.%f")
-        .to_string();
+    let stamp = jiff::Timestamp::now().strftime("..%Y_%m_%d_%H_%M_%S.%f").to_string();
     let fresh = dir.join(&stamp);
     std::fs::create_dir_all(&fresh)?;
     for (rel, (data, mode)) in files {
@@ -449,12 +390,7 @@ pub fn write_atomic(dir: &Path, files: &BTreeMap<String, (Vec<u8>, u32)>) -> std
     std::fs::rename(&tmp_link, dir.join("..data"))?;
     let top: std::collections::BTreeSet<String> = files
         .keys()
-        .filter_map(|k| {
-            k.trim_start_matches('/')
-                .split('/')
-                .next()
-                .map(str::to_string)
-        })
+        .filter_map(|k| k.trim_start_matches('/').split('/').next().map(str::to_string))
         .collect();
     for name in &top {
         let link = dir.join(name);
@@ -490,10 +426,7 @@ pub fn hosts_file(pod: &Pod, pod_ip: &str) -> String {
     out.push_str("fe00::2\tip6-allrouters\n");
     let hostname = pod_hostname(pod);
     if !pod_ip.is_empty() {
-        match spec
-            .and_then(|s| s.subdomain.as_deref())
-            .filter(|s| !s.is_empty())
-        {
+        match spec.and_then(|s| s.subdomain.as_deref()).filter(|s| !s.is_empty()) {
             Some(sub) => {
                 let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
                 out.push_str(&format!(
@@ -535,10 +468,7 @@ pub fn pod_hostname(pod: &Pod) -> String {
 }
 
 /// Docker bind strings for a container's volumeMounts.
-pub fn binds(
-    container: &Container,
-    volumes: &HashMap<String, HostVolume>,
-) -> Result<Vec<String>, String> {
+pub fn binds(container: &Container, volumes: &HashMap<String, HostVolume>) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     for mount in container.volume_mounts.iter().flatten() {
         let Some(volume) = volumes.get(&mount.name) else {
@@ -593,11 +523,7 @@ mod tests {
         write_atomic(&dir, &files).unwrap();
         assert_eq!(std::fs::read(dir.join("a")).unwrap(), b"1");
         assert_eq!(std::fs::read(dir.join("sub/b")).unwrap(), b"2");
-        let mode = std::fs::metadata(dir.join("sub/b"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777;
+        let mode = std::fs::metadata(dir.join("sub/b")).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         std::thread::sleep(std::time::Duration::from_millis(5));
         let mut files = BTreeMap::new();
@@ -608,12 +534,7 @@ mod tests {
         let generations = std::fs::read_dir(&dir)
             .unwrap()
             .filter(|e| {
-                let n = e
-                    .as_ref()
-                    .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .into_owned();
+                let n = e.as_ref().unwrap().file_name().to_string_lossy().into_owned();
                 n.starts_with("..") && n != "..data"
             })
             .count();
@@ -636,10 +557,7 @@ mod tests {
         let hosts = hosts_file(&pod, "172.17.0.5");
         assert!(hosts.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"));
         assert!(hosts.contains("172.17.0.5\tweb\n"));
-        assert!(
-            hosts
-                .ends_with("\n# Entries added by HostAliases.\n10.1.2.3\tfoo.remote\tbar.remote\n")
-        );
+        assert!(hosts.ends_with("\n# Entries added by HostAliases.\n10.1.2.3\tfoo.remote\tbar.remote\n"));
     }
 
     #[test]

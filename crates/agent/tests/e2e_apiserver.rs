@@ -187,7 +187,10 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
     let report = skiff_agent::bench_startup(
         client.clone(),
         skiff_agent::StartupBench {
-            pods: std::env::var("BENCH_PODS").ok().and_then(|v| v.parse().ok()).unwrap_or(5),
+            pods: std::env::var("BENCH_PODS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(5),
             node_name: Some(node.clone()),
             ..Default::default()
         },

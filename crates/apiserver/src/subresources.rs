@@ -262,7 +262,9 @@ pub fn set_condition(obj: &mut Value, kind: &str, status: &str, reason: Option<&
     }
 }
 
-/// The 429 an eviction gets while a budget forbids it.
+/// The 429 an eviction gets while a budget forbids it. Upstream sends no Retry-After here:
+/// with one, client-go would retry inside each eviction call (ten times over) before
+/// `kubectl drain` saw the error and applied its own retry and timeout.
 fn budget_violation(cause: String) -> StatusError {
     let mut e = StatusError::too_many_requests("Cannot evict pod as it would violate the pod's disruption budget.");
     e.causes = vec![skiff_api::status::Cause {
@@ -270,7 +272,6 @@ fn budget_violation(cause: String) -> StatusError {
         message: cause,
         field: String::new(),
     }];
-    e.retry_after_seconds = Some(10);
     e
 }
 
@@ -537,6 +538,7 @@ mod tests {
             e.causes[0].message,
             "The disruption budget pdb needs 2 healthy pods and has 2 currently"
         );
+        assert_eq!(e.retry_after_seconds, None, "no Retry-After, as upstream");
     }
 
     #[test]

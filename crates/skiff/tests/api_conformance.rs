@@ -845,13 +845,20 @@ fn eviction_respects_pod_disruption_budgets() {
         st["details"]["causes"][0]["message"],
         "The disruption budget pdb needs 1 healthy pods and has 1 currently"
     );
-    // kubectl drain retries and gives up at its timeout, naming the budget.
+    // kubectl drain retries and gives up at its timeout, naming the budget (promptly: no
+    // Retry-After makes client-go retry inside each eviction call).
+    let started = std::time::Instant::now();
     let out = c.kubectl(&["drain", "n1", "--force", "--ignore-daemonsets", "--timeout=3s"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
         err.contains("Cannot evict pod as it would violate the pod's disruption budget"),
         "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "drain --timeout=3s took {:?}",
+        started.elapsed()
     );
     assert!(
         c.get_json(&["pod", "guarded"])["metadata"]

@@ -211,3 +211,149 @@ fn translate(ev: &Event, filter: &Filter) -> Option<(&'static str, Value)> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::body::Body;
+    use base64::Engine;
+    use http::Request;
+    use http_body_util::BodyExt;
+    use skiff_store::{MemoryStore, Store};
+    use tower::ServiceExt;
+
+    use crate::server::{ApiState, router};
+
+    async fn server() -> (Arc<ApiState>, String, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("dir");
+        let state = Arc::new(ApiState {
+            store: MemoryStore::new(),
+            tokens: crate::tls::TokenAuth::load_or_create(dir.path()).expect("tokens"),
+            pki: crate::pki::load_or_create(dir.path(), &[]).expect("pki"),
+        });
+        let token = state.tokens.admin_token().expect("admin token").to_string();
+        (state, token, dir)
+    }
+
+    async fn get(state: &Arc<ApiState>, token: &str, uri: &str) -> (u16, String) {
+        let req = Request::get(uri)
+            .header("authorization", format!("Bearer {token}"))
+            .body(Body::empty())
+            .expect("request");
+        let resp = router(state.clone()).oneshot(req).await.expect("response");
+        let code = resp.status().as_u16();
+        let body = tokio::time::timeout(std::time::Duration::from_secs(10), resp.into_body().collect())
+            .await
+            .expect("the stream ends")
+            .expect("body")
+            .to_bytes();
+        (code, String::from_utf8_lossy(&body).to_string())
+    }
+
+    async fn fill(state: &ApiState, n: usize) {
+        let cms = skiff_api::registry::lookup("", "v1", "configmaps").expect("configmaps");
+        for i in 0..n {
+            let name = format!("cm{i}");
+            let obj = serde_json::json!({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"name": name, "namespace": "default"}});
+            state
+                .store
+                .create(
+                    &crate::objects::key(cms, "default", &name),
+                    crate::objects::encode_for_store(&obj),
+                )
+                .await
+                .expect("create");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_compacted_resource_version_is_an_expired_error_event() {
+        let (state, token, _dir) = server().await;
+        fill(&state, 6).await;
+        state.store.compact(4).await.expect("compact");
+        let (code, body) = get(
+            &state,
+            &token,
+            "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=1",
+        )
+        .await;
+        assert_eq!(code, 200, "{body}");
+        let lines: Vec<serde_json::Value> = body
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json line"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{body}");
+        assert_eq!(lines[0]["type"], "ERROR");
+        assert_eq!(lines[0]["object"]["kind"], "Status");
+        assert_eq!(lines[0]["object"]["code"], 410);
+        assert_eq!(lines[0]["object"]["reason"], "Expired");
+        assert!(
+            lines[0]["object"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("too old resource version: 1")),
+            "{body}"
+        );
+        // From a revision still kept, the later events come.
+        let (code, body) = get(
+            &state,
+            &token,
+            "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=4&timeoutSeconds=1",
+        )
+        .await;
+        assert_eq!(code, 200);
+        let names: Vec<String> = body
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json line"))
+            .map(|v| {
+                format!(
+                    "{} {}",
+                    v["type"].as_str().unwrap_or(""),
+                    v["object"]["metadata"]["name"].as_str().unwrap_or("")
+                )
+            })
+            .collect();
+        assert_eq!(names, ["ADDED cm4", "ADDED cm5"]);
+    }
+
+    #[tokio::test]
+    async fn an_expired_continue_token_is_410() {
+        let (state, token, _dir) = server().await;
+        fill(&state, 6).await;
+        let (code, body) = get(&state, &token, "/api/v1/namespaces/default/configmaps?limit=2").await;
+        assert_eq!(code, 200, "{body}");
+        let page: serde_json::Value = serde_json::from_str(&body).expect("list");
+        let cont = page["metadata"]["continue"].as_str().expect("continue").to_string();
+        let cms = skiff_api::registry::lookup("", "v1", "configmaps").expect("configmaps");
+        for name in ["cm0", "cm1"] {
+            state
+                .store
+                .delete(&crate::objects::key(cms, "default", name), None)
+                .await
+                .expect("delete");
+        }
+        state.store.compact(8).await.expect("compact");
+        let (code, body) = get(
+            &state,
+            &token,
+            &format!("/api/v1/namespaces/default/configmaps?limit=2&continue={cont}"),
+        )
+        .await;
+        assert_eq!(code, 410, "{body}");
+        let st: serde_json::Value = serde_json::from_str(&body).expect("status");
+        assert_eq!(st["reason"], "Expired");
+        assert_eq!(
+            st["message"],
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter."
+        );
+        // A token that is not one of ours is a 400.
+        let bogus = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b"{}");
+        let (code, _) = get(
+            &state,
+            &token,
+            &format!("/api/v1/namespaces/default/configmaps?continue={bogus}"),
+        )
+        .await;
+        assert_eq!(code, 400);
+    }
+}

@@ -24,6 +24,54 @@ pub struct Cache {
     pods_with_required_anti_affinity: usize,
     /// Namespace name -> labels (for affinity terms' namespace selectors).
     namespaces: HashMap<String, std::collections::BTreeMap<String, String>>,
+    /// What upstream's DefaultSelector reads: services' selectors and controllers' selectors.
+    pub spread_sources: SpreadSources,
+}
+
+/// Services (by namespace) and ReplicaSets / StatefulSets / ReplicationControllers (by
+/// namespace and name), as selectors, for system-default topology spreading.
+#[derive(Debug, Default)]
+pub struct SpreadSources {
+    pub services: HashMap<String, HashMap<String, std::collections::BTreeMap<String, String>>>,
+    /// (kind, namespace, name) -> selector.
+    pub controllers: HashMap<(&'static str, String, String), crate::labels::Selector>,
+}
+
+impl SpreadSources {
+    /// Upstream's DefaultSelector: the union of the selectors of the services selecting the
+    /// pod and of its controller. None when that is empty (no default spreading).
+    pub fn default_selector(&self, pod: &PodInfo) -> Option<crate::labels::Selector> {
+        let mut merged = std::collections::BTreeMap::new();
+        if let Some(svcs) = self.services.get(&pod.namespace) {
+            for sel in svcs.values() {
+                if !sel.is_empty() && sel.iter().all(|(k, v)| pod.labels.get(k) == Some(v)) {
+                    merged.extend(sel.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+            }
+        }
+        let mut selector = crate::labels::Selector::from_map(&merged);
+        let owner = pod
+            .pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true));
+        if let Some(o) = owner {
+            let kind = match (o.api_version.as_str(), o.kind.as_str()) {
+                ("v1", "ReplicationController") => Some("ReplicationController"),
+                ("apps/v1", "ReplicaSet") => Some("ReplicaSet"),
+                ("apps/v1", "StatefulSet") => Some("StatefulSet"),
+                _ => None,
+            };
+            if let Some(kind) = kind
+                && let Some(sel) = self.controllers.get(&(kind, pod.namespace.clone(), o.name.clone()))
+            {
+                selector.and(sel);
+            }
+        }
+        (!selector.is_empty_match_all()).then_some(selector)
+    }
 }
 
 /// What changed in a node update, for moving unschedulable pods.

@@ -85,6 +85,21 @@ impl Selector {
         });
     }
 
+    /// `key in (value)` for each pair (a label map as a selector; empty selects everything).
+    pub fn from_map(map: &BTreeMap<String, String>) -> Self {
+        let mut s = Self::everything();
+        for (k, v) in map {
+            s.add_equals(k, v);
+        }
+        s
+    }
+
+    /// Adds the other selector's requirements (both must then hold).
+    pub fn and(&mut self, other: &Selector) {
+        self.nothing |= other.nothing;
+        self.reqs.extend(other.reqs.iter().cloned());
+    }
+
     pub fn is_empty_match_all(&self) -> bool {
         !self.nothing && self.reqs.is_empty()
     }

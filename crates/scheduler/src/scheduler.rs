@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ReplicationController, Service};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::PostParams;
 use kube::runtime::WatchStreamExt;
@@ -18,6 +19,7 @@ use tokio::sync::{Semaphore, mpsc};
 use crate::cache::{Cache, NodeChange};
 use crate::explain::{EXPLAIN_ANNOTATION, Explain, add_excluded, group_rejections, top_scores};
 use crate::framework::Framework;
+use crate::labels::Selector;
 use crate::plugins::{self, default_preemption};
 use crate::queue::{QueuedPod, SchedulingQueue};
 use crate::types::PodInfo;
@@ -72,11 +74,20 @@ enum Msg {
     Node(Box<WatchEvent<Node>>),
     PriorityClass(Box<WatchEvent<PriorityClass>>),
     Namespace(Box<WatchEvent<Namespace>>),
+    /// A selector source for default spreading changed.
+    SpreadSource(SpreadSourceEvent),
     Bound {
         info: Arc<PodInfo>,
         node: String,
         result: Result<(), (u16, String)>,
     },
+}
+
+/// (namespace, name, selector; None when deleted) of a service or (kind-tagged) controller.
+enum SpreadSourceEvent {
+    Service(String, String, Option<std::collections::BTreeMap<String, String>>),
+    Controller(&'static str, String, String, Option<Selector>),
+    Noop,
 }
 
 /// Bit masks of the plugins a kind of cluster event may help.
@@ -187,6 +198,26 @@ where
     });
 }
 
+fn ns_name(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
+    (
+        m.namespace.clone().unwrap_or_default(),
+        m.name.clone().unwrap_or_default(),
+    )
+}
+
+/// Watches one kind of selector source; `f(object, deleted)` turns events into updates.
+fn spawn_source_watch<K, F>(api: Api<K>, tx: mpsc::UnboundedSender<Msg>, f: F)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    F: Fn(K, bool) -> SpreadSourceEvent + Send + 'static,
+{
+    spawn_watch(api, tx, move |ev| match ev {
+        WatchEvent::Apply(o) | WatchEvent::InitApply(o) => Msg::SpreadSource(f(o, false)),
+        WatchEvent::Delete(o) => Msg::SpreadSource(f(o, true)),
+        WatchEvent::Init | WatchEvent::InitDone => Msg::SpreadSource(SpreadSourceEvent::Noop),
+    });
+}
+
 /// Runs the scheduler until the client's watches end for good.
 pub async fn run(client: Client, cfg: SchedulerConfig) -> anyhow::Result<()> {
     run_with_signal(client, cfg, None).await
@@ -207,6 +238,30 @@ pub async fn run_with_signal(
     spawn_watch(Api::<Namespace>::all(client.clone()), tx.clone(), |e| {
         Msg::Namespace(Box::new(e))
     });
+    spawn_source_watch(Api::<Service>::all(client.clone()), tx.clone(), |s, gone| {
+        let (ns, name) = ns_name(&s.metadata);
+        let sel = s.spec.and_then(|sp| sp.selector).unwrap_or_default();
+        SpreadSourceEvent::Service(ns, name, (!gone).then_some(sel))
+    });
+    spawn_source_watch(Api::<ReplicaSet>::all(client.clone()), tx.clone(), |o, gone| {
+        let (ns, name) = ns_name(&o.metadata);
+        let sel = o.spec.map(|sp| Selector::from_label_selector(Some(&sp.selector)));
+        SpreadSourceEvent::Controller("ReplicaSet", ns, name, sel.filter(|_| !gone))
+    });
+    spawn_source_watch(Api::<StatefulSet>::all(client.clone()), tx.clone(), |o, gone| {
+        let (ns, name) = ns_name(&o.metadata);
+        let sel = o.spec.map(|sp| Selector::from_label_selector(Some(&sp.selector)));
+        SpreadSourceEvent::Controller("StatefulSet", ns, name, sel.filter(|_| !gone))
+    });
+    spawn_source_watch(
+        Api::<ReplicationController>::all(client.clone()),
+        tx.clone(),
+        |o, gone| {
+            let (ns, name) = ns_name(&o.metadata);
+            let sel = o.spec.and_then(|sp| sp.selector).map(|m| Selector::from_map(&m));
+            SpreadSourceEvent::Controller("ReplicationController", ns, name, sel.filter(|_| !gone))
+        },
+    );
     let fw = Framework::with_default_plugins(cfg.percentage_of_nodes_to_score);
     let masks = Masks::new(&fw);
     let component = cfg
@@ -338,6 +393,26 @@ impl Scheduler {
             Msg::Node(ev) => self.handle_node_event(*ev),
             Msg::PriorityClass(ev) => self.handle_priority_class(*ev),
             Msg::Namespace(ev) => self.handle_namespace(*ev),
+            Msg::SpreadSource(ev) => {
+                let src = &mut self.cache.spread_sources;
+                match ev {
+                    SpreadSourceEvent::Service(ns, name, Some(sel)) => {
+                        src.services.entry(ns).or_default().insert(name, sel);
+                    }
+                    SpreadSourceEvent::Service(ns, name, None) => {
+                        if let Some(m) = src.services.get_mut(&ns) {
+                            m.remove(&name);
+                        }
+                    }
+                    SpreadSourceEvent::Controller(kind, ns, name, Some(sel)) => {
+                        src.controllers.insert((kind, ns, name), sel);
+                    }
+                    SpreadSourceEvent::Controller(kind, ns, name, None) => {
+                        src.controllers.remove(&(kind, ns, name));
+                    }
+                    SpreadSourceEvent::Noop => {}
+                }
+            }
             Msg::Bound { info, node, result } => self.handle_bound(info, node, result),
         }
     }

@@ -54,6 +54,21 @@ fn constraints(pod: &PodInfo, hard: bool) -> Vec<Constraint> {
         .collect()
 }
 
+/// Upstream's systemDefaultConstraints.
+fn system_default_constraints(selector: Selector) -> Vec<Constraint> {
+    [(LABEL_HOSTNAME, 3), ("topology.kubernetes.io/zone", 5)]
+        .into_iter()
+        .map(|(key, skew)| Constraint {
+            max_skew: skew,
+            topology_key: key.to_string(),
+            selector: selector.clone(),
+            min_domains: 1,
+            honor_node_affinity: true,
+            honor_taints: false,
+        })
+        .collect()
+}
+
 fn count_matching(node: &NodeInfo, sel: &Selector, ns: &str) -> i64 {
     node.pods
         .iter()
@@ -82,6 +97,8 @@ pub struct PreFilterState {
 #[derive(Debug, Default)]
 pub struct PreScoreState {
     constraints: Vec<Constraint>,
+    /// False for system-default constraints: nodes missing a key still score on the others.
+    require_all: bool,
     ignored: HashSet<usize>,
     pair_counts: Vec<HashMap<String, i64>>,
     weights: Vec<f64>,
@@ -165,27 +182,44 @@ impl Plugin for PodTopologySpread {
     }
 
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, cache: &Cache, feasible: &[usize]) -> bool {
-        let cs = constraints(pod, false);
+        let mut cs = constraints(pod, false);
+        let mut require_all = true;
+        let has_own = pod
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.topology_spread_constraints.as_ref())
+            .is_some_and(|c| !c.is_empty());
+        if !has_own {
+            // Upstream's system defaulting: spread by hostname (maxSkew 3) and zone (maxSkew 5)
+            // the pods of the same services / controller.
+            let Some(selector) = cache.spread_sources.default_selector(pod) else {
+                return false;
+            };
+            cs = system_default_constraints(selector);
+            require_all = false;
+        }
         if cs.is_empty() {
             return false;
         }
         let nodes = cache.nodes();
         let mut s = PreScoreState {
             pair_counts: vec![HashMap::new(); cs.len()],
+            require_all,
             ..Default::default()
         };
         let mut domains: Vec<HashSet<&str>> = vec![HashSet::new(); cs.len()];
         for &idx in feasible {
             let n = &nodes[idx];
-            if !has_all_keys(n, &cs) {
+            if require_all && !has_all_keys(n, &cs) {
                 s.ignored.insert(idx);
                 continue;
             }
             for (i, c) in cs.iter().enumerate() {
-                let v = &n.labels[&c.topology_key];
-                domains[i].insert(v.as_str());
+                let v = n.labels.get(&c.topology_key).map(String::as_str).unwrap_or("");
+                domains[i].insert(v);
                 if c.topology_key != LABEL_HOSTNAME && !s.pair_counts[i].contains_key(v) {
-                    s.pair_counts[i].insert(v.clone(), 0);
+                    s.pair_counts[i].insert(v.to_string(), 0);
                 }
             }
         }
@@ -205,14 +239,14 @@ impl Plugin for PodTopologySpread {
         let aff = state.node_affinity.clone().unwrap_or_else(|| PodNodeAffinity::new(pod));
         if cs.iter().any(|c| c.topology_key != LABEL_HOSTNAME) {
             for node in nodes {
-                if node.node.is_none() || !has_all_keys(node, &cs) {
+                if node.node.is_none() || (require_all && !has_all_keys(node, &cs)) {
                     continue;
                 }
                 for (i, c) in cs.iter().enumerate() {
                     if c.topology_key == LABEL_HOSTNAME || !eligible(node, c, pod, &aff) {
                         continue;
                     }
-                    let v = &node.labels[&c.topology_key];
+                    let v = node.labels.get(&c.topology_key).map(String::as_str).unwrap_or("");
                     if let Some(slot) = s.pair_counts[i].get_mut(v) {
                         *slot += count_matching(node, &c.selector, &pod.namespace);
                     }
@@ -228,12 +262,14 @@ impl Plugin for PodTopologySpread {
         let Some(s) = &state.spread_score else {
             return 0;
         };
-        if !has_all_keys(node, &s.constraints) {
+        if s.require_all && !has_all_keys(node, &s.constraints) {
             return -1;
         }
         let mut score = 0.0;
         for (i, c) in s.constraints.iter().enumerate() {
-            let v = &node.labels[&c.topology_key];
+            let Some(v) = node.labels.get(&c.topology_key) else {
+                continue;
+            };
             let cnt = if c.topology_key == LABEL_HOSTNAME {
                 count_matching(node, &c.selector, &pod.namespace)
             } else {
@@ -340,6 +376,51 @@ mod tests {
         let st = PodTopologySpread.filter(&s, &p, c.node("bare").unwrap());
         assert_eq!(st.code, Code::UnschedulableAndUnresolvable);
         assert_eq!(st.reasons, vec![ERR_REASON_NODE_LABEL_NOT_MATCH]);
+    }
+
+    #[test]
+    fn system_default_spreads_controller_pods_by_hostname() {
+        use crate::labels::Selector;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let mut c = Cache::new();
+        for n in ["a", "b"] {
+            c.upsert_node(Arc::new(node(n, "4", "8Gi", "110")));
+        }
+        let rs_pod = |name: &str| {
+            let mut p = pod(name, "", "");
+            p.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+            p.metadata.owner_references = Some(vec![OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "ReplicaSet".into(),
+                name: "web-1".into(),
+                uid: "rs".into(),
+                controller: Some(true),
+                ..Default::default()
+            }]);
+            p
+        };
+        for i in 0..2 {
+            let mut p = rs_pod(&format!("e{i}"));
+            p.spec.as_mut().unwrap().node_name = Some("a".into());
+            c.upsert_bound_pod(Arc::new(PodInfo::new(p)));
+        }
+        let p = PodInfo::new(rs_pod("new"));
+        let feasible: Vec<usize> = c.node_indices().collect();
+        let mut s = CycleState::default();
+        // Unknown controller and no services: no default spreading.
+        assert!(!PodTopologySpread.pre_score(&mut s, &p, &c, &feasible));
+        c.spread_sources.controllers.insert(
+            ("ReplicaSet", "default".into(), "web-1".into()),
+            Selector::from_map(&[("app".to_string(), "web".to_string())].into()),
+        );
+        assert!(PodTopologySpread.pre_score(&mut s, &p, &c, &feasible));
+        let mut scores: Vec<i64> = feasible
+            .iter()
+            .map(|&i| PodTopologySpread.score(&s, &p, &c.nodes()[i]))
+            .collect();
+        PodTopologySpread.normalize(&s, &mut scores);
+        // Node a already runs two replicas (and no node has a zone label): b wins.
+        assert!(scores[1] > scores[0], "{scores:?}");
     }
 
     #[test]

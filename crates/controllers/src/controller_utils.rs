@@ -274,11 +274,18 @@ pub fn new_controller_ref(owner: &ObjectMeta, api_version: &str, kind: &str) -> 
 pub struct Recorder {
     client: kube::Client,
     component: &'static str,
+    /// Events already recorded, by object uid, type, reason and message: repeats bump the
+    /// count of the same Event, as upstream's event correlator does.
+    seen: Arc<parking_lot::Mutex<HashMap<String, (String, String, i32)>>>,
 }
 
 impl Recorder {
     pub fn new(client: kube::Client, component: &'static str) -> Self {
-        Recorder { client, component }
+        Recorder {
+            client,
+            component,
+            seen: Default::default(),
+        }
     }
 
     /// Record an event about `obj` (`type_` is `Normal` or `Warning`).
@@ -290,6 +297,20 @@ impl Recorder {
         let ns = meta.namespace.clone().unwrap_or_else(|| "default".to_string());
         let name = meta.name.clone().unwrap_or_default();
         let t = jiff::Timestamp::now();
+        let seen_key = format!("{}/{type_}/{reason}/{message}", meta.uid.as_deref().unwrap_or_default());
+        let repeat = self.seen.lock().get(&seen_key).cloned();
+        if let Some((ev_ns, ev_name, count)) = repeat {
+            let api: Api<Event> = Api::namespaced(self.client.clone(), &ev_ns);
+            let patch = json!({"count": count + 1, "lastTimestamp": Time(t)});
+            if api
+                .patch(&ev_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .is_ok()
+            {
+                self.seen.lock().insert(seen_key, (ev_ns, ev_name, count + 1));
+                return;
+            }
+        }
         let event = Event {
             metadata: ObjectMeta {
                 name: Some(format!("{name}.{:x}", t.as_nanosecond())),
@@ -320,8 +341,15 @@ impl Recorder {
             ..Default::default()
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
-        if let Err(e) = api.create(&PostParams::default(), &event).await {
-            tracing::debug!(component = self.component, reason, error = %e, "recording an event failed");
+        match api.create(&PostParams::default(), &event).await {
+            Ok(created) => {
+                let mut seen = self.seen.lock();
+                if seen.len() > 4096 {
+                    seen.clear();
+                }
+                seen.insert(seen_key, (ns, created.metadata.name.unwrap_or_default(), 1));
+            }
+            Err(e) => tracing::debug!(component = self.component, reason, error = %e, "recording an event failed"),
         }
     }
 }

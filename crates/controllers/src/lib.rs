@@ -2,6 +2,7 @@
 //! (list + watch + write), never to the store.
 
 pub mod controller_utils;
+pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
 pub mod garbagecollector;
@@ -22,6 +23,7 @@ pub struct ControllersConfig {
     pub daemonset: bool,
     pub job: bool,
     pub statefulset: bool,
+    pub cronjob: bool,
 }
 
 impl Default for ControllersConfig {
@@ -34,6 +36,7 @@ impl Default for ControllersConfig {
             daemonset: true,
             job: true,
             statefulset: true,
+            cronjob: true,
         }
     }
 }
@@ -68,6 +71,10 @@ pub async fn run(client: kube::Client, cfg: ControllersConfig) -> anyhow::Result
     if cfg.statefulset {
         let c = client.clone();
         set.spawn(async move { statefulset::run(c).await });
+    }
+    if cfg.cronjob {
+        let c = client.clone();
+        set.spawn(async move { cronjob::run(c).await });
     }
     match set.join_next().await {
         Some(Ok(r)) => r,

@@ -1,0 +1,538 @@
+//! The CronJob controller (upstream's `pkg/controller/cronjob`, the v2 controller): creates a
+//! Job `<cronjob>-<scheduled time in minutes since the epoch>` for the most recent missed
+//! schedule time (within `startingDeadlineSeconds`), honours `suspend`, `timeZone` and
+//! `concurrencyPolicy` (Allow / Forbid / Replace), tracks `status.active`, `lastScheduleTime`
+//! and `lastSuccessfulTime`, and deletes finished Jobs beyond the history limits.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+
+use crate::controller_utils::{self as cu, Recorder, WorkQueue};
+use crate::job::is_finished;
+
+pub const COMPONENT: &str = "cronjob-controller";
+pub const SCHEDULED_TIMESTAMP: &str = "batch.kubernetes.io/cronjob-scheduled-timestamp";
+/// Requeue a little after the next schedule time, as upstream's `nextScheduleDelta`.
+const NEXT_SCHEDULE_DELTA: Duration = Duration::from_millis(100);
+
+struct Ctx {
+    client: kube::Client,
+    recorder: Recorder,
+}
+
+pub async fn run(client: kube::Client) -> anyhow::Result<()> {
+    let queue = WorkQueue::new();
+    cu::spawn_owner_watch(Api::<CronJob>::all(client.clone()), queue.clone());
+    cu::spawn_watch(Api::<Job>::all(client.clone()), queue.clone(), |j: &Job| {
+        cu::controller_key(&j.metadata, "CronJob").into_iter().collect()
+    });
+    let ctx = Ctx {
+        recorder: Recorder::new(client.clone(), COMPONENT),
+        client,
+    };
+    queue.run("cronjob", |key| sync(&ctx, key)).await
+}
+
+/// A parsed five-field schedule in a time zone (robfig/cron's standard parser semantics:
+/// descriptors such as `@hourly`, day-of-month OR day-of-week when both are restricted).
+pub struct Schedule {
+    cron: croner::Cron,
+    tz: jiff::tz::TimeZone,
+}
+
+impl Schedule {
+    pub fn parse(schedule: &str, time_zone: Option<&str>) -> Result<Schedule, String> {
+        let tz = match time_zone {
+            Some(name) => jiff::tz::TimeZone::get(name).map_err(|e| format!("unknown time zone {name}: {e}"))?,
+            None => jiff::tz::TimeZone::UTC,
+        };
+        let s = schedule.trim();
+        let expr = match s {
+            "@yearly" | "@annually" => "0 0 1 1 *",
+            "@monthly" => "0 0 1 * *",
+            "@weekly" => "0 0 * * 0",
+            "@daily" | "@midnight" => "0 0 * * *",
+            "@hourly" => "0 * * * *",
+            other => other,
+        };
+        if expr.starts_with('@') {
+            return Err(format!("unrecognized descriptor: {expr}"));
+        }
+        let fields = expr.split_whitespace().count();
+        if fields != 5 {
+            return Err(format!("expected exactly 5 fields, found {fields}: {expr}"));
+        }
+        let cron = croner::Cron::from_str(expr).map_err(|e| e.to_string())?;
+        Ok(Schedule { cron, tz })
+    }
+
+    /// The first activation strictly after `t`.
+    pub fn next(&self, t: jiff::Timestamp) -> Option<jiff::Timestamp> {
+        let civil = t.to_zoned(self.tz.clone()).datetime();
+        let naive = chrono::NaiveDate::from_ymd_opt(
+            i32::from(civil.year()),
+            u32::try_from(civil.month()).ok()?,
+            u32::try_from(civil.day()).ok()?,
+        )?
+        .and_hms_opt(
+            u32::try_from(civil.hour()).ok()?,
+            u32::try_from(civil.minute()).ok()?,
+            u32::try_from(civil.second()).ok()?,
+        )?
+        .and_utc();
+        let next = self.cron.find_next_occurrence(&naive, false).ok()?;
+        use chrono::{Datelike, Timelike};
+        let dt = jiff::civil::DateTime::new(
+            i16::try_from(next.year()).ok()?,
+            i8::try_from(next.month()).ok()?,
+            i8::try_from(next.day()).ok()?,
+            i8::try_from(next.hour()).ok()?,
+            i8::try_from(next.minute()).ok()?,
+            0,
+            0,
+        )
+        .ok()?;
+        let ts = dt.to_zoned(self.tz.clone()).ok()?.timestamp();
+        // A DST gap can map a civil time before `t`; look further then.
+        if ts <= t {
+            return self.next(t + jiff::SignedDuration::from_secs(60));
+        }
+        Some(ts)
+    }
+}
+
+/// Upstream's `mostRecentScheduleTime`: (earliest time considered, most recent missed schedule
+/// time, how many were missed).
+pub fn most_recent_schedule_time(
+    cj: &CronJob,
+    now: jiff::Timestamp,
+    sched: &Schedule,
+    include_starting_deadline: bool,
+) -> (jiff::Timestamp, Option<jiff::Timestamp>, i64) {
+    let mut earliest = cj
+        .status
+        .as_ref()
+        .and_then(|s| s.last_schedule_time.as_ref())
+        .or(cj.metadata.creation_timestamp.as_ref())
+        .map(|t| t.0)
+        .unwrap_or(now);
+    if include_starting_deadline && let Some(sds) = cj.spec.as_ref().and_then(|s| s.starting_deadline_seconds) {
+        let deadline = now - jiff::SignedDuration::from_secs(sds);
+        if deadline > earliest {
+            earliest = deadline;
+        }
+    }
+    let Some(t1) = sched.next(earliest) else {
+        return (earliest, None, 0);
+    };
+    if now < t1 {
+        return (earliest, None, 0);
+    }
+    let Some(t2) = sched.next(t1) else {
+        return (earliest, Some(t1), 1);
+    };
+    if now < t2 {
+        return (earliest, Some(t1), 1);
+    }
+    // Walk on; stop counting exactly past a bound and take the latest before `now`.
+    let mut missed = 2i64;
+    let mut recent = t2;
+    while let Some(t) = sched.next(recent) {
+        if t > now {
+            break;
+        }
+        recent = t;
+        missed += 1;
+        if missed > 100_000 {
+            break;
+        }
+    }
+    (earliest, Some(recent), missed)
+}
+
+/// Upstream's `getJobName` time part: the scheduled time in minutes since the epoch.
+pub fn job_name(cj_name: &str, scheduled: jiff::Timestamp) -> String {
+    format!("{cj_name}-{}", scheduled.as_second().div_euclid(60))
+}
+
+fn job_condition(j: &Job) -> Option<&'static str> {
+    let cs = j.status.as_ref()?.conditions.as_ref()?;
+    if cs.iter().any(|c| c.type_ == "Complete" && c.status == "True") {
+        Some("Complete")
+    } else if cs.iter().any(|c| c.type_ == "Failed" && c.status == "True") {
+        Some("Failed")
+    } else {
+        None
+    }
+}
+
+fn job_ref(j: &Job) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("batch/v1".into()),
+        kind: Some("Job".into()),
+        name: j.metadata.name.clone(),
+        namespace: j.metadata.namespace.clone(),
+        uid: j.metadata.uid.clone(),
+        resource_version: j.metadata.resource_version.clone(),
+        ..Default::default()
+    }
+}
+
+fn in_active(cj: &CronJob, uid: Option<&str>) -> bool {
+    cj.status
+        .as_ref()
+        .and_then(|s| s.active.as_ref())
+        .is_some_and(|a| a.iter().any(|r| r.uid.as_deref() == uid))
+}
+
+fn remove_active(cj: &mut CronJob, uid: Option<&str>) {
+    if let Some(a) = cj.status.as_mut().and_then(|s| s.active.as_mut()) {
+        a.retain(|r| r.uid.as_deref() != uid);
+    }
+}
+
+fn requeue_after(cj: &CronJob, sched: &Schedule, now: jiff::Timestamp) -> Option<Duration> {
+    let (earliest, recent, _) = most_recent_schedule_time(cj, now, sched, false);
+    let base = recent.unwrap_or(earliest);
+    let next = sched.next(base)?;
+    let d = next.duration_since(now);
+    Some(Duration::from_millis(d.as_millis().max(0) as u64) + NEXT_SCHEDULE_DELTA)
+}
+
+async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
+    let (ns, name) = cu::split_key(&key);
+    let cjs: Api<CronJob> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(orig) = cjs.get_opt(name).await? else {
+        return Ok(None);
+    };
+    let jobs_api: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let uid = orig.metadata.uid.clone();
+    let jobs: Vec<Job> = jobs_api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|j| {
+            cu::controller_ref(&j.metadata).is_some_and(|c| c.kind == "CronJob" && Some(&c.uid) == uid.as_ref())
+        })
+        .collect();
+    let mut cj = orig.clone();
+    let again = sync_cronjob(ctx, &mut cj, &jobs, &jobs_api).await;
+    cleanup_finished(ctx, &mut cj, &jobs, &jobs_api).await?;
+    if cj.status != orig.status {
+        cjs.replace_status(name, &PostParams::default(), &cj).await?;
+    }
+    again
+}
+
+async fn sync_cronjob(
+    ctx: &Ctx,
+    cj: &mut CronJob,
+    jobs: &[Job],
+    jobs_api: &Api<Job>,
+) -> anyhow::Result<Option<Duration>> {
+    // Reconcile the active list with the Jobs that exist.
+    let active: Vec<ObjectReference> = cj.status.as_ref().and_then(|s| s.active.clone()).unwrap_or_default();
+    for r in &active {
+        if jobs.iter().any(|j| j.metadata.uid == r.uid) {
+            continue;
+        }
+        let jname = r.name.clone().unwrap_or_default();
+        if jobs_api.get_opt(&jname).await?.is_none() {
+            ctx.recorder
+                .event(
+                    &*cj,
+                    "Normal",
+                    "MissingJob",
+                    &format!("Active job went missing: {jname}"),
+                )
+                .await;
+            remove_active(cj, r.uid.as_deref());
+        }
+    }
+    for j in jobs {
+        let juid = j.metadata.uid.as_deref();
+        let jname = j.metadata.name.clone().unwrap_or_default();
+        let found = in_active(cj, juid);
+        if !found && !is_finished(j) {
+            let msg = format!("Saw a job that the controller did not create or forgot: {jname}");
+            ctx.recorder.event(&*cj, "Warning", "UnexpectedJob", &msg).await;
+        } else if found && let Some(cond) = job_condition(j) {
+            remove_active(cj, juid);
+            let msg = format!("Saw completed job: {jname}, condition: {cond}");
+            ctx.recorder.event(&*cj, "Normal", "SawCompletedJob", &msg).await;
+        }
+        if job_condition(j) == Some("Complete")
+            && let Some(done) = j.status.as_ref().and_then(|s| s.completion_time.clone())
+        {
+            let status = cj.status.get_or_insert_with(Default::default);
+            if status.last_successful_time.as_ref().is_none_or(|t| t.0 < done.0) {
+                status.last_successful_time = Some(done);
+            }
+        }
+    }
+    if cj.metadata.deletion_timestamp.is_some() {
+        return Ok(None);
+    }
+    let spec = cj.spec.clone().unwrap_or_default();
+    if let Some(tz) = spec.time_zone.as_deref()
+        && jiff::tz::TimeZone::get(tz).is_err()
+    {
+        let msg = format!("invalid timeZone: {tz:?}: unknown time zone {tz}");
+        ctx.recorder.event(&*cj, "Warning", "UnknownTimeZone", &msg).await;
+        return Ok(None);
+    }
+    let sched = match Schedule::parse(&spec.schedule, spec.time_zone.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            let msg = format!("unparseable schedule: {:?} : {e}", spec.schedule);
+            ctx.recorder.event(&*cj, "Warning", "UnparseableSchedule", &msg).await;
+            return Ok(None);
+        }
+    };
+    if spec.suspend == Some(true) {
+        return Ok(None);
+    }
+    let now = jiff::Timestamp::now();
+    let after = requeue_after(cj, &sched, now);
+    let (_, scheduled, missed) = most_recent_schedule_time(cj, now, &sched, true);
+    if missed > 100 {
+        let msg = format!(
+            "too many missed start times: {missed}. Set or decrease .spec.startingDeadlineSeconds or check clock skew"
+        );
+        ctx.recorder.event(&*cj, "Warning", "TooManyMissedTimes", &msg).await;
+    }
+    let Some(scheduled) = scheduled else {
+        return Ok(after);
+    };
+    if let Some(sds) = spec.starting_deadline_seconds
+        && scheduled + jiff::SignedDuration::from_secs(sds) < now
+    {
+        let msg = format!(
+            "Missed scheduled time to start a job: {}",
+            scheduled.strftime("%a, %d %b %Y %H:%M:%S %z")
+        );
+        ctx.recorder.event(&*cj, "Warning", "MissSchedule", &msg).await;
+        return Ok(after);
+    }
+    let cj_name = cj.metadata.name.clone().unwrap_or_default();
+    let name = job_name(&cj_name, scheduled);
+    let already = cj
+        .status
+        .as_ref()
+        .and_then(|s| s.active.as_ref())
+        .is_some_and(|a| a.iter().any(|r| r.name.as_deref() == Some(name.as_str())))
+        || cj
+            .status
+            .as_ref()
+            .and_then(|s| s.last_schedule_time.as_ref())
+            .map(|t| t.0)
+            == Some(scheduled);
+    if already {
+        return Ok(after);
+    }
+    let policy = spec.concurrency_policy.as_deref().unwrap_or("Allow");
+    let active_now: Vec<ObjectReference> = cj.status.as_ref().and_then(|s| s.active.clone()).unwrap_or_default();
+    if policy == "Forbid" && !active_now.is_empty() {
+        ctx.recorder
+            .event(
+                &*cj,
+                "Normal",
+                "JobAlreadyActive",
+                "Not starting job because prior execution is running and concurrency policy is Forbid",
+            )
+            .await;
+        return Ok(after);
+    }
+    if policy == "Replace" {
+        for r in &active_now {
+            let jname = r.name.clone().unwrap_or_default();
+            cu::delete_ignoring_missing(jobs_api, &jname, &DeleteParams::background()).await?;
+            ctx.recorder
+                .event(&*cj, "Normal", "SuccessfulDelete", &format!("Deleted job {jname}"))
+                .await;
+            remove_active(cj, r.uid.as_deref());
+        }
+    }
+    let job = job_from_template(cj, scheduled, &sched);
+    let created = match jobs_api.create(&PostParams::default(), &job).await {
+        Ok(j) => j,
+        Err(e) if cu::is_already_exists(&e) => return Ok(after),
+        Err(e) => {
+            let msg = format!("Error creating job: {}", crate::replicaset::api_message(&e));
+            ctx.recorder.event(&*cj, "Warning", "FailedCreate", &msg).await;
+            return Err(e.into());
+        }
+    };
+    ctx.recorder
+        .event(&*cj, "Normal", "SuccessfulCreate", &format!("Created job {name}"))
+        .await;
+    let status = cj.status.get_or_insert_with(Default::default);
+    status.active.get_or_insert_with(Vec::new).push(job_ref(&created));
+    status.last_schedule_time = Some(Time(scheduled));
+    Ok(after)
+}
+
+/// Upstream's `getJobFromTemplate2`.
+fn job_from_template(cj: &CronJob, scheduled: jiff::Timestamp, sched: &Schedule) -> Job {
+    let spec = cj.spec.clone().unwrap_or_default();
+    let tmeta = spec.job_template.metadata.clone().unwrap_or_default();
+    let mut annotations = tmeta.annotations.unwrap_or_default();
+    let stamp = scheduled
+        .to_zoned(sched.tz.clone())
+        .strftime("%Y-%m-%dT%H:%M:%S%:z")
+        .to_string();
+    let stamp = if stamp.ends_with("+00:00") {
+        format!("{}Z", stamp.trim_end_matches("+00:00"))
+    } else {
+        stamp
+    };
+    annotations.insert(SCHEDULED_TIMESTAMP.into(), stamp);
+    Job {
+        metadata: ObjectMeta {
+            name: Some(job_name(cj.metadata.name.as_deref().unwrap_or_default(), scheduled)),
+            namespace: cj.metadata.namespace.clone(),
+            labels: tmeta.labels,
+            annotations: Some(annotations),
+            owner_references: Some(vec![cu::new_controller_ref(&cj.metadata, "batch/v1", "CronJob")]),
+            ..Default::default()
+        },
+        spec: spec.job_template.spec.clone(),
+        status: None,
+    }
+}
+
+/// Upstream's `cleanupFinishedJobs`: keep the newest successful / failed Jobs up to the limits.
+async fn cleanup_finished(ctx: &Ctx, cj: &mut CronJob, jobs: &[Job], jobs_api: &Api<Job>) -> anyhow::Result<()> {
+    let spec = cj.spec.clone().unwrap_or_default();
+    let start = |j: &Job| j.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
+    for (kind, limit) in [
+        ("Complete", spec.successful_jobs_history_limit),
+        ("Failed", spec.failed_jobs_history_limit),
+    ] {
+        let Some(limit) = limit else { continue };
+        let mut finished: Vec<&Job> = jobs
+            .iter()
+            .filter(|j| job_condition(j) == Some(kind) && j.metadata.deletion_timestamp.is_none())
+            .collect();
+        let excess = finished.len() as i64 - i64::from(limit);
+        if excess <= 0 {
+            continue;
+        }
+        finished.sort_by(|a, b| {
+            start(a)
+                .cmp(&start(b))
+                .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+        });
+        for j in finished.into_iter().take(excess as usize) {
+            let jname = j.metadata.name.clone().unwrap_or_default();
+            cu::delete_ignoring_missing(jobs_api, &jname, &DeleteParams::background()).await?;
+            ctx.recorder
+                .event(&*cj, "Normal", "SuccessfulDelete", &format!("Deleted job {jname}"))
+                .await;
+            remove_active(cj, j.metadata.uid.as_deref());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::batch::v1::{CronJobSpec, CronJobStatus};
+
+    fn ts(s: &str) -> jiff::Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn next_times_follow_the_schedule() {
+        let s = Schedule::parse("*/1 * * * *", None).unwrap();
+        assert_eq!(s.next(ts("2024-01-01T00:00:00Z")), Some(ts("2024-01-01T00:01:00Z")));
+        assert_eq!(s.next(ts("2024-01-01T00:00:30Z")), Some(ts("2024-01-01T00:01:00Z")));
+        let h = Schedule::parse("@hourly", None).unwrap();
+        assert_eq!(h.next(ts("2024-01-01T10:15:00Z")), Some(ts("2024-01-01T11:00:00Z")));
+        // Mondays only: a star day-of-month means day-of-week alone decides.
+        let m = Schedule::parse("0 9 * * 1", None).unwrap();
+        assert_eq!(m.next(ts("2024-01-03T00:00:00Z")), Some(ts("2024-01-08T09:00:00Z")));
+        // Both restricted: either matches (the 15th, or a Monday).
+        let either = Schedule::parse("0 0 15 * 1", None).unwrap();
+        assert_eq!(
+            either.next(ts("2024-01-09T00:00:00Z")),
+            Some(ts("2024-01-15T00:00:00Z"))
+        );
+        assert_eq!(
+            either.next(ts("2024-01-15T00:00:00Z")),
+            Some(ts("2024-01-22T00:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn time_zones_shift_the_schedule() {
+        let s = Schedule::parse("0 9 * * *", Some("Asia/Shanghai")).unwrap();
+        assert_eq!(s.next(ts("2024-01-01T00:00:00Z")), Some(ts("2024-01-01T01:00:00Z")));
+        assert!(Schedule::parse("0 9 * * *", Some("Not/AZone")).is_err());
+    }
+
+    #[test]
+    fn bad_schedules_are_rejected() {
+        assert!(Schedule::parse("* * * *", None).is_err());
+        assert!(Schedule::parse("0 * * * * *", None).is_err());
+        assert!(Schedule::parse("@every 5m", None).is_err());
+        assert!(Schedule::parse("61 * * * *", None).is_err());
+    }
+
+    fn cj(created: &str, last: Option<&str>, sds: Option<i64>) -> CronJob {
+        CronJob {
+            metadata: ObjectMeta {
+                name: Some("hello".into()),
+                creation_timestamp: Some(Time(ts(created))),
+                ..Default::default()
+            },
+            spec: Some(CronJobSpec {
+                schedule: "*/1 * * * *".into(),
+                starting_deadline_seconds: sds,
+                ..Default::default()
+            }),
+            status: Some(CronJobStatus {
+                last_schedule_time: last.map(|l| Time(ts(l))),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn most_recent_missed_time() {
+        let s = Schedule::parse("*/1 * * * *", None).unwrap();
+        let c = cj("2024-01-01T00:00:10Z", None, None);
+        let (_, t, n) = most_recent_schedule_time(&c, ts("2024-01-01T00:00:50Z"), &s, true);
+        assert_eq!((t, n), (None, 0));
+        let (_, t, n) = most_recent_schedule_time(&c, ts("2024-01-01T00:01:05Z"), &s, true);
+        assert_eq!((t, n), (Some(ts("2024-01-01T00:01:00Z")), 1));
+        let (_, t, n) = most_recent_schedule_time(&c, ts("2024-01-01T00:05:30Z"), &s, true);
+        assert_eq!((t, n), (Some(ts("2024-01-01T00:05:00Z")), 5));
+        // A starting deadline narrows the window.
+        let c = cj("2024-01-01T00:00:10Z", None, Some(10));
+        let (_, t, _) = most_recent_schedule_time(&c, ts("2024-01-01T00:05:30Z"), &s, true);
+        assert_eq!(t, None);
+        // The last schedule time is the start of the window.
+        let c = cj("2024-01-01T00:00:10Z", Some("2024-01-01T00:05:00Z"), None);
+        let (_, t, _) = most_recent_schedule_time(&c, ts("2024-01-01T00:05:30Z"), &s, true);
+        assert_eq!(t, None);
+        assert_eq!(
+            requeue_after(&c, &s, ts("2024-01-01T00:05:30Z")),
+            Some(Duration::from_millis(30_100))
+        );
+    }
+
+    #[test]
+    fn job_names_use_minutes_since_epoch() {
+        assert_eq!(job_name("hello", ts("2024-01-01T00:01:00Z")), "hello-28401121");
+    }
+}

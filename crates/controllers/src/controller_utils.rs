@@ -269,6 +269,9 @@ pub fn new_controller_ref(owner: &ObjectMeta, api_version: &str, kind: &str) -> 
     }
 }
 
+/// A recorded Event: its namespace, name and count.
+type SeenEvent = (String, String, i32);
+
 /// Records core/v1 Events as one component; failures are only logged.
 #[derive(Clone)]
 pub struct Recorder {
@@ -276,7 +279,7 @@ pub struct Recorder {
     component: &'static str,
     /// Events already recorded, by object uid, type, reason and message: repeats bump the
     /// count of the same Event, as upstream's event correlator does.
-    seen: Arc<parking_lot::Mutex<HashMap<String, (String, String, i32)>>>,
+    seen: Arc<parking_lot::Mutex<HashMap<String, SeenEvent>>>,
 }
 
 impl Recorder {

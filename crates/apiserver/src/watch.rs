@@ -220,7 +220,7 @@ mod tests {
     use base64::Engine;
     use http::Request;
     use http_body_util::BodyExt;
-    use skiff_store::{MemoryStore, Store};
+    use skiff_store::MemoryStore;
     use tower::ServiceExt;
 
     use crate::server::{ApiState, router};

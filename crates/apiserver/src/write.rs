@@ -262,11 +262,11 @@ pub async fn create_object(ctx: &Ctx, obj: &mut Value, operation: &str) -> Resul
             md.remove("namespace");
         }
         let name = md.get("name").and_then(Value::as_str).unwrap_or("").to_string();
-        if name.is_empty() {
-            if let Some(g) = md.get("generateName").and_then(Value::as_str).filter(|g| !g.is_empty()) {
-                let n = generated_name(g);
-                md.insert("name".into(), json!(n));
-            }
+        if name.is_empty()
+            && let Some(g) = md.get("generateName").and_then(Value::as_str).filter(|g| !g.is_empty())
+        {
+            let n = generated_name(g);
+            md.insert("name".into(), json!(n));
         }
         md.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
         md.insert("creationTimestamp".into(), json!(objects::now_rfc3339()));
@@ -596,9 +596,9 @@ fn patch_document(ctx: &Ctx, bytes: &Bytes) -> Result<(PatchType, Value), Status
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let ptype = PatchType::from_content_type(ct).ok_or_else(|| {
-        StatusError::unsupported_media_type(format!(
-            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json"
-        ))
+        StatusError::unsupported_media_type(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json",
+        )
     })?;
     if bytes.len() > body::MAX_BODY_BYTES {
         return Err(StatusError::too_large(format!(
@@ -820,14 +820,13 @@ pub async fn delete_object(ctx: &Ctx, opts: &DeleteOpts) -> Result<(Written, Sta
             "Foreground" => Some("foregroundDeletion"),
             _ => None,
         };
-        if objects::deletion_timestamp(&obj).is_none() {
-            if let Some(f) = want
-                && !fins.iter().any(|x| x == f)
-            {
-                fins.push(f.to_string());
-                metadata_mut(&mut new).insert("finalizers".into(), json!(fins));
-                changed = true;
-            }
+        if objects::deletion_timestamp(&obj).is_none()
+            && let Some(f) = want
+            && !fins.iter().any(|x| x == f)
+        {
+            fins.push(f.to_string());
+            metadata_mut(&mut new).insert("finalizers".into(), json!(fins));
+            changed = true;
         }
         let keep = grace_pending || !fins.is_empty() || namespace_pending(res, &new);
         if keep {

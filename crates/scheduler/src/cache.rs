@@ -26,6 +26,8 @@ pub struct Cache {
     namespaces: HashMap<String, std::collections::BTreeMap<String, String>>,
     /// What upstream's DefaultSelector reads: services' selectors and controllers' selectors.
     pub spread_sources: SpreadSources,
+    /// PodDisruptionBudgets, for choosing preemption victims.
+    pub pdbs: Vec<crate::plugins::default_preemption::Pdb>,
 }
 
 /// Services (by namespace) and ReplicaSets / StatefulSets / ReplicationControllers (by

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ReplicationController, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::PostParams;
 use kube::runtime::WatchStreamExt;
@@ -20,7 +21,8 @@ use crate::cache::{Cache, NodeChange};
 use crate::explain::{EXPLAIN_ANNOTATION, Explain, add_excluded, group_rejections, top_scores};
 use crate::framework::Framework;
 use crate::labels::Selector;
-use crate::plugins::{self, default_preemption};
+use crate::plugins;
+use crate::plugins::default_preemption::{self, Pdb};
 use crate::queue::{QueuedPod, SchedulingQueue};
 use crate::types::PodInfo;
 use crate::writer::{Writer, now_rfc3339};
@@ -87,6 +89,7 @@ enum Msg {
 enum SpreadSourceEvent {
     Service(String, String, Option<std::collections::BTreeMap<String, String>>),
     Controller(&'static str, String, String, Option<Selector>),
+    Pdb(String, String, Option<(Selector, i32)>),
     Noop,
 }
 
@@ -174,6 +177,7 @@ struct Scheduler {
     /// Explanations sent with bindings, until the bound pod is seen.
     pending_explains: HashMap<String, String>,
     stats: Stats,
+    pdbs: HashMap<String, Pdb>,
 }
 
 fn spawn_watch<K, F>(api: Api<K>, tx: mpsc::UnboundedSender<Msg>, wrap: F)
@@ -243,6 +247,19 @@ pub async fn run_with_signal(
         let sel = s.spec.and_then(|sp| sp.selector).unwrap_or_default();
         SpreadSourceEvent::Service(ns, name, (!gone).then_some(sel))
     });
+    spawn_source_watch(
+        Api::<PodDisruptionBudget>::all(client.clone()),
+        tx.clone(),
+        |o, gone| {
+            let (ns, name) = ns_name(&o.metadata);
+            let sel = o
+                .spec
+                .as_ref()
+                .map(|sp| Selector::from_label_selector(sp.selector.as_ref()));
+            let allowed = o.status.as_ref().map(|s| s.disruptions_allowed).unwrap_or(0);
+            SpreadSourceEvent::Pdb(ns, name, sel.filter(|_| !gone).map(|s| (s, allowed)))
+        },
+    );
     spawn_source_watch(Api::<ReplicaSet>::all(client.clone()), tx.clone(), |o, gone| {
         let (ns, name) = ns_name(&o.metadata);
         let sel = o.spec.map(|sp| Selector::from_label_selector(Some(&sp.selector)));
@@ -288,6 +305,7 @@ pub async fn run_with_signal(
         last_stale_flush: Instant::now(),
         pending_explains: HashMap::new(),
         stats: Stats::default(),
+        pdbs: HashMap::new(),
         cfg,
     };
     tracing::info!(names = ?s.cfg.scheduler_names, "scheduler started");
@@ -393,6 +411,25 @@ impl Scheduler {
             Msg::Node(ev) => self.handle_node_event(*ev),
             Msg::PriorityClass(ev) => self.handle_priority_class(*ev),
             Msg::Namespace(ev) => self.handle_namespace(*ev),
+            Msg::SpreadSource(SpreadSourceEvent::Pdb(ns, name, pdb)) => {
+                let key = format!("{ns}/{name}");
+                match pdb {
+                    Some((selector, disruptions_allowed)) => {
+                        self.pdbs.insert(
+                            key,
+                            Pdb {
+                                namespace: ns,
+                                selector,
+                                disruptions_allowed,
+                            },
+                        );
+                    }
+                    None => {
+                        self.pdbs.remove(&key);
+                    }
+                }
+                self.cache.pdbs = self.pdbs.values().cloned().collect();
+            }
             Msg::SpreadSource(ev) => {
                 let src = &mut self.cache.spread_sources;
                 match ev {
@@ -410,7 +447,7 @@ impl Scheduler {
                     SpreadSourceEvent::Controller(kind, ns, name, None) => {
                         src.controllers.remove(&(kind, ns, name));
                     }
-                    SpreadSourceEvent::Noop => {}
+                    SpreadSourceEvent::Pdb(..) | SpreadSourceEvent::Noop => {}
                 }
             }
             Msg::Bound { info, node, result } => self.handle_bound(info, node, result),

@@ -19,6 +19,43 @@ const MIN_CANDIDATE_NODES_ABSOLUTE: usize = 100;
 pub struct Candidate {
     pub node: usize,
     pub victims: Vec<Arc<PodInfo>>,
+    /// Victims whose eviction a PodDisruptionBudget does not allow.
+    pub pdb_violations: usize,
+}
+
+/// A PodDisruptionBudget as preemption sees it.
+#[derive(Debug, Clone)]
+pub struct Pdb {
+    pub namespace: String,
+    pub selector: crate::labels::Selector,
+    pub disruptions_allowed: i32,
+}
+
+/// Upstream's filterPodsWithPDBViolation: splits pods (most important first) into those whose
+/// eviction would violate a budget and those that would not.
+fn split_by_pdb(pods: Vec<Arc<PodInfo>>, pdbs: &[Pdb]) -> (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) {
+    let mut allowed: Vec<i32> = pdbs.iter().map(|p| p.disruptions_allowed).collect();
+    let mut violating = Vec::new();
+    let mut fine = Vec::new();
+    for p in pods {
+        let mut violated = false;
+        for (i, pdb) in pdbs.iter().enumerate() {
+            if pdb.namespace != p.namespace || pdb.selector.is_empty_match_all() || !pdb.selector.matches(&p.labels) {
+                continue;
+            }
+            if allowed[i] <= 0 {
+                violated = true;
+            } else {
+                allowed[i] -= 1;
+            }
+        }
+        if violated {
+            violating.push(p);
+        } else {
+            fine.push(p);
+        }
+    }
+    (violating, fine)
 }
 
 /// Upstream's PodEligibleToPreemptOthers; Err carries the message.
@@ -42,7 +79,8 @@ fn select_victims_on_node(
     state: &CycleState,
     pod: &PodInfo,
     node: &NodeInfo,
-) -> Result<Vec<Arc<PodInfo>>, Status> {
+    pdbs: &[Pdb],
+) -> Result<(Vec<Arc<PodInfo>>, usize), Status> {
     let mut sim = node.clone();
     let mut potential: Vec<Arc<PodInfo>> = node
         .pods
@@ -68,16 +106,24 @@ fn select_victims_on_node(
             sa.cmp(&sb)
         })
     });
+    // Try to keep the pods protected by a budget first, then the others.
+    let (violating, fine) = split_by_pdb(potential, pdbs);
     let mut victims = Vec::new();
-    for v in potential {
-        sim.add_pod(v.clone());
-        let (st, _) = fw.run_filters(state, pod, &sim);
-        if !st.is_success() {
-            sim.remove_pod(&v.uid);
-            victims.push(v);
+    let mut violations = 0;
+    for (protected, group) in [(true, violating), (false, fine)] {
+        for v in group {
+            sim.add_pod(v.clone());
+            let (st, _) = fw.run_filters(state, pod, &sim);
+            if !st.is_success() {
+                sim.remove_pod(&v.uid);
+                victims.push(v);
+                if protected {
+                    violations += 1;
+                }
+            }
         }
     }
-    Ok(victims)
+    Ok((victims, violations))
 }
 
 /// Runs preemption for a pod that failed Filter. Ok: the chosen candidate. Err: the
@@ -117,8 +163,12 @@ pub fn preempt(
         if candidates.len() >= want {
             break;
         }
-        match select_victims_on_node(fw, state, pod, &cache.nodes()[idx]) {
-            Ok(victims) => candidates.push(Candidate { node: idx, victims }),
+        match select_victims_on_node(fw, state, pod, &cache.nodes()[idx], &cache.pdbs) {
+            Ok((victims, pdb_violations)) => candidates.push(Candidate {
+                node: idx,
+                victims,
+                pdb_violations,
+            }),
             Err(st) => statuses.push(st),
         }
     }
@@ -134,8 +184,8 @@ pub fn preempt(
     Ok(pick_one(candidates))
 }
 
-/// Upstream's pickOneNodeForPreemption (without PDBs): lowest highest-victim priority, then
-/// lowest priority sum, then fewest victims, then first found.
+/// Upstream's pickOneNodeForPreemption: fewest budget violations, then lowest highest-victim
+/// priority, then lowest priority sum, then fewest victims, then first found.
 fn pick_one(mut candidates: Vec<Candidate>) -> Candidate {
     let key = |c: &Candidate| {
         let highest = c.victims.iter().map(|v| v.priority).max().unwrap_or(i32::MIN);
@@ -144,7 +194,7 @@ fn pick_one(mut candidates: Vec<Candidate>) -> Candidate {
             .iter()
             .map(|v| i64::from(v.priority) + i64::from(i32::MAX) + 1)
             .sum();
-        (highest, sum, c.victims.len())
+        (c.pdb_violations, highest, sum, c.victims.len())
     };
     let mut best = 0;
     for i in 1..candidates.len() {
@@ -194,6 +244,30 @@ mod tests {
         let (node, victims) = attempt(&c, &p).unwrap();
         assert_eq!(c.node_name(node), "n1");
         assert_eq!(victims.len(), 1);
+    }
+
+    #[test]
+    fn prefers_nodes_without_budget_violations() {
+        let mut c = Cache::new();
+        c.upsert_node(Arc::new(node("n1", "2", "8Gi", "110")));
+        c.upsert_node(Arc::new(node("n2", "2", "8Gi", "110")));
+        let mut guarded = prio(pod("guarded", "2", ""), 1);
+        guarded.metadata.labels = Some([("app".to_string(), "db".to_string())].into());
+        c.upsert_bound_pod(bound(guarded, "n1"));
+        // n2's victim has a higher priority, but evicting it breaks no budget.
+        c.upsert_bound_pod(bound(prio(pod("free", "2", ""), 5), "n2"));
+        c.pdbs.push(Pdb {
+            namespace: "default".into(),
+            selector: crate::labels::Selector::from_map(&[("app".to_string(), "db".to_string())].into()),
+            disruptions_allowed: 0,
+        });
+        let p = PodInfo::new(prio(pod("high", "1", ""), 10));
+        let (node, victims) = attempt(&c, &p).unwrap();
+        assert_eq!(c.node_name(node), "n2");
+        assert_eq!(victims, vec!["free"]);
+        c.pdbs.clear();
+        let (node, _) = attempt(&c, &p).unwrap();
+        assert_eq!(c.node_name(node), "n1");
     }
 
     #[test]

@@ -148,6 +148,111 @@ pub async fn bench_startup(client: kube::Client, opts: StartupBench) -> anyhow::
     result
 }
 
+/// The physical limit: the same work done directly through the Docker Engine API, with no
+/// Skiff in between. Per pod a pause container and an app container in its network and IPC
+/// namespaces, all pods started at once; latency is from the first call to the app container
+/// running. Every container is removed afterwards.
+pub async fn bench_docker_direct(docker: &bollard::Docker, pods: usize, image: &str) -> anyhow::Result<StartupReport> {
+    use bollard::models::{ContainerCreateBody, HostConfig};
+    use bollard::query_parameters::{CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder};
+    let run = format!("{:x}", jiff::Timestamp::now().as_millisecond());
+    let started = Instant::now();
+    let one = |i: usize| {
+        let docker = docker.clone();
+        let image = image.to_string();
+        let run = run.clone();
+        async move {
+            let t = Instant::now();
+            let sandbox = format!("skiff-bench-{run}-{i}-pause");
+            let app = format!("skiff-bench-{run}-{i}-app");
+            let labels = std::collections::HashMap::from([("skiff.bench".to_string(), run.clone())]);
+            docker
+                .create_container(
+                    Some(CreateContainerOptionsBuilder::default().name(&sandbox).build()),
+                    ContainerCreateBody {
+                        image: Some(crate::images::PAUSE_IMAGE.to_string()),
+                        labels: Some(labels.clone()),
+                        host_config: Some(HostConfig {
+                            ipc_mode: Some("shareable".into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .context("creating the pause container")?;
+            docker
+                .start_container(&sandbox, None::<bollard::query_parameters::StartContainerOptions>)
+                .await
+                .context("starting the pause container")?;
+            docker
+                .create_container(
+                    Some(CreateContainerOptionsBuilder::default().name(&app).build()),
+                    ContainerCreateBody {
+                        image: Some(image),
+                        cmd: Some(vec!["sleep".into(), "3600".into()]),
+                        labels: Some(labels),
+                        host_config: Some(HostConfig {
+                            network_mode: Some(format!("container:{sandbox}")),
+                            ipc_mode: Some(format!("container:{sandbox}")),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .context("creating the app container")?;
+            docker
+                .start_container(&app, None::<bollard::query_parameters::StartContainerOptions>)
+                .await
+                .context("starting the app container")?;
+            anyhow::Ok((t.elapsed().as_secs_f64() * 1000.0, [sandbox, app]))
+        }
+    };
+    let results = futures::future::join_all((0..pods).map(one)).await;
+    let total_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let mut latencies = Vec::new();
+    let mut first_error = None;
+    for r in &results {
+        match r {
+            Ok((ms, _)) => latencies.push(*ms),
+            Err(e) if first_error.is_none() => first_error = Some(format!("{e:#}")),
+            Err(_) => {}
+        }
+    }
+    // Remove everything this run created, whatever happened.
+    let filters = std::collections::HashMap::from([("label".to_string(), vec![format!("skiff.bench={run}")])]);
+    let listed = docker
+        .list_containers(Some(
+            bollard::query_parameters::ListContainersOptionsBuilder::default()
+                .all(true)
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .unwrap_or_default();
+    for c in listed {
+        if let Some(id) = c.id {
+            let opts = RemoveContainerOptionsBuilder::default().force(true).build();
+            if let Err(e) = docker.remove_container(&id, Some(opts)).await {
+                tracing::warn!(container = %id, error = %e, "removing a benchmark container");
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        anyhow::bail!("direct Docker run failed: {e}");
+    }
+    latencies.sort_by(f64::total_cmp);
+    Ok(StartupReport {
+        pods,
+        p50_ms: percentile(&latencies, 50.0),
+        p90_ms: percentile(&latencies, 90.0),
+        p99_ms: percentile(&latencies, 99.0),
+        max_ms: latencies.last().copied().unwrap_or(0.0),
+        total_ms,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

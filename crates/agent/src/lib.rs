@@ -134,7 +134,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
             .context("building the pause image")?;
     }
     let node_ip = cfg.node_ip.unwrap_or_else(node::detect_host_ip);
-    let port = match &cfg.cluster_ca_pem {
+    let (port, cert_sha256) = match &cfg.cluster_ca_pem {
         Some(ca) => {
             let state = server::ServerState {
                 docker: docker.clone(),
@@ -146,17 +146,18 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
                 "localhost".into(),
                 "127.0.0.1".into(),
             ];
-            let bound = server::serve(cfg.listen, ca, sans, state)
+            let endpoint = server::serve(cfg.listen, ca, sans, state)
                 .await
                 .context("starting the agent's HTTPS endpoint")?;
-            i32::from(bound.port())
+            (i32::from(endpoint.addr.port()), Some(endpoint.cert_sha256))
         }
         None => {
             tracing::warn!("no cluster CA configured: logs, exec and attach are not served");
-            0
+            (0, None)
         }
     };
-    let facts = node::gather(&docker, &cfg.node_name, &cfg.data_dir, Some(node_ip), port).await?;
+    let mut facts = node::gather(&docker, &cfg.node_name, &cfg.data_dir, Some(node_ip), port).await?;
+    facts.serving_cert_sha256 = cert_sha256;
     // The API server may not be up yet: keep trying, as upstream's kubelet does.
     let mut delay = std::time::Duration::from_millis(500);
     let node = loop {

@@ -43,7 +43,12 @@ pub struct NodeFacts {
     pub boot_id: String,
     pub kubelet_port: i32,
     pub labels: BTreeMap<String, String>,
+    /// SHA-256 (hex) of the agent endpoint's certificate, published for the API server to pin.
+    pub serving_cert_sha256: Option<String>,
 }
+
+/// The Node annotation carrying [`NodeFacts::serving_cert_sha256`].
+pub const SERVING_CERT_ANNOTATION: &str = "skiff.dev/serving-cert-sha256";
 
 impl NodeFacts {
     pub fn allocatable_memory(&self) -> i128 {
@@ -134,6 +139,7 @@ pub async fn gather(
         machine_id: read_trimmed("/etc/machine-id"),
         boot_id: read_trimmed("/proc/sys/kernel/random/boot_id"),
         kubelet_port: port,
+        serving_cert_sha256: None,
         labels,
     })
 }
@@ -231,17 +237,21 @@ pub fn node_status(facts: &NodeFacts, now: jiff::Timestamp, previous: Option<&No
 /// Creates the Node or, when it exists, merges our labels in; then writes its status.
 pub async fn register(client: &kube::Client, facts: &NodeFacts) -> anyhow::Result<Node> {
     let api: Api<Node> = Api::all(client.clone());
+    let mut annotations = BTreeMap::from([
+        ("node.alpha.kubernetes.io/ttl".to_string(), "0".to_string()),
+        (
+            "volumes.kubernetes.io/controller-managed-attach-detach".to_string(),
+            "true".to_string(),
+        ),
+    ]);
+    if let Some(hash) = &facts.serving_cert_sha256 {
+        annotations.insert(SERVING_CERT_ANNOTATION.to_string(), hash.clone());
+    }
     let node = Node {
         metadata: ObjectMeta {
             name: Some(facts.name.clone()),
             labels: Some(facts.labels.clone()),
-            annotations: Some(BTreeMap::from([
-                ("node.alpha.kubernetes.io/ttl".to_string(), "0".to_string()),
-                (
-                    "volumes.kubernetes.io/controller-managed-attach-detach".to_string(),
-                    "true".to_string(),
-                ),
-            ])),
+            annotations: Some(annotations.clone()),
             ..Default::default()
         },
         ..Default::default()
@@ -249,7 +259,8 @@ pub async fn register(client: &kube::Client, facts: &NodeFacts) -> anyhow::Resul
     match api.create(&PostParams::default(), &node).await {
         Ok(_) => tracing::info!(node = %facts.name, "registered node"),
         Err(kube::Error::Api(s)) if s.code == 409 => {
-            let patch = serde_json::json!({ "metadata": { "labels": facts.labels } });
+            // The endpoint's certificate is new on every start: publish its hash again.
+            let patch = serde_json::json!({ "metadata": { "labels": facts.labels, "annotations": annotations } });
             api.patch(&facts.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .context("updating the node's labels")?;
@@ -383,6 +394,7 @@ mod tests {
             machine_id: "m".into(),
             boot_id: "b".into(),
             kubelet_port: 10250,
+            serving_cert_sha256: None,
             labels: BTreeMap::new(),
         }
     }

@@ -59,17 +59,29 @@ pub struct ServerState {
     pub node: String,
 }
 
-/// Starts serving on `addr`; returns the bound address.
-pub async fn serve(
-    addr: SocketAddr,
-    ca_pem: &str,
-    sans: Vec<String>,
-    state: ServerState,
-) -> anyhow::Result<SocketAddr> {
-    let tls = tls_config(ca_pem, sans)?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding {addr}"))?;
+/// A started endpoint: where it listens and the SHA-256 (hex) of its serving certificate,
+/// which the Node publishes so the API server can pin it.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    pub cert_sha256: String,
+}
+
+/// Starts serving on `addr`.
+pub async fn serve(addr: SocketAddr, ca_pem: &str, sans: Vec<String>, state: ServerState) -> anyhow::Result<Endpoint> {
+    let (tls, cert_sha256) = tls_config(ca_pem, sans)?;
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        // Another agent (or kubelet) holds the port: any free port will do, since the Node
+        // publishes the bound one.
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && addr.port() != 0 => {
+            tracing::info!(%addr, "port in use; the agent endpoint takes a free port");
+            tokio::net::TcpListener::bind(SocketAddr::new(addr.ip(), 0))
+                .await
+                .with_context(|| format!("binding {} on a free port", addr.ip()))?
+        }
+        Err(e) => return Err(e).with_context(|| format!("binding {addr}")),
+    };
     let bound = listener.local_addr()?;
     let app = router(state);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
@@ -103,11 +115,14 @@ pub async fn serve(
         }
     });
     tracing::info!(%bound, "agent endpoint listening");
-    Ok(bound)
+    Ok(Endpoint {
+        addr: bound,
+        cert_sha256,
+    })
 }
 
 /// The TLS configuration: a fresh self-signed serving certificate, client certificates required.
-pub fn tls_config(ca_pem: &str, sans: Vec<String>) -> anyhow::Result<rustls::ServerConfig> {
+pub fn tls_config(ca_pem: &str, sans: Vec<String>) -> anyhow::Result<(rustls::ServerConfig, String)> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
@@ -119,6 +134,10 @@ pub fn tls_config(ca_pem: &str, sans: Vec<String>) -> anyhow::Result<rustls::Ser
         .build()
         .context("building the client certificate verifier")?;
     let certified = rcgen::generate_simple_self_signed(sans).context("generating the serving certificate")?;
+    let cert_sha256 = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(certified.cert.der().as_ref()))
+    };
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der()));
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -127,7 +146,7 @@ pub fn tls_config(ca_pem: &str, sans: Vec<String>) -> anyhow::Result<rustls::Ser
         .with_single_cert(vec![certified.cert.der().clone()], key)
         .context("configuring the serving certificate")?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
+    Ok((config, cert_sha256))
 }
 
 pub fn router(state: ServerState) -> Router {

@@ -1018,7 +1018,8 @@ async fn https_endpoint_serves_logs_and_exec_to_ca_signed_clients() {
         state,
     )
     .await
-    .unwrap();
+    .unwrap()
+    .addr;
     let client = agent_client(addr, Some((&pki.client_cert_pem, &pki.client_key_pem))).await;
 
     let logs = client

@@ -348,21 +348,20 @@ async fn relay(client: WebSocket, agent: tokio_tungstenite::WebSocketStream<TlsS
                 TMessage::Text(t) => AxMessage::Text(t.as_str().into()),
                 TMessage::Ping(p) => AxMessage::Ping(p),
                 TMessage::Pong(p) => AxMessage::Pong(p),
-                TMessage::Close(f) => {
-                    let _ = c_tx
-                        .send(AxMessage::Close(f.map(|f| axum::extract::ws::CloseFrame {
-                            code: f.code.into(),
-                            reason: f.reason.as_str().into(),
-                        })))
-                        .await;
-                    break;
-                }
+                TMessage::Close(_) => break,
                 TMessage::Frame(_) => continue,
             };
             if c_tx.send(out).await.is_err() {
-                break;
+                return;
             }
         }
+        // kubectl treats a close without a status code as an error: always end normally.
+        let _ = c_tx
+            .send(AxMessage::Close(Some(axum::extract::ws::CloseFrame {
+                code: axum::extract::ws::close_code::NORMAL,
+                reason: "".into(),
+            })))
+            .await;
     };
     // The stream ends when the agent's side ends (the command exited); input ending
     // early must not cut the output short.

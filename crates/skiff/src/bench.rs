@@ -31,6 +31,15 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Pod startup latency on this machine's node, next to the same work done directly in Docker.
+    Startup {
+        #[arg(long, default_value_t = 30)]
+        pods: usize,
+        #[arg(long, default_value = "busybox:latest")]
+        image: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// A `skiff server` child process on a free port with a temporary data dir.
@@ -114,6 +123,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
+        BenchCommand::Startup { pods, image, json } => bench_startup(pods, &image, json).await,
         BenchCommand::Api { pods, clients, json } => bench_api(pods, clients, json).await,
         BenchCommand::Scheduling {
             nodes,
@@ -222,6 +232,101 @@ async fn bench_api(pods: usize, clients: usize, as_json: bool) -> anyhow::Result
         "list_ms": round2(list_ms),
         "rss_mb": round2(rss),
         "idle_rss_mb": round2(idle_rss),
+    });
+    print_result(&result, as_json);
+    Ok(())
+}
+
+/// Wait until some node reports Ready.
+async fn wait_node_ready(client: &kube::Client) -> anyhow::Result<String> {
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(list) = nodes.list(&Default::default()).await {
+            for n in list.items {
+                let ready = n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                if ready {
+                    return Ok(n.metadata.name.unwrap_or_default());
+                }
+            }
+        }
+        anyhow::ensure!(Instant::now() < deadline, "no node became Ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Wait (bounded) until the benchmark's pods are gone, so the agent has stopped their containers.
+async fn wait_no_pods(client: &kube::Client) {
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client.clone(), "default");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        match pods.list(&Default::default()).await {
+            Ok(l) if l.items.is_empty() => return,
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Remove whatever containers the benchmark's node left (the agent never stops containers
+/// when it exits).
+async fn remove_node_containers(docker: &bollard::Docker, node: &str) {
+    let filters = std::collections::HashMap::from([(
+        "label".to_string(),
+        vec![format!("{}={node}", skiff_agent::docker::LABEL_NODE)],
+    )]);
+    let opts = bollard::query_parameters::ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    for c in docker.list_containers(Some(opts)).await.unwrap_or_default() {
+        if let Some(id) = c.id {
+            let rm = bollard::query_parameters::RemoveContainerOptionsBuilder::default()
+                .force(true)
+                .build();
+            if let Err(e) = docker.remove_container(&id, Some(rm)).await {
+                tracing::warn!(container = %id, error = %e, "removing a benchmark container");
+            }
+        }
+    }
+}
+
+async fn bench_startup(pods: usize, image: &str, as_json: bool) -> anyhow::Result<()> {
+    let docker = skiff_agent::docker::connect().await?;
+    // A node of its own, so that nothing else's containers are touched.
+    let node_name = format!("skiff-bench-{:x}", jiff::Timestamp::now().as_millisecond());
+    let server = ChildServer::start(&["--no-controllers", "--node-name", &node_name]).await?;
+    let client = server.client().await?;
+    wait_ready(&client).await?;
+    let node = wait_node_ready(&client).await?;
+    let opts = |n: usize| skiff_agent::StartupBench {
+        pods: n,
+        namespace: "default".into(),
+        node_name: None,
+        image: image.to_string(),
+        timeout: Duration::from_secs(300),
+    };
+    let single = skiff_agent::bench_startup(client.clone(), opts(1)).await?;
+    let docker_single = skiff_agent::bench::bench_docker_direct(&docker, 1, image).await?;
+    let many = skiff_agent::bench_startup(client.clone(), opts(pods)).await?;
+    let rss = rss_mb(server.pid());
+    wait_no_pods(&client).await;
+    drop(server);
+    remove_node_containers(&docker, &node).await;
+    let docker_many = skiff_agent::bench::bench_docker_direct(&docker, pods, image).await?;
+    let result = json!({
+        "node": node,
+        "pods": pods,
+        "single_ms": round2(single.p50_ms),
+        "docker_single_ms": round2(docker_single.p50_ms),
+        "p50_ms": round2(many.p50_ms),
+        "p99_ms": round2(many.p99_ms),
+        "docker_p50_ms": round2(docker_many.p50_ms),
+        "docker_p99_ms": round2(docker_many.p99_ms),
+        "server_rss_mb_with_pods": round2(rss),
     });
     print_result(&result, as_json);
     Ok(())

@@ -68,6 +68,9 @@ struct ServerArgs {
     /// Do not run a node agent for this machine.
     #[arg(long)]
     no_agent: bool,
+    /// The local node's name (default: the host name).
+    #[arg(long)]
+    node_name: Option<String>,
     /// Do not run the scheduler in this process.
     #[arg(long)]
     no_scheduler: bool,
@@ -243,6 +246,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             Ok(_) => {
                 let c = client.clone();
                 let mut cfg = skiff_agent::AgentConfig::for_this_host(data_dir.join("agent"));
+                if let Some(n) = &args.node_name {
+                    cfg.node_name = n.clone();
+                }
                 cfg.cluster_ca_pem = Some(running.state.pki.ca_cert_pem.clone());
                 tasks.spawn(async move { skiff_agent::run(c, cfg).await.context("node agent") });
             }

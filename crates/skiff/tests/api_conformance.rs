@@ -581,6 +581,73 @@ fn concurrent_patches_all_apply() {
     assert!(err.contains("the object has been modified"), "{err}");
 }
 
+/// A field of the wrong JSON type is refused with upstream's decoding error by every write
+/// verb, and nothing changes (it used to be stored, and then no typed client could list).
+#[test]
+fn wrong_json_types_are_refused_and_change_nothing() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.k(&["create", "deployment", "typed", "--image=busybox:latest"]);
+    let deployments = "/apis/apps/v1/namespaces/default/deployments";
+    let body = br#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"bad"},"spec":{"replicas":"x","selector":{"matchLabels":{"a":"b"}},"template":{"metadata":{"labels":{"a":"b"}},"spec":{"containers":[{"name":"c","image":"i"}]}}}}"#;
+    let (code, out) = curl(&c, "POST", deployments, "application/json", body);
+    assert_eq!(code, 400, "{out}");
+    assert_eq!(
+        json_of(&out)["message"],
+        "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"
+    );
+    assert!(!exists(&c, &["deployment", "bad"]));
+    for (patch_type, patch) in [
+        ("merge", r#"{"spec":{"replicas":"x"}}"#),
+        (
+            "strategic",
+            r#"{"spec":{"template":{"spec":{"containers":[{"name":"busybox","image":5}]}}}}"#,
+        ),
+        (
+            "json",
+            r#"[{"op":"replace","path":"/metadata/labels","value":{"a":1}}]"#,
+        ),
+    ] {
+        let err = c.k_err(&["patch", "deployment", "typed", "--type", patch_type, "-p", patch]);
+        assert!(err.contains("json: cannot unmarshal"), "{patch_type}: {err}");
+    }
+    let err = c.k_err(&[
+        "patch",
+        "deployment",
+        "typed",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"replicas":true}}"#,
+    ]);
+    assert!(err.contains("json: cannot unmarshal bool"), "{err}");
+    let d = c.get_json(&["deployment", "typed"]);
+    assert_eq!(d["spec"]["replicas"], 1);
+    assert_eq!(d["metadata"]["generation"], 1);
+    let mut replaced = d.clone();
+    replaced["spec"]["paused"] = json!("yes");
+    let (code, out) = curl(
+        &c,
+        "PUT",
+        "/apis/apps/v1/namespaces/default/deployments/typed",
+        "application/json",
+        replaced.to_string().as_bytes(),
+    );
+    assert_eq!(code, 400, "{out}");
+    assert!(out.contains("of type bool"), "{out}");
+    // Quantities take numbers, IntOrString both forms: these are not type errors.
+    c.k(&[
+        "patch",
+        "deployment",
+        "typed",
+        "--type=strategic",
+        "-p",
+        r#"{"spec":{"strategy":{"rollingUpdate":{"maxSurge":2,"maxUnavailable":"50%"}},"template":{"spec":{"containers":[{"name":"busybox","resources":{"limits":{"cpu":1,"memory":1073741824}}}]}}}}"#,
+    ]);
+    // Typed clients can still list everything.
+    let out = c.k(&["get", "deployments", "-o", "name"]);
+    assert_eq!(out.trim(), "deployment.apps/typed");
+}
+
 #[test]
 fn kubectl_replace_and_replace_force() {
     let c = Cluster::start(CONTROL_PLANE);

@@ -1,0 +1,357 @@
+//! Seed 003's Pod examples on a real node: `skiff server` with its node agent, real Docker,
+//! the real kubectl (logs, exec, attach through the API server's proxy). Needs the local
+//! `busybox:latest` image (`skiff images build`). Every container is removed afterwards.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Cluster, eventually};
+
+/// A cluster whose node agent has a name of its own, and which removes that node's
+/// containers when dropped.
+struct Node {
+    c: Cluster,
+    name: String,
+}
+
+impl Node {
+    fn start(tag: &str) -> Node {
+        let name = format!("e2e-{tag}-{}", std::process::id());
+        let c = Cluster::start(&["--no-controllers", "--node-name", &name]);
+        let n = Node { c, name };
+        let ready = eventually(Duration::from_secs(60), || {
+            let out = n.c.kubectl(&[
+                "get",
+                "node",
+                &n.name,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ]);
+            (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
+        });
+        assert!(
+            ready.is_some(),
+            "node {} not Ready:\n{}",
+            n.name,
+            common::tail(&n.c.log(), 30)
+        );
+        n
+    }
+
+    fn wait_running(&self, pod: &str) {
+        let ok = eventually(Duration::from_secs(60), || {
+            let out = self.c.kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.phase}"]);
+            (String::from_utf8_lossy(&out.stdout) == "Running").then_some(())
+        });
+        assert!(
+            ok.is_some(),
+            "{pod} not Running:\n{}\n{}",
+            self.c.k(&["describe", "pod", pod]),
+            common::tail(&self.c.log(), 30)
+        );
+    }
+
+    fn field(&self, pod: &str, path: &str) -> String {
+        self.c.k(&["get", "pod", pod, "-o", &format!("jsonpath={{{path}}}")])
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self
+            .c
+            .kubectl(&["delete", "pods", "--all", "--grace-period=0", "--force", "--wait=false"]);
+        let out = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &format!("label=io.skiff.node={}", self.name)])
+            .output();
+        if let Ok(out) = out {
+            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect();
+            if !ids.is_empty() {
+                let _ = Command::new("docker").arg("rm").arg("-f").args(&ids).output();
+            }
+        }
+    }
+}
+
+#[test]
+fn containers_share_network_processes_and_hosts() {
+    let n = Node::start("share");
+    let pod = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: shared
+spec:
+  shareProcessNamespace: true
+  hostAliases:
+  - ip: "10.1.2.3"
+    hostnames:
+    - "foo.remote"
+    - "bar.remote"
+  containers:
+  - name: web
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "mkdir -p /www && echo hello-from-web > /www/index.html && httpd -f -p 8080 -h /www"]
+  - name: shell
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "3600"]
+"#;
+    n.c.apply(pod, &[]);
+    n.wait_running("shared");
+    let got = eventually(Duration::from_secs(20), || {
+        let out = n.c.kubectl(&[
+            "exec",
+            "shared",
+            "-c",
+            "shell",
+            "--",
+            "wget",
+            "-qO-",
+            "http://localhost:8080/",
+        ]);
+        String::from_utf8_lossy(&out.stdout)
+            .contains("hello-from-web")
+            .then_some(())
+    });
+    assert!(got.is_some(), "containers of a pod do not share localhost");
+    let ps = n.c.k(&["exec", "shared", "-c", "shell", "--", "ps"]);
+    assert!(ps.contains("httpd"), "shareProcessNamespace: {ps}");
+    let hosts = n.c.k(&["exec", "shared", "-c", "shell", "--", "cat", "/etc/hosts"]);
+    assert!(hosts.contains("10.1.2.3") && hosts.contains("foo.remote"), "{hosts}");
+    assert!(!n.field("shared", ".status.podIP").is_empty());
+}
+
+#[test]
+fn projected_secret_volume_and_post_start() {
+    let n = Node::start("proj");
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(dir.path().join("username.txt"), "admin").expect("write");
+    std::fs::write(dir.path().join("password.txt"), "c1oudc0w!").expect("write");
+    n.c.k(&[
+        "create",
+        "secret",
+        "generic",
+        "user",
+        &format!("--from-file={}", dir.path().join("username.txt").display()),
+    ]);
+    n.c.k(&[
+        "create",
+        "secret",
+        "generic",
+        "pass",
+        &format!("--from-file={}", dir.path().join("password.txt").display()),
+    ]);
+    let pod = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: test-projected-volume
+spec:
+  containers:
+  - name: test-secret-volume
+    image: busybox
+    imagePullPolicy: IfNotPresent
+    args:
+    - sleep
+    - "86400"
+    lifecycle:
+      postStart:
+        exec:
+          command: ["/bin/sh", "-c", "echo Hello from the postStart handler > /tmp/message"]
+    volumeMounts:
+    - name: mysql-cred
+      mountPath: "/projected-volume"
+      readOnly: true
+  volumes:
+  - name: mysql-cred
+    projected:
+      sources:
+      - secret:
+          name: user
+      - secret:
+          name: pass
+"#;
+    n.c.apply(pod, &[]);
+    n.wait_running("test-projected-volume");
+    let user = n.c.k(&[
+        "exec",
+        "test-projected-volume",
+        "--",
+        "cat",
+        "/projected-volume/username.txt",
+    ]);
+    assert_eq!(user, "admin");
+    let pass = n.c.k(&[
+        "exec",
+        "test-projected-volume",
+        "--",
+        "cat",
+        "/projected-volume/password.txt",
+    ]);
+    assert_eq!(pass, "c1oudc0w!");
+    let msg = n.c.k(&["exec", "test-projected-volume", "--", "cat", "/tmp/message"]);
+    assert_eq!(msg.trim(), "Hello from the postStart handler");
+}
+
+#[test]
+fn logs_exec_exit_codes_and_restart_policies() {
+    let n = Node::start("run");
+    n.c.apply(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: talker
+spec:
+  containers:
+  - name: c
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "echo line-one; echo line-two; sleep 3600"]
+"#,
+        &[],
+    );
+    n.wait_running("talker");
+    let logs = eventually(Duration::from_secs(10), || {
+        let out = n.c.k(&["logs", "talker"]);
+        out.contains("line-two").then_some(out)
+    })
+    .expect("logs");
+    assert_eq!(logs, "line-one\nline-two\n");
+    assert_eq!(n.c.k(&["logs", "talker", "--tail=1"]), "line-two\n");
+    let out = n.c.kubectl(&["exec", "talker", "--", "sh", "-c", "echo out; exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+    let out =
+        n.c.stdin_kubectl(&["exec", "-i", "talker", "--", "cat"], "through stdin\n");
+    assert_eq!(out, "through stdin\n");
+
+    // restartPolicy Never: the pod fails and stays failed.
+    n.c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: once\nspec:\n  restartPolicy: Never\n  containers:\n  - name: c\n    image: busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"exit 1\"]\n",
+        &[],
+    );
+    let failed = eventually(Duration::from_secs(60), || {
+        (n.field("once", ".status.phase") == "Failed").then_some(())
+    });
+    assert!(failed.is_some(), "{}", n.c.k(&["describe", "pod", "once"]));
+    assert_eq!(
+        n.field("once", ".status.containerStatuses[0].state.terminated.exitCode"),
+        "1"
+    );
+    assert!(n.c.k(&["get", "pod", "once"]).contains("Error"));
+
+    // OnFailure: a failing container is restarted; a succeeding one completes.
+    n.c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: retry\nspec:\n  restartPolicy: OnFailure\n  containers:\n  - name: c\n    image: busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"exit 2\"]\n",
+        &[],
+    );
+    let restarted = eventually(Duration::from_secs(60), || {
+        let rc: u32 = n
+            .field("retry", ".status.containerStatuses[0].restartCount")
+            .parse()
+            .unwrap_or(0);
+        (rc >= 1).then_some(())
+    });
+    assert!(restarted.is_some(), "{}", n.c.k(&["describe", "pod", "retry"]));
+    n.c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: done\nspec:\n  restartPolicy: OnFailure\n  containers:\n  - name: c\n    image: busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [\"true\"]\n",
+        &[],
+    );
+    let done = eventually(Duration::from_secs(60), || {
+        (n.field("done", ".status.phase") == "Succeeded").then_some(())
+    });
+    assert!(done.is_some());
+    assert!(n.c.k(&["get", "pod", "done"]).contains("Completed"));
+}
+
+#[test]
+fn failing_liveness_probe_restarts_the_container() {
+    let n = Node::start("probe");
+    n.c.apply(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: sick
+spec:
+  containers:
+  - name: c
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "3600"]
+    livenessProbe:
+      exec:
+        command: ["cat", "/tmp/healthy"]
+      periodSeconds: 1
+      failureThreshold: 1
+"#,
+        &[],
+    );
+    let restarted = eventually(Duration::from_secs(60), || {
+        let rc: u32 = n
+            .field("sick", ".status.containerStatuses[0].restartCount")
+            .parse()
+            .unwrap_or(0);
+        (rc >= 1).then_some(())
+    });
+    assert!(restarted.is_some(), "{}", n.c.k(&["describe", "pod", "sick"]));
+    let describe = n.c.k(&["describe", "pod", "sick"]);
+    assert!(
+        describe.contains("Unhealthy") && describe.contains("Liveness probe failed"),
+        "{describe}"
+    );
+}
+
+#[test]
+fn containers_survive_kill_9_and_are_adopted_and_cleaned_up() {
+    let mut n = Node::start("adopt");
+    n.c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: steady\nspec:\n  containers:\n  - name: c\n    image: busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [\"sleep\", \"3600\"]\n",
+        &[],
+    );
+    n.wait_running("steady");
+    let id = n.field("steady", ".status.containerStatuses[0].containerID");
+    assert!(id.starts_with("docker://"), "{id}");
+    n.c.kill9();
+    let running = Command::new("docker")
+        .args([
+            "inspect",
+            "-f",
+            "{{.State.Running}}",
+            id.trim_start_matches("docker://"),
+        ])
+        .output()
+        .expect("docker inspect");
+    assert_eq!(
+        String::from_utf8_lossy(&running.stdout).trim(),
+        "true",
+        "kill -9 of the server stopped the container"
+    );
+    n.c.restart();
+    n.wait_running("steady");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        n.field("steady", ".status.containerStatuses[0].containerID"),
+        id,
+        "the container was replaced"
+    );
+    assert_eq!(n.field("steady", ".status.containerStatuses[0].restartCount"), "0");
+
+    n.c.k(&["delete", "pod", "steady", "--grace-period=1"]);
+    let gone = eventually(Duration::from_secs(30), || {
+        let out = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &format!("label=io.skiff.node={}", n.name)])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout).trim().is_empty().then_some(())
+    });
+    assert!(gone.is_some(), "deleting the pod left containers behind");
+}

@@ -152,6 +152,178 @@ pub fn now_micro() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
+/// A value whose JSON type the field's Go type cannot take: what upstream's decoder
+/// reports as `json: cannot unmarshal <json> into Go struct field <Struct>.<path> of type <go>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeMismatch {
+    /// The JSON path of the field from the object's root, without list indexes (as Go names it).
+    pub path: String,
+    /// The Go struct holding the field ("DeploymentSpec").
+    pub struct_name: String,
+    /// What the JSON had: "string", "number", "number 1.5", "bool", "object", "array".
+    pub json: String,
+    /// The Go type of the field ("int32", "[]v1.Container", "map[string]string").
+    pub go_type: String,
+}
+
+impl TypeMismatch {
+    /// Go's UnmarshalTypeError text.
+    pub fn message(&self) -> String {
+        format!(
+            "json: cannot unmarshal {} into Go struct field {}.{} of type {}",
+            self.json, self.struct_name, self.path, self.go_type
+        )
+    }
+}
+
+/// The first field of `obj` whose JSON type definition `def` does not allow. `null` is
+/// always allowed (Go leaves the zero value); quantities take numbers too, IntOrString
+/// integers and strings.
+pub fn type_mismatch(def: &str, obj: &Value) -> Option<TypeMismatch> {
+    let schema = skiff_api::schema::definitions().get(def)?;
+    check_type(schema, short_name(def), obj, "")
+}
+
+fn short_name(def: &str) -> &str {
+    def.rsplit('.').next().unwrap_or(def)
+}
+
+/// `v1.PodSpec` for `io.k8s.api.core.v1.PodSpec`.
+fn go_name(def: &str) -> String {
+    let mut parts = def.rsplit('.');
+    let name = parts.next().unwrap_or(def);
+    match parts.next() {
+        Some(pkg) => format!("{pkg}.{name}"),
+        None => name.to_string(),
+    }
+}
+
+fn json_kind(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(_) => "bool".into(),
+        Value::Number(_) => "number".into(),
+        Value::String(_) => "string".into(),
+        Value::Array(_) => "array".into(),
+        Value::Object(_) => "object".into(),
+    }
+}
+
+/// The Go type a schema stands for, for messages.
+fn go_type(schema: &Value) -> String {
+    if let Some((name, _)) = skiff_api::schema::resolve(schema) {
+        return match short_name(name) {
+            "Quantity" => "resource.Quantity".into(),
+            "IntOrString" => "intstr.IntOrString".into(),
+            "Time" | "MicroTime" => format!("v1.{}", short_name(name)),
+            _ => go_name(name),
+        };
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("integer") => schema
+            .get("format")
+            .and_then(Value::as_str)
+            .filter(|f| *f == "int32" || *f == "int64")
+            .unwrap_or("int64")
+            .to_string(),
+        Some("number") => "float64".into(),
+        Some("boolean") => "bool".into(),
+        Some("string") if schema.get("format").and_then(Value::as_str) == Some("byte") => "[]uint8".into(),
+        Some("string") => "string".into(),
+        Some("array") => format!("[]{}", schema.get("items").map(go_type).unwrap_or_default()),
+        Some("object") => match schema.get("additionalProperties").filter(|a| a.is_object()) {
+            Some(ap) => format!("map[string]{}", go_type(ap)),
+            None => "map[string]interface {}".into(),
+        },
+        _ => "interface {}".into(),
+    }
+}
+
+fn check_type(schema: &Value, owner: &str, v: &Value, path: &str) -> Option<TypeMismatch> {
+    if v.is_null() {
+        return None;
+    }
+    let mismatch = |json: String| {
+        Some(TypeMismatch {
+            path: path.to_string(),
+            struct_name: owner.to_string(),
+            json,
+            go_type: go_type(schema),
+        })
+    };
+    let (def_name, schema) = match skiff_api::schema::resolve(schema) {
+        Some((name, s)) => (Some(name), s),
+        None => (None, schema),
+    };
+    match def_name.map(short_name) {
+        Some("Quantity") => {
+            return (!v.is_string() && !v.is_number())
+                .then(|| mismatch(json_kind(v)))
+                .flatten();
+        }
+        Some("IntOrString") => {
+            return match v {
+                Value::String(_) => None,
+                Value::Number(n) if n.is_i64() || n.is_u64() => None,
+                Value::Number(n) => mismatch(format!("number {n}")),
+                other => mismatch(json_kind(other)),
+            };
+        }
+        _ => {}
+    }
+    if schema.get("x-kubernetes-int-or-string").is_some()
+        || schema.get("x-kubernetes-preserve-unknown-fields").is_some()
+    {
+        return None;
+    }
+    // Fields inside a definition are named after it; inside a map or list, after the holder.
+    let holder = def_name.map(short_name).unwrap_or(owner);
+    match schema.get("type").and_then(Value::as_str) {
+        Some("object") => {
+            let Value::Object(m) = v else {
+                return mismatch(json_kind(v));
+            };
+            let props = schema.get("properties").and_then(Value::as_object);
+            let extra = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (k, child) in m {
+                // Go's error names struct fields only: a map's keys are not in the path.
+                let (sub, p) = match props.and_then(|ps| ps.get(k)) {
+                    Some(sub) if path.is_empty() => (Some(sub), k.clone()),
+                    Some(sub) => (Some(sub), format!("{path}.{k}")),
+                    None => (extra, path.to_string()),
+                };
+                if let Some(sub) = sub
+                    && let Some(found) = check_type(sub, holder, child, &p)
+                {
+                    return Some(found);
+                }
+            }
+            None
+        }
+        Some("array") => {
+            let Value::Array(items) = v else {
+                return mismatch(json_kind(v));
+            };
+            let item_schema = schema.get("items")?;
+            items
+                .iter()
+                .find_map(|child| check_type(item_schema, holder, child, path))
+        }
+        Some("string") => (!v.is_string()).then(|| mismatch(json_kind(v))).flatten(),
+        Some("boolean") => (!v.is_boolean()).then(|| mismatch(json_kind(v))).flatten(),
+        Some("number") => (!v.is_number()).then(|| mismatch(json_kind(v))).flatten(),
+        Some("integer") => match v {
+            Value::Number(n) if n.is_i64() || n.is_u64() => None,
+            Value::Number(n) => match n.as_f64() {
+                Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => None,
+                _ => mismatch(format!("number {n}")),
+            },
+            other => mismatch(json_kind(other)),
+        },
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,5 +347,59 @@ mod tests {
         assert_eq!(key(pods, "default", "a"), "/registry/pods/default/a");
         let deploy = skiff_api::registry::lookup("apps", "v1", "deployments").expect("deploy");
         assert_eq!(prefix(deploy, ""), "/registry/deployments.apps/");
+    }
+
+    #[test]
+    fn wrong_json_types_are_found_as_go_reports_them() {
+        let deploy = skiff_api::schema::definition_for("apps", "v1", "Deployment").expect("deployment");
+        let ok = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "labels": {"a": "b"}, "deletionTimestamp": null},
+            "spec": {"replicas": 2, "strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1}},
+                "template": {"spec": {"containers": [{"name": "c", "image": "i",
+                    "resources": {"limits": {"cpu": 1, "memory": "1Gi"}}}]}}}
+        });
+        assert_eq!(type_mismatch(deploy, &ok), None);
+        let bad = json!({"spec": {"replicas": "x"}});
+        let m = type_mismatch(deploy, &bad).expect("mismatch");
+        assert_eq!(
+            m.message(),
+            "json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"
+        );
+        let bad = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": 5}]}}}});
+        assert_eq!(
+            type_mismatch(deploy, &bad).expect("mismatch").message(),
+            "json: cannot unmarshal number into Go struct field Container.spec.template.spec.containers.image of type string"
+        );
+        let bad = json!({"spec": {"template": {"spec": {"containers": "nope"}}}});
+        assert_eq!(
+            type_mismatch(deploy, &bad).expect("mismatch").message(),
+            "json: cannot unmarshal string into Go struct field PodSpec.spec.template.spec.containers of type []v1.Container"
+        );
+        let bad = json!({"metadata": {"labels": {"a": 1}}});
+        assert_eq!(
+            type_mismatch(deploy, &bad).expect("mismatch").message(),
+            "json: cannot unmarshal number into Go struct field ObjectMeta.metadata.labels of type string"
+        );
+        let bad = json!({"spec": {"replicas": 1.5}});
+        assert_eq!(type_mismatch(deploy, &bad).expect("mismatch").json, "number 1.5");
+        let bad = json!({"spec": {"paused": "yes"}});
+        assert_eq!(type_mismatch(deploy, &bad).expect("mismatch").go_type, "bool");
+        let bad = json!({"spec": {"strategy": {"rollingUpdate": {"maxSurge": true}}}});
+        assert_eq!(
+            type_mismatch(deploy, &bad).expect("mismatch").go_type,
+            "intstr.IntOrString"
+        );
+        let cm = skiff_api::schema::definition_for("", "v1", "ConfigMap").expect("configmap");
+        assert_eq!(
+            type_mismatch(cm, &json!({"data": {"a": true}}))
+                .expect("mismatch")
+                .go_type,
+            "string"
+        );
+        assert_eq!(
+            type_mismatch(cm, &json!({"data": ["a"]})).expect("mismatch").go_type,
+            "map[string]string"
+        );
     }
 }

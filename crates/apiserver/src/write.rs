@@ -89,6 +89,40 @@ fn check_type(res: &Resource, obj: &mut Value) -> Result<(), StatusError> {
     Ok(())
 }
 
+/// Upstream decodes a body into its Go type before anything else: a field of the wrong JSON
+/// type is a 400 that names it, and nothing is stored.
+fn check_json_types(res: &Resource, obj: &Value) -> Result<(), StatusError> {
+    let Some(def) = skiff_api::schema::definition_for(res.group, res.version, res.kind) else {
+        return Ok(());
+    };
+    match objects::type_mismatch(def, obj) {
+        None => Ok(()),
+        Some(m) => Err(StatusError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: {}",
+            res.kind,
+            res.version,
+            res.kind,
+            m.message()
+        ))),
+    }
+}
+
+/// A patch whose result does not decode: upstream's 422 on the field `patch`, quoting the
+/// patched object.
+fn check_patched_json_types(res: &Resource, patched: &Value) -> Result<(), StatusError> {
+    let Some(def) = skiff_api::schema::definition_for(res.group, res.version, res.kind) else {
+        return Ok(());
+    };
+    match objects::type_mismatch(def, patched) {
+        None => Ok(()),
+        Some(m) => {
+            let text = serde_json::to_string(patched).unwrap_or_default();
+            let errs = [skiff_api::FieldError::invalid("patch", &json!(text), m.message())];
+            Err(StatusError::invalid("", "", "", &errs))
+        }
+    }
+}
+
 /// `fieldValidation`: Strict rejects unknown fields, Warn (the default) warns, Ignore ignores.
 fn field_validation(ctx: &Ctx, obj: &Value) -> Result<Vec<String>, StatusError> {
     let mode = ctx.param("fieldValidation").unwrap_or("Warn");
@@ -247,6 +281,7 @@ pub async fn create(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
 pub async fn create_object(ctx: &Ctx, obj: &mut Value, operation: &str) -> Result<(Value, Vec<String>), StatusError> {
     let res = ctx.rr.resource;
     check_type(res, obj)?;
+    check_json_types(res, obj)?;
     let warnings = field_validation(ctx, obj)?;
     {
         let md = metadata_mut(obj);
@@ -573,6 +608,7 @@ pub async fn update_object(
             ctx.rr.name
         )));
     }
+    check_json_types(res, &obj)?;
     let warnings = field_validation(ctx, &obj)?;
     let precondition = objects::resource_version(&obj).to_string();
     let (old, rev) = ctx.current().await?;
@@ -651,6 +687,11 @@ pub async fn patch_object(ctx: &Ctx, bytes: Bytes, scope: UpdateScope) -> Result
                     .map_err(|e| apply_error(ctx, e))?
             }
         };
+        if ptype == PatchType::Apply {
+            check_json_types(res, &new)?;
+        } else {
+            check_patched_json_types(res, &new)?;
+        }
         let precondition = objects::resource_version(&new).to_string();
         if !precondition.is_empty() && precondition != rev.to_string() {
             return Err(StatusError::modified(res.group, res.plural, &ctx.rr.name));
@@ -912,6 +953,32 @@ mod tests {
 
     fn pods() -> &'static Resource {
         skiff_api::registry::lookup("", "v1", "pods").expect("pods")
+    }
+
+    #[test]
+    fn wrong_json_types_are_refused_as_upstream_decoding_refuses_them() {
+        let deploy = skiff_api::registry::lookup("apps", "v1", "deployments").expect("deployments");
+        let bad = json!({"kind": "Deployment", "apiVersion": "apps/v1", "metadata": {"name": "d"}, "spec": {"replicas": "x"}});
+        let e = check_json_types(deploy, &bad).unwrap_err();
+        assert_eq!(e.code, 400);
+        assert_eq!(
+            e.message,
+            "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"
+        );
+        let e = check_patched_json_types(deploy, &bad).unwrap_err();
+        assert_eq!(e.code, 422);
+        assert_eq!(e.causes[0].field, "patch");
+        assert!(
+            e.message.ends_with(
+                "json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"
+            ),
+            "{}",
+            e.message
+        );
+        let good =
+            json!({"kind": "Deployment", "apiVersion": "apps/v1", "metadata": {"name": "d"}, "spec": {"replicas": 2}});
+        assert!(check_json_types(deploy, &good).is_ok());
+        assert!(check_patched_json_types(deploy, &good).is_ok());
     }
 
     #[test]

@@ -423,7 +423,8 @@ async fn evict(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
             ));
         }
         let updated = decrement_budget(pdb, &ctx.rr.name)?;
-        if ctx.dry_run() {
+        let dry = ctx.dry_run() || write::dry_run_values(eviction.pointer("/deleteOptions/dryRun")).unwrap_or(false);
+        if dry {
             checked = true;
             break;
         }
@@ -456,6 +457,7 @@ async fn evict(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
             .pointer("/preconditions/resourceVersion")
             .and_then(Value::as_str)
             .map(str::to_string);
+        opts.dry_run = write::dry_run_values(d.get("dryRun"))?;
     }
     let mut rr = ctx.rr.clone();
     rr.subresource = String::new();

@@ -722,6 +722,8 @@ pub struct DeleteOpts {
     pub propagation: Option<String>,
     pub uid: Option<String>,
     pub resource_version: Option<String>,
+    /// `dryRun` in the body (kubectl's `delete --dry-run=server` sends it there, not in the query).
+    pub dry_run: bool,
 }
 
 pub fn delete_options(ctx: &Ctx, bytes: &Bytes) -> Result<DeleteOpts, StatusError> {
@@ -745,6 +747,7 @@ pub fn delete_options(ctx: &Ctx, bytes: &Bytes) -> Result<DeleteOpts, StatusErro
             .pointer("/preconditions/resourceVersion")
             .and_then(Value::as_str)
             .map(str::to_string);
+        o.dry_run = dry_run_values(v.get("dryRun"))?;
     }
     if let Some(g) = ctx.param("gracePeriodSeconds") {
         o.grace = Some(
@@ -766,6 +769,20 @@ pub fn delete_options(ctx: &Ctx, bytes: &Bytes) -> Result<DeleteOpts, StatusErro
         return Err(StatusError::invalid("meta.k8s.io", "DeleteOptions", "", &errs));
     }
     Ok(o)
+}
+
+/// DeleteOptions.dryRun: upstream accepts only "All".
+pub fn dry_run_values(v: Option<&Value>) -> Result<bool, StatusError> {
+    let Some(list) = v.and_then(Value::as_array) else {
+        return Ok(false);
+    };
+    for item in list {
+        if item.as_str() != Some("All") {
+            let errs = [skiff_api::FieldError::not_supported("dryRun", item, &["All"])];
+            return Err(StatusError::invalid("meta.k8s.io", "DeleteOptions", "", &errs));
+        }
+    }
+    Ok(!list.is_empty())
 }
 
 pub async fn delete(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
@@ -796,6 +813,7 @@ fn pod_grace(obj: &Value, requested: Option<i64>) -> i64 {
 
 pub async fn delete_object(ctx: &Ctx, opts: &DeleteOpts) -> Result<(Written, StatusCode), StatusError> {
     let res = ctx.rr.resource;
+    let dry = ctx.dry_run() || opts.dry_run;
     for _ in 0..8 {
         let (obj, rev) = ctx.current().await?;
         if let Some(uid) = &opts.uid
@@ -880,7 +898,7 @@ pub async fn delete_object(ctx: &Ctx, opts: &DeleteOpts) -> Result<(Written, Sta
             if !changed {
                 return Ok((Written::Updated(obj), StatusCode::OK));
             }
-            if ctx.dry_run() {
+            if dry {
                 return Ok((Written::Updated(new), StatusCode::OK));
             }
             let bytes = objects::encode_for_store(&new);
@@ -893,7 +911,7 @@ pub async fn delete_object(ctx: &Ctx, opts: &DeleteOpts) -> Result<(Written, Sta
                 Err(e) => return Err(ctx.store_err(e)),
             }
         }
-        if ctx.dry_run() {
+        if dry {
             return Ok((Written::Deleted(obj), StatusCode::OK));
         }
         match ctx.state.store.delete(&ctx.key(), Some(rev)).await {
@@ -979,6 +997,20 @@ mod tests {
             json!({"kind": "Deployment", "apiVersion": "apps/v1", "metadata": {"name": "d"}, "spec": {"replicas": 2}});
         assert!(check_json_types(deploy, &good).is_ok());
         assert!(check_patched_json_types(deploy, &good).is_ok());
+    }
+
+    #[test]
+    fn dry_run_in_delete_options() {
+        assert!(!dry_run_values(None).expect("none"));
+        assert!(!dry_run_values(Some(&json!([]))).expect("empty"));
+        assert!(dry_run_values(Some(&json!(["All"]))).expect("all"));
+        let e = dry_run_values(Some(&json!(["Some"]))).unwrap_err();
+        assert_eq!(e.code, 422);
+        assert!(
+            e.message.contains("dryRun: Unsupported value: \"Some\""),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

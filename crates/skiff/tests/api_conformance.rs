@@ -721,6 +721,18 @@ fn delete_all_and_deletecollection_with_a_label_selector() {
     // DELETE on a cluster-wide collection of a namespaced kind is refused.
     let (code, _) = curl(&c, "DELETE", "/api/v1/configmaps", "application/json", b"");
     assert!(code == 405 || code == 404, "{code}");
+    // --dry-run=server (dryRun in the DeleteOptions body) deletes nothing, one by one or all.
+    let out = c.k(&["delete", "configmap", "b1", "-n", "dc", "--dry-run=server"]);
+    assert!(out.contains("(server dry run)"), "{out}");
+    c.k(&["delete", "configmaps", "--all", "-n", "dc", "--dry-run=server"]);
+    let out = c.k(&["delete", "--raw", "/api/v1/namespaces/dc/configmaps?dryRun=All"]);
+    assert!(out.contains("b1"), "{out}");
+    assert!(exists(&c, &["configmap", "b1", "-n", "dc"]));
+    assert!(
+        c.get_json(&["configmap", "b1", "-n", "dc"])["metadata"]
+            .get("deletionTimestamp")
+            .is_none()
+    );
     // kubectl delete --all.
     c.k(&["create", "configmap", "b2", "--from-literal=k=v", "-n", "dc"]);
     let out = c.k(&["delete", "configmaps", "--all", "-n", "dc"]);
@@ -826,6 +838,13 @@ fn graceful_pod_deletion() {
     // An unbound pod goes at once.
     c.k(&["delete", "pod", "unbound", "--wait=false"]);
     assert!(!exists(&c, &["pod", "unbound"]));
+    // A server-side dry run marks nothing.
+    c.k(&["delete", "pod", "bound", "--dry-run=server"]);
+    assert!(
+        c.get_json(&["pod", "bound"])["metadata"]
+            .get("deletionTimestamp")
+            .is_none()
+    );
     // A pod on a node keeps its deletionTimestamp until the node confirms.
     c.k(&["delete", "pod", "bound", "--wait=false"]);
     let p = c.get_json(&["pod", "bound"]);

@@ -310,6 +310,19 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
         });
     }
 
+    let rolling = spec
+        .update_strategy
+        .as_ref()
+        .and_then(|s| s.type_.as_deref())
+        .is_none_or(|t| t == "RollingUpdate");
+    let desired = nodes.iter().filter(|n| node_should_run(&spec.template, n).0).count() as i32;
+    let rolling_params = spec.update_strategy.as_ref().and_then(|s| s.rolling_update.as_ref());
+    let max_surge = if rolling {
+        cu::scaled_value(rolling_params.and_then(|r| r.max_surge.as_ref()), desired, true)?
+    } else {
+        0
+    };
+
     // manage: which nodes need a pod, which pods must go.
     let mut create_on: Vec<String> = Vec::new();
     let mut delete: Vec<&Pod> = Vec::new();
@@ -338,8 +351,14 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
                 }
                 alive.push(p);
             }
-            // Keep the first (running, oldest); the rest are surplus.
-            if alive.len() > 1 {
+            // Keep the first (running, oldest); the rest are surplus. While surging, a node
+            // may hold one pod of the current revision besides.
+            if max_surge > 0 {
+                let (new, old): (Vec<&Pod>, Vec<&Pod>) =
+                    alive.into_iter().partition(|p| pod_hash(p) == Some(hash.as_str()));
+                delete.extend(new.into_iter().skip(1));
+                delete.extend(old.into_iter().skip(1));
+            } else if alive.len() > 1 {
                 delete.extend(alive.into_iter().skip(1));
             }
         } else if !should_continue {
@@ -365,13 +384,10 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
     // Rolling update once the pod set is settled.
     let now = jiff::Timestamp::now();
     let min_ready = spec.min_ready_seconds.unwrap_or(0);
-    let rolling = spec
-        .update_strategy
-        .as_ref()
-        .and_then(|s| s.type_.as_deref())
-        .is_none_or(|t| t == "RollingUpdate");
-    if !changed && rolling {
-        let desired = nodes.iter().filter(|n| node_should_run(&spec.template, n).0).count() as i32;
+    if !changed && rolling && max_surge > 0 {
+        let (to_delete, to_create) = surge_update(&nodes, &spec.template, &by_node, &hash, max_surge, min_ready, now);
+        sync_nodes(ctx, &ds, &pods_api, &to_create, &to_delete, &hash).await?;
+    } else if !changed && rolling {
         let max_unavailable = cu::scaled_value(
             spec.update_strategy
                 .as_ref()
@@ -390,6 +406,67 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
     update_status(&ds_api, &ds, &nodes, &by_node, &hash, now).await?;
     let again = pods.iter().filter_map(|p| cu::available_after(p, min_ready, now)).min();
     Ok(again)
+}
+
+/// Upstream's `rollingUpdate` with maxSurge > 0: a new pod goes next to an old one (at once
+/// where the old one is not available, else up to maxSurge nodes at a time), and the old pod
+/// goes once the new one is available. Returns (pods to delete, nodes to create a pod on).
+fn surge_update<'a>(
+    nodes: &[Node],
+    template: &PodTemplateSpec,
+    by_node: &HashMap<String, Vec<&'a Pod>>,
+    hash: &str,
+    max_surge: i32,
+    min_ready: i32,
+    now: jiff::Timestamp,
+) -> (Vec<&'a Pod>, Vec<String>) {
+    let mut delete: Vec<&Pod> = Vec::new();
+    let mut allowed: Vec<String> = Vec::new();
+    let mut candidates: Vec<String> = Vec::new();
+    let mut surging = 0;
+    let mut names: Vec<&String> = by_node.keys().collect();
+    names.sort();
+    for n in names {
+        let pods: Vec<&Pod> = by_node[n]
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .copied()
+            .collect();
+        let new: Vec<&Pod> = pods.iter().filter(|p| pod_hash(p) == Some(hash)).copied().collect();
+        let old: Vec<&Pod> = pods.iter().filter(|p| pod_hash(p) != Some(hash)).copied().collect();
+        if new.len() > 1 || old.len() > 1 {
+            surging += 1;
+            continue;
+        }
+        match (new.first(), old.first()) {
+            (_, None) => {}
+            (None, Some(o)) => {
+                if cu::is_pod_available(o, min_ready, now) {
+                    candidates.push(n.clone());
+                } else {
+                    let runs = nodes
+                        .iter()
+                        .find(|x| x.metadata.name.as_ref() == Some(n))
+                        .is_some_and(|x| node_should_run(template, x).0);
+                    if runs {
+                        allowed.push(n.clone());
+                    } else {
+                        delete.push(o);
+                    }
+                }
+            }
+            (Some(nw), Some(o)) => {
+                if cu::is_pod_available(nw, min_ready, now) {
+                    delete.push(o);
+                } else {
+                    surging += 1;
+                }
+            }
+        }
+    }
+    let remaining = (max_surge - surging).max(0) as usize;
+    allowed.extend(candidates.into_iter().take(remaining));
+    (delete, allowed)
 }
 
 /// Upstream's `rollingUpdate` with maxSurge 0: old pods that are not available go at once,
@@ -436,6 +513,7 @@ fn rolling_update_victims<'a>(
             (None, Some(p)) => {
                 if !cu::is_pod_available(p, min_ready, now) {
                     allowed.push(p);
+                    unavailable += 1;
                 } else if unavailable < max_unavailable {
                     candidates.push(p);
                 }
@@ -762,6 +840,63 @@ mod tests {
         let spec = pod.spec.clone().unwrap_or_default();
         assert!(fits_node_affinity(&spec, &node("n1", &[], vec![])));
         assert!(!fits_node_affinity(&spec, &node("n2", &[], vec![])));
+    }
+
+    fn daemon_pod(name: &str, node: &str, hash: &str, ready: bool) -> Pod {
+        use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some([(history::CONTROLLER_REVISION_HASH_LABEL.to_string(), hash.to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some(node.into()),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn rolling_update_respects_max_unavailable_and_surge() {
+        let nodes: Vec<Node> = ["n1", "n2", "n3"].iter().map(|n| node(n, &[], vec![])).collect();
+        let t = template(PodSpec::default());
+        let now = jiff::Timestamp::now();
+        let p1 = daemon_pod("a", "n1", "old", true);
+        let p2 = daemon_pod("b", "n2", "old", true);
+        let p3 = daemon_pod("c", "n3", "old", false);
+        let by_node: HashMap<String, Vec<&Pod>> = [
+            ("n1".to_string(), vec![&p1]),
+            ("n2".to_string(), vec![&p2]),
+            ("n3".to_string(), vec![&p3]),
+        ]
+        .into();
+        // The unavailable old pod goes at once and uses up the one allowed unavailability.
+        let victims = rolling_update_victims(&nodes, &t, &by_node, "new", 1, 0, now);
+        let names: Vec<&str> = victims.iter().filter_map(|p| p.metadata.name.as_deref()).collect();
+        assert_eq!(names, ["c"]);
+        let victims = rolling_update_victims(&nodes, &t, &by_node, "new", 2, 0, now);
+        assert_eq!(victims.len(), 2);
+        // Surge: a new pod next to the unavailable old one, and one more within maxSurge.
+        let (delete, create) = surge_update(&nodes, &t, &by_node, "new", 1, 0, now);
+        assert!(delete.is_empty());
+        assert_eq!(create, ["n3", "n1"]);
+        // Once the new pod is available the old one goes.
+        let n1 = daemon_pod("d", "n1", "new", true);
+        let by_node: HashMap<String, Vec<&Pod>> = [("n1".to_string(), vec![&p1, &n1])].into();
+        let (delete, create) = surge_update(&nodes, &t, &by_node, "new", 1, 0, now);
+        assert_eq!(delete.len(), 1);
+        assert_eq!(delete[0].metadata.name.as_deref(), Some("a"));
+        assert!(create.is_empty());
     }
 
     #[test]

@@ -160,6 +160,54 @@ fn restart_total(pods: &[&Pod]) -> i32 {
         .sum()
 }
 
+/// Upstream's pod failure backoff: 10 s doubling per consecutive failure, at most 6 minutes.
+pub fn backoff_delay(consecutive_failures: u32) -> Duration {
+    if consecutive_failures == 0 {
+        return Duration::ZERO;
+    }
+    let secs = 10u64.saturating_mul(1u64 << (consecutive_failures - 1).min(10));
+    Duration::from_secs(secs.min(360))
+}
+
+/// When a pod finished: its containers' last termination, else its Ready condition change.
+fn finish_time(p: &Pod) -> Option<jiff::Timestamp> {
+    let st = p.status.as_ref()?;
+    let containers = st
+        .container_statuses
+        .iter()
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref().map(|t| t.0))
+        .max();
+    containers.or_else(|| {
+        st.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .and_then(|c| c.last_transition_time.as_ref().map(|t| t.0))
+            .or_else(|| p.metadata.creation_timestamp.as_ref().map(|t| t.0))
+    })
+}
+
+/// How long to wait before replacing failed pods, if at all: failures since the last success
+/// count as consecutive.
+fn pod_backoff_remaining(pods: &[Pod], now: jiff::Timestamp) -> Option<Duration> {
+    let last_success = pods
+        .iter()
+        .filter(|p| cu::pod_phase(p) == "Succeeded")
+        .filter_map(finish_time)
+        .max();
+    let failures: Vec<jiff::Timestamp> = pods
+        .iter()
+        .filter(|p| cu::pod_phase(p) == "Failed")
+        .filter_map(finish_time)
+        .filter(|t| last_success.is_none_or(|s| *t > s))
+        .collect();
+    let last = failures.iter().max()?;
+    let delay = backoff_delay(failures.len() as u32);
+    let at = *last + jiff::SignedDuration::try_from(delay).ok()?;
+    (at > now).then(|| Duration::from_millis(at.duration_since(now).as_millis().max(0) as u64 + 100))
+}
+
 async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
     let (ns, name) = cu::split_key(&key);
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
@@ -281,7 +329,11 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
                     new_condition("Suspended", "False", "JobResumed", "Job resumed"),
                 );
             }
-            if indexed {
+            // Failed pods are replaced after upstream's exponential backoff.
+            let backoff = pod_backoff_remaining(&pods, now);
+            if let Some(wait) = backoff {
+                again = Some(wait);
+            } else if indexed {
                 active_count += manage_indexed(ctx, &job, &pods_api, &active, &completed_indexes, parallelism).await?;
             } else {
                 let want = want_active(completions, parallelism, succeeded, active_count);
@@ -295,7 +347,12 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
         }
         status.active = (active_count > 0).then_some(active_count);
         status.ready = Some(active.iter().filter(|p| cu::is_pod_ready(p)).count() as i32);
-        again = deadline_at.map(|d| Duration::from_millis(d.duration_since(now).as_millis().max(0) as u64 + 100));
+        let deadline_in =
+            deadline_at.map(|d| Duration::from_millis(d.duration_since(now).as_millis().max(0) as u64 + 100));
+        again = match (again, deadline_in) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
     status.succeeded = (succeeded > 0).then_some(succeeded);
     status.failed = (failed > 0).then_some(failed);
@@ -461,6 +518,15 @@ mod tests {
         assert_eq!(format_indexes(&set), "0-2,4,6-7");
         assert_eq!(parse_indexes("0-2,4,6-7"), set);
         assert_eq!(format_indexes(&BTreeSet::new()), "");
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_six_minutes() {
+        assert_eq!(backoff_delay(0), Duration::ZERO);
+        assert_eq!(backoff_delay(1), Duration::from_secs(10));
+        assert_eq!(backoff_delay(3), Duration::from_secs(40));
+        assert_eq!(backoff_delay(7), Duration::from_secs(360));
+        assert_eq!(backoff_delay(40), Duration::from_secs(360));
     }
 
     #[test]

@@ -235,6 +235,48 @@ spec:
         pods.iter()
             .all(|p| !p["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"].is_null())
     );
+
+    // Pods that cannot be scheduled: the rollout passes its progress deadline.
+    c.apply(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: stuck
+spec:
+  replicas: 1
+  progressDeadlineSeconds: 2
+  selector:
+    matchLabels:
+      app: stuck
+  template:
+    metadata:
+      labels:
+        app: stuck
+    spec:
+      nodeSelector:
+        no-such-label: "true"
+      containers:
+      - name: c
+        image: busybox
+"#,
+        &[],
+    );
+    let err = c.k_err(&["rollout", "status", "deployment/stuck", "--timeout=30s"]);
+    assert!(err.contains("exceeded its progress deadline"), "{err}");
+    let d = c.get_json(&["deployment", "stuck"]);
+    let conds = d["status"]["conditions"].as_array().unwrap();
+    assert!(
+        conds
+            .iter()
+            .any(|x| x["type"] == "Progressing" && x["status"] == "False" && x["reason"] == "ProgressDeadlineExceeded"),
+        "{conds:?}"
+    );
+    assert!(
+        conds
+            .iter()
+            .any(|x| x["type"] == "Available" && x["reason"] == "MinimumReplicasUnavailable")
+    );
 }
 
 const FLUENTD: &str = r#"
@@ -397,6 +439,77 @@ spec:
     assert_eq!(pods[0]["spec"]["nodeName"], "sim-node-1");
     let ds = c.get_json(&["ds", "ssd-only"]);
     assert_eq!(ds["status"]["desiredNumberScheduled"], 1);
+
+    // A new node gets a daemon pod (pinned to it; no simulated node runs it).
+    c.apply(
+        r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: extra-node
+  labels:
+    kubernetes.io/hostname: extra-node
+"#,
+        &[],
+    );
+    let pinned = eventually(Duration::from_secs(30), || {
+        let ds = c.get_json(&["ds", "fluentd-elasticsearch", "-n", "kube-system"]);
+        let pods = items(&c.get_json(&["pods", "-n", "kube-system", "-l", "name=fluentd-elasticsearch"]));
+        let on_extra = pods.iter().any(|p| {
+            p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+                [0]["matchFields"][0]["values"][0]
+                == "extra-node"
+        });
+        (ds["status"]["desiredNumberScheduled"] == 4 && on_extra).then_some(())
+    });
+    assert!(
+        pinned.is_some(),
+        "{}",
+        c.k(&["get", "ds,pods", "-n", "kube-system", "-o", "wide"])
+    );
+}
+
+#[test]
+fn daemonset_surge_rollout() {
+    let c = cluster();
+    c.apply(
+        r#"
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: agent
+spec:
+  updateStrategy:
+    type: RollingUpdate
+    rollingUpdate:
+      maxSurge: 1
+      maxUnavailable: 0
+  selector:
+    matchLabels:
+      app: agent
+  template:
+    metadata:
+      labels:
+        app: agent
+    spec:
+      containers:
+      - name: agent
+        image: agent:1
+"#,
+        &[],
+    );
+    wait_running(&c, "default", "app=agent", 3);
+    c.k(&["rollout", "status", "ds/agent", "--timeout=60s"]);
+    c.k(&["set", "image", "ds/agent", "agent=agent:2"]);
+    c.k(&["rollout", "status", "ds/agent", "--timeout=90s"]);
+    let done = eventually(Duration::from_secs(30), || {
+        let pods = items(&c.get_json(&["pods", "-l", "app=agent"]));
+        (pods.len() == 3 && pods.iter().all(|p| p["spec"]["containers"][0]["image"] == "agent:2")).then_some(())
+    });
+    assert!(done.is_some(), "{}", c.k(&["get", "pods", "-o", "wide"]));
+    let ds = c.get_json(&["ds", "agent"]);
+    assert_eq!(ds["status"]["updatedNumberScheduled"], 3);
+    assert_eq!(ds["status"]["numberAvailable"], 3);
 }
 
 #[test]
@@ -598,6 +711,60 @@ spec:
             .any(|x| x["type"] == "Failed" && x["reason"] == "BackoffLimitExceeded")
     );
     assert_eq!(job["status"]["failed"], 2);
+
+    // Indexed: one pod per index, parallelism at a time.
+    c.apply(
+        r#"
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: indexed
+spec:
+  completions: 3
+  parallelism: 2
+  completionMode: Indexed
+  template:
+    spec:
+      containers:
+      - name: c
+        image: busybox
+      restartPolicy: Never
+"#,
+        &[],
+    );
+    let mut done: BTreeSet<String> = BTreeSet::new();
+    for round in [2usize, 1] {
+        let pods = eventually(Duration::from_secs(30), || {
+            let pods: Vec<Value> = running_pods(&c, "default", "job-name=indexed")
+                .into_iter()
+                .filter(|p| !done.contains(&name_of(p)))
+                .collect();
+            (pods.len() == round).then_some(pods)
+        })
+        .unwrap_or_else(|| panic!("{}", c.k(&["get", "pods", "--show-labels"])));
+        for p in pods {
+            let idx = p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            assert_eq!(p["spec"]["hostname"], format!("indexed-{idx}"));
+            let n = name_of(&p);
+            c.k(&[
+                "patch",
+                "pod",
+                &n,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"phase":"Succeeded"}}"#,
+            ]);
+            done.insert(n);
+        }
+    }
+    c.k(&["wait", "--for=condition=complete", "job/indexed", "--timeout=30s"]);
+    let job = c.get_json(&["job", "indexed"]);
+    assert_eq!(job["status"]["completedIndexes"], "0-2");
+    assert_eq!(job["status"]["succeeded"], 3);
 }
 
 #[test]

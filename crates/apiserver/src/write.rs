@@ -771,6 +771,19 @@ pub fn delete_options(ctx: &Ctx, bytes: &Bytes) -> Result<DeleteOpts, StatusErro
     Ok(o)
 }
 
+/// The NamespaceLifecycle admission plugin: default, kube-system and kube-public stay.
+fn immortal_namespace(res: &Resource, name: &str) -> Option<StatusError> {
+    if res.plural != "namespaces" || !matches!(name, "default" | "kube-system" | "kube-public") {
+        return None;
+    }
+    let mut e = StatusError::forbidden(format!(
+        "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
+    ));
+    e.kind = Some("namespaces".into());
+    e.name = Some(name.to_string());
+    Some(e)
+}
+
 /// DeleteOptions.dryRun: upstream accepts only "All".
 pub fn dry_run_values(v: Option<&Value>) -> Result<bool, StatusError> {
     let Some(list) = v.and_then(Value::as_array) else {
@@ -814,6 +827,9 @@ fn pod_grace(obj: &Value, requested: Option<i64>) -> i64 {
 pub async fn delete_object(ctx: &Ctx, opts: &DeleteOpts) -> Result<(Written, StatusCode), StatusError> {
     let res = ctx.rr.resource;
     let dry = ctx.dry_run() || opts.dry_run;
+    if let Some(e) = immortal_namespace(res, &ctx.rr.name) {
+        return Err(e);
+    }
     for _ in 0..8 {
         let (obj, rev) = ctx.current().await?;
         if let Some(uid) = &opts.uid
@@ -997,6 +1013,22 @@ mod tests {
             json!({"kind": "Deployment", "apiVersion": "apps/v1", "metadata": {"name": "d"}, "spec": {"replicas": 2}});
         assert!(check_json_types(deploy, &good).is_ok());
         assert!(check_patched_json_types(deploy, &good).is_ok());
+    }
+
+    #[test]
+    fn system_namespaces_may_not_be_deleted() {
+        let ns = skiff_api::registry::lookup("", "v1", "namespaces").expect("namespaces");
+        for name in ["default", "kube-system", "kube-public"] {
+            let e = immortal_namespace(ns, name).expect("forbidden");
+            assert_eq!(e.code, 403);
+            assert_eq!(
+                e.message,
+                format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted")
+            );
+        }
+        assert!(immortal_namespace(ns, "kube-node-lease").is_none());
+        assert!(immortal_namespace(ns, "team").is_none());
+        assert!(immortal_namespace(pods(), "default").is_none());
     }
 
     #[test]

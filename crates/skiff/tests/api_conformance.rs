@@ -742,6 +742,21 @@ fn delete_all_and_deletecollection_with_a_label_selector() {
     );
     let left = c.k(&["get", "configmaps", "-n", "dc", "-o", "name"]);
     assert!(!left.contains("configmap/b"), "{left}");
+    // The system namespaces may not be deleted (NamespaceLifecycle).
+    for ns in ["default", "kube-system", "kube-public"] {
+        let err = c.k_err(&["delete", "namespace", ns, "--wait=false"]);
+        assert!(
+            err.contains(&format!(
+                "namespaces \"{ns}\" is forbidden: this namespace may not be deleted"
+            )),
+            "{err}"
+        );
+        assert!(
+            c.get_json(&["namespace", ns])["metadata"]
+                .get("deletionTimestamp")
+                .is_none()
+        );
+    }
     // Other namespaces are untouched.
     c.k(&["create", "configmap", "keep", "--from-literal=k=v"]);
     c.k(&["delete", "configmaps", "--all", "-n", "dc"]);

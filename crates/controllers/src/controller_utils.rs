@@ -46,8 +46,13 @@ pub fn now() -> Time {
     Time(jiff::Timestamp::now())
 }
 
-/// A work queue: a key is queued at most once, however often it is added, and keys wait
-/// their turn in order. `add_after` queues later; failures back off per key.
+/// How many keys a controller syncs at once (upstream's default `Concurrent*Syncs`).
+pub const WORKERS: usize = 5;
+
+/// A work queue: a key is queued at most once, however often it is added, keys wait their
+/// turn in order, and a key is never synced twice at the same time (one added while it is
+/// being synced is queued again when that sync ends). `add_after` queues later; failures back
+/// off per key.
 #[derive(Clone, Default)]
 pub struct WorkQueue {
     inner: Arc<parking_lot::Mutex<QueueState>>,
@@ -58,6 +63,8 @@ pub struct WorkQueue {
 struct QueueState {
     queued: HashSet<String>,
     order: VecDeque<String>,
+    processing: HashSet<String>,
+    again: HashSet<String>,
     failures: HashMap<String, u32>,
 }
 
@@ -68,6 +75,10 @@ impl WorkQueue {
 
     pub fn add(&self, key: String) {
         let mut s = self.inner.lock();
+        if s.processing.contains(&key) {
+            s.again.insert(key);
+            return;
+        }
         if s.queued.insert(key.clone()) {
             s.order.push_back(key);
             drop(s);
@@ -104,42 +115,63 @@ impl WorkQueue {
         self.inner.lock().failures.remove(key);
     }
 
+    /// The next key, now marked as being processed.
     async fn next(&self) -> String {
         loop {
             {
                 let mut s = self.inner.lock();
                 if let Some(k) = s.order.pop_front() {
                     s.queued.remove(&k);
+                    s.processing.insert(k.clone());
                     return k;
                 }
             }
-            self.notify.notified().await;
+            // Re-check now and then, so a wake-up lost to a cancelled wait costs little.
+            let _ = tokio::time::timeout(Duration::from_millis(500), self.notify.notified()).await;
         }
     }
 
-    /// Process keys one at a time forever: `sync` returns when to sync the key again.
-    pub async fn run<F, Fut>(self, name: &'static str, mut sync: F) -> anyhow::Result<()>
+    /// The sync of `key` ended: queue it again if it was added meanwhile.
+    fn done(&self, key: &str) {
+        let again = {
+            let mut s = self.inner.lock();
+            s.processing.remove(key);
+            s.again.remove(key)
+        };
+        if again {
+            self.add(key.to_string());
+        }
+    }
+
+    /// Process keys, up to [`WORKERS`] at a time, forever: `sync` returns when to sync the key
+    /// again.
+    pub async fn run<F, Fut>(self, name: &'static str, sync: F) -> anyhow::Result<()>
     where
-        F: FnMut(String) -> Fut,
+        F: Fn(String) -> Fut,
         Fut: Future<Output = anyhow::Result<Option<Duration>>>,
     {
+        use futures::stream::FuturesUnordered;
+        let mut inflight = FuturesUnordered::new();
         loop {
-            let key = self.next().await;
-            match sync(key.clone()).await {
-                Ok(again) => {
-                    self.forget(&key);
-                    if let Some(d) = again {
-                        self.add_after(key, d);
-                    }
+            tokio::select! {
+                key = self.next(), if inflight.len() < WORKERS => {
+                    let fut = sync(key.clone());
+                    inflight.push(async move { (key, fut.await) });
                 }
-                Err(e) => {
-                    tracing::debug!(
-                        controller = name,
-                        key,
-                        error = format!("{e:#}"),
-                        "sync failed; will retry"
-                    );
-                    self.add_rate_limited(key);
+                Some((key, result)) = inflight.next(), if !inflight.is_empty() => {
+                    self.done(&key);
+                    match result {
+                        Ok(again) => {
+                            self.forget(&key);
+                            if let Some(d) = again {
+                                self.add_after(key, d);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::debug!(controller = name, key, error = format!("{e:#}"), "sync failed; will retry");
+                            self.add_rate_limited(key);
+                        }
+                    }
                 }
             }
         }
@@ -829,12 +861,20 @@ mod tests {
         assert!(scaled_value(Some(&IntOrString::String("2".into())), 10, false).is_err());
     }
 
-    #[test]
-    fn queue_dedupes() {
+    #[tokio::test]
+    async fn queue_dedupes_and_never_hands_out_a_key_twice_at_once() {
         let q = WorkQueue::new();
         q.add("a/b".into());
         q.add("a/b".into());
         q.add("a/c".into());
         assert_eq!(q.inner.lock().order.len(), 2);
+        let k = q.next().await;
+        assert_eq!(k, "a/b");
+        // Added while being processed: held back until done.
+        q.add("a/b".into());
+        assert_eq!(q.next().await, "a/c");
+        assert!(q.inner.lock().order.is_empty());
+        q.done("a/b");
+        assert_eq!(q.next().await, "a/b");
     }
 }

@@ -318,6 +318,10 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
         let mut active_count = active.len() as i32;
         if suspended {
             active_count -= delete_pods(ctx, &job, &pods_api, &active).await? as i32;
+            if !condition_true(Some(&status), "Suspended") {
+                // The deadline starts over when the Job resumes.
+                status.start_time = None;
+            }
             set_condition(
                 &mut status,
                 new_condition("Suspended", "True", "JobSuspended", "Job suspended"),

@@ -168,6 +168,13 @@ fn generated_name(base: &str) -> String {
     format!("{}{}", &base[..end], random_suffix())
 }
 
+/// An update may leave metadata.uid out (the stored one stays) but not change it.
+fn changed_uid(old: &Value, new: &Value) -> Option<skiff_api::FieldError> {
+    let uid = objects::uid(new);
+    (!uid.is_empty() && uid != objects::uid(old))
+        .then(|| skiff_api::FieldError::invalid("metadata.uid", &json!(uid), "field is immutable"))
+}
+
 /// Upstream's ValidateNoNewFinalizers: once deletion has started, finalizers may only go.
 fn no_new_finalizers(old: &Value, new: &Value) -> Option<skiff_api::FieldError> {
     objects::deletion_timestamp(old)?;
@@ -477,6 +484,9 @@ pub async fn finish_update(
     let res = ctx.rr.resource;
     check_type(res, &mut new)?;
     let old_md = objects::metadata(old).cloned().unwrap_or_default();
+    if let Some(e) = changed_uid(old, &new) {
+        return Err(StatusError::invalid(res.group, res.kind, objects::name(old), &[e]));
+    }
     if scope == UpdateScope::Status {
         // Only status (and nothing else) changes through the status subresource.
         let status = new.get("status").cloned();
@@ -1029,6 +1039,18 @@ mod tests {
         assert!(immortal_namespace(ns, "kube-node-lease").is_none());
         assert!(immortal_namespace(ns, "team").is_none());
         assert!(immortal_namespace(pods(), "default").is_none());
+    }
+
+    #[test]
+    fn uid_is_immutable() {
+        let old = json!({"metadata": {"name": "x", "uid": "u1"}});
+        assert!(changed_uid(&old, &json!({"metadata": {"name": "x"}})).is_none());
+        assert!(changed_uid(&old, &json!({"metadata": {"name": "x", "uid": "u1"}})).is_none());
+        let e = changed_uid(&old, &json!({"metadata": {"name": "x", "uid": "zzz"}})).expect("immutable");
+        assert_eq!(
+            e.to_string(),
+            "metadata.uid: Invalid value: \"zzz\": field is immutable"
+        );
     }
 
     #[test]

@@ -661,6 +661,19 @@ fn kubectl_replace_and_replace_force() {
     let cm = c.get_json(&["configmap", "r"]);
     assert_eq!(cm["data"], json!({"b": "2"}));
     assert_eq!(cm["metadata"]["uid"], uid.as_str());
+    // The uid cannot change.
+    let err = c.k_err(&[
+        "patch",
+        "configmap",
+        "r",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"uid":"zzz"}}"#,
+    ]);
+    assert!(
+        err.contains("ConfigMap \"r\" is invalid: metadata.uid: Invalid value: \"zzz\": field is immutable"),
+        "{err}"
+    );
     // A stale resourceVersion in the replacement is a conflict.
     let err = stdin_kubectl_err(
         &c,
@@ -1449,15 +1462,14 @@ fn seed_examples_as_written() {
     }
     assert!(!exists(&c, &["deployment", "string"]));
     assert!(!exists(&c, &["cronjob", "hello"]));
-    // The same documents sent straight to the server's paths are 404s.
-    let (code, _) = curl(
-        &c,
-        "POST",
+    // The removed group versions are not served at all.
+    for path in [
         "/apis/extensions/v1beta1/namespaces/default/deployments",
-        "application/yaml",
-        SEED_EXTENSIONS_DEPLOYMENT.as_bytes(),
-    );
-    assert_eq!(code, 404);
+        "/apis/batch/v1beta1/namespaces/default/cronjobs",
+    ] {
+        let (code, body) = curl(&c, "GET", path, "application/json", b"");
+        assert_eq!(code, 404, "{path}: {body}");
+    }
     // Moved to apps/v1 as written, the typos (revisonHistoryLimit, sepc) are unknown fields
     // and kubectl's strict validation names them.
     let moved = SEED_EXTENSIONS_DEPLOYMENT.replace("extensions/v1beta1", "apps/v1");

@@ -189,8 +189,33 @@ pub async fn create_binding(ctx: &Ctx, bytes: Bytes, pod_name: Option<String>) -
         headers: ctx.headers.clone(),
         method: ctx.method.clone(),
     };
+    // The binder names the pod it scheduled by uid (and may by resourceVersion): a pod
+    // deleted and created again under the same name is not bound by mistake.
+    let want_uid = objects::uid(&binding).to_string();
+    let want_rv = objects::resource_version(&binding).to_string();
     for _ in 0..8 {
         let (pod, rev) = pctx.current().await?;
+        if !want_uid.is_empty() && want_uid != objects::uid(&pod) {
+            return Err(StatusError::conflict(
+                "",
+                "pods",
+                &name,
+                &format!(
+                    "Precondition failed: UID in precondition: {want_uid}, UID in object meta: {}",
+                    objects::uid(&pod)
+                ),
+            ));
+        }
+        if !want_rv.is_empty() && want_rv != rev.to_string() {
+            return Err(StatusError::conflict(
+                "",
+                "pods",
+                &name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {want_rv}, ResourceVersion in object meta: {rev}"
+                ),
+            ));
+        }
         if objects::deletion_timestamp(&pod).is_some() {
             return Err(StatusError::conflict(
                 "",

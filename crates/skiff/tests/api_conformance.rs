@@ -1080,6 +1080,36 @@ fn binding_twice_is_a_conflict() {
         "Operation cannot be fulfilled on pods/binding \"b\": pod b is already assigned to node \"n1\""
     );
     assert_eq!(c.get_json(&["pod", "b"])["spec"]["nodeName"], "n1");
+    // The binder's uid precondition: a pod created again under the same name is not bound.
+    c.apply(&pod_yaml("again", "{app: b}", None), &[]);
+    let stale = br#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"again","uid":"00000000-0000-0000-0000-000000000000"},"target":{"kind":"Node","name":"n1"}}"#;
+    let (code, body) = curl(
+        &c,
+        "POST",
+        "/api/v1/namespaces/default/pods/again/binding",
+        "application/json",
+        stale,
+    );
+    assert_eq!(code, 409, "{body}");
+    assert!(
+        json_of(&body)["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("Operation cannot be fulfilled on pods \"again\": Precondition failed: UID in precondition: 00000000-0000-0000-0000-000000000000, UID in object meta: ")),
+        "{body}"
+    );
+    assert!(c.get_json(&["pod", "again"])["spec"].get("nodeName").is_none());
+    let uid = uid_of(&c, &["pod", "again"]);
+    let fresh = format!(
+        r#"{{"apiVersion":"v1","kind":"Binding","metadata":{{"name":"again","uid":"{uid}"}},"target":{{"kind":"Node","name":"n1"}}}}"#
+    );
+    let (code, body) = curl(
+        &c,
+        "POST",
+        "/api/v1/namespaces/default/pods/again/binding",
+        "application/json",
+        fresh.as_bytes(),
+    );
+    assert_eq!(code, 201, "{body}");
     // A binding without a target is invalid; to a missing pod, not found.
     let (code, body) = curl(
         &c,

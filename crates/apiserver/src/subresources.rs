@@ -240,6 +240,25 @@ pub async fn create_binding(ctx: &Ctx, bytes: Bytes, pod_name: Option<String>) -
         if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
             spec.insert("nodeName".into(), json!(target));
         }
+        // The binding's annotations land on the pod, as upstream's setPodNodeAndMetadata does.
+        if let Some(extra) = objects::metadata(&binding)
+            .and_then(|m| m.get("annotations"))
+            .and_then(Value::as_object)
+            .filter(|a| !a.is_empty())
+        {
+            let md = metadata_mut(&mut new);
+            let annotations = md.entry("annotations").or_insert_with(|| json!({}));
+            if !annotations.is_object() {
+                *annotations = json!({});
+            }
+            if let Some(a) = annotations.as_object_mut() {
+                for (k, v) in extra {
+                    if v.is_string() {
+                        a.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
         // As upstream: the Binding's annotations are copied onto the pod.
         if let Some(ann) = binding.pointer("/metadata/annotations").and_then(Value::as_object)
             && !ann.is_empty()

@@ -1100,7 +1100,7 @@ fn binding_twice_is_a_conflict() {
     assert!(c.get_json(&["pod", "again"])["spec"].get("nodeName").is_none());
     let uid = uid_of(&c, &["pod", "again"]);
     let fresh = format!(
-        r#"{{"apiVersion":"v1","kind":"Binding","metadata":{{"name":"again","uid":"{uid}"}},"target":{{"kind":"Node","name":"n1"}}}}"#
+        r#"{{"apiVersion":"v1","kind":"Binding","metadata":{{"name":"again","uid":"{uid}","annotations":{{"example.com/why":"fits"}}}},"target":{{"kind":"Node","name":"n1"}}}}"#
     );
     let (code, body) = curl(
         &c,
@@ -1110,6 +1110,10 @@ fn binding_twice_is_a_conflict() {
         fresh.as_bytes(),
     );
     assert_eq!(code, 201, "{body}");
+    // The binding's annotations land on the pod.
+    let p = c.get_json(&["pod", "again"]);
+    assert_eq!(p["spec"]["nodeName"], "n1");
+    assert_eq!(p["metadata"]["annotations"]["example.com/why"], "fits");
     // A binding without a target is invalid; to a missing pod, not found.
     let (code, body) = curl(
         &c,

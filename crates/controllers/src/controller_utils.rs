@@ -184,20 +184,30 @@ where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
     F: Fn(&K) -> Vec<String> + Send + 'static,
 {
+    spawn_watch_events(api, queue, move |o: &K, _deleted: bool| map(o));
+}
+
+/// Like [`spawn_watch`], and `map` is told whether the object was deleted.
+pub fn spawn_watch_events<K, F>(api: Api<K>, queue: WorkQueue, mut map: F)
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    F: FnMut(&K, bool) -> Vec<String> + Send + 'static,
+{
     tokio::spawn(async move {
         let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
         while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::InitApply(o)) | Ok(watcher::Event::Delete(o)) => {
-                    for k in map(&o) {
-                        queue.add(k);
-                    }
-                }
-                Ok(_) => {}
+            let keys = match ev {
+                Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::InitApply(o)) => map(&o, false),
+                Ok(watcher::Event::Delete(o)) => map(&o, true),
+                Ok(_) => Vec::new(),
                 Err(e) => {
                     tracing::debug!(error = %e, "controller watch error");
                     tokio::time::sleep(Duration::from_secs(1)).await;
+                    Vec::new()
                 }
+            };
+            for k in keys {
+                queue.add(k);
             }
         }
     });

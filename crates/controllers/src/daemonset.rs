@@ -35,10 +35,27 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
             d.spec.as_ref().map(|s| &s.selector)
         })
     });
+    // Node changes matter only when they can change where daemons run: heartbeats do not
+    // (upstream's `nodeInSameCondition`).
     let s = store.clone();
-    cu::spawn_watch(Api::<Node>::all(client.clone()), queue.clone(), move |_n: &Node| {
-        s.state().iter().flat_map(|d| cu::self_key(d.as_ref())).collect()
-    });
+    let mut seen: HashMap<String, String> = HashMap::new();
+    cu::spawn_watch_events(
+        Api::<Node>::all(client.clone()),
+        queue.clone(),
+        move |n: &Node, deleted| {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            if deleted {
+                seen.remove(&name);
+            } else {
+                let fp = node_fingerprint(n);
+                if seen.get(&name) == Some(&fp) {
+                    return Vec::new();
+                }
+                seen.insert(name, fp);
+            }
+            s.state().iter().flat_map(|d| cu::self_key(d.as_ref())).collect()
+        },
+    );
     let ctx = Ctx {
         recorder: Recorder::new(client.clone(), COMPONENT),
         client,
@@ -47,6 +64,24 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
 }
 
 // ---- predicates ----
+
+/// What of a node decides whether daemons run there: labels, taints, unschedulable and the
+/// condition statuses (not their heartbeat times).
+fn node_fingerprint(n: &Node) -> String {
+    let conditions: Vec<(String, String)> = n
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .map(|cs| cs.iter().map(|c| (c.type_.clone(), c.status.clone())).collect())
+        .unwrap_or_default();
+    serde_json::json!({
+        "labels": n.metadata.labels,
+        "taints": n.spec.as_ref().and_then(|s| s.taints.as_ref()),
+        "unschedulable": n.spec.as_ref().and_then(|s| s.unschedulable),
+        "conditions": conditions,
+    })
+    .to_string()
+}
 
 /// The tolerations every daemon pod gets (upstream's `AddOrUpdateDaemonPodTolerations`).
 pub fn add_daemon_tolerations(spec: &mut PodSpec) {

@@ -53,25 +53,32 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
             d.spec.as_ref().map(|s| &s.selector)
         })
     });
-    // Pods matter for Recreate: the new ReplicaSet waits until the old pods are gone.
-    cu::spawn_watch(Api::<Pod>::all(client.clone()), queue.clone(), move |p: &Pod| {
-        let Some(c) = cu::controller_ref(&p.metadata) else {
-            return Vec::new();
-        };
-        if c.kind != "ReplicaSet" {
-            return Vec::new();
-        }
-        let ns = p.metadata.namespace.clone().unwrap_or_default();
-        replicasets
-            .state()
-            .iter()
-            .filter(|rs| {
-                rs.metadata.namespace.as_deref() == Some(ns.as_str())
-                    && rs.metadata.uid.as_deref() == Some(c.uid.as_str())
-            })
-            .filter_map(|rs| cu::controller_key(&rs.metadata, "Deployment"))
-            .collect()
-    });
+    // Pod deletions matter for Recreate: the new ReplicaSet waits until the old pods are gone.
+    cu::spawn_watch_events(
+        Api::<Pod>::all(client.clone()),
+        queue.clone(),
+        move |p: &Pod, deleted| {
+            if !deleted {
+                return Vec::new();
+            }
+            let Some(c) = cu::controller_ref(&p.metadata) else {
+                return Vec::new();
+            };
+            if c.kind != "ReplicaSet" {
+                return Vec::new();
+            }
+            let ns = p.metadata.namespace.clone().unwrap_or_default();
+            replicasets
+                .state()
+                .iter()
+                .filter(|rs| {
+                    rs.metadata.namespace.as_deref() == Some(ns.as_str())
+                        && rs.metadata.uid.as_deref() == Some(c.uid.as_str())
+                })
+                .filter_map(|rs| cu::controller_key(&rs.metadata, "Deployment"))
+                .collect()
+        },
+    );
     let ctx = Ctx {
         recorder: Recorder::new(client.clone(), COMPONENT),
         client,

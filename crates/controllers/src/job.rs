@@ -224,6 +224,14 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
     let Some(spec) = job.spec.clone() else {
         return Ok(None);
     };
+    // Another controller manages this Job.
+    if spec
+        .managed_by
+        .as_deref()
+        .is_some_and(|m| m != "kubernetes.io/job-controller")
+    {
+        return Ok(None);
+    }
     let selector = cu::selector_of(spec.selector.as_ref());
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let all = pods_api.list(&ListParams::default()).await?.items;
@@ -335,16 +343,21 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
             }
             // Failed pods are replaced after upstream's exponential backoff.
             let backoff = pod_backoff_remaining(&pods, now);
-            if let Some(wait) = backoff {
-                again = Some(wait);
-            } else if indexed {
-                active_count += manage_indexed(ctx, &job, &pods_api, &active, &completed_indexes, parallelism).await?;
+            // podReplacementPolicy Failed: replacements wait until terminating pods are gone.
+            let wait_terminating = spec.pod_replacement_policy.as_deref() == Some("Failed") && terminating > 0;
+            let may_create = backoff.is_none() && !wait_terminating;
+            again = backoff;
+            if indexed {
+                if may_create {
+                    active_count +=
+                        manage_indexed(ctx, &job, &pods_api, &active, &completed_indexes, parallelism).await?;
+                }
             } else {
                 let want = want_active(completions, parallelism, succeeded, active_count);
                 if active_count > want {
                     let victims = cu::pods_to_delete(&active, &active, (active_count - want) as usize);
                     active_count -= delete_pods(ctx, &job, &pods_api, &victims).await? as i32;
-                } else if active_count < want {
+                } else if active_count < want && may_create {
                     active_count += create_pods(ctx, &job, &pods_api, (want - active_count) as usize, None).await?;
                 }
             }

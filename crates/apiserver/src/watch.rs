@@ -155,6 +155,13 @@ pub async fn serve(ctx: Ctx, _name: Option<String>) -> Result<Response, StatusEr
             };
             let Some(ev) = next else { return };
             last_rev = ev.revision();
+            // Unfiltered JSON watches splice the stored bytes without parsing them.
+            if filter.is_empty() && encoder.output == Output::Object {
+                if tx.send(Ok(raw_event(&ev))).await.is_err() {
+                    return;
+                }
+                continue;
+            }
             let Some((kind, obj)) = translate(&ev, &filter) else {
                 continue;
             };
@@ -178,6 +185,22 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
         Some(d) => tokio::time::sleep_until(d).await,
         None => futures::future::pending().await,
     }
+}
+
+/// A watch event line built from the stored bytes, with the resourceVersion spliced in.
+fn raw_event(ev: &Event) -> Bytes {
+    let (kind, kv, rev) = match ev {
+        Event::Put { kv, prev } => (if prev.is_some() { "MODIFIED" } else { "ADDED" }, kv, kv.mod_revision),
+        Event::Delete { prev, revision } => ("DELETED", prev, *revision),
+    };
+    let obj = objects::with_resource_version(&kv.value, rev);
+    let mut line = Vec::with_capacity(obj.len() + 40);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(kind.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(&obj);
+    line.extend_from_slice(b"}\n");
+    Bytes::from(line)
 }
 
 /// A store event as this watcher sees it, or nothing if it concerns no selected object.

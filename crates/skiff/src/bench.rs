@@ -131,7 +131,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             workload,
             json,
         } => {
-            let server = ChildServer::start(&["--no-agent", "--no-scheduler"]).await?;
+            let server = ChildServer::start(&["--no-agent", "--no-scheduler", "--no-controllers"]).await?;
             let client = server.client().await?;
             wait_ready(&client).await?;
             let result = skiff_scheduler::bench(

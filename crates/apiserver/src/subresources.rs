@@ -259,18 +259,6 @@ pub async fn create_binding(ctx: &Ctx, bytes: Bytes, pod_name: Option<String>) -
                 }
             }
         }
-        // As upstream: the Binding's annotations are copied onto the pod.
-        if let Some(ann) = binding.pointer("/metadata/annotations").and_then(Value::as_object)
-            && !ann.is_empty()
-        {
-            let md = metadata_mut(&mut new);
-            let target_ann = md.entry("annotations").or_insert_with(|| json!({}));
-            if let Some(t) = target_ann.as_object_mut() {
-                for (k, v) in ann {
-                    t.insert(k.clone(), v.clone());
-                }
-            }
-        }
         set_condition(&mut new, "PodScheduled", "True", None, None);
         // Write spec and status together, as upstream's binding does.
         let bytes_new = objects::encode_for_store(&new);

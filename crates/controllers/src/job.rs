@@ -127,6 +127,22 @@ fn pod_index(p: &Pod) -> Option<i32> {
     a.or(l)?.parse().ok()
 }
 
+/// Upstream's success policy: a rule holds when its indexes all succeeded, or when at least
+/// `succeededCount` of them (of all indexes without a list) did.
+pub fn success_policy_met(rules: &[k8s_openapi::api::batch::v1::SuccessPolicyRule], completed: &BTreeSet<i32>) -> bool {
+    rules.iter().any(|r| match r.succeeded_indexes.as_deref() {
+        Some(list) => {
+            let wanted = parse_indexes(list);
+            let done = wanted.intersection(completed).count();
+            match r.succeeded_count {
+                Some(n) => done as i32 >= n,
+                None => done == wanted.len(),
+            }
+        }
+        None => r.succeeded_count.is_some_and(|n| completed.len() as i32 >= n),
+    })
+}
+
 /// How many pods should be active (upstream's `manageJob` arithmetic, NonIndexed).
 pub fn want_active(completions: Option<i32>, parallelism: i32, succeeded: i32, active: i32) -> i32 {
     match completions {
@@ -292,11 +308,18 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
     } else {
         None
     };
+    let by_policy = failure.is_none()
+        && indexed
+        && spec
+            .success_policy
+            .as_ref()
+            .is_some_and(|p| success_policy_met(&p.rules, &completed_indexes));
     let complete = failure.is_none()
-        && match completions {
-            None => succeeded > 0 && active.is_empty(),
-            Some(c) => succeeded >= c,
-        };
+        && (by_policy
+            || match completions {
+                None => succeeded > 0 && active.is_empty(),
+                Some(c) => succeeded >= c,
+            });
 
     let mut again = None;
     if let Some((reason, message)) = failure {
@@ -308,15 +331,13 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
         status.ready = Some(0);
     } else if complete {
         delete_pods(ctx, &job, &pods_api, &active).await?;
-        let msg = "Reached expected number of succeeded pods";
-        set_condition(
-            &mut status,
-            new_condition("SuccessCriteriaMet", "True", "CompletionsReached", msg),
-        );
-        set_condition(
-            &mut status,
-            new_condition("Complete", "True", "CompletionsReached", msg),
-        );
+        let (reason, msg) = if by_policy {
+            ("SuccessPolicy", "Matched success policy rule")
+        } else {
+            ("CompletionsReached", "Reached expected number of succeeded pods")
+        };
+        set_condition(&mut status, new_condition("SuccessCriteriaMet", "True", reason, msg));
+        set_condition(&mut status, new_condition("Complete", "True", reason, msg));
         status.completion_time = Some(cu::now());
         ctx.recorder.event(&job, "Normal", "Completed", "Job completed").await;
         status.active = None;
@@ -535,6 +556,21 @@ mod tests {
         assert_eq!(format_indexes(&set), "0-2,4,6-7");
         assert_eq!(parse_indexes("0-2,4,6-7"), set);
         assert_eq!(format_indexes(&BTreeSet::new()), "");
+    }
+
+    #[test]
+    fn success_policy_rules() {
+        use k8s_openapi::api::batch::v1::SuccessPolicyRule;
+        let done: BTreeSet<i32> = [0, 2, 3].into();
+        let rule = |idx: Option<&str>, n: Option<i32>| SuccessPolicyRule {
+            succeeded_indexes: idx.map(str::to_string),
+            succeeded_count: n,
+        };
+        assert!(success_policy_met(&[rule(Some("0,2-3"), None)], &done));
+        assert!(!success_policy_met(&[rule(Some("0-3"), None)], &done));
+        assert!(success_policy_met(&[rule(Some("0-3"), Some(3))], &done));
+        assert!(success_policy_met(&[rule(None, Some(2))], &done));
+        assert!(!success_policy_met(&[rule(None, Some(4))], &done));
     }
 
     #[test]

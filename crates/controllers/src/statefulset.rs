@@ -357,6 +357,9 @@ async fn act(ctx: &Ctx, set: &StatefulSet, pods_api: &Api<Pod>, i: ActInput<'_>)
         if i.monotonic && !is_healthy(p, i.min_ready, i.now) && first_unhealthy != p.metadata.name {
             return Ok(());
         }
+        if retention(set).1 == "Delete" {
+            own_claims_by_pod(ctx, set, p).await?;
+        }
         delete_pod(ctx, set, pods_api, p).await?;
         acted = true;
         if i.monotonic {
@@ -406,6 +409,59 @@ async fn delete_pod(ctx: &Ctx, set: &StatefulSet, pods_api: &Api<Pod>, p: &Pod) 
     }
 }
 
+/// The PVC retention policy: (whenDeleted, whenScaled), `Retain` by default.
+fn retention(set: &StatefulSet) -> (String, String) {
+    let p = set
+        .spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_claim_retention_policy.clone())
+        .unwrap_or_default();
+    (
+        p.when_deleted.unwrap_or_else(|| "Retain".into()),
+        p.when_scaled.unwrap_or_else(|| "Retain".into()),
+    )
+}
+
+/// whenScaled Delete: a condemned pod's claims get the pod as their owner instead of the set, so
+/// they go with it.
+async fn own_claims_by_pod(ctx: &Ctx, set: &StatefulSet, pod: &Pod) -> anyhow::Result<()> {
+    let set_name = set.metadata.name.clone().unwrap_or_default();
+    let Some(ord) = pod.metadata.name.as_deref().and_then(|n| ordinal_of(&set_name, n)) else {
+        return Ok(());
+    };
+    let ns = set.metadata.namespace.clone().unwrap_or_default();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let owner = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        controller: None,
+        block_owner_deletion: None,
+    };
+    for t in set.spec.iter().flat_map(|s| s.volume_claim_templates.iter().flatten()) {
+        let cname = claim_name(t.metadata.name.as_deref().unwrap_or_default(), &set_name, ord);
+        let Some(claim) = api.get_opt(&cname).await? else {
+            continue;
+        };
+        // The pod replaces the set as owner (upstream's `updateClaimOwnerRefForSetAndPod`).
+        let mut refs = claim.metadata.owner_references.clone().unwrap_or_default();
+        if refs.iter().any(|r| r.uid == owner.uid) {
+            continue;
+        }
+        refs.retain(|r| Some(&r.uid) != set.metadata.uid.as_ref());
+        refs.push(owner.clone());
+        let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": claim.metadata.uid}});
+        api.patch(
+            &cname,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// Create the missing PVCs of an ordinal.
 async fn create_claims(ctx: &Ctx, set: &StatefulSet, ordinal: i32) -> anyhow::Result<()> {
     let spec = set.spec.clone().unwrap_or_default();
@@ -430,6 +486,8 @@ async fn create_claims(ctx: &Ctx, set: &StatefulSet, ordinal: i32) -> anyhow::Re
                 namespace: Some(ns.clone()),
                 labels: Some(labels),
                 annotations: t.metadata.annotations.clone(),
+                owner_references: (retention(set).0 == "Delete")
+                    .then(|| vec![cu::new_controller_ref(&set.metadata, "apps/v1", "StatefulSet")]),
                 ..Default::default()
             },
             spec: t.spec.clone(),

@@ -611,6 +611,9 @@ spec:
     c.k(&["scale", "sts", "web", "--replicas=1"]);
     let pods = wait_running(&c, "default", "app=nginx", 1);
     assert_eq!(name_of(&pods[0]), "web-0");
+    // The default retention policy keeps the claims of removed pods.
+    let claims: Vec<String> = items(&c.get_json(&["pvc"])).iter().map(name_of).collect();
+    assert!(claims.contains(&"www-web-1".to_string()), "{claims:?}");
 }
 
 #[test]

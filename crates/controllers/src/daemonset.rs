@@ -432,6 +432,12 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
             desired,
             true,
         )?;
+        // Neither surge nor unavailability configured: accept one unavailable, as upstream.
+        let max_unavailable = if desired > 0 && max_unavailable == 0 {
+            1
+        } else {
+            max_unavailable
+        };
         let to_delete =
             rolling_update_victims(&nodes, &spec.template, &by_node, &hash, max_unavailable, min_ready, now);
         sync_nodes(ctx, &ds, &pods_api, &[], &to_delete, &hash).await?;

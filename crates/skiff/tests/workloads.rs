@@ -821,7 +821,8 @@ spec:
     })
     .expect("lastScheduleTime");
     let last: jiff::Timestamp = cj["status"]["lastScheduleTime"].as_str().unwrap().parse().unwrap();
-    assert_eq!(last, scheduled);
+    // A later minute may already have passed.
+    assert!(last >= scheduled, "{last} < {scheduled}");
     let active = cj["status"]["active"].as_array().cloned().unwrap_or_default();
     assert!(active.iter().any(|a| a["name"] == name.as_str()), "{cj}");
 

@@ -278,9 +278,7 @@ impl LabelSelector {
             Value::Null => return Ok(Self::nothing()),
             Value::Object(obj) => obj,
             other => {
-                return Err(SelectorError::Label(format!(
-                    "invalid label selector: {other}"
-                )));
+                return Err(SelectorError::Label(format!("invalid label selector: {other}")));
             }
         };
         let mut requirements = Vec::new();
@@ -293,10 +291,7 @@ impl LabelSelector {
         if let Some(Value::Array(exprs)) = obj.get("matchExpressions") {
             for expr in exprs {
                 let key = expr.get("key").and_then(Value::as_str).unwrap_or_default();
-                let op_name = expr
-                    .get("operator")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
+                let op_name = expr.get("operator").and_then(Value::as_str).unwrap_or_default();
                 let op = match op_name {
                     "In" => Operator::In,
                     "NotIn" => Operator::NotIn,
@@ -310,10 +305,7 @@ impl LabelSelector {
                     }
                 };
                 let values: Vec<String> = match expr.get("values") {
-                    Some(Value::Array(vs)) => vs
-                        .iter()
-                        .map(|v| v.as_str().unwrap_or_default().to_string())
-                        .collect(),
+                    Some(Value::Array(vs)) => vs.iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect(),
                     _ => Vec::new(),
                 };
                 requirements.push(Requirement::new(key, op, values)?);
@@ -421,10 +413,7 @@ impl LabelPair for (&str, &str) {
 
 impl LabelPair for (&String, &Value) {
     fn pair(self) -> (String, String) {
-        (
-            self.0.clone(),
-            self.1.as_str().unwrap_or_default().to_string(),
-        )
+        (self.0.clone(), self.1.as_str().unwrap_or_default().to_string())
     }
 }
 
@@ -555,10 +544,7 @@ impl Lexer<'_> {
             Some(item) => item,
             None => (
                 Token::Error,
-                format!(
-                    "error expected: keyword found '{}'",
-                    String::from_utf8_lossy(&buf)
-                ),
+                format!("error expected: keyword found '{}'", String::from_utf8_lossy(&buf)),
             ),
         }
     }
@@ -633,9 +619,7 @@ impl Parser {
                         Token::Comma => {
                             let (t2, l2) = self.lookahead(Context::Values);
                             if t2 != Token::Identifier && t2 != Token::DoesNotExist {
-                                return Err(format!(
-                                    "found '{l2}', expected: identifier after ','"
-                                ));
+                                return Err(format!("found '{l2}', expected: identifier after ','"));
                             }
                         }
                         _ => return Err(format!("found '{l}', expected: ',' or 'end of string'")),
@@ -643,9 +627,7 @@ impl Parser {
                 }
                 Token::EndOfString => return Ok(requirements),
                 _ => {
-                    return Err(format!(
-                        "found '{lit}', expected: !, identifier, or 'end of string'"
-                    ));
+                    return Err(format!("found '{lit}', expected: !, identifier, or 'end of string'"));
                 }
             }
         }
@@ -696,9 +678,7 @@ impl Parser {
             Token::NotIn => Operator::NotIn,
             Token::NotEquals => Operator::NotEquals,
             _ => {
-                return Err(format!(
-                    "found '{lit}', expected: in, notin, =, ==, !=, gt, lt"
-                ));
+                return Err(format!("found '{lit}', expected: in, notin, =, ==, !=, gt, lt"));
             }
         })
     }
@@ -777,11 +757,11 @@ impl Parser {
 // --- validation messages, as upstream's util/validation ------------------------------------
 
 const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
-const QUALIFIED_NAME_ERR: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const QUALIFIED_NAME_ERR: &str =
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
 const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
 const LABEL_VALUE_ERR: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_FMT: &str =
-    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
 
 fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
@@ -840,11 +820,7 @@ fn is_qualified_name(value: &str) -> Vec<String> {
                 if !is_dns1123_subdomain(prefix) {
                     errs.push(format!(
                         "prefix part {}",
-                        regex_error(
-                            DNS1123_SUBDOMAIN_ERR,
-                            DNS1123_SUBDOMAIN_FMT,
-                            &["example.com"]
-                        )
+                        regex_error(DNS1123_SUBDOMAIN_ERR, DNS1123_SUBDOMAIN_FMT, &["example.com"])
                     ));
                 }
             }
@@ -853,7 +829,11 @@ fn is_qualified_name(value: &str) -> Vec<String> {
         _ => {
             errs.push(format!(
                 "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
-                regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
+                regex_error(
+                    QUALIFIED_NAME_ERR,
+                    QUALIFIED_NAME_FMT,
+                    &["MyName", "my.name", "123-abc"]
+                )
             ));
             return errs;
         }
@@ -878,11 +858,7 @@ fn is_qualified_name(value: &str) -> Vec<String> {
 
 fn validate_label_key(key: &str) -> Option<String> {
     let errs = is_qualified_name(key);
-    if errs.is_empty() {
-        None
-    } else {
-        Some(errs.join("; "))
-    }
+    if errs.is_empty() { None } else { Some(errs.join("; ")) }
 }
 
 /// Upstream's `validation.IsValidLabelValue`.
@@ -932,9 +908,7 @@ pub(crate) fn go_quote(s: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
             c => out.push(c),
         }
     }
@@ -1003,10 +977,7 @@ impl FieldSelector {
         for term in &mut terms {
             term.field = convert_field_label(res, &term.field)?;
         }
-        Ok(FieldSelector {
-            resource: *res,
-            terms,
-        })
+        Ok(FieldSelector { resource: *res, terms })
     }
 
     /// Whether the object satisfies every term. A field the object lacks reads as "".
@@ -1041,18 +1012,8 @@ impl fmt::Display for FieldSelector {
             if i > 0 {
                 f.write_str(",")?;
             }
-            let escaped = t
-                .value
-                .replace('\\', "\\\\")
-                .replace(',', "\\,")
-                .replace('=', "\\=");
-            write!(
-                f,
-                "{}{}{}",
-                t.field,
-                if t.not_equal { "!=" } else { "=" },
-                escaped
-            )?;
+            let escaped = t.value.replace('\\', "\\\\").replace(',', "\\,").replace('=', "\\=");
+            write!(f, "{}{}{}", t.field, if t.not_equal { "!=" } else { "=" }, escaped)?;
         }
         Ok(())
     }
@@ -1155,9 +1116,7 @@ fn convert_field_label(res: &Resource, label: &str) -> Result<String, SelectorEr
             ]
         }
         ("", "Node") => &["metadata.name", "spec.unschedulable"],
-        ("", "ReplicationController") => {
-            &["metadata.name", "metadata.namespace", "status.replicas"]
-        }
+        ("", "ReplicationController") => &["metadata.name", "metadata.namespace", "status.replicas"],
         ("", "Event") => &[
             "involvedObject.kind",
             "involvedObject.namespace",
@@ -1175,14 +1134,11 @@ fn convert_field_label(res: &Resource, label: &str) -> Result<String, SelectorEr
         ],
         ("events.k8s.io", "Event") => {
             return match label {
-                "reason" | "type" | "source" | "metadata.namespace" | "metadata.name" => {
-                    Ok(label.to_string())
-                }
+                "reason" | "type" | "source" | "metadata.namespace" | "metadata.name" => Ok(label.to_string()),
                 "reportingController" => Ok("reportingComponent".to_string()),
                 l => match l.strip_prefix("regarding.") {
                     Some(
-                        sub @ ("kind" | "namespace" | "name" | "uid" | "apiVersion"
-                        | "resourceVersion" | "fieldPath"),
+                        sub @ ("kind" | "namespace" | "name" | "uid" | "apiVersion" | "resourceVersion" | "fieldPath"),
                     ) => Ok(format!("involvedObject.{sub}")),
                     _ => Err(unsupported()),
                 },
@@ -1190,12 +1146,7 @@ fn convert_field_label(res: &Resource, label: &str) -> Result<String, SelectorEr
         }
         ("", "Namespace") => &["status.phase", "metadata.name"],
         ("", "Secret") => &["type", "metadata.namespace", "metadata.name"],
-        ("", "Service") => &[
-            "metadata.namespace",
-            "metadata.name",
-            "spec.clusterIP",
-            "spec.type",
-        ],
+        ("", "Service") => &["metadata.namespace", "metadata.name", "spec.clusterIP", "spec.type"],
         ("apps", "ReplicaSet") => &["metadata.name", "metadata.namespace", "status.replicas"],
         ("batch", "Job") => &["metadata.name", "metadata.namespace", "status.successful"],
         _ => {
@@ -1216,16 +1167,11 @@ fn convert_field_label(res: &Resource, label: &str) -> Result<String, SelectorEr
 }
 
 fn str_at<'a>(obj: &'a Value, pointer: &str) -> &'a str {
-    obj.pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
+    obj.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
 }
 
 fn int_at(obj: &Value, pointer: &str) -> String {
-    obj.pointer(pointer)
-        .and_then(Value::as_i64)
-        .unwrap_or(0)
-        .to_string()
+    obj.pointer(pointer).and_then(Value::as_i64).unwrap_or(0).to_string()
 }
 
 /// The value of a (converted) field label on an object, as upstream's `*ToSelectableFields`.
@@ -1271,9 +1217,7 @@ pub fn field_value(res: &Resource, obj: &Value, field: &str) -> String {
         ("Secret", "type") => str_at(obj, "/type").to_string(),
         ("Service", "spec.clusterIP") => str_at(obj, "/spec/clusterIP").to_string(),
         ("Service", "spec.type") => str_at(obj, "/spec/type").to_string(),
-        ("ReplicaSet" | "ReplicationController", "status.replicas") => {
-            int_at(obj, "/status/replicas")
-        }
+        ("ReplicaSet" | "ReplicationController", "status.replicas") => int_at(obj, "/status/replicas"),
         ("Job", "status.successful") => int_at(obj, "/status/succeeded"),
         ("Event", f) => event_field(obj, f),
         _ => String::new(),
@@ -1291,10 +1235,7 @@ fn event_field(obj: &Value, field: &str) -> String {
         }
     };
     if let Some(sub) = field.strip_prefix("involvedObject.") {
-        return either(
-            &format!("/involvedObject/{sub}"),
-            &format!("/regarding/{sub}"),
-        );
+        return either(&format!("/involvedObject/{sub}"), &format!("/regarding/{sub}"));
     }
     match field {
         "reason" => str_at(obj, "/reason").to_string(),
@@ -1328,10 +1269,7 @@ mod tests {
     #[test]
     fn parses_every_operator() {
         let s = LabelSelector::parse("x=a,y==b,z!=c,w in (b,a),v notin (d),u,!t,n>3,m<9").unwrap();
-        assert_eq!(
-            s.to_string(),
-            "m<9,n>3,!t,u,v notin (d),w in (a,b),x=a,y==b,z!=c"
-        );
+        assert_eq!(s.to_string(), "m<9,n>3,!t,u,v notin (d),w in (a,b),x=a,y==b,z!=c");
         let l = labels(json!({"x":"a","y":"b","z":"q","w":"b","v":"e","u":"","n":"4","m":"1"}));
         assert!(s.matches(&l));
         let mut l2 = l.clone();
@@ -1373,18 +1311,12 @@ mod tests {
         let err = |s: &str| LabelSelector::parse(s).unwrap_err().to_string();
         assert_eq!(err("a=b c"), "found 'c', expected: ',' or 'end of string'");
         assert_eq!(err("a,"), "found '', expected: identifier after ','");
-        assert_eq!(
-            err("=a"),
-            "found '=', expected: !, identifier, or 'end of string'"
-        );
+        assert_eq!(err("=a"), "found '=', expected: !, identifier, or 'end of string'");
         assert_eq!(
             err("a b"),
             "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt"
         );
-        assert_eq!(
-            err("a in b"),
-            "unable to parse requirement: found 'b' expected: '('"
-        );
+        assert_eq!(err("a in b"), "unable to parse requirement: found 'b' expected: '('");
         assert_eq!(
             err("a in (b c)"),
             "unable to parse requirement: found 'c', expected: ',' or ')'"
@@ -1461,8 +1393,7 @@ mod tests {
         };
         let s = LabelSelector::from_k8s(Some(&typed)).unwrap();
         assert_eq!(s.to_string(), "app=web");
-        let present: Option<BTreeMap<String, String>> =
-            Some(BTreeMap::from([("app".into(), "web".into())]));
+        let present: Option<BTreeMap<String, String>> = Some(BTreeMap::from([("app".into(), "web".into())]));
         assert!(s.matches(&present));
         assert!(!s.matches(&None::<BTreeMap<String, String>>));
         assert!(LabelSelector::from_k8s(None).unwrap().is_nothing());
@@ -1504,15 +1435,11 @@ mod tests {
                 .matches(&unscheduled)
         );
         assert_eq!(
-            FieldSelector::parse(pods, "spec.foo=bar")
-                .unwrap_err()
-                .to_string(),
+            FieldSelector::parse(pods, "spec.foo=bar").unwrap_err().to_string(),
             "field label not supported: spec.foo"
         );
         assert_eq!(
-            FieldSelector::parse(pods, "spec.nodeName")
-                .unwrap_err()
-                .to_string(),
+            FieldSelector::parse(pods, "spec.nodeName").unwrap_err().to_string(),
             "invalid selector: 'spec.nodeName'; can't understand 'spec.nodeName'"
         );
         let s = FieldSelector::parse(pods, "metadata.name=p1").unwrap();
@@ -1561,11 +1488,7 @@ mod tests {
 
         let secrets = res("", "secrets");
         let secret = json!({"metadata": {"name": "s"}, "type": "Opaque"});
-        assert!(
-            FieldSelector::parse(secrets, "type=Opaque")
-                .unwrap()
-                .matches(&secret)
-        );
+        assert!(FieldSelector::parse(secrets, "type=Opaque").unwrap().matches(&secret));
 
         let nodes = res("", "nodes");
         let node = json!({"metadata": {"name": "n1"}, "spec": {"unschedulable": true}});
@@ -1578,26 +1501,16 @@ mod tests {
 
         let cms = res("", "configmaps");
         assert_eq!(
-            FieldSelector::parse(cms, "data.x=1")
-                .unwrap_err()
-                .to_string(),
+            FieldSelector::parse(cms, "data.x=1").unwrap_err().to_string(),
             "\"data.x\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
         );
         let jobs = lookup("batch", "v1", "jobs").unwrap();
         let job = json!({"metadata": {"name": "j"}, "status": {"succeeded": 2}});
-        assert!(
-            FieldSelector::parse(jobs, "status.successful=2")
-                .unwrap()
-                .matches(&job)
-        );
+        assert!(FieldSelector::parse(jobs, "status.successful=2").unwrap().matches(&job));
 
         // Every resource accepts metadata.name.
         for r in RESOURCES {
-            assert!(
-                FieldSelector::parse(r, "metadata.name=x").is_ok(),
-                "{}",
-                r.plural
-            );
+            assert!(FieldSelector::parse(r, "metadata.name=x").is_ok(), "{}", r.plural);
         }
     }
 
@@ -1611,15 +1524,11 @@ mod tests {
                 .matches(&obj)
         );
         assert_eq!(
-            FieldSelector::parse(cms, r"metadata.name=a\x")
-                .unwrap_err()
-                .to_string(),
+            FieldSelector::parse(cms, r"metadata.name=a\x").unwrap_err().to_string(),
             "invalid field selector: invalid escape sequence: \\x"
         );
         assert_eq!(
-            FieldSelector::parse(cms, "metadata.name=a=b")
-                .unwrap_err()
-                .to_string(),
+            FieldSelector::parse(cms, "metadata.name=a=b").unwrap_err().to_string(),
             "invalid field selector: unescaped character in value: 61"
         );
     }

@@ -20,6 +20,12 @@ pub struct StatusError {
     pub reason: String,
     pub message: String,
     /// `details.name`, `details.group`, `details.kind` (the resource plural, as upstream).
+    pub details: Box<Details>,
+}
+
+/// `details` of a Status: boxed, so the error stays small on every `Result` it travels in.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Details {
     pub name: Option<String>,
     pub group: Option<String>,
     pub kind: Option<String>,
@@ -34,21 +40,17 @@ impl StatusError {
             code,
             reason: reason.to_string(),
             message: message.into(),
-            name: None,
-            group: None,
-            kind: None,
-            causes: Vec::new(),
-            retry_after_seconds: None,
+            details: Box::default(),
         }
     }
 
     fn with_details(mut self, group: &str, plural: &str, name: &str) -> Self {
         if !group.is_empty() {
-            self.group = Some(group.to_string());
+            self.details.group = Some(group.to_string());
         }
-        self.kind = Some(plural.to_string());
+        self.details.kind = Some(plural.to_string());
         if !name.is_empty() {
-            self.name = Some(name.to_string());
+            self.details.name = Some(name.to_string());
         }
         self
     }
@@ -108,11 +110,11 @@ impl StatusError {
             format!("{qualified_kind} \"{name}\" is invalid: {list}"),
         );
         if !group.is_empty() {
-            e.group = Some(group.to_string());
+            e.details.group = Some(group.to_string());
         }
-        e.kind = Some(kind.to_string());
-        e.name = Some(name.to_string());
-        e.causes = errs
+        e.details.kind = Some(kind.to_string());
+        e.details.name = Some(name.to_string());
+        e.details.causes = errs
             .iter()
             .map(|f| Cause {
                 reason: f.kind.reason().to_string(),
@@ -176,20 +178,21 @@ impl StatusError {
     /// The `Status` object sent on the wire.
     pub fn to_json(&self) -> Value {
         let mut details = serde_json::Map::new();
-        if let Some(n) = &self.name {
+        if let Some(n) = &self.details.name {
             details.insert("name".into(), json!(n));
         }
-        if let Some(g) = &self.group {
+        if let Some(g) = &self.details.group {
             details.insert("group".into(), json!(g));
         }
-        if let Some(k) = &self.kind {
+        if let Some(k) = &self.details.kind {
             details.insert("kind".into(), json!(k));
         }
-        if !self.causes.is_empty() {
+        if !self.details.causes.is_empty() {
             details.insert(
                 "causes".into(),
                 Value::Array(
-                    self.causes
+                    self.details
+                        .causes
                         .iter()
                         .map(|c| {
                             let mut m = serde_json::Map::new();
@@ -204,7 +207,7 @@ impl StatusError {
                 ),
             );
         }
-        if let Some(r) = self.retry_after_seconds {
+        if let Some(r) = self.details.retry_after_seconds {
             details.insert("retryAfterSeconds".into(), json!(r));
         }
         let mut m = serde_json::Map::new();

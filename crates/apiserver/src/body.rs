@@ -42,6 +42,35 @@ pub fn negotiate(headers: &HeaderMap) -> Output {
     Output::Object
 }
 
+/// How much of an oversized body is read (and dropped) before answering 413, so that a client
+/// still sending gets the answer instead of a reset connection.
+const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
+
+/// Read a request body of at most [`MAX_BODY_BYTES`]; a larger one is a 413.
+pub async fn read_limited(body: Body) -> Result<Bytes, StatusError> {
+    use http_body_util::BodyExt;
+    let mut body = body;
+    let mut buf = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| StatusError::bad_request(format!("reading the request body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            seen += data.len();
+            if seen <= MAX_BODY_BYTES {
+                buf.extend_from_slice(&data);
+            } else if seen > DRAIN_LIMIT {
+                break;
+            }
+        }
+    }
+    if seen > MAX_BODY_BYTES {
+        return Err(StatusError::too_large(format!(
+            "Request entity too large: limit is {MAX_BODY_BYTES}"
+        )));
+    }
+    Ok(buf.freeze())
+}
+
 /// Decode a body to JSON according to its content type.
 pub fn decode(headers: &HeaderMap, body: &Bytes) -> Result<Value, StatusError> {
     if body.len() > MAX_BODY_BYTES {
@@ -97,7 +126,7 @@ pub fn value_response(code: StatusCode, v: &Value) -> Response {
 pub fn error_response(e: &StatusError) -> Response {
     let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut r = value_response(code, &e.to_json());
-    if let Some(s) = e.retry_after_seconds
+    if let Some(s) = e.details.retry_after_seconds
         && let Ok(v) = HeaderValue::from_str(&s.to_string())
     {
         r.headers_mut().insert(header::RETRY_AFTER, v);

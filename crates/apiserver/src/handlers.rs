@@ -69,14 +69,9 @@ pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> R
             }
         }
         Route::Resource(rr) => {
-            let bytes = match axum::body::to_bytes(body, body::MAX_BODY_BYTES + 1).await {
+            let bytes = match body::read_limited(body).await {
                 Ok(b) => b,
-                Err(_) => {
-                    return body::error_response(&StatusError::too_large(format!(
-                        "Request entity too large: limit is {}",
-                        body::MAX_BODY_BYTES
-                    )));
-                }
+                Err(e) => return body::error_response(&e),
             };
             let ctx = Ctx {
                 state: state.clone(),
@@ -105,7 +100,7 @@ fn is_stream(rr: &ResourceRequest) -> bool {
 
 fn not_found_path() -> Response {
     let mut e = StatusError::new(404, "NotFound", "the server could not find the requested resource");
-    e.causes.clear();
+    e.details.causes.clear();
     body::error_response(&e)
 }
 
@@ -181,9 +176,9 @@ async fn dispatch(ctx: Ctx, bytes: Bytes) -> Result<Response, StatusError> {
                 "the server could not find the requested resource",
             ));
         }
-        return Err(StatusError::method_not_allowed(format!(
-            "the server does not allow this method on the requested resource"
-        )));
+        return Err(StatusError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
     }
     if !rr.subresource.is_empty() {
         return crate::subresources::handle(ctx, bytes).await;

@@ -23,7 +23,7 @@ pub fn store_error(ctx_group: &str, plural: &str, name: &str, e: StoreError) -> 
         }
         StoreError::FutureRevision(rev) => {
             let mut e = StatusError::timeout(format!("Too large resource version: {rev}, current: unknown"));
-            e.retry_after_seconds = Some(1);
+            e.details.retry_after_seconds = Some(1);
             e
         }
         StoreError::Backend(e) => StatusError::internal(format!("{e:#}")),

@@ -110,10 +110,7 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         .context("writing kubeconfig")?;
     tokio::spawn(tls::serve_tls(listener, tls_config, router(state.clone())));
     tokio::spawn(compactor(state.store.clone()));
-    // Build the OpenAPI documents before the first kubectl asks for them.
-    tokio::task::spawn_blocking(|| {
-        let _ = crate::openapi::v3_index();
-    });
+    // The OpenAPI documents are built on first use: an idle server does not hold them.
     Ok(Running {
         state,
         addr,

@@ -311,7 +311,7 @@ pub fn set_condition(obj: &mut Value, kind: &str, status: &str, reason: Option<&
 /// `kubectl drain` saw the error and applied its own retry and timeout.
 fn budget_violation(cause: String) -> StatusError {
     let mut e = StatusError::too_many_requests("Cannot evict pod as it would violate the pod's disruption budget.");
-    e.causes = vec![skiff_api::status::Cause {
+    e.details.causes = vec![skiff_api::status::Cause {
         reason: "DisruptionBudget".into(),
         message: cause,
         field: String::new(),
@@ -346,8 +346,8 @@ fn decrement_budget(pdb: &Value, pod: &str) -> Result<Value, StatusError> {
         let mut e = StatusError::forbidden(format!(
             "poddisruptionbudget.policy \"{name}\" is forbidden: pdb disruptions allowed is negative"
         ));
-        e.kind = Some("poddisruptionbudget".into());
-        e.name = Some(name.to_string());
+        e.details.kind = Some("poddisruptionbudget".into());
+        e.details.name = Some(name.to_string());
         return Err(e);
     }
     if allowed == 0 {
@@ -581,10 +581,10 @@ mod tests {
             "Cannot evict pod as it would violate the pod's disruption budget."
         );
         assert_eq!(
-            e.causes[0].message,
+            e.details.causes[0].message,
             "The disruption budget pdb needs 2 healthy pods and has 2 currently"
         );
-        assert_eq!(e.retry_after_seconds, None, "no Retry-After, as upstream");
+        assert_eq!(e.details.retry_after_seconds, None, "no Retry-After, as upstream");
     }
 
     #[test]
@@ -592,7 +592,7 @@ mod tests {
         let e = decrement_budget(&pdb(1, 0), "p").unwrap_err();
         assert_eq!(e.code, 429);
         assert_eq!(
-            e.causes[0].message,
+            e.details.causes[0].message,
             "The disruption budget pdb is still being processed by the server."
         );
         assert_eq!(decrement_budget(&pdb(-1, 1), "p").unwrap_err().code, 403);

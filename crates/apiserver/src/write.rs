@@ -235,8 +235,8 @@ async fn check_namespace(ctx: &Ctx, name: &str) -> Result<(), StatusError> {
             name,
             ctx.rr.namespace
         ));
-        e.kind = Some(res.plural.to_string());
-        e.name = Some(name.to_string());
+        e.details.kind = Some(res.plural.to_string());
+        e.details.name = Some(name.to_string());
         return Err(e);
     }
     Ok(())
@@ -387,8 +387,8 @@ async fn admit_priority(ctx: &Ctx, pod: &mut Value) -> Result<(), StatusError> {
                     "pods \"{}\" is forbidden: no PriorityClass with name {class_name} was found",
                     objects::name(pod)
                 ));
-                e.kind = Some("pods".into());
-                e.name = Some(objects::name(pod).to_string());
+                e.details.kind = Some("pods".into());
+                e.details.name = Some(objects::name(pod).to_string());
                 return Err(e);
             }
         }
@@ -789,8 +789,8 @@ fn immortal_namespace(res: &Resource, name: &str) -> Option<StatusError> {
     let mut e = StatusError::forbidden(format!(
         "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
     ));
-    e.kind = Some("namespaces".into());
-    e.name = Some(name.to_string());
+    e.details.kind = Some("namespaces".into());
+    e.details.name = Some(name.to_string());
     Some(e)
 }
 
@@ -1011,7 +1011,7 @@ mod tests {
         );
         let e = check_patched_json_types(deploy, &bad).unwrap_err();
         assert_eq!(e.code, 422);
-        assert_eq!(e.causes[0].field, "patch");
+        assert_eq!(e.details.causes[0].field, "patch");
         assert!(
             e.message.ends_with(
                 "json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"

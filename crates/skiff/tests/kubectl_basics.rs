@@ -150,7 +150,8 @@ fn get_in_every_form() {
     assert!(col.contains("TIER") && col.contains("front"), "{col}");
     let all = c.k(&["get", "pods", "-A"]);
     assert!(all.contains("NAMESPACE") && all.contains("default"), "{all}");
-    let name = c.k(&["get", "pods", "-o", "name"]);
+    // The Deployment's pods are there too once its controller has run: select p1 by label.
+    let name = c.k(&["get", "pods", "-l", "tier", "-o", "name"]);
     assert_eq!(name.trim(), "pod/p1");
     let yaml = c.k(&["get", "pod", "p1", "-o", "yaml"]);
     assert!(

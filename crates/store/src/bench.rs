@@ -117,10 +117,7 @@ mod tests {
         assert_eq!(result.errors, 0);
         assert!(result.creates_per_second > 0.0);
         assert!(result.p50_ms <= result.p99_ms);
-        let listed = store
-            .list("/registry/bench/", Default::default())
-            .await
-            .unwrap();
+        let listed = store.list("/registry/bench/", Default::default()).await.unwrap();
         assert_eq!(listed.items.len(), 1000);
         assert!(serde_json::from_slice::<serde_json::Value>(&listed.items[0].value).is_ok());
     }

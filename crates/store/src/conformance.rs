@@ -101,20 +101,14 @@ pub(crate) async fn create_and_already_exists(store: Arc<dyn Store>) {
     assert_eq!(store.current_revision().await.unwrap(), 1);
     let got = store.get("/registry/pods/default/web-1").await.unwrap();
     assert_eq!(got, Some(kv));
-    assert_eq!(
-        store.get("/registry/pods/default/web-2").await.unwrap(),
-        None
-    );
+    assert_eq!(store.get("/registry/pods/default/web-2").await.unwrap(), None);
 }
 
 pub(crate) async fn update_checks_revision(store: Arc<dyn Store>) {
     let key = "/registry/pods/default/web-1";
     let created = store.create(key, b"v1".to_vec()).await.unwrap();
     store.create("/other", b"x".to_vec()).await.unwrap();
-    let updated = store
-        .update(key, b"v2".to_vec(), created.mod_revision)
-        .await
-        .unwrap();
+    let updated = store.update(key, b"v2".to_vec(), created.mod_revision).await.unwrap();
     assert_eq!(updated.create_revision, created.create_revision);
     assert_eq!(updated.mod_revision, 3);
     assert_eq!(&updated.value[..], b"v2");
@@ -126,14 +120,8 @@ pub(crate) async fn update_checks_revision(store: Arc<dyn Store>) {
         matches!(&err, StoreError::Conflict { key: k, expected: 1, actual: 3 } if k == key),
         "{err:?}"
     );
-    let err = store
-        .update("/missing", b"v".to_vec(), 1)
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, StoreError::NotFound(ref k) if k == "/missing"),
-        "{err:?}"
-    );
+    let err = store.update("/missing", b"v".to_vec(), 1).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound(ref k) if k == "/missing"), "{err:?}");
     assert_eq!(store.get(key).await.unwrap(), Some(updated));
     assert_eq!(store.current_revision().await.unwrap(), 3);
 }
@@ -141,10 +129,7 @@ pub(crate) async fn update_checks_revision(store: Arc<dyn Store>) {
 pub(crate) async fn delete_with_and_without_precondition(store: Arc<dyn Store>) {
     let a = store.create("/k/a", b"a".to_vec()).await.unwrap();
     let b = store.create("/k/b", b"b".to_vec()).await.unwrap();
-    let err = store
-        .delete("/k/a", Some(a.mod_revision + 7))
-        .await
-        .unwrap_err();
+    let err = store.delete("/k/a", Some(a.mod_revision + 7)).await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -169,14 +154,7 @@ pub(crate) async fn delete_with_and_without_precondition(store: Arc<dyn Store>) 
     // Recreating starts a new life.
     let again = store.create("/k/a", b"a2".to_vec()).await.unwrap();
     assert_eq!(again.create_revision, 5);
-    assert!(
-        store
-            .list("/k/", ListOptions::default())
-            .await
-            .unwrap()
-            .items
-            == vec![again]
-    );
+    assert!(store.list("/k/", ListOptions::default()).await.unwrap().items == vec![again]);
 }
 
 pub(crate) async fn list_prefix_limit_start_after(store: Arc<dyn Store>) {
@@ -188,18 +166,9 @@ pub(crate) async fn list_prefix_limit_start_after(store: Arc<dyn Store>) {
                 .unwrap();
         }
     }
-    store
-        .create("/registry/podsx/a", b"{}".to_vec())
-        .await
-        .unwrap();
-    store
-        .create("/registry/pods", b"{}".to_vec())
-        .await
-        .unwrap();
-    let all = store
-        .list("/registry/pods/", ListOptions::default())
-        .await
-        .unwrap();
+    store.create("/registry/podsx/a", b"{}".to_vec()).await.unwrap();
+    store.create("/registry/pods", b"{}".to_vec()).await.unwrap();
+    let all = store.list("/registry/pods/", ListOptions::default()).await.unwrap();
     assert_eq!(all.items.len(), 6);
     assert!(!all.more);
     assert_eq!(all.revision, 8);
@@ -240,10 +209,7 @@ pub(crate) async fn list_prefix_limit_start_after(store: Arc<dyn Store>) {
         .unwrap();
     assert_eq!(
         keys(&page2.items),
-        [
-            "/registry/pods/kube-system/web-2",
-            "/registry/pods/kube-system/web-3"
-        ]
+        ["/registry/pods/kube-system/web-2", "/registry/pods/kube-system/web-3"]
     );
     assert!(!page2.more);
     // Exactly `limit` items left: no more.
@@ -282,10 +248,7 @@ pub(crate) async fn list_at_old_revision(store: Arc<dyn Store>) {
     let b = store.create("/r/b", b"b1".to_vec()).await.unwrap();
     let c = store.create("/r/c", b"c1".to_vec()).await.unwrap();
     let at = store.current_revision().await.unwrap();
-    store
-        .update("/r/a", b"a2".to_vec(), a.mod_revision)
-        .await
-        .unwrap();
+    store.update("/r/a", b"a2".to_vec(), a.mod_revision).await.unwrap();
     store.delete("/r/b", None).await.unwrap();
     store.create("/r/d", b"d1".to_vec()).await.unwrap();
     store.create("/r/b", b"b2".to_vec()).await.unwrap();
@@ -362,10 +325,7 @@ pub(crate) async fn list_at_old_revision(store: Arc<dyn Store>) {
         )
         .await
         .unwrap_err();
-    assert!(
-        matches!(err, StoreError::FutureRevision(r) if r == now + 1),
-        "{err:?}"
-    );
+    assert!(matches!(err, StoreError::FutureRevision(r) if r == now + 1), "{err:?}");
 }
 
 /// A fixed history: 1 create /w/a, 2 create /w/b, 3 update /w/a,
@@ -373,16 +333,10 @@ pub(crate) async fn list_at_old_revision(store: Arc<dyn Store>) {
 pub(crate) async fn write_history(store: &Arc<dyn Store>) {
     let a = store.create("/w/a", b"a1".to_vec()).await.unwrap();
     store.create("/w/b", b"b1".to_vec()).await.unwrap();
-    store
-        .update("/w/a", b"a2".to_vec(), a.mod_revision)
-        .await
-        .unwrap();
+    store.update("/w/a", b"a2".to_vec(), a.mod_revision).await.unwrap();
     let c = store.create("/x/c", b"c1".to_vec()).await.unwrap();
     store.delete("/w/b", None).await.unwrap();
-    store
-        .update("/x/c", b"c2".to_vec(), c.mod_revision)
-        .await
-        .unwrap();
+    store.update("/x/c", b"c2".to_vec(), c.mod_revision).await.unwrap();
 }
 
 pub(crate) async fn watch_from_zero(store: Arc<dyn Store>) {
@@ -401,10 +355,7 @@ pub(crate) async fn watch_from_zero(store: Arc<dyn Store>) {
         ]
     );
     match &events[2] {
-        Event::Put {
-            kv,
-            prev: Some(prev),
-        } => {
+        Event::Put { kv, prev: Some(prev) } => {
             assert_eq!(&kv.value[..], b"a2");
             assert_eq!(kv.create_revision, 1);
             assert_eq!(&prev.value[..], b"a1");
@@ -435,20 +386,11 @@ pub(crate) async fn watch_from_middle_and_prefix(store: Arc<dyn Store>) {
         [(3, "/w/a".into(), "update"), (5, "/w/b".into(), "delete")]
     );
     let mut x = store.watch("/x/", 4).await.unwrap();
-    assert_eq!(
-        summary(&take_events(&mut x, 1).await),
-        [(6, "/x/c".into(), "update")]
-    );
+    assert_eq!(summary(&take_events(&mut x, 1).await), [(6, "/x/c".into(), "update")]);
     store.create("/x/d", b"d".to_vec()).await.unwrap();
     store.create("/w/e", b"e".to_vec()).await.unwrap();
-    assert_eq!(
-        summary(&take_events(&mut x, 1).await),
-        [(7, "/x/d".into(), "create")]
-    );
-    assert_eq!(
-        summary(&take_events(&mut w, 1).await),
-        [(8, "/w/e".into(), "create")]
-    );
+    assert_eq!(summary(&take_events(&mut x, 1).await), [(7, "/x/d".into(), "create")]);
+    assert_eq!(summary(&take_events(&mut w, 1).await), [(8, "/w/e".into(), "create")]);
     assert_quiet(&mut w).await;
     assert_quiet(&mut x).await;
     // From the current revision: nothing old.
@@ -464,14 +406,8 @@ pub(crate) async fn watch_live(store: Arc<dyn Store>) {
         let store = store.clone();
         tokio::spawn(async move {
             for i in 0..50 {
-                store
-                    .create(&format!("/live/{i:02}"), b"{}".to_vec())
-                    .await
-                    .unwrap();
-                store
-                    .create(&format!("/dead/{i:02}"), b"{}".to_vec())
-                    .await
-                    .unwrap();
+                store.create(&format!("/live/{i:02}"), b"{}".to_vec()).await.unwrap();
+                store.create(&format!("/dead/{i:02}"), b"{}".to_vec()).await.unwrap();
             }
         })
     };
@@ -492,11 +428,7 @@ pub(crate) async fn watch_after_compaction(store: Arc<dyn Store>) {
     write_history(&store).await;
     store.compact(4).await.unwrap();
     assert_eq!(store.compacted_revision().await.unwrap(), 4);
-    let err = store
-        .watch("", 2)
-        .await
-        .err()
-        .expect("watch below the compaction");
+    let err = store.watch("", 2).await.err().expect("watch below the compaction");
     assert!(
         matches!(
             err,
@@ -537,9 +469,7 @@ pub(crate) async fn watch_after_compaction(store: Arc<dyn Store>) {
         [(5, "/w/b".into(), "delete"), (6, "/x/c".into(), "update")]
     );
     match &events[1] {
-        Event::Put {
-            prev: Some(prev), ..
-        } => assert_eq!(&prev.value[..], b"c1"),
+        Event::Put { prev: Some(prev), .. } => assert_eq!(&prev.value[..], b"c1"),
         other => panic!("{other:?}"),
     }
     let now = store.list("", ListOptions::default()).await.unwrap();
@@ -562,14 +492,7 @@ pub(crate) async fn watch_after_compaction(store: Arc<dyn Store>) {
         .unwrap();
     assert_eq!(keys(&at.items), ["/w/a", "/x/c"]);
     // Writes continue after compaction with increasing revisions.
-    assert_eq!(
-        store
-            .create("/w/b", b"b".to_vec())
-            .await
-            .unwrap()
-            .mod_revision,
-        7
-    );
+    assert_eq!(store.create("/w/b", b"b".to_vec()).await.unwrap().mod_revision, 7);
     assert_eq!(next_event(&mut stream).await.revision(), 7);
 }
 
@@ -581,10 +504,7 @@ pub(crate) async fn concurrent_creates(store: Arc<dyn Store>) {
                 let mut revisions = Vec::new();
                 for i in 0..20 {
                     let kv = store
-                        .create(
-                            &format!("/registry/pods/ns/p-{t:02}-{i:02}"),
-                            b"{}".to_vec(),
-                        )
+                        .create(&format!("/registry/pods/ns/p-{t:02}-{i:02}"), b"{}".to_vec())
                         .await
                         .unwrap();
                     revisions.push(kv.mod_revision);
@@ -596,18 +516,12 @@ pub(crate) async fn concurrent_creates(store: Arc<dyn Store>) {
     let mut revisions = Vec::new();
     for task in tasks {
         let mine = task.await.unwrap();
-        assert!(
-            mine.windows(2).all(|w| w[0] < w[1]),
-            "a client's writes are ordered"
-        );
+        assert!(mine.windows(2).all(|w| w[0] < w[1]), "a client's writes are ordered");
         revisions.extend(mine);
     }
     revisions.sort_unstable();
     assert_eq!(revisions, (1..=1280).collect::<Vec<_>>());
-    let all = store
-        .list("/registry/pods/", ListOptions::default())
-        .await
-        .unwrap();
+    let all = store.list("/registry/pods/", ListOptions::default()).await.unwrap();
     assert_eq!(all.items.len(), 1280);
     assert_eq!(all.revision, 1280);
 }

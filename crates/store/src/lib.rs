@@ -44,10 +44,7 @@ pub struct KeyValue {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// Created (`prev` is `None`) or updated (`prev` is the value before).
-    Put {
-        kv: KeyValue,
-        prev: Option<KeyValue>,
-    },
+    Put { kv: KeyValue, prev: Option<KeyValue> },
     /// Deleted: `prev` is the last value; `revision` is the delete's revision.
     Delete { prev: KeyValue, revision: Revision },
 }
@@ -83,10 +80,7 @@ pub enum StoreError {
     },
     /// The requested revision has been compacted away.
     #[error("required revision {requested} has been compacted (oldest available {compacted})")]
-    Compacted {
-        requested: Revision,
-        compacted: Revision,
-    },
+    Compacted { requested: Revision, compacted: Revision },
     /// The requested revision is in the future.
     #[error("required revision {0} is a future revision")]
     FutureRevision(Revision),

@@ -148,10 +148,7 @@ mod tests {
             watch_buffer: 16,
         });
         for i in 0..6 {
-            store
-                .create(&format!("/k/{i}"), b"{}".to_vec())
-                .await
-                .unwrap();
+            store.create(&format!("/k/{i}"), b"{}".to_vec()).await.unwrap();
         }
         assert_eq!(store.compacted_revision().await.unwrap(), 3);
         assert!(matches!(

@@ -44,8 +44,7 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 ";
 
-const INSERT: &str =
-    "INSERT INTO kv (id, name, created, deleted, create_revision, prev_revision, value)
+const INSERT: &str = "INSERT INTO kv (id, name, created, deleted, create_revision, prev_revision, value)
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 
 /// Reader connections kept open for lists and watches that reach disk.
@@ -101,8 +100,7 @@ impl SqliteStore {
     }
 
     pub fn open_with(path: &Path, opts: SqliteOptions) -> anyhow::Result<Arc<SqliteStore>> {
-        let conn = Connection::open(path)
-            .with_context(|| format!("open sqlite database {}", path.display()))?;
+        let conn = Connection::open(path).with_context(|| format!("open sqlite database {}", path.display()))?;
         let mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
             .context("switch to WAL")?;
@@ -150,16 +148,10 @@ impl SqliteStore {
         }))
     }
 
-    async fn request<T>(
-        &self,
-        make: impl FnOnce(oneshot::Sender<Result<T>>) -> Request,
-    ) -> Result<T> {
+    async fn request<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Request) -> Result<T> {
         let (reply, rx) = oneshot::channel();
         let requests = self.requests.as_ref().ok_or_else(writer_gone)?;
-        requests
-            .send(make(reply))
-            .await
-            .map_err(|_| writer_gone())?;
+        requests.send(make(reply)).await.map_err(|_| writer_gone())?;
         rx.await.map_err(|_| writer_gone())?
     }
 
@@ -217,24 +209,15 @@ fn load(conn: &Connection) -> anyhow::Result<(BTreeMap<String, KeyValue>, Revisi
         kvs.insert(kv.key.clone(), kv);
     }
     let seq: Option<Revision> = conn
-        .query_row(
-            "SELECT seq FROM sqlite_sequence WHERE name = 'kv'",
-            [],
-            |r| r.get(0),
-        )
+        .query_row("SELECT seq FROM sqlite_sequence WHERE name = 'kv'", [], |r| r.get(0))
         .optional()?;
-    let max_id: Revision =
-        conn.query_row("SELECT COALESCE(MAX(id), 0) FROM kv", [], |r| r.get(0))?;
+    let max_id: Revision = conn.query_row("SELECT COALESCE(MAX(id), 0) FROM kv", [], |r| r.get(0))?;
     Ok((kvs, seq.unwrap_or(0).max(max_id), compact_revision(conn)?))
 }
 
 fn compact_revision(conn: &Connection) -> rusqlite::Result<Revision> {
     Ok(conn
-        .query_row(
-            "SELECT value FROM meta WHERE name = 'compact_rev'",
-            [],
-            |r| r.get(0),
-        )
+        .query_row("SELECT value FROM meta WHERE name = 'compact_rev'", [], |r| r.get(0))
         .optional()?
         .unwrap_or(0))
 }
@@ -283,12 +266,7 @@ impl Readers {
 
 /// Keys under `prefix` as of `revision`: the latest row of each key at or
 /// before it, unless that row is a tombstone.
-fn list_at(
-    conn: &mut Connection,
-    prefix: &str,
-    opts: &ListOptions,
-    revision: Revision,
-) -> Result<ListResult> {
+fn list_at(conn: &mut Connection, prefix: &str, opts: &ListOptions, revision: Revision) -> Result<ListResult> {
     let tx = conn.transaction().context("begin a read")?;
     check_not_compacted(&tx, revision)?;
     let end = state::prefix_end(prefix);
@@ -310,16 +288,12 @@ fn list_at(
     } else {
         i64::try_from(opts.limit).unwrap_or(i64::MAX - 1) + 1
     };
-    sql.push_str(
-        " GROUP BY name) m ON k.id = m.id WHERE k.deleted = 0 ORDER BY k.name LIMIT :limit",
-    );
+    sql.push_str(" GROUP BY name) m ON k.id = m.id WHERE k.deleted = 0 ORDER BY k.name LIMIT :limit");
     args.push((":limit", &limit));
     let mut items = Vec::new();
     {
         let mut stmt = tx.prepare_cached(&sql).context("prepare a list")?;
-        let rows = stmt
-            .query_map(&args[..], kv_from_row)
-            .context("list at a revision")?;
+        let rows = stmt.query_map(&args[..], kv_from_row).context("list at a revision")?;
         for kv in rows {
             let kv = kv.context("read a listed row")?;
             if kv.key.starts_with(prefix) {
@@ -331,20 +305,11 @@ fn list_at(
     if more {
         items.truncate(opts.limit);
     }
-    Ok(ListResult {
-        items,
-        revision,
-        more,
-    })
+    Ok(ListResult { items, revision, more })
 }
 
 /// Events under `prefix` with revisions in `(after, until]`, in order.
-fn events_between(
-    conn: &mut Connection,
-    prefix: &str,
-    after: Revision,
-    until: Revision,
-) -> Result<Vec<Event>> {
+fn events_between(conn: &mut Connection, prefix: &str, after: Revision, until: Revision) -> Result<Vec<Event>> {
     let tx = conn.transaction().context("begin a read")?;
     // A compaction may have committed since the watch was registered.
     check_not_compacted(&tx, after)?;
@@ -355,8 +320,7 @@ fn events_between(
          FROM kv k LEFT JOIN kv p ON p.id = k.prev_revision AND k.deleted = 0
          WHERE k.id > :after AND k.id <= :until AND k.name >= :prefix",
     );
-    let mut args: Vec<(&str, &dyn ToSql)> =
-        vec![(":after", &after), (":until", &until), (":prefix", &prefix)];
+    let mut args: Vec<(&str, &dyn ToSql)> = vec![(":after", &after), (":until", &until), (":prefix", &prefix)];
     if let Some(end) = &end {
         sql.push_str(" AND k.name < :end");
         args.push((":end", end));
@@ -406,12 +370,7 @@ fn event_from_row(row: &Row<'_>) -> rusqlite::Result<Event> {
                 mod_revision: prev_revision,
             }),
             _ => {
-                tracing::warn!(
-                    key,
-                    revision,
-                    prev_revision,
-                    "previous row missing from history"
-                );
+                tracing::warn!(key, revision, prev_revision, "previous row missing from history");
                 None
             }
         }
@@ -676,8 +635,7 @@ impl Store for SqliteStore {
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {
-        self.request(|reply| Request::Compact { revision, reply })
-            .await
+        self.request(|reply| Request::Compact { revision, reply }).await
     }
 
     async fn compacted_revision(&self) -> Result<Revision> {
@@ -766,14 +724,7 @@ mod tests {
         drop(store);
         let store: Arc<dyn Store> = open_in(&dir, SqliteOptions::default());
         assert_eq!(store.current_revision().await.unwrap(), 8);
-        assert_eq!(
-            store
-                .create("/w/new", b"m".to_vec())
-                .await
-                .unwrap()
-                .mod_revision,
-            9
-        );
+        assert_eq!(store.create("/w/new", b"m".to_vec()).await.unwrap().mod_revision, 9);
         let keys: Vec<_> = store
             .list("", ListOptions::default())
             .await
@@ -793,10 +744,7 @@ mod tests {
         let rows = || -> Vec<Revision> {
             let conn = Connection::open(dir.path().join("state.db")).unwrap();
             let mut stmt = conn.prepare("SELECT id FROM kv ORDER BY id").unwrap();
-            stmt.query_map([], |r| r.get(0))
-                .unwrap()
-                .map(|r| r.unwrap())
-                .collect()
+            stmt.query_map([], |r| r.get(0)).unwrap().map(|r| r.unwrap()).collect()
         };
         assert_eq!(rows(), [1, 2, 3, 4, 5, 6]);
         // Two steps of 3: superseded 1 (by 3) and 2 (by the tombstone 5), and the
@@ -807,9 +755,7 @@ mod tests {
         let mut watch = store.watch("", 6).await.unwrap();
         store.update("/w/a", b"a3".to_vec(), 3).await.unwrap();
         match next_event(&mut watch).await {
-            Event::Put {
-                prev: Some(prev), ..
-            } => assert_eq!(&prev.value[..], b"a2"),
+            Event::Put { prev: Some(prev), .. } => assert_eq!(&prev.value[..], b"a2"),
             other => panic!("{other:?}"),
         }
     }
@@ -818,26 +764,17 @@ mod tests {
     async fn random_writes(stores: &[Arc<dyn Store>], n: usize, seed: u64) {
         let mut x = seed;
         let mut next = move || {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (x >> 33) as usize
         };
         for i in 0..n {
-            let key = format!(
-                "/registry/{}/k{}",
-                ["pods", "nodes"][next() % 2],
-                next() % 12
-            );
+            let key = format!("/registry/{}/k{}", ["pods", "nodes"][next() % 2], next() % 12);
             let current = stores[0].get(&key).await.unwrap();
             let delete = next() % 3 == 0;
             for store in stores {
                 match &current {
                     None => {
-                        store
-                            .create(&key, format!("c{i}").into_bytes())
-                            .await
-                            .unwrap();
+                        store.create(&key, format!("c{i}").into_bytes()).await.unwrap();
                     }
                     Some(kv) if delete => {
                         store.delete(&key, Some(kv.mod_revision)).await.unwrap();
@@ -858,8 +795,7 @@ mod tests {
         assert_eq!(disk.current_revision().await.unwrap(), now);
         for prefix in ["", "/registry/pods/", "/registry/nodes/k1"] {
             for rev in from..=now {
-                for (limit, start_after) in [(0, None), (3, Some("/registry/nodes/k3".to_owned()))]
-                {
+                for (limit, start_after) in [(0, None), (3, Some("/registry/nodes/k3".to_owned()))] {
                     let opts = ListOptions {
                         revision: Some(rev),
                         limit,
@@ -875,9 +811,7 @@ mod tests {
                 let mut m = memory.watch(prefix, after).await.unwrap();
                 let mut d = disk.watch(prefix, after).await.unwrap();
                 let mut expected = Vec::new();
-                while let Ok(Some(e)) =
-                    tokio::time::timeout(std::time::Duration::from_millis(50), m.next()).await
-                {
+                while let Ok(Some(e)) = tokio::time::timeout(std::time::Duration::from_millis(50), m.next()).await {
                     expected.push(e);
                 }
                 assert!(!expected.is_empty());
@@ -928,19 +862,11 @@ mod tests {
         }
         drop(store);
         let store = open_in(&dir, SqliteOptions::default());
-        let all = store
-            .list("/registry/pods/", ListOptions::default())
-            .await
-            .unwrap();
+        let all = store.list("/registry/pods/", ListOptions::default()).await.unwrap();
         assert_eq!(all.items.len(), 3200);
         assert_eq!(all.revision, 3200);
         assert_eq!(
-            &store
-                .get("/registry/pods/ns/p-63-49")
-                .await
-                .unwrap()
-                .unwrap()
-                .value[..],
+            &store.get("/registry/pods/ns/p-63-49").await.unwrap().unwrap().value[..],
             [63, 49]
         );
     }
@@ -1104,12 +1030,7 @@ mod tests {
     fn acknowledged_writes_survive_kill_9() {
         let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "sqlite::tests::kill_9_child",
-                "--ignored",
-                "--nocapture",
-            ])
+            .args(["--exact", "sqlite::tests::kill_9_child", "--ignored", "--nocapture"])
             .env(KILL_DIR, dir.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -1134,11 +1055,7 @@ mod tests {
             }
         }
         child.wait().unwrap();
-        assert!(
-            acked.len() >= 3000,
-            "child stopped early after {} writes",
-            acked.len()
-        );
+        assert!(acked.len() >= 3000, "child stopped early after {} writes", acked.len());
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
             let store = SqliteStore::open(&dir.path().join("state.db")).unwrap();

@@ -51,11 +51,7 @@ impl Op {
 
 /// Checks `op` against the key's `current` value and, if it holds, returns the
 /// event it causes at `revision` and the value to hand back to the caller.
-pub(crate) fn plan(
-    current: Option<&KeyValue>,
-    op: Op,
-    revision: Revision,
-) -> Result<(Event, KeyValue)> {
+pub(crate) fn plan(current: Option<&KeyValue>, op: Op, revision: Revision) -> Result<(Event, KeyValue)> {
     match op {
         Op::Create { key, value } => {
             if current.is_some() {
@@ -75,11 +71,7 @@ pub(crate) fn plan(
                 kv,
             ))
         }
-        Op::Update {
-            key,
-            value,
-            expected,
-        } => {
+        Op::Update { key, value, expected } => {
             let Some(cur) = current else {
                 return Err(StoreError::NotFound(key));
             };
@@ -223,9 +215,10 @@ impl Subscription {
     /// from the window, then live events.
     pub(crate) fn into_stream(self, disk: Vec<Event>) -> BoxStream<'static, Event> {
         let after = self.after;
-        let live = futures::stream::unfold(self.rx, |mut rx| async move {
-            rx.recv().await.map(|event| (event, rx))
-        })
+        let live = futures::stream::unfold(
+            self.rx,
+            |mut rx| async move { rx.recv().await.map(|event| (event, rx)) },
+        )
         .filter(move |event| futures::future::ready(event.revision() > after));
         futures::stream::iter(disk)
             .chain(futures::stream::iter(self.backlog))
@@ -340,11 +333,7 @@ impl Inner {
             .range::<str, _>((start, Bound::Unbounded))
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, v)| (k.as_str(), Some(v)));
-        let limit = if opts.limit == 0 {
-            usize::MAX
-        } else {
-            opts.limit
-        };
+        let limit = if opts.limit == 0 { usize::MAX } else { opts.limit };
         let mut items = Vec::new();
         let mut more = false;
         let mut push = |kv: &KeyValue| {
@@ -371,9 +360,7 @@ impl Inner {
             let mut changed: BTreeMap<&str, Option<&KeyValue>> = BTreeMap::new();
             for event in self.window.range(first_later..) {
                 if in_range(event.key(), prefix, start_after) {
-                    changed
-                        .entry(event.key())
-                        .or_insert_with(|| before_event(event));
+                    changed.entry(event.key()).or_insert_with(|| before_event(event));
                 }
             }
             let mut current = current.peekable();
@@ -482,10 +469,7 @@ mod tests {
 
     #[test]
     fn prefix_end_increments_last_char() {
-        assert_eq!(
-            prefix_end("/registry/pods/").as_deref(),
-            Some("/registry/pods0")
-        );
+        assert_eq!(prefix_end("/registry/pods/").as_deref(), Some("/registry/pods0"));
         assert_eq!(prefix_end("a").as_deref(), Some("b"));
         assert_eq!(prefix_end(""), None);
         let max = char::MAX.to_string();

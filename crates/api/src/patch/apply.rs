@@ -1324,8 +1324,8 @@ mod tests {
         );
         let status = crate::patch::PatchError::from(err).to_status();
         assert_eq!(status.code, 409);
-        assert_eq!(status.causes[0].reason, "FieldManagerConflict");
-        assert_eq!(status.causes[0].field, ".spec.replicas");
+        assert_eq!(status.details.causes[0].reason, "FieldManagerConflict");
+        assert_eq!(status.details.causes[0].field, ".spec.replicas");
 
         // Same values: no conflict, shared ownership.
         let shared =

@@ -59,19 +59,14 @@ fn parse_op(op: &Value) -> Result<Operation, PatchError> {
         Some(_) => return Err(bad("operation op must be a string")),
         None => return Err(unprocessable("operation missing op field")),
     };
-    let value = || -> Result<Value, PatchError> {
-        m.get("value")
-            .cloned()
-            .ok_or_else(|| unprocessable("missing value"))
-    };
+    let value =
+        || -> Result<Value, PatchError> { m.get("value").cloned().ok_or_else(|| unprocessable("missing value")) };
     Ok(match kind {
         "add" => Operation::Add {
             path: string("path")?,
             value: value()?,
         },
-        "remove" => Operation::Remove {
-            path: string("path")?,
-        },
+        "remove" => Operation::Remove { path: string("path")? },
         "replace" => Operation::Replace {
             path: string("path")?,
             value: value()?,
@@ -115,9 +110,7 @@ fn unescape(token: &str, pointer: &str) -> Result<String, PatchError> {
                 Some('0') => out.push('~'),
                 Some('1') => out.push('/'),
                 _ => {
-                    return Err(unprocessable(format!(
-                        "invalid JSON pointer escape in {pointer}"
-                    )));
+                    return Err(unprocessable(format!("invalid JSON pointer escape in {pointer}")));
                 }
             }
         } else {
@@ -140,11 +133,7 @@ fn index(token: &str, len: usize, allow_end: bool) -> Result<usize, PatchError> 
     }
     let i: i64 = token.parse().map_err(|_| invalid())?;
     let i = if i < 0 { i + len as i64 } else { i };
-    let max = if allow_end {
-        len as i64
-    } else {
-        len as i64 - 1
-    };
+    let max = if allow_end { len as i64 } else { len as i64 - 1 };
     if i < 0 || i > max {
         return Err(invalid());
     }
@@ -274,9 +263,7 @@ pub fn apply_operation(doc: &mut Value, op: &Operation) -> Result<(), PatchError
             match get(doc, &tokens) {
                 None if value.is_null() => Ok(()),
                 Some(v) if json_eq(v, value) => Ok(()),
-                _ => Err(unprocessable(format!(
-                    "testing value {path} failed: test failed"
-                ))),
+                _ => Err(unprocessable(format!("testing value {path} failed: test failed"))),
             }
         }
     }
@@ -442,14 +429,8 @@ mod tests {
             {"op": "copy", "from": "/metadata/annotations", "path": "/metadata/labels"}
         ]);
         let out = run(doc, p).expect("patch");
-        assert_eq!(
-            out["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
-            "3"
-        );
-        assert_eq!(
-            out["metadata"]["labels"]["deployment.kubernetes.io/revision"],
-            "3"
-        );
+        assert_eq!(out["metadata"]["annotations"]["deployment.kubernetes.io/revision"], "3");
+        assert_eq!(out["metadata"]["labels"]["deployment.kubernetes.io/revision"], "3");
         assert_eq!(
             pointer(&["metadata", "annotations", "a/b~c"]),
             "/metadata/annotations/a~1b~0c"
@@ -479,9 +460,7 @@ mod tests {
             422
         );
         assert_eq!(
-            run(doc.clone(), json!({"op": "add"}))
-                .expect_err("not array")
-                .code(),
+            run(doc.clone(), json!({"op": "add"})).expect_err("not array").code(),
             400
         );
         assert_eq!(
@@ -491,46 +470,24 @@ mod tests {
             422
         );
         assert_eq!(
-            run(
-                doc.clone(),
-                json!([{"op": "replace", "path": "/z", "value": 1}])
-            )
-            .expect_err("replace")
-            .code(),
+            run(doc.clone(), json!([{"op": "replace", "path": "/z", "value": 1}]))
+                .expect_err("replace")
+                .code(),
             422
         );
         assert_eq!(
-            run(
-                doc.clone(),
-                json!([{"op": "move", "from": "/a", "path": "/a/0"}])
-            )
-            .expect_err("child")
-            .code(),
+            run(doc.clone(), json!([{"op": "move", "from": "/a", "path": "/a/0"}]))
+                .expect_err("child")
+                .code(),
             422
         );
         // Replacing the whole document.
         assert_eq!(
-            run(
-                doc.clone(),
-                json!([{"op": "replace", "path": "", "value": {"b": 1}}])
-            )
-            .expect("root"),
+            run(doc.clone(), json!([{"op": "replace", "path": "", "value": {"b": 1}}])).expect("root"),
             json!({"b": 1})
         );
         // Testing a missing value against null passes; numbers compare by value.
-        assert!(
-            run(
-                doc.clone(),
-                json!([{"op": "test", "path": "/missing", "value": null}])
-            )
-            .is_ok()
-        );
-        assert!(
-            run(
-                json!({"n": 1.0}),
-                json!([{"op": "test", "path": "/n", "value": 1}])
-            )
-            .is_ok()
-        );
+        assert!(run(doc.clone(), json!([{"op": "test", "path": "/missing", "value": null}])).is_ok());
+        assert!(run(json!({"n": 1.0}), json!([{"op": "test", "path": "/n", "value": 1}])).is_ok());
     }
 }

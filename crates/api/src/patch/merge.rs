@@ -76,17 +76,9 @@ mod tests {
     fn rfc7386_appendix_a() {
         let cases = [
             (json!({"a": "b"}), json!({"a": "c"}), json!({"a": "c"})),
-            (
-                json!({"a": "b"}),
-                json!({"b": "c"}),
-                json!({"a": "b", "b": "c"}),
-            ),
+            (json!({"a": "b"}), json!({"b": "c"}), json!({"a": "b", "b": "c"})),
             (json!({"a": "b"}), json!({"a": null}), json!({})),
-            (
-                json!({"a": "b", "b": "c"}),
-                json!({"a": null}),
-                json!({"b": "c"}),
-            ),
+            (json!({"a": "b", "b": "c"}), json!({"a": null}), json!({"b": "c"})),
             (json!({"a": ["b"]}), json!({"a": "c"}), json!({"a": "c"})),
             (json!({"a": "c"}), json!({"a": ["b"]}), json!({"a": ["b"]})),
             (
@@ -94,33 +86,13 @@ mod tests {
                 json!({"a": {"b": "d", "c": null}}),
                 json!({"a": {"b": "d"}}),
             ),
-            (
-                json!({"a": [{"b": "c"}]}),
-                json!({"a": [1]}),
-                json!({"a": [1]}),
-            ),
-            (
-                json!({"e": null}),
-                json!({"a": 1}),
-                json!({"e": null, "a": 1}),
-            ),
-            (
-                json!([1, 2]),
-                json!({"a": "b", "c": null}),
-                json!({"a": "b"}),
-            ),
-            (
-                json!({}),
-                json!({"a": {"bb": {"ccc": null}}}),
-                json!({"a": {"bb": {}}}),
-            ),
+            (json!({"a": [{"b": "c"}]}), json!({"a": [1]}), json!({"a": [1]})),
+            (json!({"e": null}), json!({"a": 1}), json!({"e": null, "a": 1})),
+            (json!([1, 2]), json!({"a": "b", "c": null}), json!({"a": "b"})),
+            (json!({}), json!({"a": {"bb": {"ccc": null}}}), json!({"a": {"bb": {}}})),
         ];
         for (target, patch, want) in cases {
-            assert_eq!(
-                merge_patch(&target, &patch).expect("merge"),
-                want,
-                "{target} + {patch}"
-            );
+            assert_eq!(merge_patch(&target, &patch).expect("merge"), want, "{target} + {patch}");
         }
         assert_eq!(merge_value(&json!({"a": "b"}), &json!(["c"])), json!(["c"]));
     }
@@ -128,21 +100,11 @@ mod tests {
     #[test]
     fn kubectl_label_patches() {
         let obj = json!({"metadata": {"name": "n", "labels": {"k": "v", "x": "y"}}});
-        let out =
-            merge_patch(&obj, &json!({"metadata": {"labels": {"k": null}}})).expect("unlabel");
-        assert_eq!(
-            out,
-            json!({"metadata": {"name": "n", "labels": {"x": "y"}}})
-        );
+        let out = merge_patch(&obj, &json!({"metadata": {"labels": {"k": null}}})).expect("unlabel");
+        assert_eq!(out, json!({"metadata": {"name": "n", "labels": {"x": "y"}}}));
         let out = merge_patch(&obj, &json!({"metadata": {"labels": {"new": "1"}}})).expect("label");
-        assert_eq!(
-            out["metadata"]["labels"],
-            json!({"k": "v", "x": "y", "new": "1"})
-        );
-        assert_eq!(
-            merge_patch(&obj, &json!([1])).expect_err("array").code(),
-            400
-        );
+        assert_eq!(out["metadata"]["labels"], json!({"k": "v", "x": "y", "new": "1"}));
+        assert_eq!(merge_patch(&obj, &json!([1])).expect_err("array").code(), 400);
     }
 
     #[test]

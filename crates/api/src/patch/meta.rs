@@ -113,30 +113,18 @@ fn core(ty: &str, prop: &str) -> Option<ListMeta> {
     let meta = match (ty, prop) {
         // Pod
         ("PodSpec", "volumes") => merge_retain_map("name", BY_NAME),
-        ("PodSpec", "initContainers" | "containers" | "ephemeralContainers") => {
-            merge_map("name", BY_NAME)
-        }
+        ("PodSpec", "initContainers" | "containers" | "ephemeralContainers") => merge_map("name", BY_NAME),
         ("PodSpec", "imagePullSecrets") => merge_map("name", BY_NAME),
         ("PodSpec", "hostAliases") => merge_map("ip", &["ip"]),
-        ("PodSpec", "topologySpreadConstraints") => {
-            merge_map("topologyKey", &["topologyKey", "whenUnsatisfiable"])
-        }
+        ("PodSpec", "topologySpreadConstraints") => merge_map("topologyKey", &["topologyKey", "whenUnsatisfiable"]),
         ("PodSpec", "schedulingGates") => merge_map("name", BY_NAME),
         ("PodSpec", "resourceClaims") => merge_retain_map("name", BY_NAME),
         ("PodSpec", "tolerations" | "readinessGates") => ATOMIC,
-        ("Container" | "EphemeralContainer", "ports") => {
-            merge_map("containerPort", &["containerPort", "protocol"])
-        }
+        ("Container" | "EphemeralContainer", "ports") => merge_map("containerPort", &["containerPort", "protocol"]),
         ("Container" | "EphemeralContainer", "env") => merge_map("name", BY_NAME),
-        ("Container" | "EphemeralContainer", "volumeMounts") => {
-            merge_map("mountPath", &["mountPath"])
-        }
-        ("Container" | "EphemeralContainer", "volumeDevices") => {
-            merge_map("devicePath", &["devicePath"])
-        }
-        ("Container" | "EphemeralContainer", "command" | "args" | "envFrom" | "resizePolicy") => {
-            ATOMIC
-        }
+        ("Container" | "EphemeralContainer", "volumeMounts") => merge_map("mountPath", &["mountPath"]),
+        ("Container" | "EphemeralContainer", "volumeDevices") => merge_map("devicePath", &["devicePath"]),
+        ("Container" | "EphemeralContainer", "command" | "args" | "envFrom" | "resizePolicy") => ATOMIC,
         ("ResourceRequirements", "claims") => map_only(BY_NAME),
         ("Capabilities", "add" | "drop") => ATOMIC,
         ("PodSecurityContext", "supplementalGroups" | "sysctls") => ATOMIC,
@@ -152,8 +140,7 @@ fn core(ty: &str, prop: &str) -> Option<ListMeta> {
         ("NodeSelectorRequirement", "values") => ATOMIC,
         (
             "PodAffinity" | "PodAntiAffinity",
-            "requiredDuringSchedulingIgnoredDuringExecution"
-            | "preferredDuringSchedulingIgnoredDuringExecution",
+            "requiredDuringSchedulingIgnoredDuringExecution" | "preferredDuringSchedulingIgnoredDuringExecution",
         ) => ATOMIC,
         ("PodAffinityTerm", "namespaces" | "matchLabelKeys" | "mismatchLabelKeys") => ATOMIC,
         (
@@ -167,10 +154,7 @@ fn core(ty: &str, prop: &str) -> Option<ListMeta> {
         ) => ATOMIC,
         ("ProjectedVolumeSource", "sources") => ATOMIC,
         (
-            "CephFSVolumeSource"
-            | "CephFSPersistentVolumeSource"
-            | "RBDVolumeSource"
-            | "RBDPersistentVolumeSource",
+            "CephFSVolumeSource" | "CephFSPersistentVolumeSource" | "RBDVolumeSource" | "RBDPersistentVolumeSource",
             "monitors",
         ) => ATOMIC,
         ("ISCSIVolumeSource" | "ISCSIPersistentVolumeSource", "portals") => ATOMIC,
@@ -178,10 +162,7 @@ fn core(ty: &str, prop: &str) -> Option<ListMeta> {
         ("PodStatus", "conditions") => CONDITIONS,
         ("PodStatus", "podIPs") => merge_map("ip", &["ip"]),
         ("PodStatus", "hostIPs") => merge_atomic("ip"),
-        (
-            "PodStatus",
-            "containerStatuses" | "initContainerStatuses" | "ephemeralContainerStatuses",
-        ) => ATOMIC,
+        ("PodStatus", "containerStatuses" | "initContainerStatuses" | "ephemeralContainerStatuses") => ATOMIC,
         ("PodStatus", "resourceClaimStatuses") => merge_retain_map("name", BY_NAME),
         ("ContainerStatus", "volumeMounts") => merge_map("mountPath", &["mountPath"]),
         ("ContainerStatus", "allocatedResourcesStatus") => map_only(BY_NAME),
@@ -198,10 +179,7 @@ fn core(ty: &str, prop: &str) -> Option<ListMeta> {
         ("NamespaceStatus", "conditions") => CONDITIONS,
         // Service and Endpoints
         ("ServiceSpec", "ports") => merge_map("port", &["port", "protocol"]),
-        (
-            "ServiceSpec",
-            "clusterIPs" | "externalIPs" | "loadBalancerSourceRanges" | "ipFamilies",
-        ) => ATOMIC,
+        ("ServiceSpec", "clusterIPs" | "externalIPs" | "loadBalancerSourceRanges" | "ipFamilies") => ATOMIC,
         ("ServiceStatus", "conditions") => CONDITIONS,
         ("LoadBalancerStatus", "ingress") => ATOMIC,
         ("LoadBalancerIngress", "ports") => ATOMIC,
@@ -343,18 +321,11 @@ mod tests {
 
     #[test]
     fn meta_lists() {
-        let f = list_meta(
-            "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
-            "finalizers",
-        )
-        .expect("finalizers");
+        let f = list_meta("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "finalizers").expect("finalizers");
         assert_eq!(f.patch_strategy, Some("merge"));
         assert_eq!(f.patch_merge_key, None);
-        let o = list_meta(
-            "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
-            "ownerReferences",
-        )
-        .expect("ownerReferences");
+        let o =
+            list_meta("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "ownerReferences").expect("ownerReferences");
         assert_eq!(o.patch_merge_key, Some("uid"));
     }
 
@@ -373,8 +344,7 @@ mod tests {
             }
         }
         assert!(found > 80, "only {found} list properties carry metadata");
-        let spec = crate::schema::property("io.k8s.api.core.v1.PodSpec", "containers")
-            .expect("containers");
+        let spec = crate::schema::property("io.k8s.api.core.v1.PodSpec", "containers").expect("containers");
         assert_eq!(spec["x-kubernetes-patch-merge-key"], "name");
     }
 }

@@ -47,12 +47,7 @@ pub enum PatchType {
 impl PatchType {
     /// The patch type of a request's `Content-Type` (parameters such as `charset` ignored).
     pub fn from_content_type(content_type: &str) -> Option<PatchType> {
-        let media = content_type
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
+        let media = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
         match media.as_str() {
             "application/json-patch+json" => Some(PatchType::Json),
             "application/merge-patch+json" => Some(PatchType::Merge),
@@ -115,7 +110,7 @@ impl PatchError {
             PatchError::Unprocessable(m) => StatusError::new(422, "Invalid", m.clone()),
             PatchError::Conflict(conflicts) => {
                 let mut s = StatusError::new(409, "Conflict", apply::conflict_message(conflicts));
-                s.causes = conflicts
+                s.details.causes = conflicts
                     .iter()
                     .map(|c| Cause {
                         reason: "FieldManagerConflict".to_string(),
@@ -142,12 +137,7 @@ impl From<ApplyError> for PatchError {
 /// Apply a JSON, merge or strategic merge patch (already parsed) to `original`.
 /// `definition` names the object's schema ([`crate::schema::definition_for`]); strategic
 /// merge patches need it. Server-side apply goes through [`apply()`] instead.
-pub fn patch(
-    patch_type: PatchType,
-    original: &Value,
-    patch: &Value,
-    definition: &str,
-) -> Result<Value, PatchError> {
+pub fn patch(patch_type: PatchType, original: &Value, patch: &Value, definition: &str) -> Result<Value, PatchError> {
     match patch_type {
         PatchType::Json => json_patch(original, patch),
         PatchType::Merge => merge_patch(original, patch),
@@ -181,10 +171,7 @@ mod tests {
             PatchType::from_content_type("application/apply-patch+yaml"),
             Some(PatchType::Apply)
         );
-        assert_eq!(
-            PatchType::from_content_type("application/apply-patch+cbor"),
-            None
-        );
+        assert_eq!(PatchType::from_content_type("application/apply-patch+cbor"), None);
         assert_eq!(PatchType::from_content_type("application/json"), None);
     }
 

@@ -55,8 +55,7 @@ impl FieldMeta {
 
     /// Whether the patch strategy includes `s` ("merge", "retainKeys", "replace").
     pub fn has_strategy(&self, s: &str) -> bool {
-        self.strategy
-            .is_some_and(|st| st.split(',').any(|x| x.trim() == s))
+        self.strategy.is_some_and(|st| st.split(',').any(|x| x.trim() == s))
     }
 }
 
@@ -174,10 +173,7 @@ impl Ty {
         };
         if let Some(prop) = s.get("properties").and_then(|p| p.get(name)) {
             let mut meta = FieldMeta::from_schema(prop);
-            if self
-                .name
-                .is_some_and(|parent| super::meta::is_atomic_map(parent, name))
-            {
+            if self.name.is_some_and(|parent| super::meta::is_atomic_map(parent, name)) {
                 meta.atomic_map = true;
             }
             return (Ty::of(prop), meta);
@@ -200,16 +196,10 @@ impl Ty {
 /// JSON equality with numbers compared by value (1 == 1.0).
 pub(crate) fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => {
-            x == y || (x.as_f64().is_some() && x.as_f64() == y.as_f64())
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_eq(a, b))
-        }
+        (Value::Number(x), Value::Number(y)) => x == y || (x.as_f64().is_some() && x.as_f64() == y.as_f64()),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_eq(a, b)),
         (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
         }
         _ => a == b,
     }
@@ -245,10 +235,7 @@ mod tests {
         assert_eq!(c.name(), Some("io.k8s.api.core.v1.Container"));
         let (ports, pm) = c.field("ports");
         assert_eq!(ports.kind(), Kind::List);
-        assert_eq!(
-            pm.list_kind(),
-            ListKind::Map(vec!["containerPort", "protocol"])
-        );
+        assert_eq!(pm.list_kind(), ListKind::Map(vec!["containerPort", "protocol"]));
         let (meta_ty, _) = pod.field("metadata");
         let (labels, _) = meta_ty.field("labels");
         assert_eq!(labels.kind(), Kind::Map);

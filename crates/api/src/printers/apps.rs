@@ -6,8 +6,8 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::format::{
-    age, array_at, container_cells, format_label_selector, format_labels, human_duration, int_at,
-    int_or_string, is_set, name, since, str_at, timestamp,
+    age, array_at, container_cells, format_label_selector, format_labels, human_duration, int_at, int_or_string,
+    is_set, name, since, str_at, timestamp,
 };
 use super::{AGE, CONTAINERS_DESC, Column, IMAGES_DESC, NAME};
 
@@ -16,9 +16,7 @@ const IMAGES: Column = Column::wide("Images", "string", IMAGES_DESC);
 
 /// `spec.replicas`, which defaulting sets to 1 when absent.
 fn desired_replicas(obj: &Value) -> i64 {
-    obj.pointer("/spec/replicas")
-        .and_then(Value::as_i64)
-        .unwrap_or(1)
+    obj.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)
 }
 
 // --- deployments ----------------------------------------------------------------------------
@@ -60,9 +58,7 @@ pub(crate) fn deployment(obj: &Value, now: Timestamp) -> Vec<Value> {
         json!(age(obj, now)),
         json!(containers),
         json!(images),
-        json!(super::format::selector_string(
-            obj.pointer("/spec/selector")
-        )),
+        json!(super::format::selector_string(obj.pointer("/spec/selector"))),
     ]
 }
 
@@ -80,11 +76,7 @@ pub(crate) const REPLICASET_COLUMNS: &[Column] = &[
         "integer",
         "Replicas is the most recently observed number of replicas. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller/#what-is-a-replicationcontroller",
     ),
-    Column::new(
-        "Ready",
-        "integer",
-        "The number of ready replicas for this replica set.",
-    ),
+    Column::new("Ready", "integer", "The number of ready replicas for this replica set."),
     AGE,
     CONTAINERS,
     IMAGES,
@@ -187,9 +179,7 @@ pub(crate) fn daemonset(obj: &Value, now: Timestamp) -> Vec<Value> {
         json!(int_at(obj, "/status/numberReady")),
         json!(int_at(obj, "/status/updatedNumberScheduled")),
         json!(int_at(obj, "/status/numberAvailable")),
-        json!(format_labels(
-            obj.pointer("/spec/template/spec/nodeSelector")
-        )),
+        json!(format_labels(obj.pointer("/spec/template/spec/nodeSelector"))),
         json!(age(obj, now)),
         json!(containers),
         json!(images),
@@ -219,10 +209,7 @@ pub(crate) fn controllerrevision(obj: &Value, now: Timestamp) -> Vec<Value> {
             let owner = str_at(r, "/name");
             // The group of "apps/v1" is "apps"; of "v1" it is empty.
             let api_version = str_at(r, "/apiVersion");
-            let group = api_version
-                .rsplit_once('/')
-                .map(|(g, _)| g)
-                .unwrap_or_default();
+            let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or_default();
             let group_kind = if group.is_empty() {
                 kind.to_string()
             } else {
@@ -337,11 +324,7 @@ pub(crate) const CRONJOB_COLUMNS: &[Column] = &[
         "boolean",
         "This flag tells the controller to suspend subsequent executions, it does not apply to already started executions.  Defaults to false.",
     ),
-    Column::new(
-        "Active",
-        "integer",
-        "A list of pointers to currently running jobs.",
-    ),
+    Column::new("Active", "integer", "A list of pointers to currently running jobs."),
     Column::new(
         "Last Schedule",
         "string",
@@ -382,9 +365,7 @@ pub(crate) fn cronjob(obj: &Value, now: Timestamp) -> Vec<Value> {
         json!(age(obj, now)),
         json!(containers),
         json!(images),
-        json!(format_label_selector(
-            obj.pointer("/spec/jobTemplate/spec/selector")
-        )),
+        json!(format_label_selector(obj.pointer("/spec/jobTemplate/spec/selector"))),
     ]
 }
 
@@ -468,11 +449,7 @@ pub(crate) fn priorityclass(obj: &Value, now: Timestamp) -> Vec<Value> {
     vec![
         json!(name(obj)),
         json!(int_at(obj, "/value")),
-        json!(
-            obj.get("globalDefault")
-                .and_then(Value::as_bool)
-                .unwrap_or(false)
-        ),
+        json!(obj.get("globalDefault").and_then(Value::as_bool).unwrap_or(false)),
         json!(age(obj, now)),
         json!(str_at(obj, "/preemptionPolicy")),
     ]

@@ -7,8 +7,8 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::format::{
-    access_modes, age, array_at, bool_at, format_labels, int_at, is_set, map_len, name, quantity,
-    since, str_at, timestamp,
+    access_modes, age, array_at, bool_at, format_labels, int_at, is_set, map_len, name, quantity, since, str_at,
+    timestamp,
 };
 use super::{AGE, Column, NAME};
 
@@ -36,16 +36,8 @@ pub(crate) const NODE_COLUMNS: &[Column] = &[
     Column::new("Roles", "string", "The roles of the node"),
     AGE,
     Column::new("Version", "string", "Kubelet Version reported by the node."),
-    Column::wide(
-        "Internal-IP",
-        "string",
-        "List of addresses reachable to the node.",
-    ),
-    Column::wide(
-        "External-IP",
-        "string",
-        "List of addresses reachable to the node.",
-    ),
+    Column::wide("Internal-IP", "string", "List of addresses reachable to the node."),
+    Column::wide("External-IP", "string", "List of addresses reachable to the node."),
     Column::wide(
         "OS-Image",
         "string",
@@ -255,10 +247,7 @@ pub(crate) fn pod(obj: &Value, now: Timestamp) -> Vec<Value> {
         .count();
 
     let mut initializing = false;
-    for (i, container) in array_at(obj, "/status/initContainerStatuses")
-        .iter()
-        .enumerate()
-    {
+    for (i, container) in array_at(obj, "/status/initContainerStatuses").iter().enumerate() {
         let cname = str_at(container, "/name");
         let restartable = is_restartable_init_container(spec_init, cname);
         let count = int_at(container, "/restartCount");
@@ -272,9 +261,7 @@ pub(crate) fn pod(obj: &Value, now: Timestamp) -> Vec<Value> {
                 last_restartable_init_restart = later(last_restartable_init_restart, finished);
             }
         }
-        let terminated = container
-            .pointer("/state/terminated")
-            .filter(|t| !t.is_null());
+        let terminated = container.pointer("/state/terminated").filter(|t| !t.is_null());
         let waiting_reason = str_at(container, "/state/waiting/reason");
         if terminated.is_some_and(|t| int_at(t, "/exitCode") == 0) {
             continue;
@@ -306,9 +293,7 @@ pub(crate) fn pod(obj: &Value, now: Timestamp) -> Vec<Value> {
                 last_restart = later(last_restart, finished);
             }
             let waiting_reason = str_at(container, "/state/waiting/reason");
-            let terminated = container
-                .pointer("/state/terminated")
-                .filter(|t| !t.is_null());
+            let terminated = container.pointer("/state/terminated").filter(|t| !t.is_null());
             if !waiting_reason.is_empty() {
                 reason = waiting_reason.to_string();
             } else if let Some(t) = terminated {
@@ -431,11 +416,7 @@ pub(crate) const EVENT_COLUMNS: &[Column] = &[
         "string",
         "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)",
     ),
-    Column::wide(
-        "Count",
-        "string",
-        "The number of times this event has occurred.",
-    ),
+    Column::wide("Count", "string", "The number of times this event has occurred."),
     Column {
         name: "Name",
         ty: "string",
@@ -453,26 +434,16 @@ fn event_field<'a>(obj: &'a Value, core: &str, new: &str) -> Option<&'a Value> {
 }
 
 fn event_str<'a>(obj: &'a Value, core: &str, new: &str) -> &'a str {
-    event_field(obj, core, new)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
+    event_field(obj, core, new).and_then(Value::as_str).unwrap_or_default()
 }
 
 pub(crate) fn event(obj: &Value, now: Timestamp) -> Vec<Value> {
-    let first_ts = timestamp(event_field(
-        obj,
-        "/firstTimestamp",
-        "/deprecatedFirstTimestamp",
-    ));
+    let first_ts = timestamp(event_field(obj, "/firstTimestamp", "/deprecatedFirstTimestamp"));
     let first = match first_ts {
         Some(t) => since(Some(t), now),
         None => since(timestamp(obj.get("eventTime")), now),
     };
-    let mut last = match timestamp(event_field(
-        obj,
-        "/lastTimestamp",
-        "/deprecatedLastTimestamp",
-    )) {
+    let mut last = match timestamp(event_field(obj, "/lastTimestamp", "/deprecatedLastTimestamp")) {
         Some(t) => since(Some(t), now),
         None => first.clone(),
     };
@@ -522,11 +493,7 @@ pub(crate) fn event(obj: &Value, now: Timestamp) -> Vec<Value> {
         json!(str_at(obj, "/type")),
         json!(str_at(obj, "/reason")),
         json!(target),
-        json!(event_str(
-            obj,
-            "/involvedObject/fieldPath",
-            "/regarding/fieldPath"
-        )),
+        json!(event_str(obj, "/involvedObject/fieldPath", "/regarding/fieldPath")),
         json!(source),
         json!(message),
         json!(first),
@@ -665,11 +632,7 @@ fn service_external_ip(obj: &Value, ty: &str) -> String {
                 all.extend(external);
                 return all.join(",");
             }
-            if lb.is_empty() {
-                "<pending>".to_string()
-            } else {
-                lb
-            }
+            if lb.is_empty() { "<pending>".to_string() } else { lb }
         }
         "ExternalName" => str_at(obj, "/spec/externalName").to_string(),
         _ => "<unknown>".to_string(),
@@ -785,11 +748,7 @@ fn format_endpoints(obj: &Value) -> String {
 }
 
 pub(crate) fn endpoints(obj: &Value, now: Timestamp) -> Vec<Value> {
-    vec![
-        json!(name(obj)),
-        json!(format_endpoints(obj)),
-        json!(age(obj, now)),
-    ]
+    vec![json!(name(obj)), json!(format_endpoints(obj)), json!(age(obj, now))]
 }
 
 // --- persistent volumes and claims ----------------------------------------------------------
@@ -824,11 +783,7 @@ pub(crate) const PV_COLUMNS: &[Column] = &[
         "claimRef is part of a bi-directional binding between PersistentVolume and PersistentVolumeClaim. Expected to be non-nil when bound. claim.VolumeName is the authoritative bind between PV and PVC. More info: https://kubernetes.io/docs/concepts/storage/persistent-volumes#binding",
     ),
     Column::new("StorageClass", "string", "StorageClass of the pv"),
-    Column::new(
-        "VolumeAttributesClass",
-        "string",
-        "VolumeAttributesClass of the pv",
-    ),
+    Column::new("VolumeAttributesClass", "string", "VolumeAttributesClass of the pv"),
     Column::new(
         "Reason",
         "string",
@@ -908,11 +863,7 @@ pub(crate) const PVC_COLUMNS: &[Column] = &[
         "accessModes contains the actual access modes the volume backing the PVC has. More info: https://kubernetes.io/docs/concepts/storage/persistent-volumes#access-modes-1",
     ),
     Column::new("StorageClass", "string", "StorageClass of the pvc"),
-    Column::new(
-        "VolumeAttributesClass",
-        "string",
-        "VolumeAttributesClass of the pvc",
-    ),
+    Column::new("VolumeAttributesClass", "string", "VolumeAttributesClass of the pvc"),
     AGE,
     Column::wide(
         "VolumeMode",

@@ -81,9 +81,7 @@ pub(crate) fn name(obj: &Value) -> &str {
 }
 
 pub(crate) fn str_at<'a>(obj: &'a Value, pointer: &str) -> &'a str {
-    obj.pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
+    obj.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
 }
 
 pub(crate) fn int_at(obj: &Value, pointer: &str) -> i64 {
@@ -91,9 +89,7 @@ pub(crate) fn int_at(obj: &Value, pointer: &str) -> i64 {
 }
 
 pub(crate) fn bool_at(obj: &Value, pointer: &str) -> bool {
-    obj.pointer(pointer)
-        .and_then(Value::as_bool)
-        .unwrap_or(false)
+    obj.pointer(pointer).and_then(Value::as_bool).unwrap_or(false)
 }
 
 pub(crate) fn array_at<'a>(obj: &'a Value, pointer: &str) -> &'a [Value] {
@@ -105,9 +101,7 @@ pub(crate) fn array_at<'a>(obj: &'a Value, pointer: &str) -> &'a [Value] {
 
 /// The number of entries of a map field.
 pub(crate) fn map_len(obj: &Value, pointer: &str) -> usize {
-    obj.pointer(pointer)
-        .and_then(Value::as_object)
-        .map_or(0, |m| m.len())
+    obj.pointer(pointer).and_then(Value::as_object).map_or(0, |m| m.len())
 }
 
 pub(crate) fn is_set(obj: &Value, pointer: &str) -> bool {
@@ -119,10 +113,7 @@ pub(crate) fn format_labels(labels: Option<&Value>) -> String {
     let Some(map) = labels.and_then(Value::as_object) else {
         return "<none>".to_string();
     };
-    let mut pairs: Vec<(&String, &str)> = map
-        .iter()
-        .map(|(k, v)| (k, v.as_str().unwrap_or_default()))
-        .collect();
+    let mut pairs: Vec<(&String, &str)> = map.iter().map(|(k, v)| (k, v.as_str().unwrap_or_default())).collect();
     pairs.sort();
     let out: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
     if out.is_empty() {
@@ -138,11 +129,7 @@ pub(crate) fn format_label_selector(selector: Option<&Value>) -> String {
     match LabelSelector::from_label_selector_json(selector.unwrap_or(&Value::Null)) {
         Ok(s) => {
             let text = s.to_string();
-            if text.is_empty() {
-                "<none>".to_string()
-            } else {
-                text
-            }
+            if text.is_empty() { "<none>".to_string() } else { text }
         }
         Err(_) => "<error>".to_string(),
     }
@@ -175,10 +162,7 @@ pub(crate) fn quantity(v: Option<&Value>) -> String {
         None => "0".to_string(),
         Some(v) => match Quantity::from_json(v) {
             Ok(q) => q.canonical(),
-            Err(_) => v
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| v.to_string()),
+            Err(_) => v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()),
         },
     }
 }
@@ -253,10 +237,7 @@ mod tests {
         let sel = serde_json::json!({"matchLabels": {"app": "web"}});
         assert_eq!(format_label_selector(Some(&sel)), "app=web");
         assert_eq!(format_label_selector(None), "<none>");
-        assert_eq!(
-            format_label_selector(Some(&serde_json::json!({}))),
-            "<none>"
-        );
+        assert_eq!(format_label_selector(Some(&serde_json::json!({}))), "<none>");
         assert_eq!(selector_string(None), "");
     }
 }

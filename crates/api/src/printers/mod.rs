@@ -27,11 +27,7 @@ pub(crate) struct Column {
 }
 
 impl Column {
-    pub(crate) const fn new(
-        name: &'static str,
-        ty: &'static str,
-        description: &'static str,
-    ) -> Self {
+    pub(crate) const fn new(name: &'static str, ty: &'static str, description: &'static str) -> Self {
         Column {
             name,
             ty,
@@ -41,11 +37,7 @@ impl Column {
         }
     }
 
-    pub(crate) const fn wide(
-        name: &'static str,
-        ty: &'static str,
-        description: &'static str,
-    ) -> Self {
+    pub(crate) const fn wide(name: &'static str, ty: &'static str, description: &'static str) -> Self {
         Column {
             name,
             ty,
@@ -168,10 +160,7 @@ const DEFAULT_COLUMNS: &[Column] = &[NAME, AGE];
 /// The column definitions of the resource's table, as JSON objects
 /// `{name, type, format, description, priority}`.
 pub fn column_definitions(res: &Resource) -> Vec<Value> {
-    columns(printer_for(res))
-        .iter()
-        .map(|c| c.to_json())
-        .collect()
+    columns(printer_for(res)).iter().map(|c| c.to_json()).collect()
 }
 
 /// The cells of one object's row, one per column definition (wide ones included).

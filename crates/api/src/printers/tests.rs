@@ -229,7 +229,8 @@ fn node_rows() {
             json!("docker://24.0.7")
         ]
     );
-    let not_ready = json!({"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}});
+    let not_ready =
+        json!({"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}});
     let c = cells("", "nodes", &not_ready);
     assert_eq!(c[1], "NotReady");
     assert_eq!(c[2], "<none>");
@@ -361,13 +362,7 @@ fn job_and_cronjob_rows() {
     let c = cells("batch", "jobs", &job);
     assert_eq!(
         c[..5],
-        [
-            json!("pi"),
-            json!("Complete"),
-            json!("1/1"),
-            json!("12s"),
-            json!("10m")
-        ]
+        [json!("pi"), json!("Complete"), json!("1/1"), json!("12s"), json!("10m")]
     );
     assert_eq!(c[7], "batch.kubernetes.io/controller-uid=abc");
 
@@ -378,10 +373,7 @@ fn job_and_cronjob_rows() {
     let failed = json!({"metadata": {"name": "j"}, "status": {"conditions": [
         {"type": "FailureTarget", "status": "True"}, {"type": "Failed", "status": "True"}]}});
     assert_eq!(cells("batch", "jobs", &failed)[1], "Failed");
-    assert_eq!(
-        cells("batch", "jobs", &json!({"metadata": {"name": "j"}}))[3],
-        ""
-    );
+    assert_eq!(cells("batch", "jobs", &json!({"metadata": {"name": "j"}}))[3], "");
 
     let cj = json!({
         "metadata": {"name": "hello", "creationTimestamp": "2024-05-01T10:00:00Z"},
@@ -436,10 +428,7 @@ fn service_rows() {
     let lb2 = json!({"metadata": {"name": "lb"}, "spec": {"type": "LoadBalancer"},
         "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}});
     let c = cells("", "services", &lb2);
-    assert_eq!(
-        c[2..5],
-        [json!("<none>"), json!("1.2.3.4"), json!("<none>")]
-    );
+    assert_eq!(c[2..5], [json!("<none>"), json!("1.2.3.4"), json!("<none>")]);
     let ext = json!({"metadata": {"name": "x"}, "spec": {"type": "ExternalName", "externalName": "example.com"}});
     assert_eq!(cells("", "services", &ext)[3], "example.com");
 }
@@ -490,11 +479,7 @@ fn event_rows_core_and_events_k8s_io() {
         "reportingController": "kubelet", "reportingInstance": "node-1",
         "eventTime": "2024-05-01T11:59:58.123456Z" // 1.88s ago: truncated, as upstream
     });
-    let c = row_cells(
-        lookup("events.k8s.io", "v1", "events").unwrap(),
-        &new,
-        now(),
-    );
+    let c = row_cells(lookup("events.k8s.io", "v1", "events").unwrap(), &new, now());
     assert_eq!(
         c,
         vec![
@@ -527,12 +512,8 @@ fn small_kinds() {
         vec![json!("default"), json!("Active"), json!("30d")]
     );
 
-    let secret =
-        json!({"metadata": {"name": "s"}, "type": "Opaque", "data": {"a": "eA==", "b": "eQ=="}});
-    assert_eq!(
-        cells("", "secrets", &secret)[1..3],
-        [json!("Opaque"), json!(2)]
-    );
+    let secret = json!({"metadata": {"name": "s"}, "type": "Opaque", "data": {"a": "eA==", "b": "eQ=="}});
+    assert_eq!(cells("", "secrets", &secret)[1..3], [json!("Opaque"), json!(2)]);
 
     let cm = json!({"metadata": {"name": "c"}, "data": {"a": "x"}, "binaryData": {"b": "eQ=="}});
     assert_eq!(cells("", "configmaps", &cm)[1], 2);
@@ -547,10 +528,7 @@ fn small_kinds() {
         cells("", "endpoints", &ep)[1],
         "10.0.0.1:80,10.0.0.2:80,10.0.0.3:80 + 1 more..."
     );
-    assert_eq!(
-        cells("", "endpoints", &json!({"metadata": {"name": "e"}}))[1],
-        "<none>"
-    );
+    assert_eq!(cells("", "endpoints", &json!({"metadata": {"name": "e"}}))[1], "<none>");
 
     let pv = json!({"metadata": {"name": "pv1"},
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany", "ReadWriteOnce"],
@@ -790,11 +768,7 @@ fn upstream_print_pod_cases() {
     for (i, (pod, ready, status, restarts)) in cases.into_iter().enumerate() {
         let c = cells("", "pods", &pod);
         assert_eq!(
-            (
-                c[1].as_str().unwrap(),
-                c[2].as_str().unwrap(),
-                c[3].as_str().unwrap()
-            ),
+            (c[1].as_str().unwrap(), c[2].as_str().unwrap(), c[3].as_str().unwrap()),
             (ready, status, restarts.as_str()),
             "case {i}"
         );

@@ -99,10 +99,7 @@ pub struct Filter {
 impl Filter {
     pub fn from_ctx(ctx: &Ctx) -> Result<Filter, StatusError> {
         let labels = match ctx.param("labelSelector").filter(|s| !s.trim().is_empty()) {
-            Some(s) => Some(
-                LabelSelector::parse(s)
-                    .map_err(|e| StatusError::bad_request(format!("unable to parse requirement: {e}")))?,
-            ),
+            Some(s) => Some(LabelSelector::parse(s).map_err(|e| StatusError::bad_request(e.to_string()))?),
             None => None,
         };
         let mut field_text = ctx.param("fieldSelector").unwrap_or("").trim().to_string();
@@ -305,12 +302,15 @@ pub async fn list(ctx: &Ctx) -> Result<Response, StatusError> {
             Ok(body::json_response(StatusCode::OK, out))
         }
         Output::PartialMetadata => {
-            let list = json!({
+            let mut list = json!({
                 "kind": "PartialObjectMetadataList",
                 "apiVersion": "meta.k8s.io/v1",
-                "metadata": {"resourceVersion": rv, "continue": cont},
+                "metadata": {"resourceVersion": rv},
                 "items": parsed.iter().map(body::partial_metadata).collect::<Vec<_>>(),
             });
+            if let Some(c) = cont {
+                list["metadata"]["continue"] = json!(c);
+            }
             Ok(body::value_response(StatusCode::OK, &list))
         }
         Output::Table => {

@@ -260,8 +260,13 @@ mod tests {
     }
 
     async fn get(state: &Arc<ApiState>, token: &str, uri: &str) -> (u16, String) {
+        get_as(state, token, uri, "application/json").await
+    }
+
+    async fn get_as(state: &Arc<ApiState>, token: &str, uri: &str, accept: &str) -> (u16, String) {
         let req = Request::get(uri)
             .header("authorization", format!("Bearer {token}"))
+            .header("accept", accept)
             .body(Body::empty())
             .expect("request");
         let resp = router(state.clone()).oneshot(req).await.expect("response");
@@ -378,5 +383,32 @@ mod tests {
         )
         .await;
         assert_eq!(code, 400);
+    }
+
+    #[tokio::test]
+    async fn selector_errors_and_metadata_lists() {
+        let (state, token, _dir) = server().await;
+        fill(&state, 3).await;
+        for uri in [
+            "/api/v1/namespaces/default/configmaps?labelSelector=a%20in%20((",
+            "/api/v1/namespaces/default/configmaps?watch=1&labelSelector=a%20in%20((",
+        ] {
+            let (code, body) = get(&state, &token, uri).await;
+            assert_eq!(code, 400, "{body}");
+            let st: serde_json::Value = serde_json::from_str(&body).expect("status");
+            let msg = st["message"].as_str().expect("message");
+            assert!(msg.starts_with("unable to parse requirement: "), "{msg}");
+            assert_eq!(msg.matches("unable to parse requirement").count(), 1, "{msg}");
+        }
+        let accept = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io";
+        let (code, body) = get_as(&state, &token, "/api/v1/namespaces/default/configmaps", accept).await;
+        assert_eq!(code, 200, "{body}");
+        let list: serde_json::Value = serde_json::from_str(&body).expect("list");
+        assert_eq!(list["kind"], "PartialObjectMetadataList");
+        assert!(list["metadata"].get("continue").is_none(), "{body}");
+        assert_eq!(list["items"].as_array().map(Vec::len), Some(3));
+        let (_, body) = get_as(&state, &token, "/api/v1/namespaces/default/configmaps?limit=2", accept).await;
+        let list: serde_json::Value = serde_json::from_str(&body).expect("list");
+        assert!(list["metadata"]["continue"].is_string(), "{body}");
     }
 }

@@ -1746,35 +1746,43 @@ async fn kube_rs_client_crud_watch_patch_and_subresources() {
         deploys.get("kd").await.expect("get").spec.and_then(|s| s.replicas),
         Some(5)
     );
-    let st = deploys
+    // /status of a Pod (no node agent runs here, so nothing else writes it).
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
+    let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "kp"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &p).await.expect("create pod");
+    let st = pods
         .patch_status(
-            "kd",
+            "kp",
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"replicas": 5, "readyReplicas": 4, "observedGeneration": 2}})),
+            &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "10.1.2.3"}})),
         )
         .await
         .expect("patch status");
-    assert_eq!(st.status.as_ref().and_then(|s| s.ready_replicas), Some(4));
-    let got = deploys.get_status("kd").await.expect("get status");
-    assert_eq!(got.status.and_then(|s| s.replicas), Some(5));
+    assert_eq!(st.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Running"));
+    let got = pods.get_status("kp").await.expect("get status");
+    assert_eq!(got.status.and_then(|s| s.pod_ip), Some("10.1.2.3".to_string()));
     // Status changes through the main resource are ignored; spec changes through /status too.
-    let ignored = deploys
+    let ignored = pods
         .patch(
-            "kd",
+            "kp",
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"readyReplicas": 1}})),
+            &Patch::Merge(json!({"status": {"phase": "Failed"}})),
         )
         .await
         .expect("patch main");
-    assert_eq!(ignored.status.and_then(|s| s.ready_replicas), Some(4));
-    let ignored = deploys
+    assert_eq!(ignored.status.and_then(|s| s.phase), Some("Running".to_string()));
+    let ignored = pods
         .patch_status(
-            "kd",
+            "kp",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+            &Patch::Merge(json!({"spec": {"activeDeadlineSeconds": 5}})),
         )
         .await
         .expect("patch status spec");
-    assert_eq!(ignored.spec.and_then(|s| s.replicas), Some(5));
+    assert_eq!(ignored.spec.and_then(|s| s.active_deadline_seconds), None);
     drop(c);
 }

@@ -874,10 +874,18 @@ pub async fn delete_object(ctx: &Ctx, opts: &DeleteOpts) -> Result<(Written, Sta
         let mut grace_pending = false;
         if res.plural == "pods" {
             let grace = pod_grace(&obj, opts.grace);
+            let current_grace = objects::metadata(&obj)
+                .and_then(|m| m.get("deletionGracePeriodSeconds"))
+                .and_then(Value::as_i64);
+            if grace == 0 && current_grace.is_some_and(|g| g > 0) {
+                // The node's confirmation (or a forced delete) of a pod that finalizers still
+                // hold: its grace period ends now, so removing the last finalizer deletes it.
+                let md = metadata_mut(&mut new);
+                md.insert("deletionTimestamp".into(), json!(objects::now_rfc3339()));
+                md.insert("deletionGracePeriodSeconds".into(), json!(0));
+                changed = true;
+            }
             if grace > 0 {
-                let current_grace = objects::metadata(&obj)
-                    .and_then(|m| m.get("deletionGracePeriodSeconds"))
-                    .and_then(Value::as_i64);
                 if current_grace.is_none_or(|g| grace < g) {
                     let at = now + jiff::SignedDuration::from_secs(grace);
                     let md = metadata_mut(&mut new);

@@ -913,6 +913,32 @@ fn graceful_pod_deletion() {
     // --force --grace-period=0 is the confirmation.
     c.k(&["delete", "pod", "bound", "--grace-period=0", "--force"]);
     assert!(!exists(&c, &["pod", "bound"]));
+
+    // A bound pod held by a finalizer: the confirmation ends its grace period, and removing
+    // the finalizer then deletes it.
+    c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: held\n  finalizers: [example.com/hold]\nspec:\n  nodeName: n1\n  containers:\n  - name: c\n    image: busybox:latest\n",
+        &[],
+    );
+    c.k(&["delete", "pod", "held", "--wait=false"]);
+    assert_eq!(
+        c.get_json(&["pod", "held"])["metadata"]["deletionGracePeriodSeconds"],
+        30
+    );
+    c.k(&["delete", "pod", "held", "--grace-period=0", "--force", "--wait=false"]);
+    assert_eq!(
+        c.get_json(&["pod", "held"])["metadata"]["deletionGracePeriodSeconds"],
+        0
+    );
+    c.k(&[
+        "patch",
+        "pod",
+        "held",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ]);
+    assert!(!exists(&c, &["pod", "held"]), "the pod outlived its last finalizer");
 }
 
 #[test]

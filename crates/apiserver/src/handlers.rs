@@ -54,7 +54,11 @@ pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> R
             }
             None => not_found_path(),
         },
-        Route::UnknownResource(_) | Route::NotFound => not_found_path(),
+        Route::UnknownResource(_) | Route::NotFound => {
+            // Read what the client sends first, so it gets the 404 rather than a reset.
+            let _ = body::read_limited(body).await;
+            not_found_path()
+        }
         Route::Resource(rr) if is_stream(&rr) => {
             let ctx = Ctx {
                 state: state.clone(),

@@ -123,7 +123,8 @@ fn apply_create_update_unchanged_and_server_side() {
 
 #[test]
 fn get_in_every_form() {
-    let c = Cluster::start(CONTROL_PLANE);
+    // No controllers: the Deployment stays without pods, so the pod listings are exact.
+    let c = Cluster::start(&["--no-agent", "--no-scheduler", "--no-controllers"]);
     c.apply(DEPLOY, &[]);
     c.apply(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p1\n  labels:\n    tier: front\nspec:\n  containers:\n  - name: c\n    image: busybox:latest\n",

@@ -55,24 +55,52 @@ pub fn decode_kv(kv: &KeyValue) -> Option<Value> {
 
 /// Serialize an object for storage: `kind`, `apiVersion`, `metadata` first, no resourceVersion.
 pub fn encode_for_store(obj: &Value) -> Vec<u8> {
-    let mut ordered = Map::new();
-    if let Some(m) = obj.as_object() {
-        for k in ["kind", "apiVersion", "metadata"] {
-            if let Some(v) = m.get(k) {
-                ordered.insert(k.to_string(), v.clone());
+    serde_json::to_vec(&StoredForm(obj)).unwrap_or_default()
+}
+
+/// Serializes an object in its stored form without copying it: `kind`, `apiVersion` and
+/// `metadata` first, and no `metadata.resourceVersion` / `selfLink`.
+struct StoredForm<'a>(&'a Value);
+
+/// Metadata without the fields the store derives.
+struct StoredMeta<'a>(&'a Map<String, Value>);
+
+const HEAD: [&str; 3] = ["kind", "apiVersion", "metadata"];
+
+impl serde::Serialize for StoredForm<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Some(m) = self.0.as_object() else {
+            return ser.serialize_map(Some(0))?.end();
+        };
+        let mut out = ser.serialize_map(Some(m.len()))?;
+        for k in HEAD {
+            match (k, m.get(k)) {
+                ("metadata", Some(Value::Object(md))) => out.serialize_entry(k, &StoredMeta(md))?,
+                (_, Some(v)) => out.serialize_entry(k, v)?,
+                (_, None) => {}
             }
         }
         for (k, v) in m {
-            if !ordered.contains_key(k) {
-                ordered.insert(k.clone(), v.clone());
+            if !HEAD.contains(&k.as_str()) {
+                out.serialize_entry(k, v)?;
             }
         }
+        out.end()
     }
-    if let Some(md) = ordered.get_mut("metadata").and_then(Value::as_object_mut) {
-        md.remove("resourceVersion");
-        md.remove("selfLink");
+}
+
+impl serde::Serialize for StoredMeta<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut out = ser.serialize_map(None)?;
+        for (k, v) in self.0 {
+            if k != "resourceVersion" && k != "selfLink" {
+                out.serialize_entry(k, v)?;
+            }
+        }
+        out.end()
     }
-    serde_json::to_vec(&Value::Object(ordered)).unwrap_or_default()
 }
 
 pub fn metadata(obj: &Value) -> Option<&Map<String, Value>> {

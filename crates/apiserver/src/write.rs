@@ -352,6 +352,8 @@ pub async fn create_object(ctx: &Ctx, obj: &mut Value, operation: &str) -> Resul
     Ok((obj.clone(), warnings))
 }
 
+const GLOBAL_DEFAULT: &[u8] = b"\"globalDefault\":true";
+
 /// The Priority admission plugin: resolve `priorityClassName` (or the global default class)
 /// into `spec.priority` and `spec.preemptionPolicy`.
 async fn admit_priority(ctx: &Ctx, pod: &mut Value) -> Result<(), StatusError> {
@@ -369,8 +371,10 @@ async fn admit_priority(ctx: &Ctx, pod: &mut Value) -> Result<(), StatusError> {
             .list(&objects::prefix(pcs, ""), Default::default())
             .await
             .map_err(|e| ctx.store_err(e))?;
+        // Only a class marked as the global default needs parsing (this runs for every pod).
         page.items
             .iter()
+            .filter(|kv| kv.value.windows(GLOBAL_DEFAULT.len()).any(|w| w == GLOBAL_DEFAULT))
             .filter_map(objects::decode_kv)
             .find(|pc| pc.get("globalDefault").and_then(Value::as_bool) == Some(true))
     } else {

@@ -1380,50 +1380,6 @@ spec:
           name: web
 "#;
 
-const SEED_DAEMONSET: &str = r#"apiVersion: apps/v1
-kind: DaemonSet
-metadata:
-  name: fluentd-elasticsearch
-  namespace: kube-system
-  labels:
-    k8s-app: fluentd-logging
-spec:
-  selector:
-    matchLabels:
-      name: fluentd-elasticsearch
-  template:
-    metadata:
-      labels:
-        name: fluentd-elasticsearch
-    spec:
-      tolerations:
-      - key: node-role.kubernetes.io/master
-        effect: NoSchedule
-      containers:
-      - name: fluentd-elasticsearch
-        image: k8s.gcr.io/fluentd-elasticsearch:1.20
-        resources:
-          limits:
-            memory: 200Mi
-          requests:
-            cpu: 100m
-            memory: 200Mi
-        volumeMounts:
-        - name: varlog
-          mountPath: /var/log
-        - name: varlibdockercontainers
-          mountPath: /var/lib/docker/containers
-          readOnly: true
-      terminationGracePeriodSeconds: 30
-      volumes:
-      - name: varlog
-        hostPath:
-          path: /var/log
-      - name: varlibdockercontainers
-        hostPath:
-          path: /var/lib/docker/containers
-"#;
-
 const SEED_JOB: &str = r#"apiVersion: batch/v1
 kind: Job
 metadata:
@@ -1467,7 +1423,10 @@ fn seed_examples_as_written() {
         (SEED_PROJECTED_POD, "pod/test-projected-volume created"),
         (SEED_REPLICASET, "replicaset.apps/nginx-set created"),
         (SEED_STATEFULSET, "statefulset.apps/web created"),
-        (SEED_DAEMONSET, "daemonset.apps/fluentd-elasticsearch created"),
+        (
+            common::seeds::DAEMONSET_FLUENTD,
+            "daemonset.apps/fluentd-elasticsearch created",
+        ),
         (SEED_JOB, "job.batch/pi created"),
     ] {
         let out = c.apply(yaml, &[]);

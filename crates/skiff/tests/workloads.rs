@@ -279,55 +279,10 @@ spec:
     );
 }
 
-const FLUENTD: &str = r#"
-apiVersion: apps/v1
-kind: DaemonSet
-metadata:
-  name: fluentd-elasticsearch
-  namespace: kube-system
-  labels:
-    k8s-app: fluentd-logging
-spec:
-  selector:
-    matchLabels:
-      name: fluentd-elasticsearch
-  template:
-    metadata:
-      labels:
-        name: fluentd-elasticsearch
-    spec:
-      tolerations:
-      - key: node-role.kubernetes.io/master
-        effect: NoSchedule
-      containers:
-      - name: fluentd-elasticsearch
-        image: k8s.gcr.io/fluentd-elasticsearch:1.20
-        resources:
-          limits:
-            memory: 200Mi
-          requests:
-            cpu: 100m
-            memory: 200Mi
-        volumeMounts:
-        - name: varlog
-          mountPath: /var/log
-        - name: varlibdockercontainers
-          mountPath: /var/lib/docker/containers
-          readOnly: true
-      terminationGracePeriodSeconds: 30
-      volumes:
-      - name: varlog
-        hostPath:
-          path: /var/log
-      - name: varlibdockercontainers
-        hostPath:
-          path: /var/lib/docker/containers
-"#;
-
 #[test]
 fn daemonset_on_every_node_with_rollout_and_history() {
     let c = cluster();
-    c.apply(FLUENTD, &[]);
+    c.apply(common::seeds::DAEMONSET_FLUENTD, &[]);
     let pods = wait_running(&c, "kube-system", "name=fluentd-elasticsearch", 3);
     let nodes: BTreeSet<String> = pods
         .iter()

@@ -12,12 +12,29 @@ use anyhow::Context;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::scheduler::{SchedulerConfig, run_with_signal};
+
+/// The part of a pod the benchmark's bind observer reads.
+#[derive(Clone, Debug, serde::Deserialize)]
+struct BoundPod {
+    metadata: BoundMeta,
+    spec: Option<BoundSpec>,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+struct BoundMeta {
+    name: Option<String>,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BoundSpec {
+    node_name: Option<String>,
+}
 
 const CONCURRENCY: usize = 64;
 
@@ -322,23 +339,33 @@ async fn run_bench(
     let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
     let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let (synced_tx, synced_rx) = tokio::sync::oneshot::channel::<()>();
+    // Binds are observed through a raw watch decoding only the name and spec.nodeName: the
+    // observer's own decoding stays out of the scheduler's way on a two-core machine.
     let watch_bound = bound.clone();
-    let watch_api = pods_api.clone();
+    let watch_client = client.clone();
+    let watch_path = format!("/api/v1/namespaces/{ns}/pods?watch=true&resourceVersion=0&timeoutSeconds=3600");
     let watch_task = tokio::spawn(async move {
-        let mut synced = Some(synced_tx);
-        let mut s = watcher::watcher(watch_api, watcher::Config::default()).boxed();
-        while let Some(ev) = s.next().await {
+        let req = match http::Request::get(watch_path).body(Vec::new()) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "bench watch request");
+                return;
+            }
+        };
+        let mut events = match watch_client.request_events::<BoundPod>(req).await {
+            Ok(s) => s.boxed(),
+            Err(e) => {
+                tracing::warn!(error = %e, "bench watch failed");
+                return;
+            }
+        };
+        while let Some(ev) = events.next().await {
             match ev {
-                Ok(Event::Apply(p)) | Ok(Event::InitApply(p)) => {
-                    if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
-                        let name = p.metadata.name.unwrap_or_default();
+                Ok(kube::api::WatchEvent::Added(p)) | Ok(kube::api::WatchEvent::Modified(p)) => {
+                    if p.spec.and_then(|s| s.node_name).is_some()
+                        && let Some(name) = p.metadata.name
+                    {
                         watch_bound.lock().entry(name).or_insert_with(Instant::now);
-                    }
-                }
-                Ok(Event::InitDone) => {
-                    if let Some(tx) = synced.take() {
-                        let _ = tx.send(());
                     }
                 }
                 Ok(_) => {}
@@ -346,7 +373,8 @@ async fn run_bench(
             }
         }
     });
-    let _ = tokio::time::timeout(Duration::from_secs(10), synced_rx).await;
+    // Let the watch be established before the first create.
+    tokio::time::sleep(Duration::from_millis(300)).await;
 
     let workload = cfg.workload;
     let sched = scheduler_name.clone();

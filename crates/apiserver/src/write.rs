@@ -278,6 +278,12 @@ fn created(ctx: &Ctx, obj: &Value, warnings: &[String]) -> Response {
 
 pub async fn create(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     let mut obj = body::decode(&ctx.headers, &bytes)?;
+    // As upstream: a create names no version to compare against.
+    if !objects::resource_version(&obj).is_empty() {
+        return Err(StatusError::bad_request(
+            "resourceVersion should not be set on objects to be created",
+        ));
+    }
     let (obj, warnings) = create_object(ctx, &mut obj, "Update").await?;
     Ok(created(ctx, &obj, &warnings))
 }

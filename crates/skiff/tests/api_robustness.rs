@@ -104,6 +104,20 @@ fn bad_input_gets_status_errors_and_changes_nothing() {
     );
     assert_eq!(code, 409, "{body}");
     assert!(body.contains("the object has been modified"), "{body}");
+    // A create that names a resourceVersion is refused, as upstream.
+    let with_rv = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"rv","resourceVersion":"5"}}"#;
+    let (code, body) = curl(
+        &c,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        "application/json",
+        with_rv,
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("resourceVersion should not be set on objects to be created"),
+        "{body}"
+    );
     // Nothing of the above was stored.
     let out = c.k(&["get", "pods,configmaps", "-o", "name"]);
     assert_eq!(out.trim(), "configmap/cc", "{out}");

@@ -215,15 +215,10 @@ async fn dispatch(ctx: Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     }
 }
 
-/// The object's JSON bytes with its resourceVersion, ready to send.
-pub fn object_response(code: StatusCode, obj: &Value) -> Response {
-    body::value_response(code, obj)
-}
-
 /// Answer with one object in the form the client asked for.
 pub fn render_one(ctx: &Ctx, code: StatusCode, obj: &Value) -> Response {
     match ctx.output() {
-        Output::Object => object_response(code, obj),
+        Output::Object => body::value_response(code, obj),
         Output::PartialMetadata => body::value_response(code, &body::partial_metadata(obj)),
         Output::Table => {
             let now = jiff::Timestamp::now();

@@ -24,7 +24,7 @@ use skiff_api::StatusError;
 use tokio_tungstenite::tungstenite::Message as TMessage;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-use crate::handlers::{Ctx, Params};
+use crate::handlers::Ctx;
 use crate::objects;
 use crate::request::ResourceRequest;
 use crate::server::ApiState;
@@ -237,8 +237,7 @@ async fn connect(state: &ApiState, t: &Target, alpn_http1: bool) -> Result<TlsSt
 }
 
 /// The query string for the agent: the client's, without `container` (it is in the path).
-fn agent_query(params: &Params, raw: Option<&str>) -> String {
-    let _ = params;
+fn agent_query(raw: Option<&str>) -> String {
     raw.unwrap_or("")
         .split('&')
         .filter(|kv| !kv.is_empty() && !kv.starts_with("container="))
@@ -263,7 +262,7 @@ fn agent_path(rr: &ResourceRequest, container: &str, query: &str) -> String {
 /// Proxy a stream request. `parts` is the client's request (for the WebSocket upgrade).
 pub async fn handle(ctx: &Ctx, mut parts: http::request::Parts) -> Result<Response, StatusError> {
     let t = target(ctx).await?;
-    let query = agent_query(&ctx.params, parts.uri.query());
+    let query = agent_query(parts.uri.query());
     let path = agent_path(&ctx.rr, &t.container, &query);
     if ctx.rr.subresource == "log" {
         return proxy_logs(ctx, &t, &path).await;

@@ -9,6 +9,7 @@ pub mod garbagecollector;
 pub mod history;
 pub mod job;
 pub mod namespace;
+pub mod persistentvolume;
 pub mod replicaset;
 pub mod resources;
 pub mod statefulset;
@@ -24,6 +25,7 @@ pub struct ControllersConfig {
     pub job: bool,
     pub statefulset: bool,
     pub cronjob: bool,
+    pub persistentvolume: bool,
 }
 
 impl Default for ControllersConfig {
@@ -37,6 +39,7 @@ impl Default for ControllersConfig {
             job: true,
             statefulset: true,
             cronjob: true,
+            persistentvolume: true,
         }
     }
 }
@@ -75,6 +78,10 @@ pub async fn run(client: kube::Client, cfg: ControllersConfig) -> anyhow::Result
     if cfg.cronjob {
         let c = client.clone();
         set.spawn(async move { cronjob::run(c).await });
+    }
+    if cfg.persistentvolume {
+        let c = client.clone();
+        set.spawn(async move { persistentvolume::run(c).await });
     }
     match set.join_next().await {
         Some(Ok(r)) => r,

@@ -1,6 +1,8 @@
 //! Pod volumes on the node: emptyDir (Memory as a tmpfs Docker volume), hostPath, secret, configMap,
-//! downwardAPI and projected (secret, configMap, downwardAPI, serviceAccountToken), plus the agent-managed
-//! `/etc/hosts`. Everything lives under `DATA_DIR/pods/UID/`.
+//! downwardAPI and projected (secret, configMap, downwardAPI, serviceAccountToken), persistentVolumeClaim
+//! (the bound PersistentVolume's hostPath or local path), plus the agent-managed `/etc/hosts`. Everything
+//! but host paths lives under `DATA_DIR/pods/UID/`; host paths, and so a PersistentVolume's data, are never
+//! removed by the agent.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::PermissionsExt;
@@ -10,7 +12,10 @@ use anyhow::Context;
 use bollard::Docker;
 use bollard::models::VolumeCreateRequest;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Container, DownwardAPIVolumeFile, KeyToPath, Pod, ServiceAccount, Volume};
+use k8s_openapi::api::core::v1::{
+    Container, DownwardAPIVolumeFile, KeyToPath, PersistentVolume, PersistentVolumeClaim,
+    PersistentVolumeClaimVolumeSource, Pod, ServiceAccount, Volume,
+};
 use kube::Api;
 use kube::api::PostParams;
 
@@ -26,12 +31,23 @@ pub enum HostVolume {
     Docker(String),
 }
 
-/// A volume that could not be set up (reported as `FailedMount`).
+/// A volume that could not be set up (reported as `FailedMount`), in the words of upstream's kubelet for
+/// the step that failed.
 #[derive(Debug, thiserror::Error)]
-#[error("MountVolume.SetUp failed for volume \"{volume}\" : {message}")]
-pub struct MountError {
-    pub volume: String,
-    pub message: String,
+pub enum MountError {
+    /// The volume plugin's SetUp failed (`volume` is the PersistentVolume's name for a claim).
+    #[error("MountVolume.SetUp failed for volume \"{volume}\" : {message}")]
+    SetUp { volume: String, message: String },
+    /// The plugin could not even make a mounter (a local volume whose path is missing).
+    #[error("MountVolume.NewMounter initialization failed for volume \"{volume}\" : {message}")]
+    NewMounter { volume: String, message: String },
+    /// The pod's volume could not be resolved to something to mount (a claim that is missing or not
+    /// bound), as the volume manager reports it when the pod's volumes are not ready.
+    #[error(
+        "Unable to attach or mount volumes: unmounted volumes=[{volume}], unattached volumes=[], failed to process \
+         volumes=[{volume}]: {message}"
+    )]
+    Process { volume: String, message: String },
 }
 
 pub fn pod_dir(data_dir: &Path, uid: &str) -> PathBuf {
@@ -56,19 +72,195 @@ pub async fn setup(
     let base = pod_dir(data_dir, &uid).join("volumes");
     let mut out = HashMap::new();
     for volume in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
-        match setup_one(pod, volume, &base, client, docker, objects, ctx).await? {
+        let set_up = match &volume.persistent_volume_claim {
+            Some(source) => persistent_volume_claim(pod, volume, source, client).await?,
+            None => setup_one(pod, volume, &base, client, docker, objects, ctx)
+                .await?
+                .map_err(|message| MountError::SetUp {
+                    volume: volume.name.clone(),
+                    message,
+                }),
+        };
+        match set_up {
             Ok(v) => {
                 out.insert(volume.name.clone(), v);
             }
-            Err(message) => {
-                return Ok(Err(MountError {
-                    volume: volume.name.clone(),
-                    message,
-                }));
-            }
+            Err(e) => return Ok(Err(e)),
         }
     }
     Ok(Ok(out))
+}
+
+/// A persistentVolumeClaim volume, as upstream's volume manager resolves it (`getPVCExtractPV`,
+/// `getPVSpec`): the claim must exist, not be deleted, be Bound to a volume whose claimRef is this
+/// claim; then the volume's hostPath or local path is bind-mounted, read-only when the claim source says
+/// so. The claim is looked up again at every refresh, so a pod waiting for its claim starts once bound.
+async fn persistent_volume_claim(
+    pod: &Pod,
+    volume: &Volume,
+    source: &PersistentVolumeClaimVolumeSource,
+    client: &kube::Client,
+) -> anyhow::Result<Result<HostVolume, MountError>> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let processing = |message: String| MountError::Process {
+        volume: volume.name.clone(),
+        message: format!("error processing PVC {namespace}/{}: {message}", source.claim_name),
+    };
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    let claim = match claims.get(&source.claim_name).await {
+        Ok(c) => c,
+        Err(kube::Error::Api(s)) => {
+            return Ok(Err(processing(format!(
+                "failed to fetch PVC from API server: {}",
+                s.message
+            ))));
+        }
+        Err(e) => return Err(e).context("reading a PersistentVolumeClaim"),
+    };
+    let pv_name = match bound_volume_name(&claim) {
+        Ok(name) => name.to_string(),
+        Err(e) => return Ok(Err(processing(e))),
+    };
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let pv = match volumes.get(&pv_name).await {
+        Ok(pv) => pv,
+        Err(kube::Error::Api(s)) => {
+            return Ok(Err(processing(format!(
+                "failed to fetch PV {pv_name} from API server: {}",
+                s.message
+            ))));
+        }
+        Err(e) => return Err(e).context("reading a PersistentVolume"),
+    };
+    if let Err(e) = check_claim_ref(&pv, claim.metadata.uid.as_deref().unwrap_or_default()) {
+        return Ok(Err(processing(e)));
+    }
+    let mounted = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+        .flat_map(|c| c.volume_mounts.iter().flatten())
+        .any(|m| m.name == volume.name);
+    let mode = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_mode.as_deref())
+        .unwrap_or("Filesystem");
+    if mounted && mode != "Filesystem" {
+        return Ok(Err(MountError::Process {
+            volume: volume.name.clone(),
+            message: format!(
+                "volume {} has volumeMode {mode}, but is specified in volumeMounts",
+                volume.name
+            ),
+        }));
+    }
+    persistent_volume_path(&pv, source.read_only == Some(true), &volume.name).await
+}
+
+/// The volume a claim is bound to, or why the pod cannot use the claim yet (upstream's `getPVCExtractPV`).
+pub fn bound_volume_name(claim: &PersistentVolumeClaim) -> Result<&str, String> {
+    if claim.metadata.deletion_timestamp.is_some() {
+        return Err("PVC is being deleted".into());
+    }
+    if claim.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
+        return Err("PVC is not bound".into());
+    }
+    match claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()) {
+        Some(name) if !name.is_empty() => Ok(name),
+        _ => Err("PVC has empty pvc.Spec.VolumeName".into()),
+    }
+}
+
+/// That the volume is bound to the claim with this uid (upstream's `getPVSpec`).
+pub fn check_claim_ref(pv: &PersistentVolume, claim_uid: &str) -> Result<(), String> {
+    let name = pv.metadata.name.as_deref().unwrap_or_default();
+    let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+        return Err(format!(
+            "found PV object {name} but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
+        ));
+    };
+    let uid = claim_ref.uid.as_deref().unwrap_or_default();
+    if uid != claim_uid {
+        return Err(format!(
+            "found PV object {name} but its pv.Spec.ClaimRef.UID {uid} does not point to claim.UID {claim_uid}"
+        ));
+    }
+    Ok(())
+}
+
+/// Where a bound PersistentVolume lives on this host: its hostPath (checked, or created, as an inline
+/// hostPath volume of the same type; a path of no type is created as a directory when missing) or its
+/// local path (which must exist). Errors name the PersistentVolume, as upstream's do.
+pub async fn persistent_volume_path(
+    pv: &PersistentVolume,
+    read_only: bool,
+    pod_volume: &str,
+) -> anyhow::Result<Result<HostVolume, MountError>> {
+    let name = pv.metadata.name.clone().unwrap_or_default();
+    let spec = pv.spec.clone().unwrap_or_default();
+    if let Some(host) = &spec.host_path {
+        let kind = host
+            .type_
+            .as_deref()
+            .filter(|k| !k.is_empty())
+            .unwrap_or("DirectoryOrCreate");
+        return Ok(match host_path(&host.path, kind).await? {
+            Ok(path) => Ok(HostVolume::Path { path, read_only }),
+            Err(message) => Err(MountError::SetUp { volume: name, message }),
+        });
+    }
+    if let Some(local) = &spec.local {
+        let path = PathBuf::from(&local.path);
+        if tokio::fs::metadata(&path).await.is_err() {
+            return Ok(Err(MountError::NewMounter {
+                volume: name,
+                message: format!("path {:?} does not exist", local.path),
+            }));
+        }
+        return Ok(Ok(HostVolume::Path { path, read_only }));
+    }
+    Ok(Err(MountError::Process {
+        volume: pod_volume.to_string(),
+        message: format!("failed to get Plugin from volumeSpec for volume {name:?} err=no volume plugin matched"),
+    }))
+}
+
+/// A hostPath checked against its type as upstream's hostPath plugin does, creating what the
+/// `...OrCreate` types ask for; the error is the plugin's message.
+async fn host_path(path: &str, kind: &str) -> anyhow::Result<Result<PathBuf, String>> {
+    let p = PathBuf::from(path);
+    let meta = tokio::fs::metadata(&p).await.ok();
+    let check = match kind {
+        "DirectoryOrCreate" => {
+            if meta.is_none() {
+                create_dir(&p, 0o755).await?;
+            }
+            Ok(())
+        }
+        "FileOrCreate" => {
+            if meta.is_none() {
+                if let Some(parent) = p.parent() {
+                    tokio::fs::create_dir_all(parent).await.ok();
+                }
+                tokio::fs::write(&p, b"")
+                    .await
+                    .with_context(|| format!("creating {}", p.display()))?;
+            }
+            Ok(())
+        }
+        "Directory" if !meta.as_ref().is_some_and(|m| m.is_dir()) => {
+            Err(format!("hostPath type check failed: {path} is not a directory"))
+        }
+        "File" if !meta.as_ref().is_some_and(|m| m.is_file()) => {
+            Err(format!("hostPath type check failed: {path} is not a file"))
+        }
+        "Socket" | "CharDevice" | "BlockDevice" if meta.is_none() => {
+            Err(format!("hostPath type check failed: {path} does not exist"))
+        }
+        _ => Ok(()),
+    };
+    Ok(check.map(|()| p))
 }
 
 async fn setup_one(
@@ -122,39 +314,8 @@ async fn setup_one(
         }));
     }
     if let Some(host) = &volume.host_path {
-        let path = PathBuf::from(&host.path);
-        let kind = host.type_.as_deref().unwrap_or("");
-        let meta = tokio::fs::metadata(&path).await.ok();
-        let check = match kind {
-            "DirectoryOrCreate" => {
-                if meta.is_none() {
-                    create_dir(&path, 0o755).await?;
-                }
-                Ok(())
-            }
-            "FileOrCreate" => {
-                if meta.is_none() {
-                    if let Some(parent) = path.parent() {
-                        tokio::fs::create_dir_all(parent).await.ok();
-                    }
-                    tokio::fs::write(&path, b"")
-                        .await
-                        .with_context(|| format!("creating {}", path.display()))?;
-                }
-                Ok(())
-            }
-            "Directory" if !meta.as_ref().is_some_and(|m| m.is_dir()) => {
-                Err(format!("hostPath type check failed: {} is not a directory", host.path))
-            }
-            "File" if !meta.as_ref().is_some_and(|m| m.is_file()) => {
-                Err(format!("hostPath type check failed: {} is not a file", host.path))
-            }
-            "Socket" | "CharDevice" | "BlockDevice" if meta.is_none() => {
-                Err(format!("hostPath type check failed: {} does not exist", host.path))
-            }
-            _ => Ok(()),
-        };
-        return Ok(check.map(|()| HostVolume::Path { path, read_only: false }));
+        let checked = host_path(&host.path, host.type_.as_deref().unwrap_or("")).await?;
+        return Ok(checked.map(|path| HostVolume::Path { path, read_only: false }));
     }
     let mut files: BTreeMap<String, (Vec<u8>, u32)> = BTreeMap::new();
     let dir;
@@ -241,7 +402,7 @@ async fn setup_one(
             }
         }
     } else {
-        // Volume kinds this node does not implement (persistentVolumeClaim, csi, ...) get an empty directory.
+        // Volume kinds this node does not implement (csi, ephemeral, ...) get an empty directory.
         dir = base.join("kubernetes.io~unsupported").join(name);
         tracing::warn!(volume = %name, "unsupported volume type; mounting an empty directory");
         create_dir(&dir, 0o755).await?;
@@ -511,7 +672,159 @@ pub fn binds(container: &Container, volumes: &HashMap<String, HostVolume>) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{HostAlias, PodSpec, VolumeMount};
+    use k8s_openapi::api::core::v1::{
+        HostAlias, HostPathVolumeSource, LocalVolumeSource, ObjectReference, PersistentVolumeClaimSpec,
+        PersistentVolumeClaimStatus, PersistentVolumeSpec, PodSpec, VolumeMount,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    fn claim(phase: Option<&str>, volume: Option<&str>) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some("data".into()),
+                namespace: Some("default".into()),
+                uid: Some("claim-uid".into()),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeClaimSpec {
+                volume_name: volume.map(str::to_string),
+                ..Default::default()
+            }),
+            status: Some(PersistentVolumeClaimStatus {
+                phase: phase.map(str::to_string),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn volume(spec: PersistentVolumeSpec) -> PersistentVolume {
+        PersistentVolume {
+            metadata: ObjectMeta {
+                name: Some("pv1".into()),
+                ..Default::default()
+            },
+            spec: Some(spec),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn claims_must_be_bound_to_be_mounted() {
+        assert_eq!(bound_volume_name(&claim(Some("Bound"), Some("pv1"))), Ok("pv1"));
+        assert_eq!(
+            bound_volume_name(&claim(Some("Pending"), None)).unwrap_err(),
+            "PVC is not bound"
+        );
+        assert_eq!(
+            bound_volume_name(&claim(Some("Bound"), None)).unwrap_err(),
+            "PVC has empty pvc.Spec.VolumeName"
+        );
+        let mut deleting = claim(Some("Bound"), Some("pv1"));
+        deleting.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
+        assert_eq!(bound_volume_name(&deleting).unwrap_err(), "PVC is being deleted");
+    }
+
+    #[test]
+    fn volume_must_point_back_at_the_claim() {
+        let mut pv = volume(PersistentVolumeSpec::default());
+        assert_eq!(
+            check_claim_ref(&pv, "claim-uid").unwrap_err(),
+            "found PV object pv1 but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
+        );
+        pv.spec.as_mut().unwrap().claim_ref = Some(ObjectReference {
+            name: Some("data".into()),
+            namespace: Some("default".into()),
+            uid: Some("old-uid".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            check_claim_ref(&pv, "claim-uid").unwrap_err(),
+            "found PV object pv1 but its pv.Spec.ClaimRef.UID old-uid does not point to claim.UID claim-uid"
+        );
+        pv.spec.as_mut().unwrap().claim_ref.as_mut().unwrap().uid = Some("claim-uid".into());
+        assert!(check_claim_ref(&pv, "claim-uid").is_ok());
+    }
+
+    #[tokio::test]
+    async fn persistent_volume_paths_follow_their_plugin() {
+        let dir = tempfile::tempdir().unwrap();
+        // hostPath without a type: created when missing, mounted read-only when the claim says so.
+        let created = dir.path().join("a/b");
+        let pv = volume(PersistentVolumeSpec {
+            host_path: Some(HostPathVolumeSource {
+                path: created.display().to_string(),
+                type_: None,
+            }),
+            ..Default::default()
+        });
+        let got = persistent_volume_path(&pv, true, "data").await.unwrap().unwrap();
+        assert_eq!(
+            got,
+            HostVolume::Path {
+                path: created.clone(),
+                read_only: true
+            }
+        );
+        assert!(created.is_dir());
+        // hostPath of type Directory that is missing: the plugin's type check, naming the volume.
+        let missing = dir.path().join("missing");
+        let pv = volume(PersistentVolumeSpec {
+            host_path: Some(HostPathVolumeSource {
+                path: missing.display().to_string(),
+                type_: Some("Directory".into()),
+            }),
+            ..Default::default()
+        });
+        let e = persistent_volume_path(&pv, false, "data").await.unwrap().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "MountVolume.SetUp failed for volume \"pv1\" : hostPath type check failed: {} is not a directory",
+                missing.display()
+            )
+        );
+        assert!(!missing.exists());
+        // local: must exist, never created.
+        let pv = volume(PersistentVolumeSpec {
+            local: Some(LocalVolumeSource {
+                path: missing.display().to_string(),
+                fs_type: None,
+            }),
+            ..Default::default()
+        });
+        let e = persistent_volume_path(&pv, false, "data").await.unwrap().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "MountVolume.NewMounter initialization failed for volume \"pv1\" : path \"{}\" does not exist",
+                missing.display()
+            )
+        );
+        let pv = volume(PersistentVolumeSpec {
+            local: Some(LocalVolumeSource {
+                path: created.display().to_string(),
+                fs_type: None,
+            }),
+            ..Default::default()
+        });
+        assert_eq!(
+            persistent_volume_path(&pv, false, "data").await.unwrap().unwrap(),
+            HostVolume::Path {
+                path: created,
+                read_only: false
+            }
+        );
+        // Anything else has no plugin on this node.
+        let e = persistent_volume_path(&volume(PersistentVolumeSpec::default()), false, "data")
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], failed to process \
+             volumes=[data]: failed to get Plugin from volumeSpec for volume \"pv1\" err=no volume plugin matched"
+        );
+    }
 
     #[test]
     fn atomic_writer_swaps_generations() {

@@ -25,6 +25,7 @@ pub mod probes;
 mod quantity;
 pub mod server;
 pub mod sim;
+pub mod spdy;
 pub mod status;
 pub mod volumes;
 pub mod worker;

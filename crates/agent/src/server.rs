@@ -9,9 +9,13 @@
 //! Exec and attach speak the `v5.channel.k8s.io` (also v4, v3, v2, `channel.k8s.io`) framing: each binary
 //! message starts with a channel byte: 0 stdin, 1 stdout, 2 stderr, 3 status (a `metav1.Status` JSON on
 //! v4+), 4 resize (`{"Width":W,"Height":H}`), and on v5, 255 closes the channel named by the next byte.
-//! Port forwarding speaks upstream kubelet's WebSocket port-forward protocol (`v4.channel.k8s.io` or no
-//! subprotocol): for the i-th port, channel 2i carries data and 2i+1 errors, and the first frame the server
-//! sends on each carries the port as two little-endian bytes. Connections go to the pod IP.
+//! Port forwarding speaks two protocols. Offered `SPDY/3.1+portforward.k8s.io` (kubectl's tunneling
+//! dialer), every binary message carries bytes of a SPDY/3.1 session in which the client opens a data and
+//! an error stream per forwarded connection (headers `streamType`, `port`, `requestID`), as upstream's
+//! kubelet serves it over SPDY (see `spdy`). Otherwise it is upstream kubelet's WebSocket port-forward
+//! protocol (`v4.channel.k8s.io` or no subprotocol): for the i-th port of `ports=`, channel 2i carries data
+//! and 2i+1 errors, and the first frame the server sends on each carries the port as two little-endian
+//! bytes. Connections go to the pod IP.
 //! TLS uses a self-signed serving certificate; clients must present a certificate signed by the cluster CA.
 
 use std::collections::HashMap;
@@ -624,20 +628,31 @@ async fn port_forward(
     RawQuery(query): RawQuery,
     request: axum::extract::Request,
 ) -> Response {
-    port_forward_inner(state, ns, pod, query, request).await
+    port_forward_inner(state, ns, pod, String::new(), query, request).await
 }
 
 async fn port_forward_with_uid(
     State(state): State<ServerState>,
-    Path((ns, pod, _uid)): Path<(String, String, String)>,
+    Path((ns, pod, uid)): Path<(String, String, String)>,
     RawQuery(query): RawQuery,
     request: axum::extract::Request,
 ) -> Response {
-    port_forward_inner(state, ns, pod, query, request).await
+    port_forward_inner(state, ns, pod, uid, query, request).await
 }
 
 /// The pod IP of a pod on this node: its running sandbox's address (127.0.0.1 on the host network).
 pub async fn pod_address(docker: &Docker, node: &str, namespace: &str, pod: &str) -> anyhow::Result<Option<String>> {
+    Ok(pod_sandbox(docker, node, namespace, pod).await?.map(|(_, ip)| ip))
+}
+
+/// The running sandbox of a pod on this node: its container id and the pod IP (127.0.0.1 on the host
+/// network).
+pub async fn pod_sandbox(
+    docker: &Docker,
+    node: &str,
+    namespace: &str,
+    pod: &str,
+) -> anyhow::Result<Option<(String, String)>> {
     let filters = HashMap::from([(
         "label".to_string(),
         vec![
@@ -658,7 +673,7 @@ pub async fn pod_address(docker: &Docker, node: &str, namespace: &str, pod: &str
             continue;
         };
         if record.state == crate::docker::RunState::Running {
-            return Ok(Some(record.ip.unwrap_or_else(|| "127.0.0.1".to_string())));
+            return Ok(Some((id, record.ip.unwrap_or_else(|| "127.0.0.1".to_string()))));
         }
     }
     Ok(None)
@@ -668,6 +683,7 @@ async fn port_forward_inner(
     state: ServerState,
     ns: String,
     pod: String,
+    uid: String,
     query: Option<String>,
     request: axum::extract::Request,
 ) -> Response {
@@ -675,6 +691,21 @@ async fn port_forward_inner(
         Ok(ws) => ws,
         Err(r) => return r,
     };
+    if ws
+        .requested_protocols()
+        .any(|p| p.as_bytes() == SPDY_PORT_FORWARD_PROTOCOL.as_bytes())
+    {
+        // Ports come from each stream's headers, not from the query.
+        let (sandbox, ip) = match pod_sandbox(&state.docker, &state.node, &ns, &pod).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return error(StatusCode::NOT_FOUND, format!("pod \"{pod}\" has no running sandbox")),
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+        };
+        let target = PortForwardTarget { pod: sandbox, uid, ip };
+        return ws
+            .protocols([SPDY_PORT_FORWARD_PROTOCOL])
+            .on_upgrade(move |socket| forward_spdy_websocket(socket, target));
+    }
     let params = parse_query(query.as_deref().unwrap_or(""));
     let mut ports = Vec::new();
     for (_, v) in params.iter().filter(|(k, _)| k == "ports" || k == "port") {
@@ -772,6 +803,278 @@ async fn forward_ports(socket: WebSocket, ip: String, ports: Vec<u16>) {
     sender.abort();
 }
 
+/// The WebSocket subprotocol of kubectl's tunneling dialer: SPDY/3.1 port forwarding inside binary messages.
+pub const SPDY_PORT_FORWARD_PROTOCOL: &str = "SPDY/3.1+portforward.k8s.io";
+
+/// How long the data and error streams of one forwarded connection may arrive apart (upstream's
+/// `DefaultStreamCreationTimeout`).
+const STREAM_CREATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Where forwarded connections go, and how errors name the pod (as upstream's CRI streaming server does:
+/// the sandbox id and the uid from the request path, often empty).
+#[derive(Debug, Clone)]
+pub struct PortForwardTarget {
+    pub pod: String,
+    pub uid: String,
+    pub ip: String,
+}
+
+async fn forward_spdy_websocket(socket: WebSocket, target: PortForwardTarget) {
+    let (mut sink, stream) = socket.split();
+    // Only binary messages carry the session; a text message or a close ends it (as upstream's
+    // tunneling connection, which refuses other message types).
+    let incoming = stream
+        .take_while(|m| {
+            futures::future::ready(matches!(
+                m,
+                Ok(Message::Binary(_) | Message::Ping(_) | Message::Pong(_))
+            ))
+        })
+        .filter_map(|m| {
+            futures::future::ready(match m {
+                Ok(Message::Binary(b)) => Some(b),
+                _ => None,
+            })
+        });
+    let outgoing = (&mut sink).with(|b: bytes::Bytes| futures::future::ready(Ok::<_, axum::Error>(Message::Binary(b))));
+    serve_port_forward(Box::pin(incoming), outgoing, target).await;
+    let _ = sink
+        .send(Message::Close(Some(axum::extract::ws::CloseFrame {
+            code: axum::extract::ws::close_code::NORMAL,
+            reason: "".into(),
+        })))
+        .await;
+}
+
+/// Serves upstream kubelet's SPDY port-forward protocol on a session: pairs each forwarded connection's
+/// data and error streams by `requestID`, connects to the pod's port and copies both ways.
+pub async fn serve_port_forward<I, O, E>(incoming: I, outgoing: O, target: PortForwardTarget)
+where
+    I: futures::Stream<Item = bytes::Bytes> + Unpin,
+    O: futures::Sink<bytes::Bytes, Error = E> + Unpin,
+    E: std::fmt::Display,
+{
+    let (accepted_tx, accepted) = tokio::sync::mpsc::channel(16);
+    let target = Arc::new(target);
+    let session = crate::spdy::serve(incoming, outgoing, check_port_forward_stream, accepted_tx);
+    let (result, ()) = tokio::join!(session, pair_streams(accepted, target.clone()));
+    match result {
+        Ok(()) => tracing::debug!(pod = %target.pod, "port-forward session ended"),
+        Err(e) => tracing::info!(pod = %target.pod, error = %e, "port-forward session ended"),
+    }
+}
+
+/// Accepts a stream only with a valid `port` and `streamType` (upstream's `httpStreamReceived`).
+fn check_port_forward_stream(headers: &crate::spdy::Headers) -> Result<(), String> {
+    let port = headers
+        .get("port")
+        .filter(|p| !p.is_empty())
+        .ok_or("\"port\" header is required")?;
+    let parsed = match port.parse::<u16>() {
+        Ok(p) if !port.starts_with('+') => p,
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => {
+            return Err(format!(
+                "unable to parse \"{port}\" as a port: strconv.ParseUint: parsing \"{port}\": value out of range"
+            ));
+        }
+        _ => {
+            return Err(format!(
+                "unable to parse \"{port}\" as a port: strconv.ParseUint: parsing \"{port}\": invalid syntax"
+            ));
+        }
+    };
+    if parsed < 1 {
+        return Err(format!("port \"{port}\" must be > 0"));
+    }
+    match headers.get("streamType").filter(|t| !t.is_empty()) {
+        None => Err("\"streamType\" header is required".into()),
+        Some("error" | "data") => Ok(()),
+        Some(other) => Err(format!("invalid stream type \"{other}\"")),
+    }
+}
+
+/// The request a stream belongs to: its `requestID`, or for clients too old to send one, a pseudo id
+/// from the stream id (error stream N and data stream N+2 form a pair), as upstream does.
+fn request_id(stream: &crate::spdy::Stream) -> String {
+    match stream.headers.get("requestID").filter(|r| !r.is_empty()) {
+        Some(id) => id.to_string(),
+        None if stream.headers.get("streamType") == Some("data") => (i64::from(stream.id) - 2).to_string(),
+        None => stream.id.to_string(),
+    }
+}
+
+/// The streams of one forwarded connection, as they arrive.
+struct StreamPair {
+    data: Option<crate::spdy::Stream>,
+    error: Option<crate::spdy::Stream>,
+    deadline: tokio::time::Instant,
+}
+
+async fn print_error(stream: &mut Option<crate::spdy::Stream>, message: &str) {
+    if let Some(s) = stream {
+        let _ = s.writer.write(message.as_bytes()).await;
+    }
+}
+
+async fn pair_streams(mut accepted: tokio::sync::mpsc::Receiver<crate::spdy::Stream>, target: Arc<PortForwardTarget>) {
+    let mut pairs: HashMap<String, StreamPair> = HashMap::new();
+    loop {
+        let deadline = pairs.values().map(|p| p.deadline).min();
+        let stream = tokio::select! {
+            s = accepted.recv() => match s {
+                Some(s) => s,
+                None => break,
+            },
+            () = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => futures::future::pending().await,
+                }
+            } => {
+                let now = tokio::time::Instant::now();
+                let expired: Vec<String> =
+                    pairs.iter().filter(|(_, p)| p.deadline <= now).map(|(id, _)| id.clone()).collect();
+                for id in expired {
+                    let Some(mut pair) = pairs.remove(&id) else { continue };
+                    let message = format!("(conn={}, request={id}) timed out waiting for streams", target.pod);
+                    tracing::warn!("{message}");
+                    print_error(&mut pair.error, &message).await;
+                    if let Some(e) = pair.error.as_mut() {
+                        let _ = e.writer.close().await;
+                    }
+                }
+                continue;
+            }
+        };
+        let id = request_id(&stream);
+        let kind = stream.headers.get("streamType").unwrap_or("").to_string();
+        let pair = pairs.entry(id.clone()).or_insert_with(|| StreamPair {
+            data: None,
+            error: None,
+            deadline: tokio::time::Instant::now() + STREAM_CREATION_TIMEOUT,
+        });
+        let slot = if kind == "error" {
+            &mut pair.error
+        } else {
+            &mut pair.data
+        };
+        if slot.is_some() {
+            let message = format!("error processing stream for request {id}: {kind} stream already assigned");
+            tracing::warn!("{message}");
+            print_error(&mut pair.error, &message).await;
+            continue;
+        }
+        *slot = Some(stream);
+        if pair.data.is_some()
+            && pair.error.is_some()
+            && let Some(StreamPair {
+                data: Some(data),
+                error: Some(error),
+                ..
+            }) = pairs.remove(&id)
+        {
+            tokio::spawn(forward_pair(data, error, target.clone()));
+        }
+    }
+}
+
+/// Forwards one connection: copies the data stream to and from the pod's port, then writes any error to
+/// the error stream and closes both (upstream's `httpStreamHandler.portForward`).
+async fn forward_pair(data: crate::spdy::Stream, error: crate::spdy::Stream, target: Arc<PortForwardTarget>) {
+    let port = data
+        .headers
+        .get("port")
+        .and_then(|p| p.parse::<u16>().ok())
+        .unwrap_or(0);
+    let crate::spdy::Stream {
+        reader: data_in,
+        writer: mut data_out,
+        ..
+    } = data;
+    // Nothing is read from the error stream: dropping its reader lets the session drop what comes.
+    let crate::spdy::Stream {
+        writer: mut error_out, ..
+    } = error;
+    if let Err(e) = copy_to_pod(&target.ip, port, data_in, &mut data_out).await {
+        let message = format!(
+            "error forwarding port {port} to pod {}, uid {}: {e:#}",
+            target.pod, target.uid
+        );
+        tracing::info!("{message}");
+        let _ = error_out.write(message.as_bytes()).await;
+    }
+    let _ = data_out.close().await;
+    let _ = error_out.close().await;
+}
+
+/// An I/O error as Go prints a syscall error ("connection refused").
+fn go_error_text(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    let text = match text.find(" (os error ") {
+        Some(i) => &text[..i],
+        None => text.as_str(),
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// Connects to `ip:port` and copies both ways until one side ends, then gives the other side a second
+/// to finish (as upstream's CRI runtimes do).
+async fn copy_to_pod(
+    ip: &str,
+    port: u16,
+    mut data_in: crate::spdy::StreamReader,
+    data_out: &mut crate::spdy::StreamWriter,
+) -> anyhow::Result<()> {
+    use tokio::io::AsyncReadExt;
+    let addr = match ip.parse::<std::net::IpAddr>() {
+        Ok(ip) => SocketAddr::new(ip, port),
+        Err(_) => anyhow::bail!("invalid pod IP {ip:?}"),
+    };
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("dial tcp {addr}: connect: {}", go_error_text(&e)))?;
+    let (mut tcp_in, mut tcp_out) = tcp.into_split();
+    let to_pod = async {
+        while let Some(chunk) = data_in.read().await {
+            tcp_out
+                .write_all(&chunk)
+                .await
+                .map_err(|e| anyhow::anyhow!("write tcp {addr}: {}", go_error_text(&e)))?;
+        }
+        // The client sends no more: pass the half-close on.
+        let _ = tcp_out.shutdown().await;
+        Ok::<(), anyhow::Error>(())
+    };
+    let from_pod = async {
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            let n = tcp_in
+                .read(&mut buf)
+                .await
+                .map_err(|e| anyhow::anyhow!("read tcp {addr}: {}", go_error_text(&e)))?;
+            if n == 0 {
+                // The pod's side ended: finish the data stream now, so the client sees the end at once.
+                let _ = data_out.close().await;
+                return Ok::<(), anyhow::Error>(());
+            }
+            if data_out.write(&buf[..n]).await.is_err() {
+                return Ok(());
+            }
+        }
+    };
+    tokio::pin!(to_pod);
+    tokio::pin!(from_pod);
+    let (first, other_done) = tokio::select! {
+        r = &mut to_pod => (r, tokio::time::timeout(std::time::Duration::from_secs(1), &mut from_pod).await),
+        r = &mut from_pod => (r, tokio::time::timeout(std::time::Duration::from_secs(1), &mut to_pod).await),
+    };
+    first.and(other_done.unwrap_or(Ok(())))
+}
+
 /// The `metav1.Status` written on the status channel (v4 and later).
 pub fn exit_status(result: Result<(), String>, command: &[String]) -> serde_json::Value {
     match result {
@@ -858,6 +1161,255 @@ mod tests {
         assert_eq!(failed["reason"], "NonZeroExitCode");
         assert_eq!(failed["details"]["causes"][0]["reason"], "ExitCode");
         assert_eq!(failed["details"]["causes"][0]["message"], "3");
+    }
+
+    #[test]
+    fn port_forward_streams_are_checked_as_upstream() {
+        use crate::spdy::Headers;
+        let h = |pairs: &[(&str, &str)]| pairs.iter().copied().collect::<Headers>();
+        assert_eq!(
+            check_port_forward_stream(&h(&[("port", "80"), ("streamType", "data")])),
+            Ok(())
+        );
+        assert_eq!(
+            check_port_forward_stream(&h(&[("port", "80"), ("streamtype", "error")])),
+            Ok(())
+        );
+        let cases = [
+            (h(&[("streamType", "data")]), "\"port\" header is required"),
+            (
+                h(&[("port", "http"), ("streamType", "data")]),
+                "unable to parse \"http\" as a port: strconv.ParseUint: parsing \"http\": invalid syntax",
+            ),
+            (
+                h(&[("port", "70000"), ("streamType", "data")]),
+                "unable to parse \"70000\" as a port: strconv.ParseUint: parsing \"70000\": value out of range",
+            ),
+            (h(&[("port", "0"), ("streamType", "data")]), "port \"0\" must be > 0"),
+            (h(&[("port", "80")]), "\"streamType\" header is required"),
+            (
+                h(&[("port", "80"), ("streamType", "stdin")]),
+                "invalid stream type \"stdin\"",
+            ),
+        ];
+        for (headers, want) in cases {
+            assert_eq!(check_port_forward_stream(&headers), Err(want.to_string()));
+        }
+        assert_eq!(
+            go_error_text(&std::io::Error::from_raw_os_error(libc::ECONNREFUSED)),
+            "connection refused"
+        );
+    }
+
+    /// kubectl's side of a tunneled port-forward session, over in-memory channels.
+    struct PortForwardClient {
+        encoder: crate::spdy::Encoder,
+        decoder: crate::spdy::Decoder,
+        to_agent: futures::channel::mpsc::UnboundedSender<bytes::Bytes>,
+        from_agent: futures::channel::mpsc::UnboundedReceiver<bytes::Bytes>,
+    }
+
+    impl PortForwardClient {
+        fn send(&mut self, frame: crate::spdy::Frame) {
+            let bytes = self.encoder.encode(&frame).expect("encode");
+            self.to_agent.unbounded_send(bytes.into()).expect("send");
+        }
+
+        fn open(&mut self, stream_id: u32, kind: &str, port: u16, request: &str) {
+            self.send(crate::spdy::Frame::SynStream {
+                stream_id,
+                associated_to: 0,
+                priority: 0,
+                slot: 0,
+                flags: 0,
+                headers: [
+                    ("streamType", kind),
+                    ("port", &port.to_string()),
+                    ("requestID", request),
+                ]
+                .into_iter()
+                .collect(),
+            });
+        }
+
+        async fn recv(&mut self) -> crate::spdy::Frame {
+            loop {
+                if let Some(f) = self.decoder.next_frame().expect("agent frames decode") {
+                    return f;
+                }
+                let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), self.from_agent.next())
+                    .await
+                    .expect("a frame within 10s")
+                    .expect("the session is open");
+                self.decoder.push(&chunk);
+            }
+        }
+
+        /// Reads frames until both streams are finished: what each carried.
+        async fn until_finished(&mut self, data: u32, error: u32) -> (Vec<u8>, Vec<u8>) {
+            use crate::spdy::{FLAG_FIN, Frame};
+            let (mut got_data, mut got_error) = (Vec::new(), Vec::new());
+            let (mut data_done, mut error_done) = (false, false);
+            while !(data_done && error_done) {
+                match self.recv().await {
+                    Frame::Data {
+                        stream_id,
+                        flags,
+                        data: bytes,
+                    } => {
+                        let fin = flags & FLAG_FIN != 0;
+                        if stream_id == data {
+                            got_data.extend_from_slice(&bytes);
+                            if fin {
+                                data_done = true;
+                                // kubectl resets the data stream once the remote side is done.
+                                self.send(Frame::RstStream {
+                                    stream_id: data,
+                                    status: crate::spdy::CANCEL,
+                                });
+                            }
+                        } else if stream_id == error {
+                            got_error.extend_from_slice(&bytes);
+                            error_done |= fin;
+                        }
+                    }
+                    Frame::SynReply { .. } => {}
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            (got_data, got_error)
+        }
+    }
+
+    #[tokio::test]
+    async fn spdy_port_forward_pairs_streams_and_reports_errors() {
+        use tokio::io::AsyncReadExt;
+        // The "pod": answers each connection's line and closes.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let open_port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut line = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while tcp.read(&mut byte).await.unwrap_or(0) == 1 && byte[0] != b'\n' {
+                        line.push(byte[0]);
+                    }
+                    let _ = tcp.write_all(&[b"echo:", &line[..], b"\n"].concat()).await;
+                });
+            }
+        });
+        let closed_port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            l.local_addr().expect("addr").port()
+        };
+
+        let (to_agent, incoming) = futures::channel::mpsc::unbounded::<bytes::Bytes>();
+        let (outgoing, from_agent) = futures::channel::mpsc::unbounded::<bytes::Bytes>();
+        let target = PortForwardTarget {
+            pod: "sandbox-1".into(),
+            uid: String::new(),
+            ip: "127.0.0.1".into(),
+        };
+        let session = tokio::spawn(serve_port_forward(incoming, outgoing, target));
+        let mut client = PortForwardClient {
+            encoder: crate::spdy::Encoder::new().expect("encoder"),
+            decoder: crate::spdy::Decoder::new(),
+            to_agent,
+            from_agent,
+        };
+
+        // Two connections in turn, as kubectl opens them: error stream (closed at once), then data.
+        for (request, error, data) in [("0", 1, 3), ("1", 5, 7)] {
+            client.open(error, "error", open_port, request);
+            client.send(crate::spdy::Frame::Data {
+                stream_id: error,
+                flags: crate::spdy::FLAG_FIN,
+                data: bytes::Bytes::new(),
+            });
+            client.open(data, "data", open_port, request);
+            client.send(crate::spdy::Frame::Data {
+                stream_id: data,
+                flags: 0,
+                data: bytes::Bytes::from(format!("request {request}\n")),
+            });
+            let (got, err) = client.until_finished(data, error).await;
+            assert_eq!(String::from_utf8_lossy(&got), format!("echo:request {request}\n"));
+            assert!(err.is_empty(), "{}", String::from_utf8_lossy(&err));
+        }
+
+        // A port nothing listens on: the error stream says why, both streams end.
+        client.open(9, "error", closed_port, "2");
+        client.open(11, "data", closed_port, "2");
+        let (got, err) = client.until_finished(11, 9).await;
+        assert!(got.is_empty());
+        assert_eq!(
+            String::from_utf8_lossy(&err),
+            format!(
+                "error forwarding port {closed_port} to pod sandbox-1, uid : dial tcp 127.0.0.1:{closed_port}: \
+                 connect: connection refused"
+            )
+        );
+
+        // The session goes on serving after an error.
+        client.open(13, "error", open_port, "3");
+        client.open(15, "data", open_port, "3");
+        client.send(crate::spdy::Frame::Data {
+            stream_id: 15,
+            flags: 0,
+            data: bytes::Bytes::from_static(b"after the error\n"),
+        });
+        let (got, err) = client.until_finished(15, 13).await;
+        assert_eq!(String::from_utf8_lossy(&got), "echo:after the error\n");
+        assert!(err.is_empty());
+
+        // A second error stream for a request is an error on the request's first one.
+        client.open(17, "error", open_port, "4");
+        client.open(19, "error", open_port, "4");
+        let mut replies = 0;
+        let mut error_text = Vec::new();
+        while replies < 2 || error_text.is_empty() {
+            match client.recv().await {
+                crate::spdy::Frame::SynReply { .. } => replies += 1,
+                crate::spdy::Frame::Data {
+                    stream_id: 17, data, ..
+                } => error_text.extend_from_slice(&data),
+                _ => {}
+            }
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&error_text),
+            "error processing stream for request 4: error stream already assigned"
+        );
+
+        // A stream without a valid port is refused.
+        client.send(crate::spdy::Frame::SynStream {
+            stream_id: 21,
+            associated_to: 0,
+            priority: 0,
+            slot: 0,
+            flags: 0,
+            headers: [("streamType", "data"), ("port", "http")].into_iter().collect(),
+        });
+        loop {
+            if let crate::spdy::Frame::RstStream { stream_id, status } = client.recv().await {
+                assert_eq!((stream_id, status), (21, crate::spdy::CANCEL));
+                break;
+            }
+        }
+
+        // Pings are answered; closing the transport ends the session.
+        client.send(crate::spdy::Frame::Ping { id: 1 });
+        loop {
+            if client.recv().await == (crate::spdy::Frame::Ping { id: 1 }) {
+                break;
+            }
+        }
+        drop(client.to_agent);
+        tokio::time::timeout(std::time::Duration::from_secs(10), session)
+            .await
+            .expect("the session ends")
+            .expect("join");
     }
 
     #[tokio::test]

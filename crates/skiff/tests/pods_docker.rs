@@ -355,3 +355,173 @@ fn containers_survive_kill_9_and_are_adopted_and_cleaned_up() {
     });
     assert!(gone.is_some(), "deleting the pod left containers behind");
 }
+
+/// A `kubectl port-forward` running in the background, its output collected; killed when dropped.
+struct PortForward {
+    child: std::process::Child,
+    stdout: std::sync::Arc<std::sync::Mutex<String>>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl PortForward {
+    fn start(c: &common::Cluster, args: &[&str]) -> PortForward {
+        use std::io::Read;
+        let mut child = c
+            .kubectl_cmd(&[&["port-forward"], args].concat())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start kubectl port-forward");
+        let collect = |mut pipe: Box<dyn Read + Send>| {
+            let buf = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+            let out = buf.clone();
+            std::thread::spawn(move || {
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = pipe.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    if let Ok(mut b) = out.lock() {
+                        b.push_str(&String::from_utf8_lossy(&chunk[..n]));
+                    }
+                }
+            });
+            buf
+        };
+        let stdout = collect(Box::new(child.stdout.take().expect("stdout")));
+        let stderr = collect(Box::new(child.stderr.take().expect("stderr")));
+        PortForward { child, stdout, stderr }
+    }
+
+    fn stdout(&self) -> String {
+        self.stdout.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for PortForward {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.0 GET through a local port: the whole response, or what the connection gave before it
+/// closed.
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the forwarded port");
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    tcp.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .expect("send the request");
+    let mut response = Vec::new();
+    let _ = tcp.read_to_end(&mut response);
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+#[test]
+fn port_forward_through_spdy_over_websocket() {
+    let n = Node::start("pf");
+    n.c.apply(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  containers:
+  - name: httpd
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "mkdir -p /site && echo forwarded-through-skiff > /site/hello.txt && httpd -f -p 8080 -h /site"]
+"#,
+        &[],
+    );
+    n.wait_running("web");
+    let (web, closed) = (common::free_port(), common::free_port());
+    let mut pf = PortForward::start(&n.c, &["pod/web", &format!("{web}:8080"), &format!("{closed}:9999")]);
+    let ready = eventually(Duration::from_secs(30), || {
+        let out = pf.stdout();
+        (out.contains(&format!("Forwarding from 127.0.0.1:{web} -> 8080"))
+            && out.contains(&format!("Forwarding from 127.0.0.1:{closed} -> 9999")))
+        .then_some(())
+    });
+    assert!(
+        ready.is_some(),
+        "kubectl port-forward did not start:\nstdout: {}\nstderr: {}\n{}",
+        pf.stdout(),
+        pf.stderr(),
+        common::tail(&n.c.log(), 30)
+    );
+
+    // Two connections, each its own pair of SPDY streams in the one tunneled session. httpd may not
+    // serve at the very first moment the pod is Running: retry the first request briefly.
+    let first = eventually(Duration::from_secs(20), || {
+        let r = http_get(web, "/hello.txt");
+        r.contains("forwarded-through-skiff").then_some(r)
+    });
+    let Some(first) = first else {
+        panic!(
+            "no response through the forwarded port:\nstdout: {}\nstderr: {}\n{}",
+            pf.stdout(),
+            pf.stderr(),
+            common::tail(&n.c.log(), 30)
+        );
+    };
+    assert!(first.starts_with("HTTP/1.") && first.contains(" 200 "), "{first}");
+    let second = http_get(web, "/hello.txt");
+    assert!(
+        second.contains("forwarded-through-skiff"),
+        "second connection: {second:?}"
+    );
+    let missing = http_get(web, "/nothing-here");
+    assert!(missing.contains(" 404 "), "{missing}");
+    assert!(pf.stdout().contains(&format!("Handling connection for {web}")));
+
+    // Nothing listens on 9999 in the pod: the connection ends without data and kubectl reports the
+    // agent's error as it does a kubelet's. Since kubernetes#103526 kubectl then closes the whole
+    // session and exits ("lost connection to pod") rather than go on with a broken forwarder.
+    let refused = http_get(closed, "/");
+    assert_eq!(refused, "", "a connection to a closed port carried data");
+    let exited = eventually(Duration::from_secs(20), || {
+        let err = pf.stderr();
+        (err.contains(&format!("an error occurred forwarding {closed} -> 9999"))
+            && err.contains("error forwarding port 9999 to pod")
+            && err.contains("dial tcp")
+            && err.contains("connect: connection refused")
+            && !pf.running())
+        .then_some(err)
+    });
+    let Some(exited) = exited else {
+        panic!(
+            "kubectl did not report the refused connection:\nstdout: {}\nstderr: {}",
+            pf.stdout(),
+            pf.stderr()
+        );
+    };
+    assert!(exited.contains("lost connection to pod"), "{exited}");
+    drop(pf);
+
+    // The agent and the pod go on serving: a new port-forward works.
+    let again = common::free_port();
+    let pf = PortForward::start(&n.c, &["pod/web", &format!("{again}:8080")]);
+    let ready = eventually(Duration::from_secs(30), || {
+        pf.stdout()
+            .contains(&format!("Forwarding from 127.0.0.1:{again} -> 8080"))
+            .then_some(())
+    });
+    assert!(ready.is_some(), "{}\n{}", pf.stdout(), pf.stderr());
+    let after = http_get(again, "/hello.txt");
+    assert!(
+        after.contains("forwarded-through-skiff"),
+        "after the refused connection: {after:?}\nstderr: {}",
+        pf.stderr()
+    );
+}

@@ -338,7 +338,6 @@ async fn run_bench(
     // Observe binds.
     let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
     let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
-    let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
     // Binds are observed through a raw watch decoding only the name and spec.nodeName: the
     // observer's own decoding stays out of the scheduler's way on a two-core machine.
     let watch_bound = bound.clone();
@@ -380,14 +379,19 @@ async fn run_bench(
     let sched = scheduler_name.clone();
     let create_result = stream::iter(0..cfg.pods)
         .map(|i| {
-            let api = pods_api.clone();
+            let client = client.clone();
+            let path = format!("/api/v1/namespaces/{ns}/pods");
             let created = created.clone();
             let name = format!("pod-{i}");
             let obj = bench_pod(&name, &sched, workload);
             async move {
-                let pod: Pod = serde_json::from_value(obj)?;
+                // A raw create whose reply is not decoded: the client's own work stays out
+                // of the scheduler's way (scheduler_perf's client decodes protobuf).
+                let body = serde_json::to_vec(&obj)?;
+                let req = kube::core::Request::new(&path).create(&PostParams::default(), body)?;
                 created.lock().insert(name.clone(), Instant::now());
-                api.create(&PostParams::default(), &pod)
+                client
+                    .request_text(req)
                     .await
                     .with_context(|| format!("creating pod {name}"))?;
                 anyhow::Ok(())

@@ -13,6 +13,7 @@ pub mod cache;
 pub mod explain;
 pub mod framework;
 pub mod labels;
+pub mod lean_pod;
 pub mod plugins;
 mod quantity;
 pub mod queue;

@@ -21,6 +21,7 @@ use crate::cache::{Cache, NodeChange};
 use crate::explain::{EXPLAIN_ANNOTATION, Explain, add_excluded, group_rejections, top_scores};
 use crate::framework::Framework;
 use crate::labels::Selector;
+use crate::lean_pod::LeanPod;
 use crate::plugins;
 use crate::plugins::default_preemption::{self, Pdb};
 use crate::queue::{QueuedPod, SchedulingQueue};
@@ -234,7 +235,15 @@ pub async fn run_with_signal(
     mut synced: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    spawn_watch(Api::<Pod>::all(client.clone()), tx.clone(), |e| Msg::Pod(Box::new(e)));
+    spawn_watch(Api::<LeanPod>::all(client.clone()), tx.clone(), |e| {
+        Msg::Pod(Box::new(match e {
+            WatchEvent::Apply(p) => WatchEvent::Apply(p.0),
+            WatchEvent::InitApply(p) => WatchEvent::InitApply(p.0),
+            WatchEvent::Delete(p) => WatchEvent::Delete(p.0),
+            WatchEvent::Init => WatchEvent::Init,
+            WatchEvent::InitDone => WatchEvent::InitDone,
+        }))
+    });
     spawn_watch(Api::<Node>::all(client.clone()), tx.clone(), |e| Msg::Node(Box::new(e)));
     spawn_watch(Api::<PriorityClass>::all(client.clone()), tx.clone(), |e| {
         Msg::PriorityClass(Box::new(e))

@@ -236,7 +236,7 @@ pub async fn create_binding(ctx: &Ctx, bytes: Bytes, pod_name: Option<String>) -
                 &format!("pod {name} is already assigned to node \"{n}\""),
             ));
         }
-        let mut new = pod.clone();
+        let mut new = pod;
         if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
             spec.insert("nodeName".into(), json!(target));
         }

@@ -263,11 +263,7 @@ fn manage_fields(ctx: &Ctx, old: Option<&Value>, new: &mut Value, operation: &st
         // apply() already recorded the applier's fields.
         return;
     }
-    match skiff_api::patch::apply::update_managed_fields(old, new, &manager, sub, def, &objects::now_rfc3339()) {
-        Ok(v) => *new = v,
-        // Bookkeeping must never fail a valid write; the fields stay as they were.
-        Err(e) => tracing::debug!(error = %e, "managedFields not updated"),
-    }
+    skiff_api::patch::apply::record_update(old, new, &manager, sub, def, &objects::now_rfc3339());
 }
 
 fn created(ctx: &Ctx, obj: &Value, warnings: &[String]) -> Response {
@@ -288,7 +284,8 @@ pub async fn create(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     Ok(created(ctx, &obj, &warnings))
 }
 
-/// Create `obj` (already decoded) in the request's resource; returns the stored object.
+/// Create `obj` (already decoded) in the request's resource; returns the stored object
+/// (taken out of `obj`).
 /// `operation` is "Update" for ordinary creates, "Apply" when server-side apply already
 /// recorded the applier's managedFields.
 pub async fn create_object(ctx: &Ctx, obj: &mut Value, operation: &str) -> Result<(Value, Vec<String>), StatusError> {
@@ -346,7 +343,7 @@ pub async fn create_object(ctx: &Ctx, obj: &mut Value, operation: &str) -> Resul
     manage_fields(ctx, None, obj, operation);
     let key = objects::key(res, &ctx.rr.namespace, &name);
     if ctx.dry_run() {
-        return Ok((obj.clone(), warnings));
+        return Ok((std::mem::take(obj), warnings));
     }
     let kv = ctx
         .state
@@ -355,7 +352,7 @@ pub async fn create_object(ctx: &Ctx, obj: &mut Value, operation: &str) -> Resul
         .await
         .map_err(|e| crate::read::store_error(res.group, res.plural, &name, e))?;
     objects::set_resource_version(obj, kv.mod_revision);
-    Ok((obj.clone(), warnings))
+    Ok((std::mem::take(obj), warnings))
 }
 
 const GLOBAL_DEFAULT: &[u8] = b"\"globalDefault\":true";

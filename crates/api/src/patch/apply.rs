@@ -555,6 +555,10 @@ fn compare(
             let rm = r.and_then(Value::as_object).unwrap_or(&empty);
             let keys = lm.keys().chain(rm.keys().filter(|k| !lm.contains_key(*k)));
             for k in keys {
+                // Bookkeeping is not part of the object's fields (filter_set drops it too).
+                if k == "managedFields" && path.len() == 1 && path[0] == "f:metadata" {
+                    continue;
+                }
                 let (cty, cmeta) = ty.field(k);
                 // Go's zero value holds the non-pointer structs, and `containers` (a list
                 // without omitempty) as null.
@@ -1129,9 +1133,29 @@ pub fn update_managed_fields(
     definition: &str,
     now: &str,
 ) -> Result<Value, ApplyError> {
+    let mut out = new.clone();
+    record_update(old, &mut out, manager, subresource, definition, now);
+    Ok(out)
+}
+
+/// [`update_managed_fields`] in place: `new` (the object about to be stored) gets the
+/// managedFields of an `Update` by `manager`, without copying either object.
+pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    subresource: &str,
+    definition: &str,
+    now: &str,
+) {
     let ty = Ty::root(definition);
+    let sent = new
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .and_then(|m| m.shift_remove("managedFields"))
+        .filter(|v| !v.is_null());
     let from_new = if subresource.is_empty() {
-        decode(managed_fields_of(new)).ok().filter(|e| !e.is_empty())
+        decode(sent.as_ref()).ok().filter(|e| !e.is_empty())
     } else {
         None
     };
@@ -1141,15 +1165,14 @@ pub fn update_managed_fields(
     };
     // As upstream: an existing object nobody manages stays untracked until the first apply.
     if old.is_some() && entries.is_empty() {
-        return Ok(without_managed_fields(new));
+        return;
     }
-    let old_clean = old.map(without_managed_fields);
-    let mut out = without_managed_fields(new);
     let api_version = match api_version_of(new) {
         v if !v.is_empty() => v,
         _ => old.map(api_version_of).unwrap_or_default(),
     };
-    let cmp = comparison(old_clean.as_ref(), &out, ty);
+    // `compare` skips metadata.managedFields, so `old` needs no copy without them.
+    let cmp = comparison(old, new, ty);
     let mut changed = cmp.added.clone();
     changed.union_with(&cmp.modified);
     let changed = filter_set(changed, subresource);
@@ -1176,8 +1199,7 @@ pub fn update_managed_fields(
             }),
         }
     }
-    set_managed_fields(&mut out, entries);
-    Ok(out)
+    set_managed_fields(new, entries);
 }
 
 #[cfg(test)]

@@ -28,6 +28,10 @@ pub enum BenchCommand {
         pods: usize,
         #[arg(long, default_value = "basic")]
         workload: String,
+        /// Run against this cluster (for example one started under a profiler) instead of
+        /// a fresh `skiff server` child; its nodes and pods are left alone.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -96,6 +100,46 @@ impl Drop for ChildServer {
     }
 }
 
+/// A `skiff agent` child process joining the cluster of a kubeconfig as node `node`, with a
+/// temporary data dir. Killed on drop; its containers keep running (the agent never stops
+/// containers when it exits), so whoever starts it removes them.
+pub struct ChildAgent {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl ChildAgent {
+    pub fn start(kubeconfig: &std::path::Path, node: &str) -> anyhow::Result<ChildAgent> {
+        let dir = tempfile::tempdir().context("creating a temp dir")?;
+        let exe = std::env::current_exe().context("locating the skiff binary")?;
+        let child = std::process::Command::new(exe)
+            .arg("agent")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--node-name")
+            .arg(node)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .env("SKIFF_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting skiff agent")?;
+        Ok(ChildAgent { child, _dir: dir })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for ChildAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
     Ok(l.local_addr()?.port())
@@ -103,10 +147,21 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// Resident memory of a process in MiB.
 pub fn rss_mb(pid: u32) -> f64 {
+    status_mb(pid, "VmRSS:")
+}
+
+/// The anonymous part of a process's resident memory in MiB (heap, stacks): what it holds of its own.
+/// The rest is pages mapped from files, mostly the binary's code, shared by every process running it.
+pub fn anon_rss_mb(pid: u32) -> f64 {
+    status_mb(pid, "RssAnon:")
+}
+
+/// A `kB` field of `/proc/PID/status` in MiB (0 when unreadable).
+fn status_mb(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|kb| kb.parse::<f64>().ok())
         .map(|kb| kb / 1024.0)
@@ -129,10 +184,17 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             nodes,
             pods,
             workload,
+            kubeconfig,
             json,
         } => {
-            let server = ChildServer::start(&["--no-agent", "--no-scheduler", "--no-controllers"]).await?;
-            let client = server.client().await?;
+            let (_server, client) = match kubeconfig {
+                Some(path) => (None, crate::kube_client(&path).await?),
+                None => {
+                    let server = ChildServer::start(&["--no-agent", "--no-scheduler", "--no-controllers"]).await?;
+                    let client = server.client().await?;
+                    (Some(server), client)
+                }
+            };
             wait_ready(&client).await?;
             let result = skiff_scheduler::bench(
                 client,
@@ -243,24 +305,25 @@ async fn bench_api(pods: usize, clients: usize, as_json: bool) -> anyhow::Result
     Ok(())
 }
 
-/// Wait until some node reports Ready.
-async fn wait_node_ready(client: &kube::Client) -> anyhow::Result<String> {
+/// Wait until the agent's node reports Ready; fails at once if the agent process exits.
+async fn wait_node_ready(client: &kube::Client, name: &str, agent: &mut ChildAgent) -> anyhow::Result<()> {
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok(list) = nodes.list(&Default::default()).await {
-            for n in list.items {
-                let ready = n
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-                if ready {
-                    return Ok(n.metadata.name.unwrap_or_default());
-                }
+        if let Some(status) = agent.child.try_wait().context("checking the agent process")? {
+            anyhow::bail!("skiff agent exited before its node was Ready: {status}");
+        }
+        if let Ok(Some(n)) = nodes.get_opt(name).await {
+            let ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            if ready {
+                return Ok(());
             }
         }
-        anyhow::ensure!(Instant::now() < deadline, "no node became Ready");
+        anyhow::ensure!(Instant::now() < deadline, "node {name} did not become Ready");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -302,26 +365,41 @@ async fn remove_node_containers(docker: &bollard::Docker, node: &str) {
 
 async fn bench_startup(pods: usize, image: &str, as_json: bool) -> anyhow::Result<()> {
     let docker = skiff_agent::docker::connect().await?;
-    // A node of its own, so that nothing else's containers are touched.
-    let node_name = format!("skiff-bench-{:x}", jiff::Timestamp::now().as_millisecond());
-    let server = ChildServer::start(&["--no-controllers", "--node-name", &node_name]).await?;
+    // A node of its own, so that nothing else's containers are touched. The agent runs as its own
+    // process, as on a real node, so that its memory is measured apart from the control plane's.
+    let node = format!("skiff-bench-{:x}", jiff::Timestamp::now().as_millisecond());
+    let server = ChildServer::start(&["--no-agent", "--no-controllers"]).await?;
     let client = server.client().await?;
     wait_ready(&client).await?;
-    let node = wait_node_ready(&client).await?;
-    let opts = |n: usize| skiff_agent::StartupBench {
-        pods: n,
-        namespace: "default".into(),
-        node_name: None,
-        image: image.to_string(),
-        timeout: Duration::from_secs(300),
-    };
-    let single = skiff_agent::bench_startup(client.clone(), opts(1)).await?;
-    let docker_single = skiff_agent::bench::bench_docker_direct(&docker, 1, image).await?;
-    let many = skiff_agent::bench_startup(client.clone(), opts(pods)).await?;
-    let rss = rss_mb(server.pid());
+    let mut agent = ChildAgent::start(&server.kubeconfig, &node)?;
+    let measured = async {
+        wait_node_ready(&client, &node, &mut agent).await?;
+        // Through the scheduler, as any pod, onto the agent's node (the only one there is).
+        let opts = |n: usize| skiff_agent::StartupBench {
+            pods: n,
+            namespace: "default".into(),
+            node_name: None,
+            node_selector: [("kubernetes.io/hostname".to_string(), node.clone())].into(),
+            image: image.to_string(),
+            timeout: Duration::from_secs(300),
+        };
+        let single = skiff_agent::bench_startup(client.clone(), opts(1)).await?;
+        let docker_single = skiff_agent::bench::bench_docker_direct(&docker, 1, image).await?;
+        let (many, memory) = skiff_agent::bench::bench_startup_with(client.clone(), opts(pods), || {
+            (rss_mb(agent.pid()), anon_rss_mb(agent.pid()), rss_mb(server.pid()))
+        })
+        .await?;
+        anyhow::Ok((single, docker_single, many, memory))
+    }
+    .await;
+    // Whatever happened: the pods are deleted (bench_startup does that), the agent removes their
+    // containers, and whatever it left is removed here, since the agent never stops containers when
+    // it exits.
     wait_no_pods(&client).await;
+    drop(agent);
     drop(server);
     remove_node_containers(&docker, &node).await;
+    let (single, docker_single, many, (agent_rss, agent_anon, server_rss)) = measured?;
     let docker_many = skiff_agent::bench::bench_docker_direct(&docker, pods, image).await?;
     let result = json!({
         "node": node,
@@ -332,7 +410,9 @@ async fn bench_startup(pods: usize, image: &str, as_json: bool) -> anyhow::Resul
         "p99_ms": round2(many.p99_ms),
         "docker_p50_ms": round2(docker_many.p50_ms),
         "docker_p99_ms": round2(docker_many.p99_ms),
-        "server_rss_mb_with_pods": round2(rss),
+        "agent_rss_mb_with_pods": round2(agent_rss),
+        "agent_anon_rss_mb_with_pods": round2(agent_anon),
+        "server_rss_mb_with_pods": round2(server_rss),
     });
     print_result(&result, as_json);
     Ok(())

@@ -1,6 +1,9 @@
 //! Navigation of the served schemas for strategic merge patch and server-side apply:
 //! which properties are structs, maps, lists or scalars, and how each list merges.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use serde_json::Value;
 
 use crate::schema;
@@ -11,6 +14,14 @@ use crate::schema;
 pub(crate) struct Ty {
     schema: Option<&'static Value>,
     name: Option<&'static str>,
+}
+
+type DeclaredFields = HashMap<(usize, usize), HashMap<Box<str>, (Ty, FieldMeta)>>;
+
+thread_local! {
+    /// [`Ty::field`] answers for declared properties, by (schema address, definition name
+    /// address) and field name.
+    static DECLARED: RefCell<DeclaredFields> = RefCell::new(HashMap::new());
 }
 
 /// What a schema describes.
@@ -171,12 +182,24 @@ impl Ty {
         let Some(s) = self.schema else {
             return (Ty::default(), FieldMeta::default());
         };
+        // Declared properties are looked up once per thread: the schemas are static, so the
+        // answer depends only on (schema, definition, field). Map keys and unknown fields
+        // are user data and are never remembered.
+        let key = (
+            std::ptr::from_ref(s) as usize,
+            self.name.map_or(0, |n| n.as_ptr() as usize),
+        );
+        if let Some(hit) = DECLARED.with_borrow(|m| m.get(&key).and_then(|f| f.get(name)).cloned()) {
+            return hit;
+        }
         if let Some(prop) = s.get("properties").and_then(|p| p.get(name)) {
             let mut meta = FieldMeta::from_schema(prop);
             if self.name.is_some_and(|parent| super::meta::is_atomic_map(parent, name)) {
                 meta.atomic_map = true;
             }
-            return (Ty::of(prop), meta);
+            let out = (Ty::of(prop), meta);
+            DECLARED.with_borrow_mut(|m| m.entry(key).or_default().insert(name.into(), out.clone()));
+            return out;
         }
         if let Some(ap) = s.get("additionalProperties").filter(|v| v.is_object()) {
             return (Ty::of(ap), FieldMeta::default());

@@ -1,5 +1,5 @@
 //! Defaulting of objects on create and update, as upstream's `SetDefaults_*` functions
-//! (core/v1, apps/v1, batch/v1, scheduling/v1) plus the parts of upstream's admission and
+//! (core/v1, apps/v1, batch/v1, scheduling/v1, storage/v1) plus the parts of upstream's admission and
 //! create strategies that users see on every object: the default service account, priority,
 //! the `DefaultTolerationSeconds` tolerations, a Job's generated selector, a Namespace's
 //! finalizer and a Pod's QoS class.
@@ -39,6 +39,14 @@ pub fn apply_defaults(res: &Resource, obj: &mut Value) {
         ("scheduling.k8s.io", "PriorityClass") => {
             if let Some(m) = obj.as_object_mut() {
                 default_str(m, "preemptionPolicy", "PreemptLowerPriority");
+            }
+        }
+        ("storage.k8s.io", "StorageClass") => {
+            // upstream's storage/v1 `SetDefaults_StorageClass`: only nil pointers are defaulted,
+            // so an explicit "" stays for validation to judge.
+            if let Some(m) = obj.as_object_mut() {
+                default_val(m, "reclaimPolicy", json!("Delete"));
+                default_val(m, "volumeBindingMode", json!("Immediate"));
             }
         }
         _ => {}
@@ -1171,6 +1179,27 @@ mod tests {
 
         let pc = defaulted("scheduling.k8s.io", "PriorityClass", json!({"value": 5}));
         assert_eq!(pc["preemptionPolicy"], "PreemptLowerPriority");
+
+        let sc = defaulted("storage.k8s.io", "StorageClass", json!({"provisioner": "p"}));
+        assert_eq!(sc["reclaimPolicy"], "Delete");
+        assert_eq!(sc["volumeBindingMode"], "Immediate");
+        let sc = defaulted(
+            "storage.k8s.io",
+            "StorageClass",
+            json!({"provisioner": "p", "reclaimPolicy": "Retain", "volumeBindingMode": "WaitForFirstConsumer"}),
+        );
+        assert_eq!(sc["reclaimPolicy"], "Retain");
+        assert_eq!(sc["volumeBindingMode"], "WaitForFirstConsumer");
+        let sc = defaulted(
+            "storage.k8s.io",
+            "StorageClass",
+            json!({"reclaimPolicy": null, "volumeBindingMode": ""}),
+        );
+        assert_eq!(sc["reclaimPolicy"], "Delete");
+        assert_eq!(
+            sc["volumeBindingMode"], "",
+            "only a missing mode is defaulted, as upstream's nil pointer"
+        );
     }
 
     #[test]

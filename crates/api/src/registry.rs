@@ -269,6 +269,17 @@ pub static RESOURCES: &[Resource] = &[
         &["status"]
     ),
     res!(
+        "storage.k8s.io",
+        "v1",
+        "StorageClass",
+        "storageclasses",
+        "storageclass",
+        false,
+        &["sc"],
+        &[],
+        &[]
+    ),
+    res!(
         "scheduling.k8s.io",
         "v1",
         "PriorityClass",

@@ -8,6 +8,7 @@
 mod apps;
 mod core;
 mod format;
+mod storage;
 
 use jiff::Timestamp;
 use serde_json::{Map, Value, json};
@@ -98,6 +99,7 @@ enum Printer {
     Lease,
     PodDisruptionBudget,
     PriorityClass,
+    StorageClass,
     Default,
 }
 
@@ -124,6 +126,7 @@ fn printer_for(res: &Resource) -> Printer {
         ("coordination.k8s.io", "Lease") => Printer::Lease,
         ("policy", "PodDisruptionBudget") => Printer::PodDisruptionBudget,
         ("scheduling.k8s.io", "PriorityClass") => Printer::PriorityClass,
+        ("storage.k8s.io", "StorageClass") => Printer::StorageClass,
         _ => Printer::Default,
     }
 }
@@ -151,6 +154,7 @@ fn columns(printer: Printer) -> &'static [Column] {
         Printer::Lease => apps::LEASE_COLUMNS,
         Printer::PodDisruptionBudget => apps::PDB_COLUMNS,
         Printer::PriorityClass => apps::PRIORITYCLASS_COLUMNS,
+        Printer::StorageClass => storage::STORAGECLASS_COLUMNS,
         Printer::Default => DEFAULT_COLUMNS,
     }
 }
@@ -187,6 +191,7 @@ pub fn row_cells(res: &Resource, obj: &Value, now: Timestamp) -> Vec<Value> {
         Printer::Lease => apps::lease(obj, now),
         Printer::PodDisruptionBudget => apps::poddisruptionbudget(obj, now),
         Printer::PriorityClass => apps::priorityclass(obj, now),
+        Printer::StorageClass => storage::storageclass(obj, now),
         Printer::Default => vec![json!(format::name(obj)), json!(format::age(obj, now))],
     }
 }

@@ -12,6 +12,7 @@
 //! - `workloads`: Deployment, ReplicaSet, DaemonSet, StatefulSet, Job, CronJob (with the
 //!   cron schedule parser), PodDisruptionBudget.
 //! - `core`: Service, Node taints, Secret, ConfigMap, PersistentVolumeClaim, PriorityClass.
+//! - `storage`: StorageClass.
 //!
 //! Values inside messages are rendered as upstream's `field.Error` renders them, including
 //! Go's `%#v` of structs where upstream passes a struct (selectors, strategies, taints).
@@ -19,6 +20,7 @@
 mod core;
 mod meta;
 mod pod;
+mod storage;
 mod workloads;
 
 use serde_json::Value;
@@ -57,6 +59,7 @@ pub fn validate(res: &Resource, obj: &Value, old: Option<&Value>) -> Vec<FieldEr
         ("", "ConfigMap") => core::validate_configmap(obj, old, &mut errs),
         ("", "PersistentVolumeClaim") => core::validate_pvc(obj, &mut errs),
         ("scheduling.k8s.io", "PriorityClass") => core::validate_priority_class(obj, old, &mut errs),
+        ("storage.k8s.io", "StorageClass") => storage::validate_storage_class(obj, old, &mut errs),
         ("apps", "Deployment") => workloads::validate_deployment(obj, old, &mut errs),
         ("apps", "ReplicaSet") => workloads::validate_replicaset(obj, old, &mut errs),
         ("apps", "DaemonSet") => workloads::validate_daemonset(obj, old, &mut errs),

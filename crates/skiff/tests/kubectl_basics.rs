@@ -411,3 +411,137 @@ fn explain_and_validation_errors() {
     assert!(!out.status.success(), "unknown field accepted");
     assert!(err.contains("unknown field \"foo\""), "{err}");
 }
+
+const STORAGE_CLASS: &str = r#"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: local
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+"#;
+
+/// `kubectl apply -f -` that must fail; returns stderr.
+fn apply_err(c: &Cluster, yaml: &str) -> String {
+    use std::io::Write;
+    let mut child = c
+        .kubectl_cmd(&["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(yaml.as_bytes())
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("kubectl output");
+    assert!(
+        !out.status.success(),
+        "apply unexpectedly succeeded: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[test]
+fn storage_classes_apply_get_validate_and_stay_immutable() {
+    let c = Cluster::start(&["--no-agent"]);
+    let out = c.apply(STORAGE_CLASS, &[]);
+    assert!(out.contains("storageclass.storage.k8s.io/local created"), "{out}");
+    let sc = c.get_json(&["storageclass", "local"]);
+    assert_eq!(sc["reclaimPolicy"], "Delete", "defaulted: {sc}");
+    assert_eq!(sc["volumeBindingMode"], "WaitForFirstConsumer");
+
+    let table = c.k(&["get", "sc"]);
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "PROVISIONER",
+            "RECLAIMPOLICY",
+            "VOLUMEBINDINGMODE",
+            "ALLOWVOLUMEEXPANSION",
+            "AGE"
+        ],
+        "{table}"
+    );
+    let row: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(
+        row[..5],
+        [
+            "local",
+            "kubernetes.io/no-provisioner",
+            "Delete",
+            "WaitForFirstConsumer",
+            "false"
+        ],
+        "{table}"
+    );
+
+    c.k(&[
+        "annotate",
+        "storageclass",
+        "local",
+        "storageclass.kubernetes.io/is-default-class=true",
+    ]);
+    let table = c.k(&["get", "storageclasses"]);
+    assert!(table.contains("local (default)"), "{table}");
+
+    // The PV binder finds the class through the API: a claim of it waits for its first consumer.
+    c.apply(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\nspec:\n  storageClassName: local\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n",
+        &[],
+    );
+    let waited = eventually(Duration::from_secs(30), || {
+        let events = c.k(&["get", "events", "-o", "json"]);
+        events
+            .contains("waiting for first consumer to be created before binding")
+            .then_some(())
+    });
+    assert!(
+        waited.is_some(),
+        "no WaitForFirstConsumer event:\n{}",
+        c.k(&["get", "events"])
+    );
+    let events = c.k(&["get", "events"]);
+    assert!(!events.contains("not found"), "{events}");
+
+    // Invalid classes are rejected with upstream's messages.
+    let err = apply_err(
+        &c,
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: bad\nprovisioner: \"not valid!\"\nreclaimPolicy: Recycle\n",
+    );
+    assert!(err.contains("The StorageClass \"bad\" is invalid"), "{err}");
+    assert!(err.contains("provisioner: Invalid value: \"not valid!\""), "{err}");
+    assert!(
+        err.contains("reclaimPolicy: Unsupported value: \"Recycle\": supported values: \"Delete\", \"Retain\""),
+        "{err}"
+    );
+    assert!(!c.kubectl(&["get", "sc", "bad"]).status.success());
+
+    // provisioner, parameters, reclaimPolicy and volumeBindingMode are fixed at creation.
+    let err = apply_err(
+        &c,
+        &STORAGE_CLASS.replace("kubernetes.io/no-provisioner", "example.com/other"),
+    );
+    assert!(
+        err.contains("provisioner: Forbidden: updates to provisioner are forbidden."),
+        "{err}"
+    );
+    let err = apply_err(&c, &STORAGE_CLASS.replace("WaitForFirstConsumer", "Immediate"));
+    assert!(
+        err.contains("volumeBindingMode: Invalid value: \"Immediate\": field is immutable"),
+        "{err}"
+    );
+    let sc = c.get_json(&["storageclass", "local"]);
+    assert_eq!(sc["provisioner"], "kubernetes.io/no-provisioner");
+    assert_eq!(sc["volumeBindingMode"], "WaitForFirstConsumer");
+    // Mutable fields still change.
+    c.apply(&format!("{STORAGE_CLASS}allowVolumeExpansion: true\n"), &[]);
+    assert_eq!(c.get_json(&["sc", "local"])["allowVolumeExpansion"], true);
+}

@@ -338,6 +338,9 @@ pub async fn create_object(ctx: &Ctx, obj: &mut Value, operation: &str) -> Resul
     if res.plural == "pods" {
         admit_priority(ctx, obj).await?;
     }
+    if res.plural == "persistentvolumeclaims" && res.group.is_empty() {
+        admit_default_storage_class(ctx, obj).await?;
+    }
     reset_status_on_create(res, obj);
     admit(res, obj, None)?;
     manage_fields(ctx, None, obj, operation);
@@ -356,6 +359,67 @@ pub async fn create_object(ctx: &Ctx, obj: &mut Value, operation: &str) -> Resul
 }
 
 const GLOBAL_DEFAULT: &[u8] = b"\"globalDefault\":true";
+
+const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
+    "storageclass.kubernetes.io/is-default-class",
+    "storageclass.beta.kubernetes.io/is-default-class",
+];
+
+/// The DefaultStorageClass admission plugin: a claim created without a class (neither
+/// `spec.storageClassName`, even empty, nor the beta annotation) gets the default
+/// StorageClass; with several defaults, the newest (then the first by name).
+async fn admit_default_storage_class(ctx: &Ctx, pvc: &mut Value) -> Result<(), StatusError> {
+    let has_class = pvc.pointer("/spec/storageClassName").is_some_and(|v| !v.is_null())
+        || pvc
+            .pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class")
+            .is_some();
+    if has_class {
+        return Ok(());
+    }
+    let Some(classes) = skiff_api::registry::lookup("storage.k8s.io", "v1", "storageclasses") else {
+        return Ok(());
+    };
+    let page = ctx
+        .state
+        .store
+        .list(&objects::prefix(classes, ""), Default::default())
+        .await
+        .map_err(|e| ctx.store_err(e))?;
+    let default = page
+        .items
+        .iter()
+        .filter(|kv| {
+            kv.value
+                .windows(b"is-default-class".len())
+                .any(|w| w == b"is-default-class")
+        })
+        .filter_map(objects::decode_kv)
+        .filter(|sc| {
+            DEFAULT_CLASS_ANNOTATIONS.iter().any(|a| {
+                sc.pointer("/metadata/annotations")
+                    .and_then(|m| m.get(*a))
+                    .and_then(Value::as_str)
+                    == Some("true")
+            })
+        })
+        .max_by(|a, b| {
+            let created = |v: &Value| {
+                v.pointer("/metadata/creationTimestamp")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            created(a)
+                .cmp(&created(b))
+                .then_with(|| objects::name(b).cmp(objects::name(a)))
+        });
+    if let Some(class) = default
+        && let Some(spec) = pvc.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        spec.insert("storageClassName".into(), json!(objects::name(&class)));
+    }
+    Ok(())
+}
 
 /// The Priority admission plugin: resolve `priorityClassName` (or the global default class)
 /// into `spec.priority` and `spec.preemptionPolicy`.

@@ -511,6 +511,21 @@ fn storage_classes_apply_get_validate_and_stay_immutable() {
     let events = c.k(&["get", "events"]);
     assert!(!events.contains("not found"), "{events}");
 
+    // DefaultStorageClass admission: a claim naming no class gets the default one; an
+    // explicit "" stays without a class.
+    c.apply(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: plain\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n",
+        &[],
+    );
+    let class = c.k(&["get", "pvc", "plain", "-o", "jsonpath={.spec.storageClassName}"]);
+    assert_eq!(class.trim(), "local");
+    c.apply(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: classless\nspec:\n  storageClassName: \"\"\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n",
+        &[],
+    );
+    let class = c.k(&["get", "pvc", "classless", "-o", "jsonpath={.spec.storageClassName}"]);
+    assert_eq!(class.trim(), "");
+
     // Invalid classes are rejected with upstream's messages.
     let err = apply_err(
         &c,

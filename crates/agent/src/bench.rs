@@ -1,7 +1,7 @@
 //! `skiff bench startup`: pod startup latency, from the create call to the pod's Ready condition as seen
 //! through a watch (upstream's pod startup SLO, image already present).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -18,6 +18,8 @@ pub struct StartupBench {
     pub namespace: String,
     /// Bind the pods straight to this node (skipping the scheduler); `None` lets the scheduler place them.
     pub node_name: Option<String>,
+    /// The pods' `nodeSelector`: the scheduler places them only on nodes with these labels.
+    pub node_selector: BTreeMap<String, String>,
     pub image: String,
     /// Give up after this long.
     pub timeout: Duration,
@@ -29,6 +31,7 @@ impl Default for StartupBench {
             pods: 30,
             namespace: "default".into(),
             node_name: None,
+            node_selector: BTreeMap::new(),
             image: crate::images::BUSYBOX_IMAGE.into(),
             timeout: Duration::from_secs(300),
         }
@@ -65,6 +68,16 @@ fn is_ready(pod: &Pod) -> bool {
 
 /// Creates the pods, waits until each is Ready, reports the latencies and deletes the pods.
 pub async fn bench_startup(client: kube::Client, opts: StartupBench) -> anyhow::Result<StartupReport> {
+    Ok(bench_startup_with(client, opts, || ()).await?.0)
+}
+
+/// As [`bench_startup`], and calls `at_ready` once every pod is Ready, before the pods are deleted
+/// (to take measurements of the node while it runs them).
+pub async fn bench_startup_with<T>(
+    client: kube::Client,
+    opts: StartupBench,
+    at_ready: impl FnOnce() -> T,
+) -> anyhow::Result<(StartupReport, T)> {
     let api: Api<Pod> = Api::namespaced(client, &opts.namespace);
     let run = format!("{:x}", jiff::Timestamp::now().as_millisecond());
     let selector = format!("skiff-bench=startup-{run}");
@@ -98,6 +111,7 @@ pub async fn bench_startup(client: kube::Client, opts: StartupBench) -> anyhow::
                 "metadata": {"name": name, "labels": {"skiff-bench": format!("startup-{run}")}},
                 "spec": {
                     "nodeName": opts.node_name,
+                    "nodeSelector": opts.node_selector,
                     "terminationGracePeriodSeconds": 0,
                     "containers": [{
                         "name": "c", "image": opts.image, "imagePullPolicy": "IfNotPresent",
@@ -128,15 +142,17 @@ pub async fn bench_startup(client: kube::Client, opts: StartupBench) -> anyhow::
             }
         }
         let total_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let measured = at_ready();
         latencies.sort_by(f64::total_cmp);
-        Ok(StartupReport {
+        let report = StartupReport {
             pods: opts.pods,
             p50_ms: percentile(&latencies, 50.0),
             p90_ms: percentile(&latencies, 90.0),
             p99_ms: percentile(&latencies, 99.0),
             max_ms: latencies.last().copied().unwrap_or(0.0),
             total_ms,
-        })
+        };
+        Ok((report, measured))
     }
     .await;
     watch_task.abort();

@@ -7,10 +7,12 @@
 //! - `pods`: the watch on pods bound to this node; one `worker` per pod; adoption of containers.
 //! - `worker`: the per-pod sync loop (sandbox, init and app containers, restarts, back-off, deletion).
 //! - `docker`: the runtime: container records, labels, stop/kill/remove.
-//! - `volumes`, `env`, `probes`, `status`, `events`: what the worker is made of.
-//! - `server`: the agent's HTTPS endpoint (containerLogs, exec, attach).
+//! - `volumes`, `env`, `probes`, `status`, `events`: what the worker is made of (`volumes` includes
+//!   persistentVolumeClaim volumes: the bound PersistentVolume's hostPath or local path).
+//! - `server`: the agent's HTTPS endpoint (containerLogs, exec, attach, portForward).
+//! - `spdy`: SPDY/3.1 framing and the server session, for kubectl's port-forward tunneled over WebSocket.
 //! - `images`: local busybox and pause images.
-//! - `bench`: `skiff bench startup` (pod startup latency).
+//! - `bench`: `skiff bench startup` (pod startup latency, and the same work done directly in Docker).
 //!
 //! Invariant: the agent never stops containers because it exits; containers are found again by label.
 

@@ -115,6 +115,12 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Agent { .. }) {
+        // Before the runtime and clients allocate: a node agent's heap is small and stays small.
+        if let Err(e) = skiff_agent::disable_transparent_huge_pages() {
+            tracing::warn!(error = %e, "could not disable transparent huge pages");
+        }
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -152,7 +152,9 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
             .context("building the pause image")?;
     }
     let node_ip = cfg.node_ip.unwrap_or_else(node::detect_host_ip);
-    let (port, cert_sha256) = match &cfg.cluster_ca_pem {
+    // The CA comes from the configuration or, for `skiff agent --kubeconfig`, from the kubeconfig.
+    let cluster_ca = cfg.cluster_ca().context("reading the cluster CA")?;
+    let (port, cert_sha256) = match &cluster_ca {
         Some(ca) => {
             let state = server::ServerState {
                 docker: docker.clone(),

@@ -525,3 +525,105 @@ spec:
         pf.stderr()
     );
 }
+
+/// A `skiff agent` process of its own, joined to a cluster through its kubeconfig; killed
+/// and its containers removed when dropped.
+struct StandaloneAgent {
+    child: std::process::Child,
+    name: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for StandaloneAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let out = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &format!("label=io.skiff.node={}", self.name)])
+            .output();
+        if let Ok(out) = out {
+            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect();
+            if !ids.is_empty() {
+                let _ = Command::new("docker").arg("rm").arg("-f").args(&ids).output();
+            }
+        }
+    }
+}
+
+/// `skiff agent --kubeconfig` joins from outside the server process and serves logs and
+/// exec through the API server, trusting the cluster CA found in the kubeconfig.
+#[test]
+fn standalone_agent_joins_and_serves_streams() {
+    let c = Cluster::start(&["--no-agent", "--no-controllers"]);
+    let name = format!("e2e-standalone-{}", std::process::id());
+    let dir = tempfile::tempdir().expect("agent data dir");
+    let log = std::fs::File::create(dir.path().join("agent.log")).expect("agent log");
+    let child = Command::new(common::skiff_bin())
+        .arg("agent")
+        .arg("--kubeconfig")
+        .arg(&c.kubeconfig)
+        .arg("--node-name")
+        .arg(&name)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("SKIFF_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start skiff agent");
+    let agent = StandaloneAgent {
+        child,
+        name: name.clone(),
+        _dir: dir,
+    };
+    let agent_log = || std::fs::read_to_string(agent._dir.path().join("agent.log")).unwrap_or_default();
+    let ready = eventually(Duration::from_secs(60), || {
+        let out = c.kubectl(&[
+            "get",
+            "node",
+            &name,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ]);
+        (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
+    });
+    assert!(ready.is_some(), "node not Ready:\n{}", common::tail(&agent_log(), 30));
+    let port = c.k(&[
+        "get",
+        "node",
+        &name,
+        "-o",
+        "jsonpath={.status.daemonEndpoints.kubeletEndpoint.Port}",
+    ]);
+    assert_ne!(port.trim(), "0", "the agent publishes its endpoint");
+    assert!(!agent_log().contains("no cluster CA configured"), "{}", agent_log());
+
+    c.apply(
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: solo\nspec:\n  nodeName: {name}\n  containers:\n  - name: main\n    image: busybox:latest\n    imagePullPolicy: Never\n    command: [sh, -c, 'echo hello-from-solo; sleep 3600']\n"
+        ),
+        &[],
+    );
+    let running = eventually(Duration::from_secs(60), || {
+        let out = c.kubectl(&["get", "pod", "solo", "-o", "jsonpath={.status.phase}"]);
+        (String::from_utf8_lossy(&out.stdout) == "Running").then_some(())
+    });
+    assert!(
+        running.is_some(),
+        "{}\n{}",
+        c.k(&["describe", "pod", "solo"]),
+        common::tail(&agent_log(), 30)
+    );
+    let logs = eventually(Duration::from_secs(20), || {
+        let out = c.kubectl(&["logs", "solo"]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.contains("hello-from-solo").then_some(text)
+    });
+    assert!(logs.is_some(), "logs: {}", c.k_err(&["logs", "solo"]));
+    assert_eq!(c.k(&["exec", "solo", "--", "echo", "exec-ok"]).trim(), "exec-ok");
+    let _ = c.kubectl(&["delete", "pod", "solo", "--grace-period=0", "--force", "--wait=false"]);
+    drop(agent);
+}

@@ -7,80 +7,12 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
+use common::node::{Node, remove_node_containers, wait_node_ready};
 use common::{Cluster, eventually};
-
-/// A cluster whose node agent has a name of its own, and which removes that node's
-/// containers when dropped.
-struct Node {
-    c: Cluster,
-    name: String,
-}
-
-impl Node {
-    fn start(tag: &str) -> Node {
-        let name = format!("e2e-{tag}-{}", std::process::id());
-        let c = Cluster::start(&["--no-controllers", "--node-name", &name]);
-        let n = Node { c, name };
-        let ready = eventually(Duration::from_secs(60), || {
-            let out = n.c.kubectl(&[
-                "get",
-                "node",
-                &n.name,
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-            ]);
-            (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
-        });
-        assert!(
-            ready.is_some(),
-            "node {} not Ready:\n{}",
-            n.name,
-            common::tail(&n.c.log(), 30)
-        );
-        n
-    }
-
-    fn wait_running(&self, pod: &str) {
-        let ok = eventually(Duration::from_secs(60), || {
-            let out = self.c.kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.phase}"]);
-            (String::from_utf8_lossy(&out.stdout) == "Running").then_some(())
-        });
-        assert!(
-            ok.is_some(),
-            "{pod} not Running:\n{}\n{}",
-            self.c.k(&["describe", "pod", pod]),
-            common::tail(&self.c.log(), 30)
-        );
-    }
-
-    fn field(&self, pod: &str, path: &str) -> String {
-        self.c.k(&["get", "pod", pod, "-o", &format!("jsonpath={{{path}}}")])
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self
-            .c
-            .kubectl(&["delete", "pods", "--all", "--grace-period=0", "--force", "--wait=false"]);
-        let out = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &format!("label=io.skiff.node={}", self.name)])
-            .output();
-        if let Ok(out) = out {
-            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .map(str::to_string)
-                .collect();
-            if !ids.is_empty() {
-                let _ = Command::new("docker").arg("rm").arg("-f").args(&ids).output();
-            }
-        }
-    }
-}
 
 #[test]
 fn containers_share_network_processes_and_hosts() {
-    let n = Node::start("share");
+    let n = Node::start("share", &["--no-controllers"]);
     let pod = r#"
 apiVersion: v1
 kind: Pod
@@ -130,7 +62,7 @@ spec:
 
 #[test]
 fn projected_secret_volume_and_post_start() {
-    let n = Node::start("proj");
+    let n = Node::start("proj", &["--no-controllers"]);
     let dir = tempfile::tempdir().expect("dir");
     std::fs::write(dir.path().join("username.txt"), "admin").expect("write");
     std::fs::write(dir.path().join("password.txt"), "c1oudc0w!").expect("write");
@@ -202,7 +134,7 @@ spec:
 
 #[test]
 fn logs_exec_exit_codes_and_restart_policies() {
-    let n = Node::start("run");
+    let n = Node::start("run", &["--no-controllers"]);
     n.c.apply(
         r#"
 apiVersion: v1
@@ -274,7 +206,7 @@ spec:
 
 #[test]
 fn failing_liveness_probe_restarts_the_container() {
-    let n = Node::start("probe");
+    let n = Node::start("probe", &["--no-controllers"]);
     n.c.apply(
         r#"
 apiVersion: v1
@@ -312,7 +244,7 @@ spec:
 
 #[test]
 fn containers_survive_kill_9_and_are_adopted_and_cleaned_up() {
-    let mut n = Node::start("adopt");
+    let mut n = Node::start("adopt", &["--no-controllers"]);
     n.c.apply(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: steady\nspec:\n  containers:\n  - name: c\n    image: busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [\"sleep\", \"3600\"]\n",
         &[],
@@ -428,7 +360,7 @@ fn http_get(port: u16, path: &str) -> String {
 
 #[test]
 fn port_forward_through_spdy_over_websocket() {
-    let n = Node::start("pf");
+    let n = Node::start("pf", &["--no-controllers"]);
     n.c.apply(
         r#"
 apiVersion: v1
@@ -538,18 +470,7 @@ impl Drop for StandaloneAgent {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let out = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &format!("label=io.skiff.node={}", self.name)])
-            .output();
-        if let Ok(out) = out {
-            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .map(str::to_string)
-                .collect();
-            if !ids.is_empty() {
-                let _ = Command::new("docker").arg("rm").arg("-f").args(&ids).output();
-            }
-        }
+        remove_node_containers(&self.name);
     }
 }
 
@@ -580,17 +501,7 @@ fn standalone_agent_joins_and_serves_streams() {
         _dir: dir,
     };
     let agent_log = || std::fs::read_to_string(agent._dir.path().join("agent.log")).unwrap_or_default();
-    let ready = eventually(Duration::from_secs(60), || {
-        let out = c.kubectl(&[
-            "get",
-            "node",
-            &name,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-        ]);
-        (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
-    });
-    assert!(ready.is_some(), "node not Ready:\n{}", common::tail(&agent_log(), 30));
+    wait_node_ready(&c, &name, agent_log);
     let port = c.k(&[
         "get",
         "node",

@@ -5,9 +5,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
+use common::node::Node;
 use common::{Cluster, eventually};
 use serde_json::Value;
 
@@ -294,71 +294,6 @@ fn claims_wait_for_a_matching_volume_then_bind_and_release() {
     assert_eq!(volume_phase(&c, "fits"), "Released");
 }
 
-/// A cluster with controllers and a node agent of its own name, removing that node's containers
-/// when dropped.
-struct Node {
-    c: Cluster,
-    name: String,
-}
-
-impl Node {
-    fn start(tag: &str) -> Node {
-        let name = format!("e2e-{tag}-{}", std::process::id());
-        let c = Cluster::start(&["--node-name", &name]);
-        let n = Node { c, name };
-        let ready = eventually(Duration::from_secs(60), || {
-            let out = n.c.kubectl(&[
-                "get",
-                "node",
-                &n.name,
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-            ]);
-            (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
-        });
-        assert!(
-            ready.is_some(),
-            "node {} not Ready:\n{}",
-            n.name,
-            common::tail(&n.c.log(), 30)
-        );
-        n
-    }
-
-    fn wait_running(&self, pod: &str) {
-        let ok = eventually(Duration::from_secs(60), || {
-            let out = self.c.kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.phase}"]);
-            (String::from_utf8_lossy(&out.stdout) == "Running").then_some(())
-        });
-        assert!(
-            ok.is_some(),
-            "{pod} not Running:\n{}\n{}",
-            self.c.k(&["describe", "pod", pod]),
-            common::tail(&self.c.log(), 30)
-        );
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self
-            .c
-            .kubectl(&["delete", "pods", "--all", "--grace-period=0", "--force", "--wait=false"]);
-        let out = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &format!("label=io.skiff.node={}", self.name)])
-            .output();
-        if let Ok(out) = out {
-            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .map(str::to_string)
-                .collect();
-            if !ids.is_empty() {
-                let _ = Command::new("docker").arg("rm").arg("-f").args(&ids).output();
-            }
-        }
-    }
-}
-
 fn pod_with_claim(name: &str, claim: &str, command: &str, read_only: bool) -> String {
     format!(
         r#"
@@ -387,7 +322,7 @@ spec:
 
 #[test]
 fn host_path_volume_keeps_data_across_pods() {
-    let n = Node::start("pv");
+    let n = Node::start("pv", &[]);
     let c = &n.c;
     let host = tempfile::tempdir().expect("host dir");
     let data_dir = host.path().join("pv-data");

@@ -60,31 +60,6 @@ fn create(c: &Cluster, yaml: &str) -> String {
     c.stdin_kubectl(&["create", "-f", "-"], yaml)
 }
 
-/// kubectl reading stdin that must fail; returns stderr.
-fn stdin_kubectl_err(c: &Cluster, args: &[&str], input: &str) -> String {
-    use std::io::Write;
-    let mut child = c
-        .kubectl_cmd(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("write stdin");
-    let out = child.wait_with_output().expect("kubectl output");
-    assert!(
-        !out.status.success(),
-        "kubectl {args:?} unexpectedly succeeded: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stderr).to_string()
-}
-
 fn exists(c: &Cluster, args: &[&str]) -> bool {
     c.kubectl(&[&["get"], args].concat()).status.success()
 }
@@ -675,8 +650,7 @@ fn kubectl_replace_and_replace_force() {
         "{err}"
     );
     // A stale resourceVersion in the replacement is a conflict.
-    let err = stdin_kubectl_err(
-        &c,
+    let err = c.stdin_kubectl_err(
         &["replace", "-f", "-"],
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: r\n  resourceVersion: \"1\"\ndata:\n  c: \"3\"\n",
     );
@@ -685,8 +659,7 @@ fn kubectl_replace_and_replace_force() {
         "{err}"
     );
     // Replacing what does not exist is a 404.
-    let err = stdin_kubectl_err(
-        &c,
+    let err = c.stdin_kubectl_err(
         &["replace", "-f", "-"],
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ghost\ndata:\n  c: \"3\"\n",
     );
@@ -808,8 +781,7 @@ fn generate_name_gives_unique_names_within_limits() {
     assert_eq!(name.len(), 63, "{name}");
     assert!(name.starts_with(&"s".repeat(58)), "{name}");
     // Neither name nor generateName: 422 with upstream's message.
-    let err = stdin_kubectl_err(
-        &c,
+    let err = c.stdin_kubectl_err(
         &["create", "-f", "-"],
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  labels: {a: b}\n",
     );
@@ -1467,13 +1439,13 @@ fn seed_examples_as_written() {
         (SEED_EXTENSIONS_DEPLOYMENT, "Deployment", "extensions/v1beta1"),
         (SEED_V1BETA1_CRONJOB, "CronJob", "batch/v1beta1"),
     ] {
-        let err = stdin_kubectl_err(&c, &["apply", "-f", "-"], yaml);
+        let err = c.stdin_kubectl_err(&["apply", "-f", "-"], yaml);
         assert!(
             err.contains(&format!("no matches for kind \"{kind}\" in version \"{version}\""))
                 || err.contains("error validating data"),
             "{err}"
         );
-        let err = stdin_kubectl_err(&c, &["apply", "--validate=false", "-f", "-"], yaml);
+        let err = c.stdin_kubectl_err(&["apply", "--validate=false", "-f", "-"], yaml);
         assert!(
             err.contains(&format!("no matches for kind \"{kind}\" in version \"{version}\"")),
             "{err}"
@@ -1492,14 +1464,14 @@ fn seed_examples_as_written() {
     // Moved to apps/v1 as written, the typos (revisonHistoryLimit, sepc) are unknown fields
     // and kubectl's strict validation names them.
     let moved = SEED_EXTENSIONS_DEPLOYMENT.replace("extensions/v1beta1", "apps/v1");
-    let err = stdin_kubectl_err(&c, &["apply", "-f", "-"], &moved);
+    let err = c.stdin_kubectl_err(&["apply", "-f", "-"], &moved);
     assert!(
         err.contains("unknown field \"spec.revisonHistoryLimit\"")
             && err.contains("unknown field \"spec.template.sepc\""),
         "{err}"
     );
     // With validation off the typos are dropped, and the missing selector is then invalid.
-    let err = stdin_kubectl_err(&c, &["apply", "--validate=false", "-f", "-"], &moved);
+    let err = c.stdin_kubectl_err(&["apply", "--validate=false", "-f", "-"], &moved);
     assert!(err.contains("Invalid") && err.contains("spec.selector"), "{err}");
     // batch/v1 CronJob, as the example means today.
     let cj = SEED_V1BETA1_CRONJOB.replace("batch/v1beta1", "batch/v1");

@@ -423,27 +423,7 @@ volumeBindingMode: WaitForFirstConsumer
 
 /// `kubectl apply -f -` that must fail; returns stderr.
 fn apply_err(c: &Cluster, yaml: &str) -> String {
-    use std::io::Write;
-    let mut child = c
-        .kubectl_cmd(&["apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(yaml.as_bytes())
-        .expect("write stdin");
-    let out = child.wait_with_output().expect("kubectl output");
-    assert!(
-        !out.status.success(),
-        "apply unexpectedly succeeded: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stderr).to_string()
+    c.stdin_kubectl_err(&["apply", "-f", "-"], yaml)
 }
 
 #[test]

@@ -176,6 +176,31 @@ impl Cluster {
         stdout
     }
 
+    /// kubectl reading `input` on stdin, which must fail; returns its stderr.
+    pub fn stdin_kubectl_err(&self, args: &[&str], input: &str) -> String {
+        use std::io::Write;
+        let mut child = self
+            .kubectl_cmd(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
+        let out = child.wait_with_output().expect("kubectl output");
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} unexpectedly succeeded: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).to_string()
+    }
+
     /// Parsed `kubectl get ... -o json`.
     pub fn get_json(&self, args: &[&str]) -> serde_json::Value {
         let out = self.k(&[&["get"], args, &["-o", "json"]].concat());

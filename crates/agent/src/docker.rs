@@ -267,6 +267,55 @@ pub async fn image_id(docker: &Docker, image: &str) -> anyhow::Result<Option<Str
     }
 }
 
+/// The IDs of local images by reference, as last inspected. Whatever the engine reports about
+/// images (pulled, tagged, untagged, deleted, imported, loaded) empties it, so it never answers
+/// for longer than the engine takes to say an image changed; a pod start then asks the engine
+/// only about images it has not seen yet.
+#[derive(Default)]
+pub struct ImageCache {
+    ids: parking_lot::Mutex<HashMap<String, String>>,
+}
+
+impl ImageCache {
+    /// As [`image_id`], answered from the cache when the image was seen present.
+    pub async fn image_id(&self, docker: &Docker, image: &str) -> anyhow::Result<Option<String>> {
+        if let Some(id) = self.ids.lock().get(image) {
+            return Ok(Some(id.clone()));
+        }
+        let id = image_id(docker, image).await?;
+        if let Some(id) = &id {
+            self.ids.lock().insert(image.to_string(), id.clone());
+        }
+        Ok(id)
+    }
+
+    pub fn clear(&self) {
+        self.ids.lock().clear();
+    }
+}
+
+/// Empties `cache` whenever the engine reports an image event, and each time its event stream
+/// ends or is opened again, for as long as it runs.
+pub async fn invalidate_images_on_events(docker: Docker, cache: std::sync::Arc<ImageCache>) {
+    use futures::StreamExt;
+    let filters = HashMap::from([("type".to_string(), vec!["image".to_string()])]);
+    loop {
+        let options = bollard::query_parameters::EventsOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let mut stream = docker.events(Some(options));
+        cache.clear();
+        while let Some(item) = stream.next().await {
+            cache.clear();
+            if item.is_err() {
+                break;
+            }
+        }
+        cache.clear();
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
 /// The user an image runs as (`Config.User`, possibly empty).
 pub async fn image_user(docker: &Docker, image: &str) -> anyhow::Result<String> {
     match docker.inspect_image(image).await {

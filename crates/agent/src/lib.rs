@@ -205,6 +205,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         allocatable_cpu_milli: i128::from(facts.cpus) * 1000,
         allocatable_memory: facts.allocatable_memory(),
         allocatable_storage: facts.allocatable_storage(),
+        images: Default::default(),
     });
     pods::run(ctx).await
 }

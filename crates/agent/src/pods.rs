@@ -28,8 +28,14 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
     let mut stream = watcher(api, config).default_backoff().boxed();
     let mut workers: HashMap<String, Handle> = HashMap::new();
     let mut listed: HashSet<String> = HashSet::new();
+    // Until the first list is complete.
+    let mut initial = true;
     let (exits_tx, mut exits) = mpsc::channel::<String>(1024);
     let events = tokio::spawn(container_events(ctx.clone(), exits_tx));
+    let image_events = tokio::spawn(docker::invalidate_images_on_events(
+        ctx.docker.clone(),
+        ctx.images.clone(),
+    ));
     loop {
         let event = tokio::select! {
             event = stream.next() => match event {
@@ -44,14 +50,18 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
             }
         };
         match event {
-            Ok(watcher::Event::Init) => listed.clear(),
+            Ok(watcher::Event::Init) => {
+                listed.clear();
+                initial = true;
+            }
             Ok(watcher::Event::InitApply(pod)) => {
                 if let Some(uid) = pod.metadata.uid.clone() {
                     listed.insert(uid);
                 }
-                upsert(&ctx, &mut workers, pod);
+                upsert(&ctx, &mut workers, pod, false);
             }
             Ok(watcher::Event::InitDone) => {
+                initial = false;
                 for (uid, handle) in &workers {
                     if !listed.contains(uid) {
                         handle.tx.send_replace(None);
@@ -65,7 +75,9 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
                     }
                 });
             }
-            Ok(watcher::Event::Apply(pod)) => upsert(&ctx, &mut workers, pod),
+            // A pod first seen after the initial list was bound to this node after the agent
+            // started: no earlier run of the agent can have made containers for it.
+            Ok(watcher::Event::Apply(pod)) => upsert(&ctx, &mut workers, pod, !initial),
             Ok(watcher::Event::Delete(pod)) => {
                 if let Some(handle) = pod.metadata.uid.as_ref().and_then(|uid| workers.get(uid)) {
                     handle.tx.send_replace(None);
@@ -76,11 +88,14 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
         workers.retain(|_, h| !h.task.is_finished());
     }
     events.abort();
+    image_events.abort();
     Ok(())
 }
 
-/// Forwards the pod UID of every container of this node that starts, dies or is removed, so its
-/// worker syncs at once instead of at its next resync. Reconnects when the engine's stream ends.
+/// Forwards the pod UID of every container of this node that dies or is removed, so its worker
+/// syncs at once instead of at its next resync. Starts are left out: the agent starts containers
+/// itself and reports them in the same pass, so a start event would only cost a second pass over
+/// the engine while it is busiest. Reconnects when the engine's stream ends.
 pub async fn container_events(ctx: Arc<Ctx>, tx: mpsc::Sender<String>) {
     let filters = HashMap::from([
         ("type".to_string(), vec!["container".to_string()]),
@@ -90,12 +105,7 @@ pub async fn container_events(ctx: Arc<Ctx>, tx: mpsc::Sender<String>) {
         ),
         (
             "event".to_string(),
-            vec![
-                "start".to_string(),
-                "die".to_string(),
-                "oom".to_string(),
-                "destroy".to_string(),
-            ],
+            vec!["die".to_string(), "oom".to_string(), "destroy".to_string()],
         ),
     ]);
     loop {
@@ -119,7 +129,7 @@ pub async fn container_events(ctx: Arc<Ctx>, tx: mpsc::Sender<String>) {
     }
 }
 
-fn upsert(ctx: &Arc<Ctx>, workers: &mut HashMap<String, Handle>, pod: Pod) {
+fn upsert(ctx: &Arc<Ctx>, workers: &mut HashMap<String, Handle>, pod: Pod, fresh: bool) {
     let Some(uid) = pod.metadata.uid.clone() else {
         return;
     };
@@ -131,7 +141,7 @@ fn upsert(ctx: &Arc<Ctx>, workers: &mut HashMap<String, Handle>, pod: Pod) {
     }
     let (tx, rx) = watch::channel(Some(pod));
     let wake = Arc::new(Notify::new());
-    let task = tokio::spawn(worker::run_with_wake(ctx.clone(), uid.clone(), rx, wake.clone()));
+    let task = tokio::spawn(worker::run_with_wake(ctx.clone(), uid.clone(), rx, wake.clone(), fresh));
     workers.insert(uid, Handle { tx, wake, task });
 }
 

@@ -47,6 +47,8 @@ pub struct Ctx {
     pub allocatable_cpu_milli: i128,
     pub allocatable_memory: i128,
     pub allocatable_storage: i128,
+    /// Local images already seen present.
+    pub images: Arc<docker::ImageCache>,
 }
 
 impl Ctx {
@@ -98,6 +100,11 @@ pub struct PodWorker {
     settled: bool,
     /// spec.activeDeadlineSeconds has passed: the pod fails and its containers stop.
     deadline_exceeded: bool,
+    /// The pod reached this agent after it had listed the engine's containers, so none of its
+    /// containers can exist yet: the first sync need not list them.
+    fresh: bool,
+    /// Containers created during the current sync.
+    created: Vec<String>,
 }
 
 /// upstream's verifyRunAsNonRoot, with the image's configured user.
@@ -181,11 +188,19 @@ fn default_pull_policy(image: &str) -> &'static str {
 /// Runs a pod worker until the pod is gone. `pods` carries the latest object; `None` means the API
 /// object no longer exists.
 pub async fn run(ctx: Arc<Ctx>, uid: String, pods: watch::Receiver<Option<Pod>>) {
-    run_with_wake(ctx, uid, pods, Arc::new(Notify::new())).await
+    run_with_wake(ctx, uid, pods, Arc::new(Notify::new()), false).await
 }
 
 /// As [`run`], with a handle others use to make the worker sync now (the runtime's container events).
-pub async fn run_with_wake(ctx: Arc<Ctx>, uid: String, mut pods: watch::Receiver<Option<Pod>>, wake: Arc<Notify>) {
+/// `fresh`: the pod was first seen after the agent listed the engine's containers (none of its
+/// containers can exist).
+pub async fn run_with_wake(
+    ctx: Arc<Ctx>,
+    uid: String,
+    mut pods: watch::Receiver<Option<Pod>>,
+    wake: Arc<Notify>,
+    fresh: bool,
+) {
     let mut worker = PodWorker {
         ctx,
         uid,
@@ -200,10 +215,13 @@ pub async fn run_with_wake(ctx: Arc<Ctx>, uid: String, mut pods: watch::Receiver
         pod_ip: String::new(),
         settled: false,
         deadline_exceeded: false,
+        fresh,
+        created: Vec::new(),
     };
     let mut resync = RESYNC;
     loop {
         let pod = pods.borrow_and_update().clone();
+        let synced = pod.clone();
         match pod {
             None => {
                 if let Err(e) = worker.teardown(None).await {
@@ -228,12 +246,39 @@ pub async fn run_with_wake(ctx: Arc<Ctx>, uid: String, mut pods: watch::Receiver
             },
         }
         let wake = worker.wake.clone();
-        tokio::select! {
-            changed = pods.changed() => if changed.is_err() { return },
-            _ = wake.notified() => {},
-            _ = tokio::time::sleep(resync) => {},
+        let next_resync = tokio::time::sleep(resync);
+        tokio::pin!(next_resync);
+        loop {
+            tokio::select! {
+                changed = pods.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    // The worker's own status writes come back through the watch: they change
+                    // nothing it acts on, so they do not cost another pass over the engine.
+                    if !status_only_change(synced.as_ref(), pods.borrow().as_ref()) {
+                        break;
+                    }
+                }
+                _ = wake.notified() => break,
+                _ = &mut next_resync => break,
+            }
         }
     }
+}
+
+/// Whether `new` differs from `old` only in its status (and the bookkeeping every write changes).
+fn status_only_change(old: Option<&Pod>, new: Option<&Pod>) -> bool {
+    let (Some(old), Some(new)) = (old, new) else {
+        return false;
+    };
+    let comparable = |p: &Pod| {
+        let mut meta = p.metadata.clone();
+        meta.resource_version = None;
+        meta.managed_fields = None;
+        meta
+    };
+    old.spec == new.spec && comparable(old) == comparable(new)
 }
 
 impl PodWorker {
@@ -253,7 +298,15 @@ impl PodWorker {
     /// One pass of the sync loop; `true` when the pod has reached a terminal phase.
     pub async fn sync(&mut self, pod: &Pod) -> anyhow::Result<bool> {
         let spec = pod.spec.clone().unwrap_or_default();
-        let mut rt = self.runtime().await?;
+        let mut rt = if std::mem::take(&mut self.fresh) {
+            PodRuntime::default()
+        } else {
+            self.runtime().await?
+        };
+        // A pod with nothing in the engine yet: everything it has at the end of this sync is what
+        // this sync created, and is inspected alone rather than listed again.
+        let started_empty = rt.sandboxes.is_empty() && rt.containers.is_empty();
+        self.created.clear();
         self.observe_exits(pod, &rt).await;
         self.refresh_probe_notes(&rt);
 
@@ -279,8 +332,16 @@ impl PodWorker {
         let sandbox = match rt.running_sandbox() {
             Some(s) => s.clone(),
             None => {
-                self.create_sandbox(pod, &spec, &rt).await?;
-                rt = self.runtime().await?;
+                let id = self.create_sandbox(pod, &spec, &rt).await?;
+                // A new pod has nothing else in the engine: its runtime is the sandbox just made,
+                // inspected alone instead of listing the node's containers again.
+                rt = match docker::inspect(self.docker(), &id).await? {
+                    Some(sandbox) if rt.sandboxes.is_empty() && rt.containers.is_empty() => PodRuntime {
+                        sandboxes: vec![sandbox],
+                        ..Default::default()
+                    },
+                    _ => self.runtime().await?,
+                };
                 match rt.running_sandbox() {
                     Some(s) => s.clone(),
                     None => anyhow::bail!("the pod sandbox did not start"),
@@ -406,7 +467,20 @@ impl PodWorker {
                 }
             }
         }
-        let rt = self.runtime().await?;
+        let rt = if started_empty {
+            let mut rt = PodRuntime {
+                sandboxes: vec![sandbox],
+                ..Default::default()
+            };
+            for id in std::mem::take(&mut self.created) {
+                if let Some(c) = docker::inspect(self.docker(), &id).await? {
+                    rt.containers.push(c);
+                }
+            }
+            rt
+        } else {
+            self.runtime().await?
+        };
         self.refresh_probe_notes(&rt);
         self.report(pod, &rt).await.map(|()| false)
     }
@@ -626,7 +700,8 @@ impl PodWorker {
         ])
     }
 
-    async fn create_sandbox(&mut self, pod: &Pod, spec: &PodSpec, rt: &PodRuntime) -> anyhow::Result<()> {
+    /// Creates and starts the pod's sandbox; returns its container id.
+    async fn create_sandbox(&mut self, pod: &Pod, spec: &PodSpec, rt: &PodRuntime) -> anyhow::Result<String> {
         if !rt.sandboxes.is_empty() {
             self.event(
                 pod,
@@ -647,11 +722,6 @@ impl PodWorker {
                 docker::remove(self.docker(), &s.id).await?;
             }
             self.probes.clear();
-        }
-        if docker::image_id(self.docker(), PAUSE_IMAGE).await?.is_none() {
-            crate::images::build_pause_image(self.docker())
-                .await
-                .context("building the pause image")?;
         }
         let attempt = rt.next_sandbox_attempt();
         let name = pod.metadata.name.clone().unwrap_or_default();
@@ -718,11 +788,22 @@ impl PodWorker {
         let options = CreateContainerOptionsBuilder::default()
             .name(&docker::container_name("POD", &name, &namespace, &self.uid, attempt))
             .build();
-        let created = self
+        // The agent built the pause image when it started; should it have been removed since, the
+        // engine says so (404) and it is built again, rather than asking the engine before every pod.
+        let created = match self
             .docker()
-            .create_container(Some(options), config)
+            .create_container(Some(options.clone()), config.clone())
             .await
-            .context("creating the pod sandbox")?;
+        {
+            Err(e) if docker::is_not_found(&e) => {
+                crate::images::build_pause_image(self.docker())
+                    .await
+                    .context("building the pause image")?;
+                self.docker().create_container(Some(options), config).await
+            }
+            other => other,
+        }
+        .context("creating the pod sandbox")?;
         if let Err(e) = self.docker().start_container(&created.id, None).await {
             let _ = docker::remove(self.docker(), &created.id).await;
             self.event(
@@ -734,7 +815,7 @@ impl PodWorker {
             );
             return Err(e).context("starting the pod sandbox");
         }
-        Ok(())
+        Ok(created.id)
     }
 
     /// Kills a running container whose probe asked for a restart or whose spec changed.
@@ -940,7 +1021,7 @@ impl PodWorker {
             .image_pull_policy
             .clone()
             .unwrap_or_else(|| default_pull_policy(&image).to_string());
-        let present = docker::image_id(self.docker(), &image).await?.is_some();
+        let present = self.ctx.images.image_id(self.docker(), &image).await?.is_some();
         let field = Some((init, c.name.as_str()));
         if present {
             // With no registry reachable, `Always` uses the local copy as IfNotPresent does.
@@ -1086,10 +1167,15 @@ impl PodWorker {
         let sc = c.security_context.clone().unwrap_or_default();
         let run_as_user = sc.run_as_user.or(pod_sc.run_as_user);
         let run_as_group = sc.run_as_group.or(pod_sc.run_as_group);
-        let image_user = docker::image_user(self.docker(), c.image.as_deref().unwrap_or("")).await?;
-        if sc.run_as_non_root.or(pod_sc.run_as_non_root) == Some(true)
-            && let Err(message) = verify_non_root(run_as_user, &image_user, pod, &c.name)
-        {
+        let run_as_non_root = sc.run_as_non_root.or(pod_sc.run_as_non_root) == Some(true);
+        // The image's own user matters only to runAsNonRoot and to a group without a user: the
+        // engine is asked only then (every call to it during a burst of starts delays the others).
+        let image_user = if run_as_non_root || (run_as_user.is_none() && run_as_group.is_some()) {
+            docker::image_user(self.docker(), c.image.as_deref().unwrap_or("")).await?
+        } else {
+            String::new()
+        };
+        if run_as_non_root && let Err(message) = verify_non_root(run_as_user, &image_user, pod, &c.name) {
             self.event(pod, field, WARNING, "Failed", format!("Error: {message}"));
             self.notes.entry(key).or_default().waiting = Some(("CreateContainerConfigError".into(), message));
             return Ok(());
@@ -1213,6 +1299,7 @@ impl PodWorker {
                 return Ok(());
             }
         };
+        self.created.push(created.id.clone());
         self.event(pod, field, NORMAL, "Created", format!("Created container: {}", c.name));
         if let Err(e) = self.docker().start_container(&created.id, None).await {
             let message = e.to_string();

@@ -187,6 +187,7 @@ impl Harness {
             allocatable_cpu_milli: 2000,
             allocatable_memory: 1 << 30,
             allocatable_storage: 1 << 34,
+            images: Default::default(),
         });
         Harness {
             api,
@@ -229,7 +230,7 @@ impl Harness {
                 }
             }
         });
-        let worker = worker::run_with_wake(self.ctx.clone(), uid, rx, wake);
+        let worker = worker::run_with_wake(self.ctx.clone(), uid, rx, wake, false);
         let task = tokio::spawn(async move {
             worker.await;
             forwarder.abort();

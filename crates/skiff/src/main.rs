@@ -115,16 +115,18 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Agent { .. }) {
+    let mut runtime = if matches!(cli.command, Command::Agent { .. }) {
         // Before the runtime and clients allocate: a node agent's heap is small and stays small.
         if let Err(e) = skiff_agent::disable_transparent_huge_pages() {
             tracing::warn!(error = %e, "could not disable transparent huge pages");
         }
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+        // A node agent waits on the engine and the API server; one thread does that, and every
+        // thread more keeps a heap of its own.
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let rt = runtime.enable_all().build().context("starting the async runtime")?;
     rt.block_on(run(cli))
 }
 

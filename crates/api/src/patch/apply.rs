@@ -110,7 +110,12 @@ impl FieldSet {
     pub fn insert(&mut self, path: &[String]) {
         match path.split_first() {
             None => self.member = true,
-            Some((first, rest)) => self.children.entry(first.clone()).or_default().insert(rest),
+            // The key is copied only when the child is new: every field of an object walks this
+            // path once per level on each write.
+            Some((first, rest)) => match self.children.get_mut(first) {
+                Some(child) => child.insert(rest),
+                None => self.children.entry(first.clone()).or_default().insert(rest),
+            },
         }
     }
 
@@ -129,7 +134,12 @@ impl FieldSet {
     pub fn union_with(&mut self, other: &FieldSet) {
         self.member |= other.member;
         for (k, c) in &other.children {
-            self.children.entry(k.clone()).or_default().union_with(c);
+            match self.children.get_mut(k) {
+                Some(mine) => mine.union_with(c),
+                None => {
+                    self.children.insert(k.clone(), c.clone());
+                }
+            }
         }
     }
 

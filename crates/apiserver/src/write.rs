@@ -226,7 +226,10 @@ async fn check_namespace(ctx: &Ctx, name: &str) -> Result<(), StatusError> {
         .await
         .map_err(|e| ctx.store_err(e))?
         .ok_or_else(|| StatusError::not_found("", "namespaces", &ctx.rr.namespace))?;
-    if let Some(ns) = objects::decode_kv(&kv)
+    // Every namespaced create passes here: the namespace is parsed only when it may be terminating.
+    const DELETION: &[u8] = b"\"deletionTimestamp\"";
+    if kv.value.windows(DELETION.len()).any(|w| w == DELETION)
+        && let Some(ns) = objects::decode_kv(&kv)
         && objects::deletion_timestamp(&ns).is_some()
     {
         let mut e = StatusError::forbidden(format!(

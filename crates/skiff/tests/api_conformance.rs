@@ -1743,3 +1743,25 @@ async fn kube_rs_client_crud_watch_patch_and_subresources() {
     assert_eq!(ignored.spec.and_then(|s| s.active_deadline_seconds), None);
     drop(c);
 }
+
+#[test]
+fn a_terminating_namespace_takes_no_new_content() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.apply(NODE, &[]);
+    c.k(&["create", "namespace", "leaving"]);
+    // A pod on a node waits for the node to confirm its deletion, so the namespace stays
+    // Terminating while the namespace controller waits for it.
+    c.apply(&pod_yaml("stays", "{app: t}", Some("n1")), &["-n", "leaving"]);
+    c.k(&["delete", "namespace", "leaving", "--wait=false"]);
+    let ns = c.get_json(&["namespace", "leaving"]);
+    assert!(ns["metadata"]["deletionTimestamp"].is_string(), "{}", ns["metadata"]);
+    let err = c.k_err(&["create", "configmap", "late", "-n", "leaving"]);
+    assert!(
+        err.contains(
+            "configmaps \"late\" is forbidden: unable to create new content in namespace leaving because it is being terminated"
+        ),
+        "{err}"
+    );
+    // Other namespaces are not affected.
+    c.k(&["create", "configmap", "fine"]);
+}

@@ -9,7 +9,7 @@ use skiff_api::patch::PatchType;
 use skiff_api::{Resource, StatusError};
 use skiff_store::{Revision, StoreError};
 
-use crate::body;
+use crate::body::{self, Output};
 use crate::handlers::{Ctx, render_one};
 use crate::objects::{self, metadata_mut};
 use crate::read::Filter;
@@ -269,12 +269,6 @@ fn manage_fields(ctx: &Ctx, old: Option<&Value>, new: &mut Value, operation: &st
     skiff_api::patch::apply::record_update(old, new, &manager, sub, def, &objects::now_rfc3339());
 }
 
-fn created(ctx: &Ctx, obj: &Value, warnings: &[String]) -> Response {
-    let mut r = render_one(ctx, StatusCode::CREATED, obj);
-    body::add_warnings(&mut r, warnings);
-    r
-}
-
 pub async fn create(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     let mut obj = body::decode(&ctx.headers, &bytes)?;
     // As upstream: a create names no version to compare against.
@@ -283,8 +277,17 @@ pub async fn create(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
             "resourceVersion should not be set on objects to be created",
         ));
     }
-    let (obj, warnings) = create_object(ctx, &mut obj, "Update").await?;
-    Ok(created(ctx, &obj, &warnings))
+    let (obj, warnings, stored) = create_stored(ctx, &mut obj, "Update").await?;
+    // The stored bytes with their resourceVersion are the object as created: the reply reuses
+    // them instead of encoding the object a second time.
+    let mut r = match stored {
+        Some((bytes, rev)) if ctx.output() == Output::Object => {
+            body::json_response(StatusCode::CREATED, objects::with_resource_version(&bytes, rev))
+        }
+        _ => render_one(ctx, StatusCode::CREATED, &obj),
+    };
+    body::add_warnings(&mut r, &warnings);
+    Ok(r)
 }
 
 /// Create `obj` (already decoded) in the request's resource; returns the stored object
@@ -292,6 +295,18 @@ pub async fn create(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
 /// `operation` is "Update" for ordinary creates, "Apply" when server-side apply already
 /// recorded the applier's managedFields.
 pub async fn create_object(ctx: &Ctx, obj: &mut Value, operation: &str) -> Result<(Value, Vec<String>), StatusError> {
+    create_stored(ctx, obj, operation).await.map(|(o, w, _)| (o, w))
+}
+
+/// The stored form of a created object and its revision (none on a dry run).
+type Stored = Option<(Vec<u8>, Revision)>;
+
+/// As [`create_object`], also returning what was stored.
+async fn create_stored(
+    ctx: &Ctx,
+    obj: &mut Value,
+    operation: &str,
+) -> Result<(Value, Vec<String>, Stored), StatusError> {
     let res = ctx.rr.resource;
     check_type(res, obj)?;
     check_json_types(res, obj)?;
@@ -349,16 +364,17 @@ pub async fn create_object(ctx: &Ctx, obj: &mut Value, operation: &str) -> Resul
     manage_fields(ctx, None, obj, operation);
     let key = objects::key(res, &ctx.rr.namespace, &name);
     if ctx.dry_run() {
-        return Ok((std::mem::take(obj), warnings));
+        return Ok((std::mem::take(obj), warnings, None));
     }
+    let bytes = objects::encode_for_store(obj);
     let kv = ctx
         .state
         .store
-        .create(&key, objects::encode_for_store(obj))
+        .create(&key, bytes.clone())
         .await
         .map_err(|e| crate::read::store_error(res.group, res.plural, &name, e))?;
     objects::set_resource_version(obj, kv.mod_revision);
-    Ok((std::mem::take(obj), warnings))
+    Ok((std::mem::take(obj), warnings, Some((bytes, kv.mod_revision))))
 }
 
 const GLOBAL_DEFAULT: &[u8] = b"\"globalDefault\":true";

@@ -633,6 +633,65 @@ fn compare(
     }
 }
 
+/// What [`compare`] records as added for a value that has no old counterpart, built in place at
+/// `out` (the set node of the value's path). `zero`, as in `compare`; `root_metadata`: the value is
+/// the object's `metadata` (whose managedFields are not fields); `root`: the value is the object.
+fn fill_added(r: &Value, ty: Ty, meta: &FieldMeta, zero: bool, root_metadata: bool, root: bool, out: &mut FieldSet) {
+    let sh = shape(r, ty, meta);
+    if sh == Shape::Leaf || is_empty_container(Some(r)) {
+        if !root {
+            out.member = true;
+        }
+        return;
+    }
+    let add_child = |out: &mut FieldSet, key: String, child: FieldSet| {
+        if child.is_empty() {
+            return;
+        }
+        match out.children.get_mut(&key) {
+            Some(existing) => existing.union_with(&child),
+            None => {
+                out.children.insert(key, child);
+            }
+        }
+    };
+    match &sh {
+        Shape::Object => {
+            if let Value::Object(m) = r {
+                for (k, v) in m {
+                    if root_metadata && k == "managedFields" {
+                        continue;
+                    }
+                    let (cty, cmeta) = ty.field(k);
+                    let child_zero = zero
+                        && ty.declares(k)
+                        && (cty.kind() == Kind::Struct || (k == "containers" && cty.kind() == Kind::List));
+                    let mut child = FieldSet::default();
+                    fill_added(v, cty, &cmeta, child_zero, root && k == "metadata", false, &mut child);
+                    add_child(out, format!("f:{k}"), child);
+                }
+            }
+        }
+        Shape::Set | Shape::Assoc(_) => {
+            let items = r.as_array().map(Vec::as_slice).unwrap_or_default();
+            let item_ty = ty.items();
+            for (pe, item) in keyed(items, &sh, "r") {
+                let mut child = FieldSet::default();
+                if sh == Shape::Set {
+                    child.member = true;
+                } else {
+                    fill_added(item, item_ty, &FieldMeta::default(), false, false, false, &mut child);
+                }
+                add_child(out, pe, child);
+            }
+        }
+        Shape::Leaf => {}
+    }
+    if !root && !zero {
+        out.member = true;
+    }
+}
+
 /// Remove the value at `path` from `v` (no-op when absent).
 fn remove_path(v: &mut Value, path: &[String]) {
     let Some((first, rest)) = path.split_first() else {
@@ -909,6 +968,12 @@ fn object_set(obj: &Value, ty: Ty) -> Result<FieldSet, ApplyError> {
 
 fn comparison(old: Option<&Value>, new: &Value, ty: Ty) -> Comparison {
     let mut cmp = Comparison::default();
+    if old.is_none() {
+        // Every create lands here: its fields are all added, so the set is built node by node
+        // instead of inserting each path from the root.
+        fill_added(new, ty, &FieldMeta::default(), true, false, true, &mut cmp.added);
+        return cmp;
+    }
     compare(
         old,
         Some(new),
@@ -1233,6 +1298,74 @@ mod tests {
                 }
             }
         })
+    }
+
+    /// A create's field set is built in place; it must equal what the general comparison
+    /// records for an object with no old version, on objects of every shape.
+    #[test]
+    fn create_field_sets_match_the_general_comparison() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default", "labels": {"app": "x", "tier": ""},
+                         "annotations": {}, "finalizers": ["a/b", "c/d"], "managedFields": [{"manager": "m"}],
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "o", "uid": "u1"}]},
+            "spec": {
+                "containers": [
+                    {"name": "a", "image": "busybox", "command": ["sleep", "1"], "env": [{"name": "E", "value": "v"}],
+                     "ports": [{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}],
+                     "resources": {"requests": {"cpu": "100m"}, "limits": {}}},
+                    {"name": "b", "image": "busybox", "volumeMounts": [{"name": "v", "mountPath": "/v"}]}
+                ],
+                "initContainers": [],
+                "volumes": [{"name": "v", "emptyDir": {}}, {"name": "w", "projected": {"sources": [{"secret": {"name": "s"}}]}}],
+                "tolerations": [{"key": "k", "operator": "Exists"}],
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "z", "operator": "In", "values": ["a", "b"]}]}]}}},
+                "nodeSelector": {"disk": "ssd"},
+                "securityContext": {},
+                "hostAliases": [{"ip": "1.2.3.4", "hostnames": ["a"]}],
+                "priority": 0,
+                "enableServiceLinks": null
+            },
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}
+        });
+        let service = json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+            "spec": {"selector": {"app": "x"}, "ports": [{"port": 80, "targetPort": 8080}, {"port": 443, "protocol": "TCP"}],
+                     "clusterIPs": ["10.0.0.1"]}
+        });
+        let node = json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {"a": "b"}},
+            "spec": {"taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}], "unschedulable": true},
+            "status": {"capacity": {"cpu": "4"}, "addresses": [{"type": "Hostname", "address": "n"}]}
+        });
+        let bare =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"managedFields": []}, "data": {"a": "1"}});
+        let cases = [
+            ("io.k8s.api.core.v1.Pod", pod),
+            (DEPLOYMENT, config(3, "nginx")),
+            ("io.k8s.api.core.v1.Service", service),
+            ("io.k8s.api.core.v1.Node", node),
+            ("io.k8s.api.core.v1.ConfigMap", bare),
+            ("", json!({"kind": "Unknown", "spec": {"a": [1, 2], "b": {"c": null}}})),
+        ];
+        for (def, obj) in cases {
+            let ty = Ty::root(def);
+            let mut reference = Comparison::default();
+            compare(
+                None,
+                Some(&obj),
+                ty,
+                &FieldMeta::default(),
+                &mut Vec::new(),
+                &mut reference,
+                true,
+            );
+            let fast = comparison(None, &obj, ty);
+            assert!(!fast.added.is_empty(), "{def}");
+            assert_eq!(fast.added, reference.added, "{def}");
+            assert!(fast.modified.is_empty() && fast.removed.is_empty(), "{def}");
+        }
     }
 
     fn entry<'a>(obj: &'a Value, manager: &str) -> Option<&'a Value> {

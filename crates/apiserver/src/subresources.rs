@@ -260,6 +260,11 @@ pub async fn create_binding(ctx: &Ctx, bytes: Bytes, pod_name: Option<String>) -
             }
         }
         set_condition(&mut new, "PodScheduled", "True", None, None);
+        // A nomination is only an expectation: the bound pod no longer has one (as the API server
+        // does since Kubernetes 1.34, KEP-5278).
+        if let Some(status) = new.get_mut("status").and_then(Value::as_object_mut) {
+            status.shift_remove("nominatedNodeName");
+        }
         // Write spec and status together, as upstream's binding does.
         let bytes_new = objects::encode_for_store(&new);
         match pctx.state.store.update(&pctx.key(), bytes_new, rev).await {

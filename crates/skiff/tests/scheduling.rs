@@ -295,6 +295,8 @@ fn preemption_by_priority() {
     );
     assert_eq!(pod_field(&c, "urgent", ".spec.nodeName"), nodes[2]);
     assert_eq!(pod_field(&c, "urgent", ".spec.priority"), "1000");
+    // The nomination the preemption made is cleared by the binding.
+    assert_eq!(pod_field(&c, "urgent", ".status.nominatedNodeName"), "");
     let remaining = c.k(&["get", "pods", "-o", "name"]);
     let lows = remaining.lines().filter(|l| l.starts_with("pod/low")).count();
     assert_eq!(lows, 1, "exactly one victim expected:\n{remaining}");

@@ -336,7 +336,7 @@ impl PodWorker {
                 // A new pod has nothing else in the engine: its runtime is the sandbox just made,
                 // inspected alone instead of listing the node's containers again.
                 rt = match docker::inspect(self.docker(), &id).await? {
-                    Some(sandbox) if rt.sandboxes.is_empty() && rt.containers.is_empty() => PodRuntime {
+                    Some(sandbox) if started_empty => PodRuntime {
                         sandboxes: vec![sandbox],
                         ..Default::default()
                     },

@@ -384,6 +384,18 @@ const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
     "storageclass.beta.kubernetes.io/is-default-class",
 ];
 
+/// Every stored object of a cluster-scoped resource, as the store holds it (admission plugins
+/// look through them for a default).
+async fn stored_cluster_objects(ctx: &Ctx, res: &Resource) -> Result<Vec<skiff_store::KeyValue>, StatusError> {
+    let page = ctx
+        .state
+        .store
+        .list(&objects::prefix(res, ""), Default::default())
+        .await
+        .map_err(|e| ctx.store_err(e))?;
+    Ok(page.items)
+}
+
 /// The DefaultStorageClass admission plugin: a claim created without a class (neither
 /// `spec.storageClassName`, even empty, nor the beta annotation) gets the default
 /// StorageClass; with several defaults, the newest (then the first by name).
@@ -398,14 +410,8 @@ async fn admit_default_storage_class(ctx: &Ctx, pvc: &mut Value) -> Result<(), S
     let Some(classes) = skiff_api::registry::lookup("storage.k8s.io", "v1", "storageclasses") else {
         return Ok(());
     };
-    let page = ctx
-        .state
-        .store
-        .list(&objects::prefix(classes, ""), Default::default())
-        .await
-        .map_err(|e| ctx.store_err(e))?;
-    let default = page
-        .items
+    let default = stored_cluster_objects(ctx, classes)
+        .await?
         .iter()
         .filter(|kv| {
             kv.value
@@ -451,14 +457,9 @@ async fn admit_priority(ctx: &Ctx, pod: &mut Value) -> Result<(), StatusError> {
         .unwrap_or("")
         .to_string();
     let class = if class_name.is_empty() {
-        let page = ctx
-            .state
-            .store
-            .list(&objects::prefix(pcs, ""), Default::default())
-            .await
-            .map_err(|e| ctx.store_err(e))?;
         // Only a class marked as the global default needs parsing (this runs for every pod).
-        page.items
+        stored_cluster_objects(ctx, pcs)
+            .await?
             .iter()
             .filter(|kv| kv.value.windows(GLOBAL_DEFAULT.len()).any(|w| w == GLOBAL_DEFAULT))
             .filter_map(objects::decode_kv)

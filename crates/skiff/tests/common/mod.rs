@@ -151,7 +151,8 @@ impl Cluster {
         self.stdin_kubectl(&[&["apply", "-f", "-"], extra].concat(), yaml)
     }
 
-    pub fn stdin_kubectl(&self, args: &[&str], input: &str) -> String {
+    /// Runs kubectl with `input` on its stdin and returns what it printed and its exit status.
+    fn kubectl_with_stdin(&self, args: &[&str], input: &str) -> std::process::Output {
         use std::io::Write;
         let mut child = self
             .kubectl_cmd(args)
@@ -166,7 +167,11 @@ impl Cluster {
             .expect("stdin")
             .write_all(input.as_bytes())
             .expect("write stdin");
-        let out = child.wait_with_output().expect("kubectl output");
+        child.wait_with_output().expect("kubectl output")
+    }
+
+    pub fn stdin_kubectl(&self, args: &[&str], input: &str) -> String {
+        let out = self.kubectl_with_stdin(args, input);
         let stdout = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(
             out.status.success(),
@@ -178,21 +183,7 @@ impl Cluster {
 
     /// kubectl reading `input` on stdin, which must fail; returns its stderr.
     pub fn stdin_kubectl_err(&self, args: &[&str], input: &str) -> String {
-        use std::io::Write;
-        let mut child = self
-            .kubectl_cmd(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(input.as_bytes())
-            .expect("write stdin");
-        let out = child.wait_with_output().expect("kubectl output");
+        let out = self.kubectl_with_stdin(args, input);
         assert!(
             !out.status.success(),
             "kubectl {args:?} unexpectedly succeeded: {}",

@@ -120,11 +120,11 @@ impl AgentConfig {
     }
 }
 
-/// For a node agent that runs as its own process: no transparent huge pages for it. The binary's
-/// allocator asks for them on its heap (`MADV_HUGEPAGE`), which makes every 2 MiB stretch of heap it
-/// touches resident whole; an agent's heap is a few MiB spread over several such stretches, so most
-/// of its resident memory would be zero-filled padding. Process-wide, so it is for the `skiff agent`
-/// process, not for a `skiff server` that also runs the API server.
+/// No transparent huge pages for this process. The binary's allocator asks for them on its heap
+/// (`MADV_HUGEPAGE`), which makes every 2 MiB stretch of heap it touches resident whole, and each
+/// one the allocator gives back and takes again is zeroed whole by the kernel. An agent's heap is a
+/// few MiB spread over several such stretches, so most of its resident memory would be zero-filled
+/// padding; the API server and the scheduler would spend their time zeroing pages.
 pub fn disable_transparent_huge_pages() -> std::io::Result<()> {
     // SAFETY: PR_SET_THP_DISABLE takes integer arguments only and changes no memory of ours.
     let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };

@@ -12,6 +12,7 @@ pub mod openapi;
 pub mod pki;
 pub mod protobuf;
 pub mod proxy;
+pub mod raw;
 pub mod read;
 pub mod request;
 pub mod server;

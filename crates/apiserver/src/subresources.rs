@@ -10,6 +10,7 @@ use skiff_api::StatusError;
 use crate::body;
 use crate::handlers::{Ctx, render_one};
 use crate::objects::{self, metadata_mut};
+use crate::raw::RawObject;
 use crate::write::{self, UpdateScope, Written};
 
 pub async fn handle(ctx: Ctx, bytes: Bytes) -> Result<Response, StatusError> {
@@ -193,17 +194,32 @@ pub async fn create_binding(ctx: &Ctx, bytes: Bytes, pod_name: Option<String>) -
     // deleted and created again under the same name is not bound by mistake.
     let want_uid = objects::uid(&binding).to_string();
     let want_rv = objects::resource_version(&binding).to_string();
+    // The binding's annotations land on the pod, as upstream's setPodNodeAndMetadata does.
+    let extra_annotations = objects::metadata(&binding)
+        .and_then(|m| m.get("annotations"))
+        .and_then(Value::as_object)
+        .filter(|a| !a.is_empty());
     for _ in 0..8 {
-        let (pod, rev) = pctx.current().await?;
-        if !want_uid.is_empty() && want_uid != objects::uid(&pod) {
+        // The stored pod is edited member by member: its containers, managedFields and the rest
+        // are copied as text, never decoded.
+        let kv = pctx
+            .state
+            .store
+            .get(&pctx.key())
+            .await
+            .map_err(|e| pctx.store_err(e))?
+            .ok_or_else(|| pctx.not_found())?;
+        let rev = kv.mod_revision;
+        let stored_invalid = || StatusError::internal("stored object is not valid JSON");
+        let mut pod = RawObject::parse(&kv.value).map_err(|_| stored_invalid())?;
+        let mut md = pod.object("metadata").unwrap_or_default();
+        let uid = md.get_str("uid").unwrap_or_default();
+        if !want_uid.is_empty() && want_uid != uid {
             return Err(StatusError::conflict(
                 "",
                 "pods",
                 &name,
-                &format!(
-                    "Precondition failed: UID in precondition: {want_uid}, UID in object meta: {}",
-                    objects::uid(&pod)
-                ),
+                &format!("Precondition failed: UID in precondition: {want_uid}, UID in object meta: {uid}"),
             ));
         }
         if !want_rv.is_empty() && want_rv != rev.to_string() {
@@ -216,7 +232,7 @@ pub async fn create_binding(ctx: &Ctx, bytes: Bytes, pod_name: Option<String>) -
                 ),
             ));
         }
-        if objects::deletion_timestamp(&pod).is_some() {
+        if md.has("deletionTimestamp") {
             return Err(StatusError::conflict(
                 "",
                 "pods/binding",
@@ -224,33 +240,23 @@ pub async fn create_binding(ctx: &Ctx, bytes: Bytes, pod_name: Option<String>) -
                 &format!("pod {name} is being deleted, cannot be assigned to a host"),
             ));
         }
-        if let Some(n) = pod
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-        {
-            return Err(StatusError::conflict(
-                "",
-                "pods/binding",
-                &name,
-                &format!("pod {name} is already assigned to node \"{n}\""),
-            ));
-        }
-        let mut new = pod;
-        if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
-            spec.insert("nodeName".into(), json!(target));
-        }
-        // The binding's annotations land on the pod, as upstream's setPodNodeAndMetadata does.
-        if let Some(extra) = objects::metadata(&binding)
-            .and_then(|m| m.get("annotations"))
-            .and_then(Value::as_object)
-            .filter(|a| !a.is_empty())
-        {
-            let md = metadata_mut(&mut new);
-            let annotations = md.entry("annotations").or_insert_with(|| json!({}));
-            if !annotations.is_object() {
-                *annotations = json!({});
+        if let Some(mut spec) = pod.object("spec") {
+            if let Some(n) = spec.get_str("nodeName").filter(|n| !n.is_empty()) {
+                return Err(StatusError::conflict(
+                    "",
+                    "pods/binding",
+                    &name,
+                    &format!("pod {name} is already assigned to node \"{n}\""),
+                ));
             }
+            spec.insert("nodeName", &target).map_err(|_| stored_invalid())?;
+            pod.insert("spec", &spec).map_err(|_| stored_invalid())?;
+        }
+        if let Some(extra) = extra_annotations {
+            let mut annotations = md
+                .value("annotations")
+                .filter(Value::is_object)
+                .unwrap_or_else(|| json!({}));
             if let Some(a) = annotations.as_object_mut() {
                 for (k, v) in extra {
                     if v.is_string() {
@@ -258,15 +264,25 @@ pub async fn create_binding(ctx: &Ctx, bytes: Bytes, pod_name: Option<String>) -
                     }
                 }
             }
+            md.insert("annotations", &annotations).map_err(|_| stored_invalid())?;
+            pod.insert("metadata", &md).map_err(|_| stored_invalid())?;
         }
-        set_condition(&mut new, "PodScheduled", "True", None, None);
-        // A nomination is only an expectation: the bound pod no longer has one (as the API server
-        // does since Kubernetes 1.34, KEP-5278).
-        if let Some(status) = new.get_mut("status").and_then(Value::as_object_mut) {
-            status.shift_remove("nominatedNodeName");
+        // PodScheduled=True; a nomination is only an expectation: the bound pod no longer has one
+        // (as the API server does since Kubernetes 1.34, KEP-5278).
+        let mut holder = serde_json::Map::new();
+        if let Some(status) = pod.value("status") {
+            holder.insert("status".into(), status);
+        }
+        let mut holder = Value::Object(holder);
+        set_condition(&mut holder, "PodScheduled", "True", None, None);
+        if let Some(status) = holder.get_mut("status") {
+            if let Some(st) = status.as_object_mut() {
+                st.shift_remove("nominatedNodeName");
+            }
+            pod.insert("status", status).map_err(|_| stored_invalid())?;
         }
         // Write spec and status together, as upstream's binding does.
-        let bytes_new = objects::encode_for_store(&new);
+        let bytes_new = pod.to_vec().map_err(|_| stored_invalid())?;
         match pctx.state.store.update(&pctx.key(), bytes_new, rev).await {
             Ok(_) => {
                 let status =

@@ -16,7 +16,7 @@ use kube::{Api, Client};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::scheduler::{SchedulerConfig, run_with_signal};
+use crate::scheduler::{BoundObserver, SchedulerConfig, run_with_signal};
 
 /// The part of a pod the benchmark's bind observer reads.
 #[derive(Clone, Debug, serde::Deserialize)]
@@ -315,13 +315,24 @@ async fn run_bench(
         "bench nodes created"
     );
 
-    // The scheduler under test.
-    let (scheduler_name, scheduler_task) = match &cfg.scheduler_name {
-        Some(n) => (n.clone(), None),
+    // Binds are observed as scheduler_perf observes them: a scheduler started here reports each
+    // pod its own pod watch brings bound (one watch, as upstream's shared informer); a running
+    // scheduler's binds are seen through a watch of the benchmark's own.
+    let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
+    let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
+    let (scheduler_name, scheduler_task, watch_task) = match &cfg.scheduler_name {
+        Some(n) => (n.clone(), None, Some(spawn_bind_watch(client.clone(), ns, bound.clone()))),
         None => {
             let name = format!("skiff-bench-scheduler-{run_id}");
+            let observed = bound.clone();
+            let bench_ns = ns.to_string();
             let sc = SchedulerConfig {
                 scheduler_names: vec![name.clone()],
+                on_bound: Some(BoundObserver(Arc::new(move |pod_ns: &str, pod: &str| {
+                    if pod_ns == bench_ns {
+                        observed.lock().entry(pod.to_string()).or_insert_with(Instant::now);
+                    }
+                }))),
                 ..Default::default()
             };
             let c = client.clone();
@@ -331,47 +342,9 @@ async fn run_bench(
                 .await
                 .context("the scheduler did not sync its caches within 120s")?
                 .context("the scheduler stopped before syncing")?;
-            (name, Some(task))
+            (name, Some(task), None)
         }
     };
-
-    // Observe binds.
-    let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
-    let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
-    // Binds are observed through a raw watch decoding only the name and spec.nodeName: the
-    // observer's own decoding stays out of the scheduler's way on a two-core machine.
-    let watch_bound = bound.clone();
-    let watch_client = client.clone();
-    let watch_path = format!("/api/v1/namespaces/{ns}/pods?watch=true&resourceVersion=0&timeoutSeconds=3600");
-    let watch_task = tokio::spawn(async move {
-        let req = match http::Request::get(watch_path).body(Vec::new()) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(error = %e, "bench watch request");
-                return;
-            }
-        };
-        let mut events = match watch_client.request_events::<BoundPod>(req).await {
-            Ok(s) => s.boxed(),
-            Err(e) => {
-                tracing::warn!(error = %e, "bench watch failed");
-                return;
-            }
-        };
-        while let Some(ev) = events.next().await {
-            match ev {
-                Ok(kube::api::WatchEvent::Added(p)) | Ok(kube::api::WatchEvent::Modified(p)) => {
-                    if p.spec.and_then(|s| s.node_name).is_some()
-                        && let Some(name) = p.metadata.name
-                    {
-                        watch_bound.lock().entry(name).or_insert_with(Instant::now);
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => tracing::debug!(error = %e, "bench watch failed"),
-            }
-        }
-    });
     // Let the watch be established before the first create.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -419,7 +392,9 @@ async fn run_bench(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    watch_task.abort();
+    if let Some(t) = watch_task {
+        t.abort();
+    }
     if let Some(t) = scheduler_task {
         t.abort();
     }
@@ -427,6 +402,45 @@ async fn run_bench(
     let created = created.lock().clone();
     let bound = bound.lock().clone();
     Ok(summarize(cfg.workload, cfg.nodes, &created, &bound))
+}
+
+/// Records when each pod of `ns` is first seen bound, through a watch that decodes only the
+/// name and spec.nodeName (the observer's own decoding stays out of the scheduler's way).
+fn spawn_bind_watch(
+    client: Client,
+    ns: &str,
+    bound: Arc<Mutex<HashMap<String, Instant>>>,
+) -> tokio::task::JoinHandle<()> {
+    let watch_path = format!("/api/v1/namespaces/{ns}/pods?watch=true&resourceVersion=0&timeoutSeconds=3600");
+    tokio::spawn(async move {
+        let req = match http::Request::get(watch_path).body(Vec::new()) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "bench watch request");
+                return;
+            }
+        };
+        let mut events = match client.request_events::<BoundPod>(req).await {
+            Ok(s) => s.boxed(),
+            Err(e) => {
+                tracing::warn!(error = %e, "bench watch failed");
+                return;
+            }
+        };
+        while let Some(ev) = events.next().await {
+            match ev {
+                Ok(kube::api::WatchEvent::Added(p)) | Ok(kube::api::WatchEvent::Modified(p)) => {
+                    if p.spec.and_then(|s| s.node_name).is_some()
+                        && let Some(name) = p.metadata.name
+                    {
+                        bound.lock().entry(name).or_insert_with(Instant::now);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, "bench watch failed"),
+            }
+        }
+    })
 }
 
 async fn cleanup(client: &Client, ns: &str, node_prefix: &str, nodes: usize) {

@@ -54,6 +54,19 @@ pub struct SchedulerConfig {
     pub preemption: bool,
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
+    /// Told of every bound pod the pod watch brings (as upstream's scheduler_perf counts
+    /// scheduled pods from the scheduler's own informer).
+    pub on_bound: Option<BoundObserver>,
+}
+
+/// A callback given (namespace, name) of each pod seen bound on the scheduler's pod watch.
+#[derive(Clone)]
+pub struct BoundObserver(pub Arc<dyn Fn(&str, &str) + Send + Sync>);
+
+impl std::fmt::Debug for BoundObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BoundObserver")
+    }
 }
 
 impl Default for SchedulerConfig {
@@ -68,6 +81,7 @@ impl Default for SchedulerConfig {
             preemption: true,
             initial_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(10),
+            on_bound: None,
         }
     }
 }
@@ -584,6 +598,9 @@ impl Scheduler {
             return;
         }
         if info.node_name.is_some() {
+            if let Some(observer) = &self.cfg.on_bound {
+                (observer.0)(&info.namespace, &info.name);
+            }
             if let Some(q) = self.queue.delete(&info.uid) {
                 self.cache.set_nominated(&q.info, None);
             }

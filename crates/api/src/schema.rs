@@ -158,45 +158,52 @@ pub fn property(def: &str, prop: &str) -> Option<&'static Value> {
 pub fn unknown_fields(def: &str, obj: &Value) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(schema) = definitions().get(def) {
-        walk(schema, obj, "", &mut out);
+        walk(schema, obj, &mut String::new(), &mut out);
     }
     out
 }
 
-fn walk(schema: &Value, v: &Value, path: &str, out: &mut Vec<String>) {
+/// `path` is the holder's path; each level appends to it and truncates back, so a known field
+/// costs no allocation.
+fn walk(schema: &Value, v: &Value, path: &mut String, out: &mut Vec<String>) {
     let schema = match resolve(schema) {
         Some((_, s)) => s,
         None => schema,
     };
+    let len = path.len();
     match v {
         Value::Object(m) => {
-            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-                for (k, child) in m {
-                    let p = if path.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{path}.{k}")
-                    };
-                    match props.get(k) {
-                        Some(s) => walk(s, child, &p, out),
-                        None => out.push(p),
+            let props = schema.get("properties").and_then(Value::as_object);
+            let extra = schema.get("additionalProperties").filter(|a| a.is_object());
+            if props.is_none() && extra.is_none() {
+                return;
+            }
+            for (k, child) in m {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(k);
+                match props {
+                    Some(props) => match props.get(k) {
+                        Some(s) => walk(s, child, path, out),
+                        None => out.push(path.clone()),
+                    },
+                    None => {
+                        if let Some(ap) = extra {
+                            walk(ap, child, path, out);
+                        }
                     }
                 }
-            } else if let Some(ap) = schema.get("additionalProperties").filter(|a| a.is_object()) {
-                for (k, child) in m {
-                    let p = if path.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{path}.{k}")
-                    };
-                    walk(ap, child, &p, out);
-                }
+                path.truncate(len);
             }
         }
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
                 for (i, child) in items.iter().enumerate() {
-                    walk(item_schema, child, &format!("{path}[{i}]"), out);
+                    use std::fmt::Write;
+                    let _ = write!(path, "[{i}]");
+                    walk(item_schema, child, path, out);
+                    path.truncate(len);
                 }
             }
         }

@@ -209,7 +209,7 @@ impl TypeMismatch {
 /// integers and strings.
 pub fn type_mismatch(def: &str, obj: &Value) -> Option<TypeMismatch> {
     let schema = skiff_api::schema::definitions().get(def)?;
-    check_type(schema, short_name(def), obj, "")
+    check_type(schema, short_name(def), obj, &mut String::new())
 }
 
 fn short_name(def: &str) -> &str {
@@ -267,11 +267,13 @@ fn go_type(schema: &Value) -> String {
     }
 }
 
-fn check_type(schema: &Value, owner: &str, v: &Value, path: &str) -> Option<TypeMismatch> {
+/// `path` is the holder's path; each level appends to it and truncates back, so a field of the
+/// right type costs no allocation.
+fn check_type(schema: &Value, owner: &str, v: &Value, path: &mut String) -> Option<TypeMismatch> {
     if v.is_null() {
         return None;
     }
-    let mismatch = |json: String| {
+    let mismatch = |path: &str, json: String| {
         Some(TypeMismatch {
             path: path.to_string(),
             struct_name: owner.to_string(),
@@ -286,15 +288,15 @@ fn check_type(schema: &Value, owner: &str, v: &Value, path: &str) -> Option<Type
     match def_name.map(short_name) {
         Some("Quantity") => {
             return (!v.is_string() && !v.is_number())
-                .then(|| mismatch(json_kind(v)))
+                .then(|| mismatch(path, json_kind(v)))
                 .flatten();
         }
         Some("IntOrString") => {
             return match v {
                 Value::String(_) => None,
                 Value::Number(n) if n.is_i64() || n.is_u64() => None,
-                Value::Number(n) => mismatch(format!("number {n}")),
-                other => mismatch(json_kind(other)),
+                Value::Number(n) => mismatch(path, format!("number {n}")),
+                other => mismatch(path, json_kind(other)),
             };
         }
         _ => {}
@@ -309,44 +311,50 @@ fn check_type(schema: &Value, owner: &str, v: &Value, path: &str) -> Option<Type
     match schema.get("type").and_then(Value::as_str) {
         Some("object") => {
             let Value::Object(m) = v else {
-                return mismatch(json_kind(v));
+                return mismatch(path, json_kind(v));
             };
             let props = schema.get("properties").and_then(Value::as_object);
             let extra = schema.get("additionalProperties").filter(|a| a.is_object());
+            let len = path.len();
             for (k, child) in m {
                 // Go's error names struct fields only: a map's keys are not in the path.
-                let (sub, p) = match props.and_then(|ps| ps.get(k)) {
-                    Some(sub) if path.is_empty() => (Some(sub), k.clone()),
-                    Some(sub) => (Some(sub), format!("{path}.{k}")),
-                    None => (extra, path.to_string()),
+                let sub = match props.and_then(|ps| ps.get(k)) {
+                    Some(sub) => {
+                        if !path.is_empty() {
+                            path.push('.');
+                        }
+                        path.push_str(k);
+                        Some(sub)
+                    }
+                    None => extra,
                 };
-                if let Some(sub) = sub
-                    && let Some(found) = check_type(sub, holder, child, &p)
-                {
-                    return Some(found);
+                let found = sub.and_then(|sub| check_type(sub, holder, child, path));
+                path.truncate(len);
+                if found.is_some() {
+                    return found;
                 }
             }
             None
         }
         Some("array") => {
             let Value::Array(items) = v else {
-                return mismatch(json_kind(v));
+                return mismatch(path, json_kind(v));
             };
             let item_schema = schema.get("items")?;
             items
                 .iter()
                 .find_map(|child| check_type(item_schema, holder, child, path))
         }
-        Some("string") => (!v.is_string()).then(|| mismatch(json_kind(v))).flatten(),
-        Some("boolean") => (!v.is_boolean()).then(|| mismatch(json_kind(v))).flatten(),
-        Some("number") => (!v.is_number()).then(|| mismatch(json_kind(v))).flatten(),
+        Some("string") => (!v.is_string()).then(|| mismatch(path, json_kind(v))).flatten(),
+        Some("boolean") => (!v.is_boolean()).then(|| mismatch(path, json_kind(v))).flatten(),
+        Some("number") => (!v.is_number()).then(|| mismatch(path, json_kind(v))).flatten(),
         Some("integer") => match v {
             Value::Number(n) if n.is_i64() || n.is_u64() => None,
             Value::Number(n) => match n.as_f64() {
                 Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => None,
-                _ => mismatch(format!("number {n}")),
+                _ => mismatch(path, format!("number {n}")),
             },
-            other => mismatch(json_kind(other)),
+            other => mismatch(path, json_kind(other)),
         },
         _ => None,
     }

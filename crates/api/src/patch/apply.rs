@@ -668,7 +668,10 @@ fn fill_added(r: &Value, ty: Ty, meta: &FieldMeta, zero: bool, root_metadata: bo
                         && (cty.kind() == Kind::Struct || (k == "containers" && cty.kind() == Kind::List));
                     let mut child = FieldSet::default();
                     fill_added(v, cty, &cmeta, child_zero, root && k == "metadata", false, &mut child);
-                    add_child(out, format!("f:{k}"), child);
+                    let mut key = String::with_capacity(k.len() + 2);
+                    key.push_str("f:");
+                    key.push_str(k);
+                    add_child(out, key, child);
                 }
             }
         }
@@ -1247,12 +1250,15 @@ pub fn record_update(
         _ => old.map(api_version_of).unwrap_or_default(),
     };
     // `compare` skips metadata.managedFields, so `old` needs no copy without them.
-    let cmp = comparison(old, new, ty);
-    let mut changed = cmp.added.clone();
-    changed.union_with(&cmp.modified);
-    let changed = filter_set(changed, subresource);
+    let Comparison {
+        mut added,
+        modified,
+        removed,
+    } = comparison(old, new, ty);
+    added.union_with(&modified);
+    let changed = filter_set(added, subresource);
     for e in entries.iter_mut() {
-        e.set = e.set.difference(&changed).difference(&cmp.removed);
+        e.set = e.set.difference(&changed).difference(&removed);
     }
     if !changed.is_empty() {
         let manager = if manager.is_empty() { "unknown" } else { manager };

@@ -252,7 +252,9 @@ pub struct ScheduleResult {
 
 /// The plugins of one profile and the state carried between cycles.
 pub struct Framework {
-    pub plugins: Vec<Box<dyn Plugin>>,
+    plugins: Vec<Box<dyn Plugin>>,
+    /// Bit i: plugin i has a Filter (asked once, not per node).
+    filters: u64,
     /// 0 = adaptive as upstream.
     pub percentage_of_nodes_to_score: u32,
     next_start: usize,
@@ -261,8 +263,14 @@ pub struct Framework {
 
 impl Framework {
     pub fn new(plugins: Vec<Box<dyn Plugin>>, percentage_of_nodes_to_score: u32) -> Self {
+        let filters = plugins
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| *i < 64 && p.has_filter())
+            .fold(0u64, |m, (i, _)| m | (1 << i));
         Framework {
             plugins,
+            filters,
             percentage_of_nodes_to_score,
             next_start: 0,
             rng: 0x9E37_79B9_7F4A_7C15,
@@ -323,10 +331,11 @@ impl Framework {
 
     /// Runs the Filter plugins on one node, stopping at the first rejection.
     pub fn run_filters(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (Status, usize) {
-        for (i, p) in self.plugins.iter().enumerate() {
-            if !p.has_filter() || state.skip_filter & (1 << i) != 0 {
-                continue;
-            }
+        let mut active = self.filters & !state.skip_filter;
+        while active != 0 {
+            let i = active.trailing_zeros() as usize;
+            active &= active - 1;
+            let p = &self.plugins[i];
             let st = p.filter(state, pod, node);
             if !st.is_success() {
                 return (st.with_plugin(p.name()), i);

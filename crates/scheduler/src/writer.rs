@@ -20,6 +20,50 @@ pub fn now_rfc3339() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
+/// A core/v1 Event as the scheduler records it, serialized without building a JSON tree.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EventBody<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: EventMeta<'a>,
+    involved_object: Involved<'a>,
+    reason: &'a str,
+    message: &'a str,
+    #[serde(rename = "type")]
+    type_: &'a str,
+    action: &'a str,
+    source: Source<'a>,
+    reporting_component: &'a str,
+    reporting_instance: &'a str,
+    first_timestamp: &'a str,
+    last_timestamp: &'a str,
+    count: i64,
+}
+
+#[derive(serde::Serialize)]
+struct EventMeta<'a> {
+    name: &'a str,
+    namespace: &'a str,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Involved<'a> {
+    kind: &'static str,
+    namespace: &'a str,
+    name: &'a str,
+    uid: &'a str,
+    api_version: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resource_version: Option<&'a str>,
+}
+
+#[derive(serde::Serialize)]
+struct Source<'a> {
+    component: &'a str,
+}
+
 /// (pod uid, reason, message) -> the event recording them.
 type AggregateMap = HashMap<(String, String, String), Aggregate>;
 
@@ -97,28 +141,34 @@ impl Writer {
                 .unwrap_or(0)
                 .wrapping_add(w.seq.fetch_add(1, Ordering::Relaxed));
             let ev_name = format!("{name}.{nanos:x}");
-            let mut involved = json!({
-                "kind": "Pod", "namespace": ns, "name": name, "uid": uid, "apiVersion": "v1",
-            });
-            if let Some(rv) = rv {
-                involved["resourceVersion"] = Value::String(rv);
-            }
-            let ev = json!({
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"name": ev_name, "namespace": ns},
-                "involvedObject": involved,
-                "reason": reason,
-                "message": message,
-                "type": type_,
-                "action": action,
-                "source": {"component": w.component},
-                "reportingComponent": w.component,
-                "reportingInstance": w.component,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
-            });
+            let ev = EventBody {
+                api_version: "v1",
+                kind: "Event",
+                metadata: EventMeta {
+                    name: &ev_name,
+                    namespace: &ns,
+                },
+                involved_object: Involved {
+                    kind: "Pod",
+                    namespace: &ns,
+                    name: &name,
+                    uid: &uid,
+                    api_version: "v1",
+                    resource_version: rv.as_deref(),
+                },
+                reason,
+                message: &message,
+                type_,
+                action,
+                source: Source {
+                    component: &w.component,
+                },
+                reporting_component: &w.component,
+                reporting_instance: &w.component,
+                first_timestamp: &now,
+                last_timestamp: &now,
+                count: 1,
+            };
             let created = match serde_json::to_vec(&ev) {
                 Ok(bytes) => {
                     match kube::core::Request::new(format!("/api/v1/namespaces/{ns}/events"))
@@ -276,6 +326,47 @@ pub fn status_patch(pod: &Pod, reason: &str, message: &str, nominated: Option<&s
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+
+    #[test]
+    fn event_body_is_a_core_v1_event() {
+        let ev = EventBody {
+            api_version: "v1",
+            kind: "Event",
+            metadata: EventMeta {
+                name: "p.1",
+                namespace: "ns",
+            },
+            involved_object: Involved {
+                kind: "Pod",
+                namespace: "ns",
+                name: "p",
+                uid: "u",
+                api_version: "v1",
+                resource_version: None,
+            },
+            reason: "Scheduled",
+            message: "Successfully assigned ns/p to n1",
+            type_: "Normal",
+            action: "Binding",
+            source: Source {
+                component: "default-scheduler",
+            },
+            reporting_component: "default-scheduler",
+            reporting_instance: "default-scheduler",
+            first_timestamp: "2026-01-01T00:00:00Z",
+            last_timestamp: "2026-01-01T00:00:00Z",
+            count: 1,
+        };
+        let parsed: Event = serde_json::from_slice(&serde_json::to_vec(&ev).unwrap()).unwrap();
+        assert_eq!(parsed.metadata.name.as_deref(), Some("p.1"));
+        assert_eq!(parsed.involved_object.uid.as_deref(), Some("u"));
+        assert_eq!(parsed.involved_object.resource_version, None);
+        assert_eq!(parsed.type_.as_deref(), Some("Normal"));
+        assert_eq!(parsed.reason.as_deref(), Some("Scheduled"));
+        assert_eq!(parsed.source.and_then(|s| s.component).as_deref(), Some("default-scheduler"));
+        assert_eq!(parsed.reporting_component.as_deref(), Some("default-scheduler"));
+        assert_eq!(parsed.count, Some(1));
+    }
 
     #[test]
     fn status_patch_only_when_changed() {

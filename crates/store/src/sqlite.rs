@@ -109,7 +109,10 @@ impl SqliteStore {
             "sqlite database {} refused WAL mode (journal mode {mode})",
             path.display()
         );
-        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA busy_timeout=10000;")
+        // Every commit appends the pages it touched to the WAL; a checkpoint copies each page's
+        // latest version back. The append-only table rewrites its last pages on every commit, so
+        // checkpointing every 32 MiB instead of SQLite's 4 MiB copies far fewer pages per write.
+        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA busy_timeout=10000; PRAGMA wal_autocheckpoint=8192;")
             .context("set pragmas")?;
         conn.execute_batch(SCHEMA).context("create schema")?;
         let (kvs, revision, compacted) = load(&conn).context("load latest values")?;

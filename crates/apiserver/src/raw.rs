@@ -83,7 +83,10 @@ impl<'de> Deserialize<'de> for RawObject {
                 let mut members = Vec::with_capacity(access.size_hint().unwrap_or(8));
                 while let Some((k, v)) = access.next_entry::<String, Box<RawValue>>()? {
                     // A repeated key counts once, the last one winning, as in a decoded map.
-                    match members.iter_mut().find(|(old, _): &&mut (String, Box<RawValue>)| *old == k) {
+                    match members
+                        .iter_mut()
+                        .find(|(old, _): &&mut (String, Box<RawValue>)| *old == k)
+                    {
                         Some((_, old)) => *old = v,
                         None => members.push((k, v)),
                     }

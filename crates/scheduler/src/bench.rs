@@ -321,7 +321,11 @@ async fn run_bench(
     let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
     let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
     let (scheduler_name, scheduler_task, watch_task) = match &cfg.scheduler_name {
-        Some(n) => (n.clone(), None, Some(spawn_bind_watch(client.clone(), ns, bound.clone()))),
+        Some(n) => (
+            n.clone(),
+            None,
+            Some(spawn_bind_watch(client.clone(), ns, bound.clone())),
+        ),
         None => {
             let name = format!("skiff-bench-scheduler-{run_id}");
             let observed = bound.clone();

@@ -363,7 +363,10 @@ mod tests {
         assert_eq!(parsed.involved_object.resource_version, None);
         assert_eq!(parsed.type_.as_deref(), Some("Normal"));
         assert_eq!(parsed.reason.as_deref(), Some("Scheduled"));
-        assert_eq!(parsed.source.and_then(|s| s.component).as_deref(), Some("default-scheduler"));
+        assert_eq!(
+            parsed.source.and_then(|s| s.component).as_deref(),
+            Some("default-scheduler")
+        );
         assert_eq!(parsed.reporting_component.as_deref(), Some("default-scheduler"));
         assert_eq!(parsed.count, Some(1));
     }

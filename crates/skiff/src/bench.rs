@@ -188,10 +188,10 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             json,
         } => {
             let (_server, client) = match kubeconfig {
-                Some(path) => (None, crate::kube_client(&path).await?),
+                Some(path) => (None, crate::kube_client_h2(&path).await?),
                 None => {
                     let server = ChildServer::start(&["--no-agent", "--no-scheduler", "--no-controllers"]).await?;
-                    let client = server.client().await?;
+                    let client = crate::kube_client_h2(&server.kubeconfig).await?;
                     (Some(server), client)
                 }
             };

@@ -320,3 +320,89 @@ fn explain_shows_every_node_verdict() {
     }
     assert!(text.contains("NodeAffinity"), "{text}");
 }
+
+/// Kills a child process when dropped, so a failing test leaves nothing running.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn standalone_scheduler_binds_through_a_remote_api_server() {
+    // No scheduler in the server: `skiff scheduler --kubeconfig` (HTTP/2 over TLS) does the work.
+    let c = Cluster::start(&["--no-agent", "--no-scheduler", "--sim-nodes", "2"]);
+    let log = std::fs::File::create(c.dir.path().join("scheduler.log")).expect("log file");
+    let _scheduler = KillOnDrop(
+        std::process::Command::new(common::skiff_bin())
+            .arg("scheduler")
+            .arg("--kubeconfig")
+            .arg(&c.kubeconfig)
+            .env("SKIFF_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start skiff scheduler"),
+    );
+    c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: remote\nspec:\n  containers:\n  - name: c\n    image: busybox:latest\n    resources:\n      requests:\n        cpu: 100m\n",
+        &[],
+    );
+    assert!(
+        wait_phase(&c, "remote", "Running", 30),
+        "{}\n{}",
+        c.k(&["describe", "pod", "remote"]),
+        std::fs::read_to_string(c.dir.path().join("scheduler.log")).unwrap_or_default()
+    );
+    let node = pod_field(&c, "remote", ".spec.nodeName");
+    assert!(node.starts_with("sim-node-"), "{node}");
+    let scheduled = c.k(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=remote,reason=Scheduled",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert_eq!(scheduled, format!("Successfully assigned default/remote to {node}"));
+}
+
+#[test]
+fn scheduling_benchmark_reports_every_pod_bound() {
+    let home = tempfile::tempdir().expect("home");
+    let out = std::process::Command::new(common::skiff_bin())
+        .args([
+            "bench",
+            "scheduling",
+            "--nodes",
+            "20",
+            "--pods",
+            "60",
+            "--workload",
+            "taints",
+            "--json",
+        ])
+        .env("HOME", home.path())
+        .env("SKIFF_LOG", "warn")
+        .output()
+        .expect("run skiff bench scheduling");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(r["workload"], "taints");
+    assert_eq!(r["nodes"], 20);
+    assert_eq!(r["pods"], 60);
+    assert!(r["pods_per_second"].as_f64().is_some_and(|v| v > 0.0), "{r}");
+    let (p50, p99) = (
+        r["p50_ms"].as_f64().unwrap_or(-1.0),
+        r["p99_ms"].as_f64().unwrap_or(-1.0),
+    );
+    assert!(p50 > 0.0 && p99 >= p50, "{r}");
+}

@@ -122,9 +122,14 @@ fn main() -> anyhow::Result<()> {
     if let Err(e) = skiff_agent::disable_transparent_huge_pages() {
         tracing::warn!(error = %e, "could not disable transparent huge pages");
     }
-    let mut runtime = if matches!(cli.command, Command::Agent { .. }) {
-        // A node agent waits on the engine and the API server; one thread does that, and every
-        // thread more keeps a heap of its own.
+    // The scheduler is one loop that owns its cache and queue; on a thread of its own with its
+    // API calls it trades no work between threads (no cross-thread wake-ups or frees). The agent
+    // waits on the engine and the API server; every thread more keeps a heap of its own.
+    let single_threaded = matches!(
+        cli.command,
+        Command::Agent { .. } | Command::Scheduler { .. } | Command::Bench(bench::BenchCommand::Scheduling { .. })
+    );
+    let mut runtime = if single_threaded {
         tokio::runtime::Builder::new_current_thread()
     } else {
         tokio::runtime::Builder::new_multi_thread()

@@ -235,6 +235,21 @@ impl FieldSet {
         Value::Object(m)
     }
 
+    /// As [`FieldSet::to_fields_v1`], taking the set apart instead of copying its keys.
+    pub fn into_fields_v1(self) -> Value {
+        let mut m = Map::with_capacity(self.children.len() + 1);
+        if self.member && !self.children.is_empty() {
+            m.insert(".".to_string(), json!({}));
+        }
+        for (k, c) in self.children {
+            if c.is_empty() {
+                continue;
+            }
+            m.insert(k, c.into_fields_v1());
+        }
+        Value::Object(m)
+    }
+
     /// Parse a `fieldsV1` JSON object.
     pub fn from_fields_v1(v: &Value) -> Result<FieldSet, String> {
         let mut set = FieldSet::from_node(v)?;
@@ -772,18 +787,18 @@ impl Entry {
             && (operation == "Apply" || self.api_version == api_version)
     }
 
-    fn to_json(&self) -> Value {
+    fn into_json(self) -> Value {
         let mut m = Map::new();
-        m.insert("manager".into(), Value::String(self.manager.clone()));
-        m.insert("operation".into(), Value::String(self.operation.clone()));
-        m.insert("apiVersion".into(), Value::String(self.api_version.clone()));
-        if let Some(t) = &self.time {
-            m.insert("time".into(), Value::String(t.clone()));
+        m.insert("manager".into(), Value::String(self.manager));
+        m.insert("operation".into(), Value::String(self.operation));
+        m.insert("apiVersion".into(), Value::String(self.api_version));
+        if let Some(t) = self.time {
+            m.insert("time".into(), Value::String(t));
         }
         m.insert("fieldsType".into(), Value::String("FieldsV1".into()));
-        m.insert("fieldsV1".into(), self.set.to_fields_v1());
+        m.insert("fieldsV1".into(), self.set.into_fields_v1());
         if !self.subresource.is_empty() {
-            m.insert("subresource".into(), Value::String(self.subresource.clone()));
+            m.insert("subresource".into(), Value::String(self.subresource));
         }
         Value::Object(m)
     }
@@ -844,7 +859,7 @@ fn encode(mut entries: Vec<Entry>) -> Value {
                 &b.subresource,
             ))
     });
-    Value::Array(entries.iter().map(Entry::to_json).collect())
+    Value::Array(entries.into_iter().map(Entry::into_json).collect())
 }
 
 /// Upstream keeps at most this many `Update` entries; older ones merge into
@@ -1753,6 +1768,7 @@ mod tests {
         let v = json!({"f:metadata": {"f:labels": {".": {}, "f:a": {}}}, "f:spec": {"f:x": {"k:{\"name\":\"c\"}": {".": {}, "f:name": {}}}, "f:y": {"v:\"a\"": {}}}});
         let set = FieldSet::from_fields_v1(&v).expect("parse");
         assert_eq!(set.to_fields_v1(), v);
+        assert_eq!(set.clone().into_fields_v1(), v);
         let paths: Vec<String> = set.paths().iter().map(|p| path_string(p)).collect();
         assert_eq!(
             paths,

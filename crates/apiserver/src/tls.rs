@@ -81,6 +81,9 @@ pub fn identity_from_cert(der: &[u8]) -> Option<Identity> {
     Some(Identity { user, groups })
 }
 
+/// Concurrent streams one HTTP/2 connection may carry.
+const HTTP2_MAX_STREAMS: u32 = 1000;
+
 /// Serves `router` over TLS on `listener` until the task is dropped.
 ///
 /// HTTP/1.1 (with upgrades, for WebSockets) and HTTP/2 are both spoken, whichever the client
@@ -142,7 +145,10 @@ where
             })
         }
     });
-    let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    // kube-apiserver's --http2-max-streams-per-connection default: a client multiplexing its
+    // requests over one connection (client-go, skiff's scheduler) is not held to hyper's 200.
+    builder.http2().max_concurrent_streams(HTTP2_MAX_STREAMS);
     if let Err(e) = builder
         .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service)
         .await

@@ -96,6 +96,8 @@ pub struct BenchConfig {
     pub workload: Workload,
     /// None: start a scheduler for the run. Some(name): pods go to that running scheduler.
     pub scheduler_name: Option<String>,
+    /// Pod creations in flight at once.
+    pub clients: usize,
     /// Give up waiting for binds after this long.
     pub timeout: Duration,
 }
@@ -107,6 +109,7 @@ impl Default for BenchConfig {
             pods: 10_000,
             workload: Workload::Basic,
             scheduler_name: None,
+            clients: CONCURRENCY,
             timeout: Duration::from_secs(300),
         }
     }
@@ -207,6 +210,37 @@ pub fn bench_pod(name: &str, scheduler: &str, workload: Workload) -> Value {
         }
     }
     pod
+}
+
+/// A workload's pod encoded once, with the place of its name: `body` splices a name in.
+struct PodTemplate {
+    head: Vec<u8>,
+    tail: Vec<u8>,
+}
+
+impl PodTemplate {
+    const MARK: &'static str = "skiff-bench-pod-name";
+
+    fn new(scheduler: &str, workload: Workload) -> anyhow::Result<PodTemplate> {
+        let bytes = serde_json::to_vec(&bench_pod(Self::MARK, scheduler, workload))?;
+        let at = bytes
+            .windows(Self::MARK.len())
+            .position(|w| w == Self::MARK.as_bytes())
+            .context("the pod template has no name")?;
+        Ok(PodTemplate {
+            head: bytes[..at].to_vec(),
+            tail: bytes[at + Self::MARK.len()..].to_vec(),
+        })
+    }
+
+    /// The pod named `name`, which must need no escaping in JSON (the benchmark's `pod-N`).
+    fn body(&self, name: &str) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.head.len() + name.len() + self.tail.len());
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(&self.tail);
+        out
+    }
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -352,20 +386,21 @@ async fn run_bench(
     // Let the watch be established before the first create.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let workload = cfg.workload;
-    let sched = scheduler_name.clone();
+    // Every pod of a run is the same but for its name: the body is encoded once and the name
+    // spliced in, so the client's own work stays out of the scheduler's way.
+    let template = PodTemplate::new(&scheduler_name, cfg.workload)?;
+    let path = format!("/api/v1/namespaces/{ns}/pods");
     let create_result = stream::iter(0..cfg.pods)
         .map(|i| {
             let client = client.clone();
-            let path = format!("/api/v1/namespaces/{ns}/pods");
             let created = created.clone();
             let name = format!("pod-{i}");
-            let obj = bench_pod(&name, &sched, workload);
+            let body = template.body(&name);
+            let path = path.as_str();
             async move {
-                // A raw create whose reply is not decoded: the client's own work stays out
-                // of the scheduler's way (scheduler_perf's client decodes protobuf).
-                let body = serde_json::to_vec(&obj)?;
-                let req = kube::core::Request::new(&path).create(&PostParams::default(), body)?;
+                // A raw create whose reply is not decoded (scheduler_perf's client decodes
+                // protobuf).
+                let req = kube::core::Request::new(path).create(&PostParams::default(), body)?;
                 created.lock().insert(name.clone(), Instant::now());
                 client
                     .request_text(req)
@@ -374,7 +409,7 @@ async fn run_bench(
                 anyhow::Ok(())
             }
         })
-        .buffer_unordered(CONCURRENCY)
+        .buffer_unordered(cfg.clients.max(1))
         .try_collect::<Vec<()>>()
         .await;
     let deadline = Instant::now() + cfg.timeout;
@@ -487,6 +522,15 @@ mod tests {
             assert_eq!(w.as_str().parse::<Workload>().unwrap(), w);
         }
         assert!("nope".parse::<Workload>().is_err());
+    }
+
+    #[test]
+    fn pod_template_splices_the_name() {
+        for w in Workload::ALL {
+            let t = PodTemplate::new("sched", w).unwrap();
+            let spliced: Value = serde_json::from_slice(&t.body("pod-7")).unwrap();
+            assert_eq!(spliced, bench_pod("pod-7", "sched", w));
+        }
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub enum BenchCommand {
         pods: usize,
         #[arg(long, default_value = "basic")]
         workload: String,
+        /// Pod creations in flight at once.
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
         /// Run against this cluster (for example one started under a profiler) instead of
         /// a fresh `skiff server` child; its nodes and pods are left alone.
         #[arg(long)]
@@ -184,6 +187,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             nodes,
             pods,
             workload,
+            clients,
             kubeconfig,
             json,
         } => {
@@ -202,6 +206,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                     nodes,
                     pods,
                     workload: workload.parse()?,
+                    clients,
                     ..Default::default()
                 },
             )

@@ -283,8 +283,22 @@ pub fn summarize(
     }
 }
 
+/// Refuses a run that could never finish.
+fn check_config(cfg: &BenchConfig) -> anyhow::Result<()> {
+    if cfg.workload == Workload::PodAntiAffinity && cfg.pods > cfg.nodes {
+        anyhow::bail!(
+            "the pod-anti-affinity workload places at most one pod per node: {} pods cannot fit on {} nodes \
+             (scheduler_perf runs 1,000 pods on 5,000 nodes)",
+            cfg.pods,
+            cfg.nodes
+        );
+    }
+    Ok(())
+}
+
 /// Runs one workload and cleans up after it.
 pub async fn bench(client: Client, cfg: BenchConfig) -> anyhow::Result<BenchResult> {
+    check_config(&cfg)?;
     let run_id = format!(
         "{:08x}",
         std::process::id() ^ (jiff::Timestamp::now().subsec_nanosecond() as u32)
@@ -522,6 +536,22 @@ mod tests {
             assert_eq!(w.as_str().parse::<Workload>().unwrap(), w);
         }
         assert!("nope".parse::<Workload>().is_err());
+    }
+
+    #[test]
+    fn anti_affinity_runs_that_cannot_finish_are_refused() {
+        let cfg = BenchConfig {
+            workload: Workload::PodAntiAffinity,
+            ..Default::default()
+        };
+        let err = check_config(&cfg).unwrap_err().to_string();
+        assert!(err.contains("10000 pods cannot fit on 5000 nodes"), "{err}");
+        let fits = BenchConfig {
+            pods: 1000,
+            ..cfg.clone()
+        };
+        assert!(check_config(&fits).is_ok());
+        assert!(check_config(&BenchConfig::default()).is_ok());
     }
 
     #[test]

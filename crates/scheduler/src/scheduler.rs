@@ -59,9 +59,12 @@ pub struct SchedulerConfig {
     pub on_bound: Option<BoundObserver>,
 }
 
+/// Called with (namespace, name).
+pub type BoundFn = dyn Fn(&str, &str) + Send + Sync;
+
 /// A callback given (namespace, name) of each pod seen bound on the scheduler's pod watch.
 #[derive(Clone)]
-pub struct BoundObserver(pub Arc<dyn Fn(&str, &str) + Send + Sync>);
+pub struct BoundObserver(pub Arc<BoundFn>);
 
 impl std::fmt::Debug for BoundObserver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -41,28 +41,26 @@ impl Ctx {
         objects::key(self.rr.resource, &self.rr.namespace, &self.rr.name)
     }
 
-    /// The current object, with its resourceVersion.
-    pub async fn current(&self) -> Result<(Value, Revision), StatusError> {
-        let kv = self
-            .state
+    /// The request's object as the store holds it; 404 when there is none.
+    pub async fn stored(&self) -> Result<KeyValue, StatusError> {
+        self.state
             .store
             .get(&self.key())
             .await
             .map_err(|e| self.store_err(e))?
-            .ok_or_else(|| self.not_found())?;
+            .ok_or_else(|| self.not_found())
+    }
+
+    /// The current object, with its resourceVersion.
+    pub async fn current(&self) -> Result<(Value, Revision), StatusError> {
+        let kv = self.stored().await?;
         let v = objects::decode_kv(&kv).ok_or_else(|| StatusError::internal("stored object is not valid JSON"))?;
         Ok((v, kv.mod_revision))
     }
 }
 
 pub async fn get(ctx: &Ctx) -> Result<Response, StatusError> {
-    let kv = ctx
-        .state
-        .store
-        .get(&ctx.key())
-        .await
-        .map_err(|e| ctx.store_err(e))?
-        .ok_or_else(|| ctx.not_found())?;
+    let kv = ctx.stored().await?;
     if ctx.output() == Output::Object {
         return Ok(body::json_response(
             StatusCode::OK,

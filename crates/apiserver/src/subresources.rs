@@ -202,13 +202,7 @@ pub async fn create_binding(ctx: &Ctx, bytes: Bytes, pod_name: Option<String>) -
     for _ in 0..8 {
         // The stored pod is edited member by member: its containers, managedFields and the rest
         // are copied as text, never decoded.
-        let kv = pctx
-            .state
-            .store
-            .get(&pctx.key())
-            .await
-            .map_err(|e| pctx.store_err(e))?
-            .ok_or_else(|| pctx.not_found())?;
+        let kv = pctx.stored().await?;
         let rev = kv.mod_revision;
         let stored_invalid = || StatusError::internal("stored object is not valid JSON");
         let mut pod = RawObject::parse(&kv.value).map_err(|_| stored_invalid())?;

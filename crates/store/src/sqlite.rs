@@ -6,9 +6,10 @@
 //! The latest value of every key and a window of recent events live in memory
 //! (the `state` module); only lists and watches older than that window read SQLite.
 //!
-//! Table `kv`: `id` is the revision (AUTOINCREMENT, so revisions never repeat,
-//! even after compaction). A delete writes a tombstone row (`deleted = 1`) that
-//! carries the deleted value; `prev_revision` points at the row it supersedes
+//! Table `kv`: `id` is the revision, assigned by the writer. Revisions never repeat, even
+//! after compaction: compaction deletes only rows older than its target, never the latest
+//! one, so the largest `id` is the current revision. A delete writes a tombstone row
+//! (`deleted = 1`) that carries the deleted value; `prev_revision` points at the row it supersedes
 //! (0 for a create). Table `meta` records `compact_rev`.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -29,7 +30,7 @@ use crate::{Event, KeyValue, ListOptions, ListResult, Result, Revision, Store, S
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS kv (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id INTEGER PRIMARY KEY,
     name TEXT NOT NULL,
     created INTEGER NOT NULL,
     deleted INTEGER NOT NULL,
@@ -115,6 +116,7 @@ impl SqliteStore {
         conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA busy_timeout=10000; PRAGMA wal_autocheckpoint=8192;")
             .context("set pragmas")?;
         conn.execute_batch(SCHEMA).context("create schema")?;
+        drop_autoincrement(&conn).context("migrate the kv table off AUTOINCREMENT")?;
         let (kvs, revision, compacted) = load(&conn).context("load latest values")?;
         tracing::info!(
             path = %path.display(),
@@ -199,6 +201,52 @@ fn kv_from_row(row: &Row<'_>) -> rusqlite::Result<KeyValue> {
     })
 }
 
+/// Databases created before revisions were assigned by the writer alone declare `kv.id`
+/// AUTOINCREMENT, which makes every commit also rewrite the `sqlite_sequence` page. Rebuilds
+/// the table without it, once, in one transaction; the sequence's last value is kept in `meta`
+/// as a floor for the revision.
+fn drop_autoincrement(conn: &Connection) -> anyhow::Result<()> {
+    let sql: String = conn.query_row(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'kv'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !sql.to_ascii_uppercase().contains("AUTOINCREMENT") {
+        return Ok(());
+    }
+    let started = std::time::Instant::now();
+    conn.execute_batch(
+        "BEGIN IMMEDIATE;
+         CREATE TABLE kv_new (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL,
+            created INTEGER NOT NULL,
+            deleted INTEGER NOT NULL,
+            create_revision INTEGER NOT NULL,
+            prev_revision INTEGER NOT NULL,
+            value BLOB NOT NULL
+         );
+         INSERT INTO kv_new (id, name, created, deleted, create_revision, prev_revision, value)
+            SELECT id, name, created, deleted, create_revision, prev_revision, value FROM kv ORDER BY id;
+         INSERT INTO meta (name, value)
+            SELECT 'revision_floor', seq FROM sqlite_sequence WHERE name = 'kv'
+            ON CONFLICT (name) DO UPDATE SET value = MAX(value, excluded.value);
+         DROP TABLE kv;
+         ALTER TABLE kv_new RENAME TO kv;
+         CREATE INDEX kv_name_id ON kv (name, id);
+         COMMIT;",
+    )
+    .inspect_err(|_| {
+        // Leave the database as it was; the next open tries again.
+        let _ = conn.execute_batch("ROLLBACK");
+    })?;
+    tracing::info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "kv table migrated off AUTOINCREMENT"
+    );
+    Ok(())
+}
+
 /// The latest value of every live key, the current revision, the compact revision.
 fn load(conn: &Connection) -> anyhow::Result<(BTreeMap<String, KeyValue>, Revision, Revision)> {
     let mut stmt = conn.prepare(
@@ -211,11 +259,12 @@ fn load(conn: &Connection) -> anyhow::Result<(BTreeMap<String, KeyValue>, Revisi
         let kv = kv?;
         kvs.insert(kv.key.clone(), kv);
     }
-    let seq: Option<Revision> = conn
-        .query_row("SELECT seq FROM sqlite_sequence WHERE name = 'kv'", [], |r| r.get(0))
+    let floor: Option<Revision> = conn
+        .query_row("SELECT value FROM meta WHERE name = 'revision_floor'", [], |r| r.get(0))
         .optional()?;
     let max_id: Revision = conn.query_row("SELECT COALESCE(MAX(id), 0) FROM kv", [], |r| r.get(0))?;
-    Ok((kvs, seq.unwrap_or(0).max(max_id), compact_revision(conn)?))
+    let compacted = compact_revision(conn)?;
+    Ok((kvs, floor.unwrap_or(0).max(max_id).max(compacted), compacted))
 }
 
 fn compact_revision(conn: &Connection) -> rusqlite::Result<Revision> {
@@ -737,6 +786,58 @@ mod tests {
             .map(|kv| kv.key)
             .collect();
         assert_eq!(keys, ["/w/a", "/w/new", "/x/c"]);
+    }
+
+    /// A database written with the AUTOINCREMENT schema opens with its values, history and
+    /// revision counter, and is rebuilt without AUTOINCREMENT.
+    #[tokio::test]
+    async fn databases_with_autoincrement_are_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let conn = Connection::open(dir.path().join("state.db")).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE kv (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, created INTEGER NOT NULL,
+                    deleted INTEGER NOT NULL, create_revision INTEGER NOT NULL,
+                    prev_revision INTEGER NOT NULL, value BLOB NOT NULL);
+                 CREATE INDEX kv_name_id ON kv (name, id);
+                 CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+                 INSERT INTO kv VALUES (1, '/w/a', 1, 0, 1, 0, x'6131');
+                 INSERT INTO kv VALUES (2, '/w/b', 1, 0, 2, 0, x'6231');
+                 INSERT INTO kv VALUES (3, '/w/a', 0, 0, 1, 1, x'6132');
+                 INSERT INTO kv VALUES (4, '/w/c', 1, 0, 4, 0, x'6331');
+                 DELETE FROM kv WHERE id = 4;",
+            )
+            .unwrap();
+        }
+        let store: Arc<dyn Store> = open_in(&dir, SqliteOptions::default());
+        // The sequence had reached 4 although row 4 is gone: revision 4 is never reused.
+        assert_eq!(store.current_revision().await.unwrap(), 4);
+        let items = store.list("", ListOptions::default()).await.unwrap().items;
+        let values: Vec<_> = items.iter().map(|kv| (kv.key.as_str(), &kv.value[..])).collect();
+        assert_eq!(values, [("/w/a", &b"a2"[..]), ("/w/b", &b"b1"[..])]);
+        let mut replay = store.watch("/w/a", 0).await.unwrap();
+        assert_eq!(next_event(&mut replay).await.revision(), 1);
+        assert_eq!(next_event(&mut replay).await.revision(), 3);
+        assert_eq!(store.create("/w/d", b"d".to_vec()).await.unwrap().mod_revision, 5);
+        drop(replay);
+        drop(store);
+        let conn = Connection::open(dir.path().join("state.db")).unwrap();
+        let sql: String = conn
+            .query_row("SELECT sql FROM sqlite_master WHERE name = 'kv'", [], |r| r.get(0))
+            .unwrap();
+        assert!(!sql.contains("AUTOINCREMENT"), "{sql}");
+        let indexes: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'kv'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(indexes, 1);
+        drop(conn);
+        let store: Arc<dyn Store> = open_in(&dir, SqliteOptions::default());
+        assert_eq!(store.current_revision().await.unwrap(), 5);
     }
 
     #[tokio::test]

@@ -710,6 +710,133 @@ fn fill_added(r: &Value, ty: Ty, meta: &FieldMeta, zero: bool, root_metadata: bo
     }
 }
 
+/// A set under construction by [`created_fields_v1`]: whether the node is a member, and its
+/// non-empty children already in `fieldsV1` form, in the set's order.
+struct V1Node {
+    member: bool,
+    children: Vec<(String, Value)>,
+}
+
+impl V1Node {
+    fn is_empty(&self) -> bool {
+        !self.member && self.children.is_empty()
+    }
+
+    fn into_value(self) -> Value {
+        // Most nodes are leaves, `{}`: an empty map allocates nothing.
+        if self.children.is_empty() {
+            return Value::Object(Map::new());
+        }
+        let mut m = Map::with_capacity(self.children.len() + 1);
+        if self.member && !self.children.is_empty() {
+            m.insert(".".to_string(), Value::Object(Map::new()));
+        }
+        m.extend(self.children);
+        Value::Object(m)
+    }
+}
+
+/// Top-level fields no create records: the endpoint resets `status`, and upstream strips
+/// these from every set (as [`filter_set`] does for the main resource).
+const UNOWNED_TOP: [&str; 3] = ["apiVersion", "kind", "status"];
+const UNOWNED_METADATA: [&str; 9] = [
+    "name",
+    "namespace",
+    "creationTimestamp",
+    "selfLink",
+    "uid",
+    "clusterName",
+    "generation",
+    "managedFields",
+    "resourceVersion",
+];
+
+/// The `fieldsV1` a create records for its writer: the same set as [`fill_added`] then
+/// [`filter_set`] for the main resource, encoded as [`FieldSet::into_fields_v1`] would, but
+/// built straight into JSON instead of through a [`FieldSet`]. Every create pays for this, so it
+/// matters. `None` when a list repeats an item key: the general path merges those.
+fn created_fields_v1(obj: &Value, ty: Ty) -> Option<Value> {
+    created_node(obj, ty, &FieldMeta::default(), true, Level::Root).map(V1Node::into_value)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Level {
+    Root,
+    RootMetadata,
+    Inner,
+}
+
+fn created_node(r: &Value, ty: Ty, meta: &FieldMeta, zero: bool, level: Level) -> Option<V1Node> {
+    let root = level == Level::Root;
+    let sh = shape(r, ty, meta);
+    if sh == Shape::Leaf || is_empty_container(Some(r)) {
+        return Some(V1Node {
+            member: !root,
+            children: Vec::new(),
+        });
+    }
+    let mut children = Vec::new();
+    match &sh {
+        Shape::Object => {
+            if let Value::Object(m) = r {
+                children.reserve(m.len());
+                for (k, v) in m {
+                    let unowned = match level {
+                        Level::Root => UNOWNED_TOP.contains(&k.as_str()),
+                        Level::RootMetadata => UNOWNED_METADATA.contains(&k.as_str()),
+                        Level::Inner => false,
+                    };
+                    if unowned {
+                        continue;
+                    }
+                    let (cty, cmeta) = ty.field(k);
+                    let child_zero = zero
+                        && ty.declares(k)
+                        && (cty.kind() == Kind::Struct || (k == "containers" && cty.kind() == Kind::List));
+                    let child_level = if root && k == "metadata" {
+                        Level::RootMetadata
+                    } else {
+                        Level::Inner
+                    };
+                    let child = created_node(v, cty, &cmeta, child_zero, child_level)?;
+                    if !child.is_empty() {
+                        let mut key = String::with_capacity(k.len() + 2);
+                        key.push_str("f:");
+                        key.push_str(k);
+                        children.push((key, child.into_value()));
+                    }
+                }
+            }
+        }
+        Shape::Set | Shape::Assoc(_) => {
+            let items = r.as_array().map(Vec::as_slice).unwrap_or_default();
+            let item_ty = ty.items();
+            for (pe, item) in keyed(items, &sh, "r") {
+                let child = if sh == Shape::Set {
+                    V1Node {
+                        member: true,
+                        children: Vec::new(),
+                    }
+                } else {
+                    created_node(item, item_ty, &FieldMeta::default(), false, Level::Inner)?
+                };
+                if !child.is_empty() {
+                    children.push((pe, child.into_value()));
+                }
+            }
+        }
+        Shape::Leaf => {}
+    }
+    children.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    if children.windows(2).any(|w| w[0].0 == w[1].0) {
+        return None;
+    }
+    Some(V1Node {
+        member: !root && !zero,
+        children,
+    })
+}
+
 /// Remove the value at `path` from `v` (no-op when absent).
 fn remove_path(v: &mut Value, path: &[String]) {
     let Some((first, rest)) = path.split_first() else {
@@ -788,20 +915,40 @@ impl Entry {
     }
 
     fn into_json(self) -> Value {
-        let mut m = Map::new();
-        m.insert("manager".into(), Value::String(self.manager));
-        m.insert("operation".into(), Value::String(self.operation));
-        m.insert("apiVersion".into(), Value::String(self.api_version));
-        if let Some(t) = self.time {
-            m.insert("time".into(), Value::String(t));
-        }
-        m.insert("fieldsType".into(), Value::String("FieldsV1".into()));
-        m.insert("fieldsV1".into(), self.set.into_fields_v1());
-        if !self.subresource.is_empty() {
-            m.insert("subresource".into(), Value::String(self.subresource));
-        }
-        Value::Object(m)
+        let fields = self.set.into_fields_v1();
+        entry_json(
+            self.manager,
+            self.operation,
+            self.api_version,
+            self.time,
+            self.subresource,
+            fields,
+        )
     }
+}
+
+/// One managedFields entry as upstream encodes it.
+fn entry_json(
+    manager: String,
+    operation: String,
+    api_version: String,
+    time: Option<String>,
+    subresource: String,
+    fields_v1: Value,
+) -> Value {
+    let mut m = Map::new();
+    m.insert("manager".into(), Value::String(manager));
+    m.insert("operation".into(), Value::String(operation));
+    m.insert("apiVersion".into(), Value::String(api_version));
+    if let Some(t) = time {
+        m.insert("time".into(), Value::String(t));
+    }
+    m.insert("fieldsType".into(), Value::String("FieldsV1".into()));
+    m.insert("fieldsV1".into(), fields_v1);
+    if !subresource.is_empty() {
+        m.insert("subresource".into(), Value::String(subresource));
+    }
+    Value::Object(m)
 }
 
 fn managed_fields_of(obj: &Value) -> Option<&Value> {
@@ -926,7 +1073,11 @@ fn cap_update_managers(entries: Vec<Entry>) -> Vec<Entry> {
 }
 
 fn set_managed_fields(obj: &mut Value, entries: Vec<Entry>) {
-    let encoded = encode(cap_update_managers(entries));
+    put_managed_fields(obj, encode(cap_update_managers(entries)));
+}
+
+/// Store an encoded managedFields list in `obj`; an empty list removes the field.
+fn put_managed_fields(obj: &mut Value, encoded: Value) {
     let Value::Object(m) = obj else { return };
     let meta = m.entry("metadata").or_insert_with(|| json!({}));
     if let Value::Object(meta) = meta {
@@ -1264,6 +1415,27 @@ pub fn record_update(
         v if !v.is_empty() => v,
         _ => old.map(api_version_of).unwrap_or_default(),
     };
+    // A create that brings no managedFields of its own: the writer owns every field it set.
+    if old.is_none()
+        && entries.is_empty()
+        && subresource.is_empty()
+        && let Some(fields) = created_fields_v1(new, ty)
+    {
+        let mut list = Vec::with_capacity(1);
+        if fields.as_object().is_some_and(|m| !m.is_empty()) {
+            let manager = if manager.is_empty() { "unknown" } else { manager };
+            list.push(entry_json(
+                manager.to_string(),
+                "Update".to_string(),
+                api_version,
+                Some(now.to_string()),
+                String::new(),
+                fields,
+            ));
+        }
+        put_managed_fields(new, Value::Array(list));
+        return;
+    }
     // `compare` skips metadata.managedFields, so `old` needs no copy without them.
     let Comparison {
         mut added,
@@ -1795,5 +1967,142 @@ mod tests {
             .collect();
         assert_eq!(names, ["x", "b", "a", "c"]);
         assert_eq!(out["spec"]["template"]["spec"]["containers"][2]["image"], "2");
+    }
+}
+
+#[cfg(test)]
+mod created_fields_tests {
+    use super::*;
+
+    /// The set a create records, through the general path.
+    fn general(obj: &Value, definition: &str) -> Value {
+        let ty = Ty::root(definition);
+        let mut cmp = comparison(None, obj, ty);
+        cmp.added.union_with(&cmp.modified);
+        filter_set(cmp.added, "").into_fields_v1()
+    }
+
+    #[test]
+    fn the_direct_create_set_is_the_general_one() {
+        let cases = [
+            (
+                "io.k8s.api.core.v1.Pod",
+                json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "p", "namespace": "default", "uid": "u", "generation": 1,
+                        "creationTimestamp": "2025-01-01T00:00:00Z",
+                        "labels": {"app": "web", "tier": "x"}, "annotations": {"a": "b"},
+                        "finalizers": ["f1", "f2"],
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "1"}]},
+                    "spec": {
+                        "containers": [
+                            {"name": "c", "image": "i", "ports": [{"containerPort": 80, "protocol": "TCP"}, {"containerPort": 53}],
+                             "env": [{"name": "A", "value": "1"}, {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}],
+                             "resources": {"requests": {"cpu": "100m"}, "limits": {}},
+                             "command": ["sh", "-c"], "volumeMounts": [{"name": "v", "mountPath": "/v"}]},
+                            {"name": "d", "image": "j"}
+                        ],
+                        "initContainers": [{"name": "init", "image": "k"}],
+                        "volumes": [{"name": "v", "projected": {"sources": [{"configMap": {"name": "cm"}}]}}],
+                        "tolerations": [{"key": "k", "operator": "Exists"}],
+                        "nodeSelector": {"disk": "ssd"},
+                        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "In", "values": ["1"]}]}]}}},
+                        "securityContext": {}, "restartPolicy": "Always"
+                    },
+                    "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}
+                }),
+            ),
+            (
+                "io.k8s.api.apps.v1.Deployment",
+                json!({
+                    "apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": "web", "labels": {"app": "web"}},
+                    "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%"}},
+                        "template": {"metadata": {"labels": {"app": "web"}, "name": "ignored-only-at-the-top"},
+                            "spec": {"containers": [{"name": "nginx", "image": "nginx:1.25"}]}}}
+                }),
+            ),
+            (
+                "io.k8s.api.core.v1.Service",
+                json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+                    "spec": {"ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080}, {"port": 53, "protocol": "UDP"}],
+                        "selector": {"app": "web"}, "clusterIPs": ["10.0.0.1"]}}),
+            ),
+            (
+                "io.k8s.api.core.v1.ConfigMap",
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v", "e": ""}}),
+            ),
+            // Only fields nobody owns: no entry at all.
+            (
+                "io.k8s.api.core.v1.Namespace",
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n", "uid": "u"}}),
+            ),
+            // A type without a schema.
+            (
+                "",
+                json!({"apiVersion": "x.io/v1", "kind": "Thing", "metadata": {"name": "t"},
+                    "spec": {"list": [1, 2], "obj": {"a": {"b": null}}, "empty": {}}}),
+            ),
+        ];
+        for (definition, obj) in cases {
+            let direct = created_fields_v1(&obj, Ty::root(definition)).expect("no repeated keys");
+            assert_eq!(
+                serde_json::to_string(&direct).unwrap(),
+                serde_json::to_string(&general(&obj, definition)).unwrap(),
+                "{definition}"
+            );
+        }
+    }
+
+    #[test]
+    fn repeated_list_keys_take_the_general_path() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "a"}, {"name": "c", "image": "b"}]}});
+        assert!(created_fields_v1(&pod, Ty::root("io.k8s.api.core.v1.Pod")).is_none());
+        let mut created = pod.clone();
+        record_update(
+            None,
+            &mut created,
+            "m",
+            "",
+            "io.k8s.api.core.v1.Pod",
+            "2025-01-01T00:00:00Z",
+        );
+        let fields = &created["metadata"]["managedFields"][0]["fieldsV1"];
+        assert_eq!(
+            fields["f:spec"]["f:containers"]["k:{\"name\":\"c\"}"]["f:image"],
+            json!({})
+        );
+    }
+
+    #[test]
+    fn a_create_records_one_entry_for_its_writer() {
+        let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"}});
+        record_update(
+            None,
+            &mut cm,
+            "",
+            "",
+            "io.k8s.api.core.v1.ConfigMap",
+            "2025-01-01T00:00:00Z",
+        );
+        assert_eq!(
+            cm["metadata"]["managedFields"],
+            json!([{"manager": "unknown", "operation": "Update", "apiVersion": "v1",
+                "time": "2025-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:data": {".": {}, "f:k": {}}}}])
+        );
+        let mut ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}});
+        record_update(
+            None,
+            &mut ns,
+            "kubectl",
+            "",
+            "io.k8s.api.core.v1.Namespace",
+            "2025-01-01T00:00:00Z",
+        );
+        assert!(ns["metadata"].get("managedFields").is_none());
     }
 }

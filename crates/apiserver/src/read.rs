@@ -223,11 +223,29 @@ fn list_option_errors(params: &crate::handlers::Params, watch: bool) -> Vec<skif
     errs
 }
 
+/// The page size a list asks for: 0 (absent, zero or negative) means all of it. As upstream, a
+/// value that is not an integer is a bad request, with Go's conversion error as the message.
+fn list_limit(v: Option<&str>) -> Result<usize, StatusError> {
+    let Some(v) = v else { return Ok(0) };
+    match v.parse::<i64>() {
+        Ok(n) => Ok(usize::try_from(n).unwrap_or(0)),
+        Err(e) => {
+            let why = match e.kind() {
+                std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => "value out of range",
+                _ => "invalid syntax",
+            };
+            Err(StatusError::bad_request(format!(
+                "strconv.ParseInt: parsing {v:?}: {why}"
+            )))
+        }
+    }
+}
+
 pub async fn list(ctx: &Ctx) -> Result<Response, StatusError> {
     validate_list_options(ctx, false)?;
     let res = ctx.rr.resource;
     let filter = Filter::from_ctx(ctx)?;
-    let limit: usize = ctx.param("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
+    let limit = list_limit(ctx.param("limit"))?;
     let mut opts = ListOptions::default();
     if let Some(token) = ctx.param("continue").filter(|t| !t.is_empty()) {
         let (rev, start) = decode_continue(token)?;
@@ -322,6 +340,26 @@ pub async fn list(ctx: &Ctx) -> Result<Response, StatusError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn list_limits_parse_as_upstream() {
+        assert_eq!(list_limit(None).unwrap(), 0);
+        assert_eq!(list_limit(Some("500")).unwrap(), 500);
+        assert_eq!(list_limit(Some("+7")).unwrap(), 7);
+        assert_eq!(list_limit(Some("-1")).unwrap(), 0);
+        for (v, message) in [
+            ("abc", "strconv.ParseInt: parsing \"abc\": invalid syntax"),
+            ("", "strconv.ParseInt: parsing \"\": invalid syntax"),
+            ("1.5", "strconv.ParseInt: parsing \"1.5\": invalid syntax"),
+            (
+                "99999999999999999999",
+                "strconv.ParseInt: parsing \"99999999999999999999\": value out of range",
+            ),
+        ] {
+            let e = list_limit(Some(v)).unwrap_err();
+            assert_eq!((e.code, e.message.as_str()), (400, message), "{v}");
+        }
+    }
 
     #[test]
     fn continue_round_trip() {

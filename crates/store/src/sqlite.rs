@@ -215,27 +215,20 @@ fn drop_autoincrement(conn: &Connection) -> anyhow::Result<()> {
         return Ok(());
     }
     let started = std::time::Instant::now();
-    conn.execute_batch(
+    // The new table and its index come from SCHEMA itself, once the old ones are out of the way.
+    conn.execute_batch(&format!(
         "BEGIN IMMEDIATE;
-         CREATE TABLE kv_new (
-            id INTEGER PRIMARY KEY,
-            name TEXT NOT NULL,
-            created INTEGER NOT NULL,
-            deleted INTEGER NOT NULL,
-            create_revision INTEGER NOT NULL,
-            prev_revision INTEGER NOT NULL,
-            value BLOB NOT NULL
-         );
-         INSERT INTO kv_new (id, name, created, deleted, create_revision, prev_revision, value)
-            SELECT id, name, created, deleted, create_revision, prev_revision, value FROM kv ORDER BY id;
          INSERT INTO meta (name, value)
             SELECT 'revision_floor', seq FROM sqlite_sequence WHERE name = 'kv'
             ON CONFLICT (name) DO UPDATE SET value = MAX(value, excluded.value);
-         DROP TABLE kv;
-         ALTER TABLE kv_new RENAME TO kv;
-         CREATE INDEX kv_name_id ON kv (name, id);
-         COMMIT;",
-    )
+         ALTER TABLE kv RENAME TO kv_old;
+         DROP INDEX kv_name_id;
+         {SCHEMA}
+         INSERT INTO kv (id, name, created, deleted, create_revision, prev_revision, value)
+            SELECT id, name, created, deleted, create_revision, prev_revision, value FROM kv_old ORDER BY id;
+         DROP TABLE kv_old;
+         COMMIT;"
+    ))
     .inspect_err(|_| {
         // Leave the database as it was; the next open tries again.
         let _ = conn.execute_batch("ROLLBACK");

@@ -737,8 +737,9 @@ impl V1Node {
 }
 
 /// Top-level fields no create records: the endpoint resets `status`, and upstream strips
-/// these from every set (as [`filter_set`] does for the main resource).
+/// `apiVersion` and `kind` from every set (as [`filter_set`] does for the main resource).
 const UNOWNED_TOP: [&str; 3] = ["apiVersion", "kind", "status"];
+/// Metadata no manager owns: upstream strips these from every set.
 const UNOWNED_METADATA: [&str; 9] = [
     "name",
     "namespace",
@@ -1103,17 +1104,7 @@ fn filter_set(mut set: FieldSet, subresource: &str) -> FieldSet {
     for top in ["f:apiVersion", "f:kind"] {
         set.remove_subtree(&[top.to_string()]);
     }
-    for f in [
-        "name",
-        "namespace",
-        "creationTimestamp",
-        "selfLink",
-        "uid",
-        "clusterName",
-        "generation",
-        "managedFields",
-        "resourceVersion",
-    ] {
+    for f in UNOWNED_METADATA {
         set.remove_subtree(&["f:metadata".to_string(), format!("f:{f}")]);
     }
     match subresource {

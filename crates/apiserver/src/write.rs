@@ -3,6 +3,7 @@
 
 use axum::response::Response;
 use bytes::Bytes;
+use futures::StreamExt;
 use http::{StatusCode, header};
 use serde_json::{Value, json};
 use skiff_api::patch::PatchType;
@@ -817,7 +818,7 @@ fn apply_error(_ctx: &Ctx, e: skiff_api::patch::apply::ApplyError) -> StatusErro
 }
 
 /// DeleteOptions from the body or the query.
-#[derive(Default, Debug)]
+#[derive(Clone, Default, Debug)]
 pub struct DeleteOpts {
     pub grace: Option<i64>,
     pub propagation: Option<String>,
@@ -1048,6 +1049,9 @@ pub async fn delete_object(ctx: &Ctx, opts: &DeleteOpts) -> Result<(Written, Sta
     Err(StatusError::modified(res.group, res.plural, &ctx.rr.name))
 }
 
+/// Deletes a collection's members with this many deletes in flight.
+const DELETE_COLLECTION_WORKERS: usize = 16;
+
 pub async fn delete_collection(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     let res = ctx.rr.resource;
     let opts = delete_options(ctx, &bytes)?;
@@ -1059,23 +1063,35 @@ pub async fn delete_collection(ctx: &Ctx, bytes: Bytes) -> Result<Response, Stat
         .list(&prefix, Default::default())
         .await
         .map_err(|e| ctx.store_err(e))?;
+    let targets: Vec<Ctx> = page
+        .items
+        .iter()
+        .filter_map(objects::decode_kv)
+        .filter(|obj| filter.matches(obj))
+        .map(|obj| {
+            let mut rr = ctx.rr.clone();
+            rr.name = objects::name(&obj).to_string();
+            rr.namespace = objects::namespace(&obj).to_string();
+            Ctx {
+                state: ctx.state.clone(),
+                rr,
+                params: ctx.params.clone(),
+                headers: ctx.headers.clone(),
+                method: ctx.method.clone(),
+            }
+        })
+        .collect();
+    // Several deletes in flight, so that their writes share the store's commits instead of
+    // each waiting for a commit of its own; the list keeps the order of the items.
+    // Each future owns what it reads: the server's handler future must be Send for any lifetime.
+    let mut results = futures::stream::iter(targets.into_iter().map(|one| {
+        let opts = opts.clone();
+        async move { delete_object(&one, &opts).await }
+    }))
+    .buffered(DELETE_COLLECTION_WORKERS);
     let mut deleted = Vec::new();
-    for kv in &page.items {
-        let Some(obj) = objects::decode_kv(kv) else { continue };
-        if !filter.matches(&obj) {
-            continue;
-        }
-        let mut rr = ctx.rr.clone();
-        rr.name = objects::name(&obj).to_string();
-        rr.namespace = objects::namespace(&obj).to_string();
-        let one = Ctx {
-            state: ctx.state.clone(),
-            rr,
-            params: ctx.params.clone(),
-            headers: ctx.headers.clone(),
-            method: ctx.method.clone(),
-        };
-        match delete_object(&one, &opts).await {
+    while let Some(result) = results.next().await {
+        match result {
             Ok((w, _)) => deleted.push(w.object().clone()),
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),

@@ -44,8 +44,11 @@ pub struct SchedulerConfig {
     pub percentage_of_nodes_to_score: u32,
     /// Bindings in flight at once.
     pub max_concurrent_binds: usize,
-    /// Other writes (events, status, explanations) in flight at once.
+    /// Status, explanation and eviction writes in flight at once.
     pub max_concurrent_writes: usize,
+    /// Event writes in flight at once. Events only inform: bindings and status writes get
+    /// the rest of the API server's time. (Upstream's event broadcaster writes one at a time.)
+    pub max_concurrent_events: usize,
     /// Record Scheduled / FailedScheduling events.
     pub record_events: bool,
     /// Store the last attempt's explanation on the pod (annotation `scheduler.skiff.dev/explain`).
@@ -79,6 +82,7 @@ impl Default for SchedulerConfig {
             percentage_of_nodes_to_score: 0,
             max_concurrent_binds: 256,
             max_concurrent_writes: 64,
+            max_concurrent_events: 8,
             record_events: true,
             explain: true,
             preemption: true,
@@ -313,7 +317,12 @@ pub async fn run_with_signal(
         .cloned()
         .unwrap_or_else(|| "default-scheduler".to_string());
     let mut s = Scheduler {
-        writer: Writer::new(client.clone(), component, cfg.max_concurrent_writes),
+        writer: Writer::new(
+            client.clone(),
+            component,
+            cfg.max_concurrent_writes,
+            cfg.max_concurrent_events,
+        ),
         binds: Arc::new(Semaphore::new(cfg.max_concurrent_binds.max(1))),
         queue: SchedulingQueue::new(cfg.initial_backoff, cfg.max_backoff),
         cache: Cache::new(),

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -72,31 +72,42 @@ struct Aggregate {
     count: i64,
 }
 
-/// Performs the writes on background tasks, at most `concurrency` at a time.
+/// Performs the writes on background tasks: events at most `event_concurrency` at a time,
+/// the other writes at most `concurrency` at a time.
 #[derive(Clone)]
 pub struct Writer {
     client: Client,
     component: String,
     limit: Arc<Semaphore>,
+    event_limit: Arc<Semaphore>,
+    /// Events recorded and waiting for a write slot.
+    queued_events: Arc<AtomicUsize>,
     aggregates: Arc<Mutex<AggregateMap>>,
     seq: Arc<AtomicU64>,
 }
 
 const MAX_AGGREGATES: usize = 10_000;
 
+/// Events waiting to be written beyond which new ones are dropped (upstream's broadcaster
+/// queues 1,000).
+const MAX_QUEUED_EVENTS: usize = 10_000;
+
 impl Writer {
-    pub fn new(client: Client, component: String, concurrency: usize) -> Self {
+    pub fn new(client: Client, component: String, concurrency: usize, event_concurrency: usize) -> Self {
         Writer {
             client,
             component,
             limit: Arc::new(Semaphore::new(concurrency.max(1))),
+            event_limit: Arc::new(Semaphore::new(event_concurrency.max(1))),
+            queued_events: Arc::new(AtomicUsize::new(0)),
             aggregates: Arc::new(Mutex::new(HashMap::new())),
             seq: Arc::new(AtomicU64::new(0)),
         }
     }
 
     /// Records an event about a pod; a repeat of the same (pod, reason, message) bumps the
-    /// existing event's count instead of creating a new one.
+    /// existing event's count instead of creating a new one. The event carries the time it
+    /// was recorded, however long it waits to be written.
     pub fn event(
         &self,
         pod: &PodInfo,
@@ -110,12 +121,19 @@ impl Writer {
         let name = pod.name.clone();
         let uid = pod.uid.clone();
         let rv = pod.pod.metadata.resource_version.clone();
+        let now = now_rfc3339();
+        if self.queued_events.fetch_add(1, Ordering::Relaxed) >= MAX_QUEUED_EVENTS {
+            self.queued_events.fetch_sub(1, Ordering::Relaxed);
+            tracing::warn!(pod = %name, reason, "too many events waiting to be written; dropping this one");
+            return;
+        }
         tokio::spawn(async move {
-            let Ok(_permit) = w.limit.acquire().await else {
+            let permit = w.event_limit.acquire().await;
+            w.queued_events.fetch_sub(1, Ordering::Relaxed);
+            let Ok(_permit) = permit else {
                 return;
             };
             let api: Api<Event> = Api::namespaced(w.client.clone(), &ns);
-            let now = now_rfc3339();
             let key = (uid.clone(), reason.to_string(), message.clone());
             let existing = w.aggregates.lock().get(&key).map(|a| (a.name.clone(), a.count));
             if let Some((ev_name, count)) = existing {

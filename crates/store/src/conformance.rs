@@ -558,7 +558,10 @@ pub(crate) async fn contended_keys_lose_no_update(store: Arc<dyn Store>) {
                     loop {
                         let kv = store.get(&key).await.unwrap().expect("created");
                         let n: u64 = std::str::from_utf8(&kv.value).unwrap().parse().unwrap();
-                        match store.update(&key, (n + 1).to_string().into_bytes(), kv.mod_revision).await {
+                        match store
+                            .update(&key, (n + 1).to_string().into_bytes(), kv.mod_revision)
+                            .await
+                        {
                             Ok(_) => break,
                             Err(StoreError::Conflict { .. }) => continue,
                             Err(e) => panic!("unexpected error: {e}"),

@@ -5,6 +5,7 @@
 //! component reaches the data through the HTTP API (in-process through [`client`]).
 
 pub mod body;
+pub mod coalesce;
 pub mod discovery;
 pub mod handlers;
 pub mod objects;

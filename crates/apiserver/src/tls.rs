@@ -20,6 +20,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 
+use crate::coalesce::{Coalesce, Polled};
 use crate::pki::{ADMIN_GROUP, ADMIN_USER, Pki};
 
 /// How long a client may take to finish the TLS handshake.
@@ -123,7 +124,13 @@ pub async fn serve_tls(listener: tokio::net::TcpListener, config: Arc<rustls::Se
                 .peer_certificates()
                 .and_then(|certs| certs.first())
                 .and_then(|cert| identity_from_cert(cert));
-            serve_connection(tls, peer, identity, router).await;
+            // HTTP/2 connections write out once per poll of their task (see `coalesce`).
+            if tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice()) {
+                let (stream, polls) = Coalesce::new(tls);
+                Polled::new(serve_connection(stream, peer, identity, router), polls).await;
+            } else {
+                serve_connection(tls, peer, identity, router).await;
+            }
         });
     }
 }

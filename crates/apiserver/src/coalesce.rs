@@ -1,0 +1,202 @@
+//! Fewer, larger writes on an HTTP/2 connection.
+//!
+//! h2 flushes its connection after every large DATA frame, and the TLS stream turns each
+//! flush into a TLS record and a `writev` of its own: a client watching pods and creating
+//! them over one connection costs the server one system call (and the client one wake-up)
+//! per response and per watch event. [`Coalesce`] holds what h2 writes until the connection
+//! task's next poll: everything the connection produces in one poll and the next goes out
+//! in one write.
+//!
+//! The connection future is wrapped in [`Polled`], which counts its polls. The first flush
+//! that finds data held asks for one more poll (waking the task) and reports success; a flush
+//! in a later poll writes everything out. A poll always ends in a flush (h2 flushes whenever
+//! it has nothing more to do), so held data waits at most one poll of the task.
+//!
+//! Only for connections nothing else drives: an HTTP/1.1 connection may be upgraded and its
+//! stream handed to another task, whose polls this would not see.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Held bytes beyond which a flush writes at once.
+const FLUSH_AT: usize = 64 * 1024;
+
+/// A future that counts its polls for the [`Coalesce`] stream it drives.
+pub struct Polled<F> {
+    inner: Pin<Box<F>>,
+    polls: Arc<AtomicU64>,
+}
+
+impl<F: Future> Future for Polled<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+/// A stream that holds writes until the next poll of the future driving it.
+pub struct Coalesce<S> {
+    inner: S,
+    held: BytesMut,
+    polls: Arc<AtomicU64>,
+    /// The poll in which a flush last found data held and put it off.
+    deferred_in: Option<u64>,
+}
+
+impl<F: Future> Polled<F> {
+    pub fn new(inner: F, polls: Arc<AtomicU64>) -> Self {
+        Polled {
+            inner: Box::pin(inner),
+            polls,
+        }
+    }
+}
+
+impl<S> Coalesce<S> {
+    /// Wraps `stream`; the future that drives it must be wrapped in [`Polled`] with the
+    /// returned counter.
+    pub fn new(stream: S) -> (Self, Arc<AtomicU64>) {
+        let polls = Arc::new(AtomicU64::new(0));
+        let stream = Coalesce {
+            inner: stream,
+            held: BytesMut::new(),
+            polls: polls.clone(),
+            deferred_in: None,
+        };
+        (stream, polls)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> Coalesce<S> {
+    /// Writes out everything held.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.held.is_empty() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.held))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.held.advance(n);
+        }
+        self.deferred_in = None;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Coalesce<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Coalesce<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if self.held.len() >= FLUSH_AT {
+            ready!(self.poll_drain(cx))?;
+        }
+        self.held.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        if self.held.len() >= FLUSH_AT {
+            ready!(self.poll_drain(cx))?;
+        }
+        let mut n = 0;
+        for b in bufs {
+            self.held.extend_from_slice(b);
+            n += b.len();
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.held.is_empty() && self.held.len() < FLUSH_AT {
+            let now = self.polls.load(Ordering::Relaxed);
+            match self.deferred_in {
+                None => {
+                    // Put off to the next poll, which this wake guarantees.
+                    self.deferred_in = Some(now);
+                    cx.waker().wake_by_ref();
+                    return Poll::Ready(Ok(()));
+                }
+                Some(poll) if poll == now => return Poll::Ready(Ok(())),
+                Some(_) => {}
+            }
+        }
+        ready!(self.poll_drain(cx))?;
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_drain(cx))?;
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Bytes the peer can read without waiting.
+    fn readable(peer: &mut tokio::io::DuplexStream) -> Vec<u8> {
+        use futures::FutureExt;
+        let mut out = vec![0u8; 1024];
+        match peer.read(&mut out).now_or_never() {
+            Some(Ok(n)) => out[..n].to_vec(),
+            _ => Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_flush_writes_out_at_the_next_poll() {
+        let (ours, peer) = tokio::io::duplex(1 << 20);
+        let (mut stream, polls) = Coalesce::new(ours);
+        let (mut stream, mut peer) = Polled::new(
+            async move {
+                let mut peer = peer;
+                stream.write_all(b"one ").await.unwrap();
+                stream.flush().await.unwrap();
+                stream.write_all(b"two").await.unwrap();
+                stream.flush().await.unwrap();
+                // Still the same poll: both writes are held.
+                assert_eq!(readable(&mut peer), b"");
+                tokio::task::yield_now().await;
+                stream.flush().await.unwrap();
+                assert_eq!(readable(&mut peer), b"one two");
+                (stream, peer)
+            },
+            polls,
+        )
+        .await;
+        // Large writes go out without waiting for a poll.
+        stream.write_all(&vec![7u8; FLUSH_AT + 1]).await.unwrap();
+        stream.flush().await.unwrap();
+        let mut got = vec![0u8; FLUSH_AT + 1];
+        peer.read_exact(&mut got).await.unwrap();
+        assert!(got.iter().all(|b| *b == 7));
+        // Shutting down writes out what is held.
+        stream.write_all(b"end").await.unwrap();
+        stream.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        peer.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"end");
+    }
+}

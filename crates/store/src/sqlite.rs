@@ -5,6 +5,8 @@
 //! many writes). A write is acknowledged only after its transaction commits.
 //! The latest value of every key and a window of recent events live in memory
 //! (the `state` module); only lists and watches older than that window read SQLite.
+//! A checkpointer thread copies the WAL back into the database on a connection of its own,
+//! so the writer never stalls for a checkpoint.
 //!
 //! Table `kv`: `id` is the revision, assigned by the writer. Revisions never repeat, even
 //! after compaction: compaction deletes only rows older than its target, never the latest
@@ -12,9 +14,11 @@
 //! (`deleted = 1`) that carries the deleted value; `prev_revision` points at the row it supersedes
 //! (0 for a create). Table `meta` records `compact_rev`.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::mpsc as std_mpsc;
 use std::thread::JoinHandle;
 
 use anyhow::Context;
@@ -63,6 +67,10 @@ pub struct SqliteOptions {
     /// Most revisions one compaction transaction covers; write batches run
     /// between the steps of a larger compaction.
     pub compact_step: Revision,
+    /// WAL pages after which a checkpoint is asked for. The append-only table rewrites its
+    /// last pages on every commit, so checkpointing every 32 MiB instead of SQLite's 4 MiB
+    /// copies far fewer pages per write.
+    pub checkpoint_pages: i32,
 }
 
 impl Default for SqliteOptions {
@@ -72,6 +80,7 @@ impl Default for SqliteOptions {
             watch_buffer: state::DEFAULT_WATCH_BUFFER,
             max_batch: 4096,
             compact_step: 10_000,
+            checkpoint_pages: 8192,
         }
     }
 }
@@ -110,11 +119,13 @@ impl SqliteStore {
             "sqlite database {} refused WAL mode (journal mode {mode})",
             path.display()
         );
-        // Every commit appends the pages it touched to the WAL; a checkpoint copies each page's
-        // latest version back. The append-only table rewrites its last pages on every commit, so
-        // checkpointing every 32 MiB instead of SQLite's 4 MiB copies far fewer pages per write.
-        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA busy_timeout=10000; PRAGMA wal_autocheckpoint=8192;")
+        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA busy_timeout=10000;")
             .context("set pragmas")?;
+        // Every commit appends the pages it touched to the WAL; a checkpoint copies each page's
+        // latest version back. Checkpoints run on a thread of their own (`checkpointer`), so the
+        // writer never stops committing to copy tens of megabytes; this hook (which also turns
+        // SQLite's own checkpoints after a commit off) tells the writer how large the WAL is.
+        conn.wal_hook(Some(note_wal_pages));
         conn.execute_batch(SCHEMA).context("create schema")?;
         drop_autoincrement(&conn).context("migrate the kv table off AUTOINCREMENT")?;
         let (kvs, revision, compacted) = load(&conn).context("load latest values")?;
@@ -132,11 +143,20 @@ impl SqliteStore {
         };
         let state = Arc::new(State::new(kvs, revision, compacted, limits));
         let (requests, rx) = mpsc::channel(opts.max_batch.max(1) * 4);
+        // One request at a time: while a checkpoint runs, the writer's next ones are dropped.
+        let (checkpoint, checkpoints) = std_mpsc::sync_channel(1);
+        let db = path.to_owned();
+        let checkpointer = std::thread::Builder::new()
+            .name("store-checkpointer".into())
+            .spawn(move || checkpointer(&db, checkpoints))
+            .context("spawn the store checkpointer thread")?;
         let writer = Writer {
             conn,
             state: state.clone(),
             max_batch: opts.max_batch.max(1),
             compact_step: opts.compact_step.max(1),
+            checkpoint: Some((checkpoint, checkpointer)),
+            checkpoint_pages: opts.checkpoint_pages.max(1),
         };
         let writer = std::thread::Builder::new()
             .name("store-writer".into())
@@ -436,6 +456,41 @@ struct Writer {
     state: Arc<State>,
     max_batch: usize,
     compact_step: Revision,
+    /// Asks the checkpointer thread for a checkpoint.
+    checkpoint: Option<(std_mpsc::SyncSender<()>, JoinHandle<()>)>,
+    checkpoint_pages: i32,
+}
+
+thread_local! {
+    /// Pages in the WAL after the last commit on this thread's connection.
+    static WAL_PAGES: Cell<i32> = const { Cell::new(0) };
+}
+
+/// SQLite's WAL hook: called on the committing thread after each commit.
+fn note_wal_pages(_: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqlite::Result<()> {
+    WAL_PAGES.with(|p| p.set(pages));
+    Ok(())
+}
+
+/// Copies the WAL back into the database whenever the writer asks, on a connection of its
+/// own: a PASSIVE checkpoint neither waits for nor blocks the writer and readers.
+fn checkpointer(path: &Path, requests: std_mpsc::Receiver<()>) {
+    let conn = match Connection::open(path) {
+        Ok(conn) => conn,
+        Err(e) => {
+            tracing::error!(error = %e, path = %path.display(), "the store checkpointer cannot open the database");
+            return;
+        }
+    };
+    while requests.recv().is_ok() {
+        let result = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+        });
+        match result {
+            Ok((frames, copied)) => tracing::debug!(frames, copied, "checkpointed the store's WAL"),
+            Err(e) => tracing::warn!(error = %e, "checkpointing the store's WAL failed"),
+        }
+    }
 }
 
 type WriteRequest = (Op, oneshot::Sender<Result<KeyValue>>);
@@ -497,6 +552,12 @@ impl Writer {
                 }
             }
         }
+        if let Some((checkpoint, checkpointer)) = self.checkpoint.take() {
+            drop(checkpoint);
+            if checkpointer.join().is_err() {
+                tracing::error!("store checkpointer thread panicked");
+            }
+        }
         tracing::debug!("store writer stopped");
     }
 
@@ -529,7 +590,15 @@ impl Writer {
         }
         if !events.is_empty() {
             match self.insert(&events) {
-                Ok(()) => self.state.write().apply(events),
+                Ok(()) => {
+                    self.state.write().apply(events);
+                    if WAL_PAGES.with(Cell::get) >= self.checkpoint_pages
+                        && let Some((checkpoint, _)) = &self.checkpoint
+                    {
+                        // Full means one is pending or running already.
+                        let _ = checkpoint.try_send(());
+                    }
+                }
                 Err(err) => {
                     tracing::error!(error = format!("{err:#}"), "store commit failed");
                     for (_, answer) in &mut answers {
@@ -708,12 +777,44 @@ mod tests {
         (open_in(&dir, opts), dir)
     }
 
+    /// Also checkpoints all the time, while writes and reads go on.
     fn tiny_window() -> SqliteOptions {
         SqliteOptions {
             event_window: 1,
             compact_step: 3,
+            checkpoint_pages: 2,
             ..Default::default()
         }
+    }
+
+    /// The checkpointer thread copies the WAL back into the database while the store is
+    /// open (SQLite's own checkpoints after a commit are off).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_wal_is_checkpointed_while_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_in(
+            &dir,
+            SqliteOptions {
+                checkpoint_pages: 16,
+                ..Default::default()
+            },
+        );
+        let db = dir.path().join("state.db");
+        let before = std::fs::metadata(&db).unwrap().len();
+        for i in 0..200 {
+            store.create(&format!("/c/{i:03}"), vec![b'x'; 1024]).await.unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::metadata(&db).unwrap().len() < before + 200 * 1024 {
+            assert!(std::time::Instant::now() < deadline, "the database file never grew");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        drop(store);
+        let store = open_in(&dir, SqliteOptions::default());
+        assert_eq!(
+            store.list("/c/", ListOptions::default()).await.unwrap().items.len(),
+            200
+        );
     }
 
     mod default_window {

@@ -34,6 +34,15 @@ pub struct Polled<F> {
     polls: Arc<AtomicU64>,
 }
 
+impl<F: Future> Polled<F> {
+    pub fn new(inner: F, polls: Arc<AtomicU64>) -> Self {
+        Polled {
+            inner: Box::pin(inner),
+            polls,
+        }
+    }
+}
+
 impl<F: Future> Future for Polled<F> {
     type Output = F::Output;
 
@@ -50,15 +59,6 @@ pub struct Coalesce<S> {
     polls: Arc<AtomicU64>,
     /// The poll in which a flush last found data held and put it off.
     deferred_in: Option<u64>,
-}
-
-impl<F: Future> Polled<F> {
-    pub fn new(inner: F, polls: Arc<AtomicU64>) -> Self {
-        Polled {
-            inner: Box::pin(inner),
-            polls,
-        }
-    }
 }
 
 impl<S> Coalesce<S> {
@@ -98,12 +98,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for Coalesce<S> {
 }
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Coalesce<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        if self.held.len() >= FLUSH_AT {
-            ready!(self.poll_drain(cx))?;
-        }
-        self.held.extend_from_slice(buf);
-        Poll::Ready(Ok(buf.len()))
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.poll_write_vectored(cx, &[io::IoSlice::new(buf)])
     }
 
     fn poll_write_vectored(

@@ -155,6 +155,17 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// The same request (parameters, headers, method) addressed to another object.
+    pub fn for_object(&self, rr: ResourceRequest) -> Ctx {
+        Ctx {
+            state: self.state.clone(),
+            rr,
+            params: self.params.clone(),
+            headers: self.headers.clone(),
+            method: self.method.clone(),
+        }
+    }
+
     pub fn param(&self, k: &str) -> Option<&str> {
         self.params.get(k).map(String::as_str)
     }

@@ -183,13 +183,7 @@ pub async fn create_binding(ctx: &Ctx, bytes: Bytes, pod_name: Option<String>) -
     rr.resource = pods;
     rr.name = name.clone();
     rr.subresource = String::new();
-    let pctx = Ctx {
-        state: ctx.state.clone(),
-        rr,
-        params: ctx.params.clone(),
-        headers: ctx.headers.clone(),
-        method: ctx.method.clone(),
-    };
+    let pctx = ctx.for_object(rr);
     // The binder names the pod it scheduled by uid (and may by resourceVersion): a pod
     // deleted and created again under the same name is not bound by mistake.
     let want_uid = objects::uid(&binding).to_string();

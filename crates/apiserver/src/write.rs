@@ -1072,13 +1072,7 @@ pub async fn delete_collection(ctx: &Ctx, bytes: Bytes) -> Result<Response, Stat
             let mut rr = ctx.rr.clone();
             rr.name = objects::name(&obj).to_string();
             rr.namespace = objects::namespace(&obj).to_string();
-            Ctx {
-                state: ctx.state.clone(),
-                rr,
-                params: ctx.params.clone(),
-                headers: ctx.headers.clone(),
-                method: ctx.method.clone(),
-            }
+            ctx.for_object(rr)
         })
         .collect();
     // Several deletes in flight, so that their writes share the store's commits instead of

@@ -756,8 +756,83 @@ const UNOWNED_METADATA: [&str; 9] = [
 /// [`filter_set`] for the main resource, encoded as [`FieldSet::into_fields_v1`] would, but
 /// built straight into JSON instead of through a [`FieldSet`]. Every create pays for this, so it
 /// matters. `None` when a list repeats an item key: the general path merges those.
-fn created_fields_v1(obj: &Value, ty: Ty) -> Option<Value> {
-    created_node(obj, ty, &FieldMeta::default(), true, Level::Root).map(V1Node::into_value)
+fn created_fields_v1(obj: &Value, definition: &str, ty: Ty) -> Option<Value> {
+    // Objects created alike (a ReplicaSet's pods, a scheduler's events) own the same fields:
+    // the answer is remembered per thread by everything `created_node` reads of the object.
+    let mut key = Vec::with_capacity(1024);
+    key.extend_from_slice(definition.as_bytes());
+    key.push(0);
+    skeleton(obj, false, &mut key);
+    if let Some(hit) = CREATED_FIELDS.with_borrow(|m| m.get(key.as_slice()).cloned()) {
+        return hit;
+    }
+    let fields = created_node(obj, ty, &FieldMeta::default(), true, Level::Root).map(V1Node::into_value);
+    CREATED_FIELDS.with_borrow_mut(|m| {
+        if m.len() >= CREATED_FIELDS_KEPT {
+            m.clear();
+        }
+        m.insert(key, fields.clone());
+    });
+    fields
+}
+
+/// Distinct object shapes whose created fields a thread remembers.
+const CREATED_FIELDS_KEPT: usize = 64;
+
+thread_local! {
+    /// [`created_fields_v1`] answers, by definition name and [`skeleton`].
+    static CREATED_FIELDS: std::cell::RefCell<HashMap<Vec<u8>, Option<Value>>> =
+        std::cell::RefCell::new(HashMap::new());
+}
+
+/// Appends to `out` what the fields a creator owns depend on: every key, the kind of every
+/// value, and inside lists (whose items become keys and set members) the values themselves.
+/// Lengths are written before keys, strings and containers, so two objects have the same
+/// skeleton only if these parts are equal.
+fn skeleton(v: &Value, in_list: bool, out: &mut Vec<u8>) {
+    fn len(n: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(n as u64).to_le_bytes());
+    }
+    match v {
+        Value::Null => out.push(b'n'),
+        Value::Bool(b) => {
+            out.push(b'b');
+            if in_list {
+                out.push(u8::from(*b));
+            }
+        }
+        Value::Number(n) => {
+            out.push(b'#');
+            if in_list {
+                let text = n.to_string();
+                len(text.len(), out);
+                out.extend_from_slice(text.as_bytes());
+            }
+        }
+        Value::String(s) => {
+            out.push(b's');
+            if in_list {
+                len(s.len(), out);
+                out.extend_from_slice(s.as_bytes());
+            }
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            len(items.len(), out);
+            for item in items {
+                skeleton(item, true, out);
+            }
+        }
+        Value::Object(m) => {
+            out.push(b'{');
+            len(m.len(), out);
+            for (k, item) in m {
+                len(k.len(), out);
+                out.extend_from_slice(k.as_bytes());
+                skeleton(item, in_list, out);
+            }
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -1410,7 +1485,7 @@ pub fn record_update(
     if old.is_none()
         && entries.is_empty()
         && subresource.is_empty()
-        && let Some(fields) = created_fields_v1(new, ty)
+        && let Some(fields) = created_fields_v1(new, definition, ty)
     {
         let mut list = Vec::with_capacity(1);
         if fields.as_object().is_some_and(|m| !m.is_empty()) {
@@ -2038,7 +2113,7 @@ mod created_fields_tests {
             ),
         ];
         for (definition, obj) in cases {
-            let direct = created_fields_v1(&obj, Ty::root(definition)).expect("no repeated keys");
+            let direct = created_fields_v1(&obj, definition, Ty::root(definition)).expect("no repeated keys");
             assert_eq!(
                 serde_json::to_string(&direct).unwrap(),
                 serde_json::to_string(&general(&obj, definition)).unwrap(),
@@ -2048,10 +2123,52 @@ mod created_fields_tests {
     }
 
     #[test]
+    fn created_fields_are_remembered_only_for_objects_alike() {
+        let def = "io.k8s.api.core.v1.Pod";
+        let pod = |name: &str, container: &str, port: u16, image: &str| {
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "web"}},
+                "spec": {"containers": [{"name": container, "image": image,
+                    "ports": [{"containerPort": port, "protocol": "TCP"}]}]}})
+        };
+        let fields = |obj: &Value| serde_json::to_string(&created_fields_v1(obj, def, Ty::root(def))).unwrap();
+        let first = fields(&pod("a", "web", 80, "nginx"));
+        // Another name and image (values outside keys): the same fields, from the cache.
+        assert_eq!(fields(&pod("b", "web", 80, "httpd")), first);
+        // Values that become keys differ: so do the fields, as computed afresh.
+        for other in [pod("a", "app", 80, "nginx"), pod("a", "web", 8080, "nginx")] {
+            let cached = fields(&other);
+            assert_ne!(cached, first);
+            assert_eq!(
+                cached,
+                serde_json::to_string(
+                    &created_node(&other, Ty::root(def), &FieldMeta::default(), true, Level::Root)
+                        .map(V1Node::into_value)
+                )
+                .unwrap()
+            );
+        }
+        // A field more, or a field of another kind, is another skeleton.
+        let mut labelled = pod("a", "web", 80, "nginx");
+        labelled["metadata"]["labels"]["tier"] = json!("front");
+        assert!(fields(&labelled).contains("f:tier"));
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        skeleton(&json!({"x": "1"}), false, &mut a);
+        skeleton(&json!({"x": 1}), false, &mut b);
+        assert_ne!(a, b);
+        // Lengths keep keys apart that concatenate alike.
+        a.clear();
+        b.clear();
+        skeleton(&json!({"ab": {"c": null}}), false, &mut a);
+        skeleton(&json!({"a": {"bc": null}}), false, &mut b);
+        assert_ne!(a, b);
+    }
+
+    #[test]
     fn repeated_list_keys_take_the_general_path() {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
             "spec": {"containers": [{"name": "c", "image": "a"}, {"name": "c", "image": "b"}]}});
-        assert!(created_fields_v1(&pod, Ty::root("io.k8s.api.core.v1.Pod")).is_none());
+        assert!(created_fields_v1(&pod, "io.k8s.api.core.v1.Pod", Ty::root("io.k8s.api.core.v1.Pod")).is_none());
         let mut created = pod.clone();
         record_update(
             None,

@@ -7,18 +7,20 @@
 //! task's next poll: everything the connection produces in one poll and the next goes out
 //! in one write.
 //!
-//! The connection future is wrapped in [`Polled`], which counts its polls. The first flush
-//! that finds data held asks for one more poll (waking the task) and reports success; a flush
-//! in a later poll writes everything out. A poll always ends in a flush (h2 flushes whenever
-//! it has nothing more to do), so held data waits at most one poll of the task.
+//! The task driving the connection is wrapped in [`Polled`], which numbers each of its polls
+//! (a thread-local holds the number while the poll runs). The first flush that finds data
+//! held asks for one more poll (waking the task) and reports success; a flush in a later poll
+//! writes everything out. A poll always ends in a flush (h2 flushes whenever it has nothing
+//! more to do), so held data waits at most one poll of the task. A stream driven outside any
+//! [`Polled`] future writes out at every flush, as if it were not wrapped.
 //!
-//! Only for connections nothing else drives: an HTTP/1.1 connection may be upgraded and its
-//! stream handed to another task, whose polls this would not see.
+//! Only for connections one task drives: an HTTP/1.1 connection may be upgraded and its
+//! stream handed to another task, whose polls would not be told apart from the first's.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 
@@ -28,18 +30,22 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// Held bytes beyond which a flush writes at once.
 const FLUSH_AT: usize = 64 * 1024;
 
-/// A future that counts its polls for the [`Coalesce`] stream it drives.
+/// Numbers polls of [`Polled`] futures; 0 means "not inside one".
+static NEXT_POLL: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The number of the [`Polled`] poll running on this thread, or 0.
+    static CURRENT_POLL: Cell<u64> = const { Cell::new(0) };
+}
+
+/// A future whose polls [`Coalesce`] streams can tell apart.
 pub struct Polled<F> {
     inner: Pin<Box<F>>,
-    polls: Arc<AtomicU64>,
 }
 
 impl<F: Future> Polled<F> {
-    pub fn new(inner: F, polls: Arc<AtomicU64>) -> Self {
-        Polled {
-            inner: Box::pin(inner),
-            polls,
-        }
+    pub fn new(inner: F) -> Self {
+        Polled { inner: Box::pin(inner) }
     }
 }
 
@@ -47,32 +53,49 @@ impl<F: Future> Future for Polled<F> {
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        self.polls.fetch_add(1, Ordering::Relaxed);
-        self.inner.as_mut().poll(cx)
+        let id = NEXT_POLL.fetch_add(1, Ordering::Relaxed);
+        let outer = CURRENT_POLL.replace(id);
+        let result = self.inner.as_mut().poll(cx);
+        CURRENT_POLL.set(outer);
+        result
     }
 }
 
-/// A stream that holds writes until the next poll of the future driving it.
+/// Spawns futures as [`Polled`] tasks: an executor for hyper's client, whose connection
+/// tasks it spawns itself.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PolledExecutor;
+
+impl<F> hyper::rt::Executor<F> for PolledExecutor
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        tokio::spawn(Polled::new(fut));
+    }
+}
+
+/// A stream that holds writes until the next poll of the [`Polled`] task driving it.
 pub struct Coalesce<S> {
     inner: S,
     held: BytesMut,
-    polls: Arc<AtomicU64>,
     /// The poll in which a flush last found data held and put it off.
     deferred_in: Option<u64>,
 }
 
 impl<S> Coalesce<S> {
-    /// Wraps `stream`; the future that drives it must be wrapped in [`Polled`] with the
-    /// returned counter.
-    pub fn new(stream: S) -> (Self, Arc<AtomicU64>) {
-        let polls = Arc::new(AtomicU64::new(0));
-        let stream = Coalesce {
+    /// Wraps `stream`; writes are held only while a [`Polled`] task drives it.
+    pub fn new(stream: S) -> Self {
+        Coalesce {
             inner: stream,
             held: BytesMut::new(),
-            polls: polls.clone(),
             deferred_in: None,
-        };
-        (stream, polls)
+        }
+    }
+
+    pub fn get_ref(&self) -> &S {
+        &self.inner
     }
 }
 
@@ -123,8 +146,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Coalesce<S> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if !self.held.is_empty() && self.held.len() < FLUSH_AT {
-            let now = self.polls.load(Ordering::Relaxed);
+        let now = CURRENT_POLL.get();
+        if now != 0 && !self.held.is_empty() && self.held.len() < FLUSH_AT {
             match self.deferred_in {
                 None => {
                     // Put off to the next poll, which this wake guarantees.
@@ -164,23 +187,20 @@ mod tests {
     #[tokio::test]
     async fn a_flush_writes_out_at_the_next_poll() {
         let (ours, peer) = tokio::io::duplex(1 << 20);
-        let (mut stream, polls) = Coalesce::new(ours);
-        let (mut stream, mut peer) = Polled::new(
-            async move {
-                let mut peer = peer;
-                stream.write_all(b"one ").await.unwrap();
-                stream.flush().await.unwrap();
-                stream.write_all(b"two").await.unwrap();
-                stream.flush().await.unwrap();
-                // Still the same poll: both writes are held.
-                assert_eq!(readable(&mut peer), b"");
-                tokio::task::yield_now().await;
-                stream.flush().await.unwrap();
-                assert_eq!(readable(&mut peer), b"one two");
-                (stream, peer)
-            },
-            polls,
-        )
+        let mut stream = Coalesce::new(ours);
+        let (mut stream, mut peer) = Polled::new(async move {
+            let mut peer = peer;
+            stream.write_all(b"one ").await.unwrap();
+            stream.flush().await.unwrap();
+            stream.write_all(b"two").await.unwrap();
+            stream.flush().await.unwrap();
+            // Still the same poll: both writes are held.
+            assert_eq!(readable(&mut peer), b"");
+            tokio::task::yield_now().await;
+            stream.flush().await.unwrap();
+            assert_eq!(readable(&mut peer), b"one two");
+            (stream, peer)
+        })
         .await;
         // Large writes go out without waiting for a poll.
         stream.write_all(&vec![7u8; FLUSH_AT + 1]).await.unwrap();
@@ -194,5 +214,33 @@ mod tests {
         let mut rest = Vec::new();
         peer.read_to_end(&mut rest).await.unwrap();
         assert_eq!(rest, b"end");
+    }
+
+    #[tokio::test]
+    async fn outside_a_polled_task_a_flush_writes_out() {
+        let (ours, mut peer) = tokio::io::duplex(1 << 20);
+        let mut stream = Coalesce::new(ours);
+        stream.write_all(b"now").await.unwrap();
+        stream.flush().await.unwrap();
+        assert_eq!(readable(&mut peer), b"now");
+    }
+
+    #[tokio::test]
+    async fn a_polled_future_inside_another_keeps_its_own_polls() {
+        let (ours, mut peer) = tokio::io::duplex(1 << 20);
+        let mut stream = Coalesce::new(ours);
+        Polled::new(async move {
+            stream.write_all(b"held").await.unwrap();
+            stream.flush().await.unwrap();
+            // A nested Polled future's poll is one of its own; when it returns, the outer
+            // poll goes on as the same poll.
+            Polled::new(async {}).await;
+            stream.flush().await.unwrap();
+            assert_eq!(readable(&mut peer), b"");
+            tokio::task::yield_now().await;
+            stream.flush().await.unwrap();
+            assert_eq!(readable(&mut peer), b"held");
+        })
+        .await;
     }
 }

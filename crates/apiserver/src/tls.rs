@@ -126,8 +126,7 @@ pub async fn serve_tls(listener: tokio::net::TcpListener, config: Arc<rustls::Se
                 .and_then(|cert| identity_from_cert(cert));
             // HTTP/2 connections write out once per poll of their task (see `coalesce`).
             if tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice()) {
-                let (stream, polls) = Coalesce::new(tls);
-                Polled::new(serve_connection(stream, peer, identity, router), polls).await;
+                Polled::new(serve_connection(Coalesce::new(tls), peer, identity, router)).await;
             } else {
                 serve_connection(tls, peer, identity, router).await;
             }

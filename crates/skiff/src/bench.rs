@@ -92,7 +92,7 @@ impl ChildServer {
     }
 
     pub async fn client(&self) -> anyhow::Result<kube::Client> {
-        crate::kube_client(&self.kubeconfig).await
+        crate::client::kube_client(&self.kubeconfig).await
     }
 }
 
@@ -192,10 +192,10 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             json,
         } => {
             let (_server, client) = match kubeconfig {
-                Some(path) => (None, crate::kube_client_h2(&path).await?),
+                Some(path) => (None, crate::client::kube_client_h2(&path).await?),
                 None => {
                     let server = ChildServer::start(&["--no-agent", "--no-scheduler", "--no-controllers"]).await?;
-                    let client = crate::kube_client_h2(&server.kubeconfig).await?;
+                    let client = crate::client::kube_client_h2(&server.kubeconfig).await?;
                     (Some(server), client)
                 }
             };

@@ -1,6 +1,7 @@
 //! `skiff`: Kubernetes in one binary. This file only wires the command line to the crates.
 
 mod bench;
+mod client;
 
 /// The API server allocates and frees many small JSON values per request; mimalloc handles
 /// that pattern far better than the system allocator.
@@ -145,50 +146,6 @@ fn default_data_dir() -> PathBuf {
         .join(".skiff")
 }
 
-async fn kube_config(kubeconfig: &std::path::Path) -> anyhow::Result<kube::Config> {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig)
-        .with_context(|| format!("reading kubeconfig {}", kubeconfig.display()))?;
-    kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .context("loading kubeconfig")
-}
-
-async fn kube_client(kubeconfig: &std::path::Path) -> anyhow::Result<kube::Client> {
-    kube::Client::try_from(kube_config(kubeconfig).await?).context("building the API client")
-}
-
-/// A client speaking HTTP/2 over one connection, as client-go does against an API server: the
-/// requests of many tasks share TLS records and system calls instead of taking one connection
-/// each. For the components that only make API calls (scheduler, benchmarks); streams that upgrade
-/// the connection (exec, attach, port-forward) need HTTP/1.1.
-async fn kube_client_h2(kubeconfig: &std::path::Path) -> anyhow::Result<kube::Client> {
-    use kube::client::ConfigExt;
-    let config = kube_config(kubeconfig).await?;
-    // The connector offers h2 by ALPN itself.
-    let tls = config
-        .rustls_client_config()
-        .context("building the TLS configuration")?;
-    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http2()
-        .wrap_connector(http);
-    let hyper_client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .http2_only(true)
-        .timer(hyper_util::rt::TokioTimer::new())
-        .http2_keep_alive_interval(std::time::Duration::from_secs(30))
-        .build(https);
-    let service = tower::ServiceBuilder::new()
-        .layer(config.base_uri_layer())
-        .option_layer(config.auth_layer().context("building the client's authentication")?)
-        .map_err(|e: hyper_util::client::legacy::Error| -> Box<dyn std::error::Error + Send + Sync> { Box::new(e) })
-        .service(hyper_client);
-    Ok(kube::Client::new(service, config.default_namespace))
-}
-
 fn parse_labels(s: &str) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
     let mut out = std::collections::BTreeMap::new();
     for part in s.split(',').filter(|p| !p.trim().is_empty()) {
@@ -204,7 +161,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Server(args) => server(args).await,
         Command::Scheduler { kubeconfig } => {
-            let client = kube_client_h2(&kubeconfig).await?;
+            let client = client::kube_client_h2(&kubeconfig).await?;
             skiff_scheduler::run(client, Default::default()).await
         }
         Command::Agent {
@@ -212,7 +169,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             node_name,
             data_dir,
         } => {
-            let client = kube_client(&kubeconfig).await?;
+            let client = client::kube_client(&kubeconfig).await?;
             let mut cfg =
                 skiff_agent::AgentConfig::for_this_host(data_dir.unwrap_or_else(|| default_data_dir().join("agent")));
             if let Some(n) = node_name {
@@ -222,7 +179,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             skiff_agent::run(client, cfg).await
         }
         Command::Sim(a) => {
-            let client = kube_client(&a.kubeconfig).await?;
+            let client = client::kube_client(&a.kubeconfig).await?;
             let cfg = skiff_agent::sim::SimConfig {
                 nodes: a.nodes,
                 cpu: a.cpu,
@@ -244,7 +201,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 "only pods can be explained"
             );
             let path = kubeconfig.unwrap_or_else(|| default_data_dir().join("kubeconfig"));
-            let client = kube_client(&path).await?;
+            let client = client::kube_client(&path).await?;
             let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, &namespace);
             let pod = pods
                 .get(&name)

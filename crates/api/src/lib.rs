@@ -9,6 +9,7 @@ pub mod quantity;
 pub mod registry;
 pub mod schema;
 pub mod selector;
+pub mod skeleton;
 pub mod status;
 pub mod validation;
 

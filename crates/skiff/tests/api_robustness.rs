@@ -87,6 +87,28 @@ fn bad_input_gets_status_errors_and_changes_nothing() {
         body.contains("strict decoding error: unknown field \\\"bogus\\\""),
         "{body}"
     );
+    // Objects written alike skip checks they passed before; one that skipped the unknown-field
+    // check (fieldValidation=Ignore) did not pass it, so the same shape is refused when strict.
+    for i in 0..4 {
+        let ignored = format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"i{i}"}},"bogus":1}}"#);
+        let (code, body) = curl(
+            &c,
+            "POST",
+            "/api/v1/namespaces/default/configmaps?fieldValidation=Ignore&dryRun=All",
+            "application/json",
+            ignored.as_bytes(),
+        );
+        assert_eq!(code, 201, "{body}");
+        let strict = format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"s{i}"}},"bogus":1}}"#);
+        let (code, body) = curl(
+            &c,
+            "POST",
+            "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
+            "application/json",
+            strict.as_bytes(),
+        );
+        assert_eq!(code, 400, "{body}");
+    }
     // A wrong-typed field is a 400/422, never a 500.
     let wrong = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"w"},"spec":{"containers":"nope"}}"#;
     let (code, body) = curl(&c, "POST", pods, "application/json", wrong);

@@ -758,11 +758,12 @@ const UNOWNED_METADATA: [&str; 9] = [
 /// matters. `None` when a list repeats an item key: the general path merges those.
 fn created_fields_v1(obj: &Value, definition: &str, ty: Ty) -> Option<Value> {
     // Objects created alike (a ReplicaSet's pods, a scheduler's events) own the same fields:
-    // the answer is remembered per thread by everything `created_node` reads of the object.
+    // the answer is remembered per thread under the object's skeleton, which holds everything
+    // `created_node` reads of it.
     let mut key = Vec::with_capacity(1024);
     key.extend_from_slice(definition.as_bytes());
     key.push(0);
-    skeleton(obj, false, &mut key);
+    crate::skeleton::write(obj, &mut key);
     if let Some(hit) = CREATED_FIELDS.with_borrow(|m| m.get(key.as_slice()).cloned()) {
         return hit;
     }
@@ -780,59 +781,9 @@ fn created_fields_v1(obj: &Value, definition: &str, ty: Ty) -> Option<Value> {
 const CREATED_FIELDS_KEPT: usize = 64;
 
 thread_local! {
-    /// [`created_fields_v1`] answers, by definition name and [`skeleton`].
+    /// [`created_fields_v1`] answers, by definition name and skeleton.
     static CREATED_FIELDS: std::cell::RefCell<HashMap<Vec<u8>, Option<Value>>> =
         std::cell::RefCell::new(HashMap::new());
-}
-
-/// Appends to `out` what the fields a creator owns depend on: every key, the kind of every
-/// value, and inside lists (whose items become keys and set members) the values themselves.
-/// Lengths are written before keys, strings and containers, so two objects have the same
-/// skeleton only if these parts are equal.
-fn skeleton(v: &Value, in_list: bool, out: &mut Vec<u8>) {
-    fn len(n: usize, out: &mut Vec<u8>) {
-        out.extend_from_slice(&(n as u64).to_le_bytes());
-    }
-    match v {
-        Value::Null => out.push(b'n'),
-        Value::Bool(b) => {
-            out.push(b'b');
-            if in_list {
-                out.push(u8::from(*b));
-            }
-        }
-        Value::Number(n) => {
-            out.push(b'#');
-            if in_list {
-                let text = n.to_string();
-                len(text.len(), out);
-                out.extend_from_slice(text.as_bytes());
-            }
-        }
-        Value::String(s) => {
-            out.push(b's');
-            if in_list {
-                len(s.len(), out);
-                out.extend_from_slice(s.as_bytes());
-            }
-        }
-        Value::Array(items) => {
-            out.push(b'[');
-            len(items.len(), out);
-            for item in items {
-                skeleton(item, true, out);
-            }
-        }
-        Value::Object(m) => {
-            out.push(b'{');
-            len(m.len(), out);
-            for (k, item) in m {
-                len(k.len(), out);
-                out.extend_from_slice(k.as_bytes());
-                skeleton(item, in_list, out);
-            }
-        }
-    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -2147,21 +2098,10 @@ mod created_fields_tests {
                 .unwrap()
             );
         }
-        // A field more, or a field of another kind, is another skeleton.
+        // A field more is another skeleton.
         let mut labelled = pod("a", "web", 80, "nginx");
         labelled["metadata"]["labels"]["tier"] = json!("front");
         assert!(fields(&labelled).contains("f:tier"));
-        let mut a = Vec::new();
-        let mut b = Vec::new();
-        skeleton(&json!({"x": "1"}), false, &mut a);
-        skeleton(&json!({"x": 1}), false, &mut b);
-        assert_ne!(a, b);
-        // Lengths keep keys apart that concatenate alike.
-        a.clear();
-        b.clear();
-        skeleton(&json!({"ab": {"c": null}}), false, &mut a);
-        skeleton(&json!({"a": {"bc": null}}), false, &mut b);
-        assert_ne!(a, b);
     }
 
     #[test]

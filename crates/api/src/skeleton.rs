@@ -14,6 +14,18 @@ pub fn write(v: &Value, out: &mut Vec<u8>) {
     walk(v, false, out);
 }
 
+/// A cache key: each of `parts` (a definition name, a group, version and kind) ended by a NUL,
+/// then `v`'s skeleton.
+pub fn key(parts: &[&str], v: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1024);
+    for part in parts {
+        out.extend_from_slice(part.as_bytes());
+        out.push(0);
+    }
+    write(v, &mut out);
+    out
+}
+
 fn len(n: usize, out: &mut Vec<u8>) {
     out.extend_from_slice(&(n as u64).to_le_bytes());
 }

@@ -90,13 +90,12 @@ fn check_type(res: &Resource, obj: &mut Value) -> Result<(), StatusError> {
     Ok(())
 }
 
-/// Upstream decodes a body into its Go type before anything else: a field of the wrong JSON
-/// type is a 400 that names it, and nothing is stored.
-/// Skeletons (see `skiff_api::skeleton`) a thread has seen pass both checks of
-/// [`check_shape`], with their group, version and kind.
+/// Passed skeletons a thread remembers.
 const PASSED_SHAPES_KEPT: usize = 256;
 
 thread_local! {
+    /// Skeletons (see `skiff_api::skeleton`), with their group, version and kind, that passed
+    /// both checks of [`check_shape`] on this thread.
     static PASSED_SHAPES: std::cell::RefCell<std::collections::HashSet<Vec<u8>>> =
         std::cell::RefCell::new(std::collections::HashSet::new());
 }
@@ -106,22 +105,14 @@ thread_local! {
 /// ReplicaSet's pods, a scheduler's events) passes again without a walk.
 fn check_shape(ctx: &Ctx, obj: &Value) -> Result<Vec<String>, StatusError> {
     let res = ctx.rr.resource;
-    let mut key = Vec::with_capacity(1024);
-    for part in [res.group, res.version, res.kind] {
-        key.extend_from_slice(part.as_bytes());
-        key.push(0);
-    }
-    skiff_api::skeleton::write(obj, &mut key);
+    let key = skiff_api::skeleton::key(&[res.group, res.version, res.kind], obj);
     if PASSED_SHAPES.with_borrow(|s| s.contains(&key)) {
         return Ok(Vec::new());
     }
     check_json_types(res, obj)?;
     let warnings = field_validation(ctx, obj)?;
     // With fieldValidation=Ignore, unknown fields were not looked for.
-    let looked = !ctx
-        .param("fieldValidation")
-        .is_some_and(|m| m.eq_ignore_ascii_case("Ignore"));
-    if warnings.is_empty() && looked {
+    if warnings.is_empty() && !ignores_unknown_fields(ctx) {
         PASSED_SHAPES.with_borrow_mut(|s| {
             if s.len() >= PASSED_SHAPES_KEPT {
                 s.clear();
@@ -132,6 +123,8 @@ fn check_shape(ctx: &Ctx, obj: &Value) -> Result<Vec<String>, StatusError> {
     Ok(warnings)
 }
 
+/// Upstream decodes a body into its Go type before anything else: a field of the wrong JSON
+/// type is a 400 that names it, and nothing is stored.
 fn check_json_types(res: &Resource, obj: &Value) -> Result<(), StatusError> {
     let Some(def) = skiff_api::schema::definition_for(res.group, res.version, res.kind) else {
         return Ok(());
@@ -165,11 +158,16 @@ fn check_patched_json_types(res: &Resource, patched: &Value) -> Result<(), Statu
 }
 
 /// `fieldValidation`: Strict rejects unknown fields, Warn (the default) warns, Ignore ignores.
+fn ignores_unknown_fields(ctx: &Ctx) -> bool {
+    ctx.param("fieldValidation")
+        .is_some_and(|m| m.eq_ignore_ascii_case("Ignore"))
+}
+
 fn field_validation(ctx: &Ctx, obj: &Value) -> Result<Vec<String>, StatusError> {
-    let mode = ctx.param("fieldValidation").unwrap_or("Warn");
-    if mode.eq_ignore_ascii_case("Ignore") {
+    if ignores_unknown_fields(ctx) {
         return Ok(Vec::new());
     }
+    let mode = ctx.param("fieldValidation").unwrap_or("Warn");
     let res = ctx.rr.resource;
     let Some(def) = skiff_api::schema::definition_for(res.group, res.version, res.kind) else {
         return Ok(Vec::new());

@@ -89,24 +89,15 @@ fn bad_input_gets_status_errors_and_changes_nothing() {
     );
     // Objects written alike skip checks they passed before; one that skipped the unknown-field
     // check (fieldValidation=Ignore) did not pass it, so the same shape is refused when strict.
+    let bogus_configmap = |name: String, query: &str| {
+        let body = format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}},"bogus":1}}"#);
+        let path = format!("/api/v1/namespaces/default/configmaps?{query}");
+        curl(&c, "POST", &path, "application/json", body.as_bytes())
+    };
     for i in 0..4 {
-        let ignored = format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"i{i}"}},"bogus":1}}"#);
-        let (code, body) = curl(
-            &c,
-            "POST",
-            "/api/v1/namespaces/default/configmaps?fieldValidation=Ignore&dryRun=All",
-            "application/json",
-            ignored.as_bytes(),
-        );
+        let (code, body) = bogus_configmap(format!("i{i}"), "fieldValidation=Ignore&dryRun=All");
         assert_eq!(code, 201, "{body}");
-        let strict = format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"s{i}"}},"bogus":1}}"#);
-        let (code, body) = curl(
-            &c,
-            "POST",
-            "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
-            "application/json",
-            strict.as_bytes(),
-        );
+        let (code, body) = bogus_configmap(format!("s{i}"), "fieldValidation=Strict");
         assert_eq!(code, 400, "{body}");
     }
     // A wrong-typed field is a 400/422, never a 500.

@@ -760,10 +760,7 @@ fn created_fields_v1(obj: &Value, definition: &str, ty: Ty) -> Option<Value> {
     // Objects created alike (a ReplicaSet's pods, a scheduler's events) own the same fields:
     // the answer is remembered per thread under the object's skeleton, which holds everything
     // `created_node` reads of it.
-    let mut key = Vec::with_capacity(1024);
-    key.extend_from_slice(definition.as_bytes());
-    key.push(0);
-    crate::skeleton::write(obj, &mut key);
+    let key = crate::skeleton::key(&[definition], obj);
     if let Some(hit) = CREATED_FIELDS.with_borrow(|m| m.get(key.as_slice()).cloned()) {
         return hit;
     }

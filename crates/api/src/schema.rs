@@ -72,6 +72,12 @@ fn build() -> Schemas {
             api::scheduling::v1::PriorityClass
         ),
         ("autoscaling", "v1", "Scale", api::autoscaling::v1::Scale),
+        (
+            "authentication.k8s.io",
+            "v1",
+            "TokenRequest",
+            api::authentication::v1::TokenRequest
+        ),
         ("meta.k8s.io", "v1", "Status", metav1::Status),
         ("meta.k8s.io", "v1", "DeleteOptions", metav1::DeleteOptions),
     );

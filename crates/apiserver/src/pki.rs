@@ -4,7 +4,9 @@
 //! - `ca.crt` / `ca.key`: a self-signed CA (10 years), the root every component trusts;
 //! - `apiserver.crt` / `apiserver.key`: the serving certificate for `127.0.0.1`, `::1`,
 //!   `localhost`, the host name and any extra names given;
-//! - `admin.crt` / `admin.key`: a client certificate `CN=skiff-admin, O=system:masters`.
+//! - `admin.crt` / `admin.key`: a client certificate `CN=skiff-admin, O=system:masters`;
+//! - `sa.key`: the ECDSA P-256 key (PKCS#8) that signs service account tokens (kubeadm's
+//!   `sa.key`), independent of the CA: a new CA does not invalidate issued tokens.
 //!
 //! Later starts reuse them. Leaf certificates are issued again when they are not signed by
 //! the current CA, expire within 30 days, or (serving certificate) lack a requested name.
@@ -47,6 +49,8 @@ pub struct Pki {
     pub serving_key_pem: String,
     pub admin_cert_pem: String,
     pub admin_key_pem: String,
+    /// The service account token signing key (PKCS#8 PEM).
+    pub service_account_key_pem: String,
 }
 
 impl std::fmt::Debug for Pki {
@@ -63,6 +67,7 @@ struct Paths {
     serving_key: PathBuf,
     admin_cert: PathBuf,
     admin_key: PathBuf,
+    service_account_key: PathBuf,
 }
 
 impl Paths {
@@ -75,6 +80,7 @@ impl Paths {
             serving_key: pki.join("apiserver.key"),
             admin_cert: pki.join("admin.crt"),
             admin_key: pki.join("admin.key"),
+            service_account_key: pki.join("sa.key"),
         }
     }
 }
@@ -123,6 +129,17 @@ pub fn load_or_create(dir: &Path, hostnames: &[String]) -> anyhow::Result<Pki> {
         |_| true,
         || issue_client(&issuer, ADMIN_USER, &[ADMIN_GROUP]),
     )?;
+    let service_account_key_pem = match read_opt(&paths.service_account_key)? {
+        Some(key) => key,
+        None => {
+            let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+                .context("generating the service account key")?
+                .serialize_pem();
+            write_file(&paths.service_account_key, key.as_bytes(), 0o600)?;
+            tracing::info!(path = %paths.service_account_key.display(), "created the service account signing key");
+            key
+        }
+    };
 
     Ok(Pki {
         ca_cert_pem,
@@ -131,6 +148,7 @@ pub fn load_or_create(dir: &Path, hostnames: &[String]) -> anyhow::Result<Pki> {
         serving_key_pem,
         admin_cert_pem,
         admin_key_pem,
+        service_account_key_pem,
     })
 }
 
@@ -458,7 +476,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let first = load_or_create(dir.path(), &["api.example.com".into()]).unwrap();
         let paths = Paths::new(dir.path());
-        for key in [&paths.ca_key, &paths.serving_key, &paths.admin_key] {
+        for key in [
+            &paths.ca_key,
+            &paths.serving_key,
+            &paths.admin_key,
+            &paths.service_account_key,
+        ] {
             assert_eq!(mode(key), 0o600, "{}", key.display());
         }
         assert_eq!(
@@ -485,6 +508,7 @@ mod tests {
         assert_eq!(first.ca_key_pem, second.ca_key_pem);
         assert_eq!(first.serving_cert_pem, second.serving_cert_pem);
         assert_eq!(first.admin_cert_pem, second.admin_cert_pem);
+        assert_eq!(first.service_account_key_pem, second.service_account_key_pem);
 
         // A new name issues a new serving certificate from the same CA.
         let third = load_or_create(dir.path(), &["10.1.2.3".into()]).unwrap();
@@ -514,6 +538,8 @@ mod tests {
         assert_ne!(first.ca_cert_pem, second.ca_cert_pem);
         assert_ne!(first.admin_cert_pem, second.admin_cert_pem);
         assert_ne!(first.serving_cert_pem, second.serving_cert_pem);
+        // Tokens signed before stay valid: the signing key is not the CA's.
+        assert_eq!(first.service_account_key_pem, second.service_account_key_pem);
     }
 
     #[test]

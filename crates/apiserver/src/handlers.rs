@@ -26,7 +26,7 @@ pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> R
         .unwrap_or_default();
     let r = route(&path);
     let public = matches!(r, Route::Health(_) | Route::Version);
-    if !public && state.authenticate(&parts.headers, &parts.extensions).is_none() {
+    if !public && state.authenticate(&parts.headers, &parts.extensions).await.is_none() {
         return body::error_response(&StatusError::unauthorized());
     }
     let method = parts.method.clone();

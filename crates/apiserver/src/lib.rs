@@ -17,8 +17,10 @@ pub mod raw;
 pub mod read;
 pub mod request;
 pub mod server;
+pub mod serviceaccount;
 pub mod subresources;
 pub mod tls;
+pub mod token_request;
 pub mod watch;
 pub mod write;
 

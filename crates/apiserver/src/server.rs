@@ -13,6 +13,7 @@ use serde_json::json;
 use skiff_store::Store;
 
 use crate::pki::{self, Pki};
+use crate::serviceaccount::{self, TokenError, TokenSigner};
 use crate::tls::{self, Identity, TokenAuth};
 
 /// Shared state of every request.
@@ -20,17 +21,43 @@ pub struct ApiState {
     pub store: Arc<dyn Store>,
     pub tokens: TokenAuth,
     pub pki: Pki,
+    /// Signs service account tokens (TokenRequest) and authenticates them.
+    pub service_accounts: TokenSigner,
 }
 
 impl ApiState {
+    /// The state over `store`, with the service account signer made from the PKI's key.
+    pub fn new(store: Arc<dyn Store>, tokens: TokenAuth, pki: Pki) -> anyhow::Result<ApiState> {
+        let service_accounts = TokenSigner::from_pem(&pki.service_account_key_pem, serviceaccount::DEFAULT_ISSUER)?;
+        Ok(ApiState {
+            store,
+            tokens,
+            pki,
+            service_accounts,
+        })
+    }
+
     /// The caller: a verified client certificate (set by the TLS layer or the in-process
-    /// client), else a bearer token.
-    pub fn authenticate(&self, headers: &HeaderMap, ext: &http::Extensions) -> Option<Identity> {
+    /// client), else a bearer token: a static one, or a service account token this server
+    /// issued.
+    pub async fn authenticate(&self, headers: &HeaderMap, ext: &http::Extensions) -> Option<Identity> {
         if let Some(Some(id)) = ext.get::<Option<Identity>>() {
             return Some(id.clone());
         }
         let auth = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
-        self.tokens.authenticate_header(auth)
+        let token = tls::bearer_token(auth)?;
+        if let Some(id) = self.tokens.authenticate(token) {
+            return Some(id);
+        }
+        let now = jiff::Timestamp::now().as_second();
+        match self.service_accounts.authenticate(&*self.store, token, now).await {
+            Ok(id) => Some(id),
+            Err(TokenError::NotOurs) => None,
+            Err(e) => {
+                tracing::info!(error = %e, "refused a service account token");
+                None
+            }
+        }
     }
 }
 
@@ -92,7 +119,7 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
     let pki = pki::load_or_create(&opts.data_dir, &names).context("preparing certificates")?;
     let tokens = TokenAuth::load_or_create(&opts.data_dir).context("preparing tokens")?;
     let tls_config = tls::server_config(&pki).context("configuring TLS")?;
-    let state = Arc::new(ApiState { store, tokens, pki });
+    let state = Arc::new(ApiState::new(store, tokens, pki).context("preparing the service account token signer")?);
     ensure_namespaces(&state).await.context("creating initial namespaces")?;
 
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(opts.bind, opts.port))

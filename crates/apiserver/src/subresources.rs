@@ -1,5 +1,6 @@
-//! Subresources: status, scale, binding, eviction, namespace finalize; node-agent streams
-//! (log, exec, attach, portforward) are proxied in `proxy`.
+//! Subresources: status, scale, binding, eviction, namespace finalize, a service account's
+//! token (`token_request`); node-agent streams (log, exec, attach, portforward) are proxied
+//! in `proxy`.
 
 use axum::response::Response;
 use bytes::Bytes;
@@ -43,6 +44,7 @@ pub async fn handle(ctx: Ctx, bytes: Bytes) -> Result<Response, StatusError> {
         ("scale", Method::PUT | Method::PATCH) => scale_write(&ctx, bytes).await,
         ("binding", Method::POST) => create_binding(&ctx, bytes, Some(ctx.rr.name.clone())).await,
         ("eviction", Method::POST) => evict(&ctx, bytes).await,
+        ("token", Method::POST) => crate::token_request::create(&ctx, bytes).await,
         ("finalize", Method::PUT) => {
             let obj = body::decode(&ctx.headers, &bytes)?;
             finalize_namespace(&ctx, obj).await

@@ -6,7 +6,7 @@
 //! - [`serve_tls`]: the accept loop. Each request carries an `Option<Identity>` extension: the
 //!   user of the client certificate, if any (and `axum::extract::ConnectInfo<SocketAddr>`).
 //! - [`TokenAuth`]: static bearer tokens from `DIR/tokens.csv`, in the format of upstream's
-//!   `--token-auth-file`.
+//!   `--token-auth-file`. Service account tokens are checked by `serviceaccount`.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -251,19 +251,24 @@ impl TokenAuth {
 
     /// The identity of an `Authorization: Bearer TOKEN` header value, as upstream parses it.
     pub fn authenticate_header(&self, authorization: &str) -> Option<Identity> {
-        let mut parts = authorization.trim().splitn(3, ' ');
-        let scheme = parts.next()?;
-        let token = parts.next()?;
-        if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
-            return None;
-        }
-        self.authenticate(token)
+        self.authenticate(bearer_token(authorization)?)
     }
 
     /// The first token whose user is in `system:masters`, for writing an admin kubeconfig.
     pub fn admin_token(&self) -> Option<&str> {
         self.admin_token.as_deref()
     }
+}
+
+/// The token of an `Authorization: Bearer TOKEN` header value, as upstream parses it.
+pub fn bearer_token(authorization: &str) -> Option<&str> {
+    let mut parts = authorization.trim().splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+        return None;
+    }
+    Some(token)
 }
 
 /// Splits one CSV record (RFC 4180 quoting; leading spaces of fields are trimmed as Go's

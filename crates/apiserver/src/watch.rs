@@ -250,11 +250,14 @@ mod tests {
 
     async fn server() -> (Arc<ApiState>, String, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("dir");
-        let state = Arc::new(ApiState {
-            store: MemoryStore::new(),
-            tokens: crate::tls::TokenAuth::load_or_create(dir.path()).expect("tokens"),
-            pki: crate::pki::load_or_create(dir.path(), &[]).expect("pki"),
-        });
+        let state = Arc::new(
+            ApiState::new(
+                MemoryStore::new(),
+                crate::tls::TokenAuth::load_or_create(dir.path()).expect("tokens"),
+                crate::pki::load_or_create(dir.path(), &[]).expect("pki"),
+            )
+            .expect("state"),
+        );
         let token = state.tokens.admin_token().expect("admin token").to_string();
         (state, token, dir)
     }

@@ -57,22 +57,25 @@ impl Ctx {
 
 /// Fill or check kind and apiVersion against the URL.
 fn check_type(res: &Resource, obj: &mut Value) -> Result<(), StatusError> {
+    check_kind(res.kind, &res.api_version(), obj)
+}
+
+/// Fill or check an object's kind and apiVersion against the ones an endpoint takes.
+pub fn check_kind(kind: &str, want_api: &str, obj: &mut Value) -> Result<(), StatusError> {
     let Some(m) = obj.as_object_mut() else {
         return Err(StatusError::bad_request(
             "Object 'Kind' is missing in request body; expected an object",
         ));
     };
-    let want_api = res.api_version();
     match m.get("kind").and_then(Value::as_str) {
         None | Some("") => {
-            m.insert("kind".into(), json!(res.kind));
+            m.insert("kind".into(), json!(kind));
         }
-        Some(k) if k == res.kind => {}
+        Some(k) if k == kind => {}
         Some(k) => {
             return Err(StatusError::bad_request(format!(
-                "the API version in the data ({}) does not match the expected API version ({want_api}) or kind {k} does not match {}",
+                "the API version in the data ({}) does not match the expected API version ({want_api}) or kind {k} does not match {kind}",
                 m.get("apiVersion").and_then(Value::as_str).unwrap_or(""),
-                res.kind
             )));
         }
     }

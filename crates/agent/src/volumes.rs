@@ -390,13 +390,12 @@ async fn setup_one(
                 return Ok(Err(e));
             }
             if let Some(sat) = &source.service_account_token {
-                let token = service_account_token(pod, client, sat.audience.clone(), sat.expiration_seconds).await;
-                let token = match token {
+                // As the kubelet: a token that cannot be had fails the volume, and the pod waits.
+                let token = match service_account_token(pod, client, sat.audience.clone(), sat.expiration_seconds).await
+                {
                     Ok(t) => t,
-                    Err(e) => {
-                        tracing::warn!(error = %format!("{e:#}"), "requesting a service account token; projecting an empty token");
-                        String::new()
-                    }
+                    Err(kube::Error::Api(s)) => return Ok(Err(format!("failed to fetch token: {}", s.message))),
+                    Err(e) => return Err(e).context("requesting a service account token"),
                 };
                 files.insert(sat.path.clone(), (token.into_bytes(), 0o600 & mode | 0o600));
             }
@@ -494,12 +493,13 @@ fn project_downward(
     Ok(())
 }
 
+/// A token for the pod's service account, bound to the pod, from the API server's TokenRequest.
 async fn service_account_token(
     pod: &Pod,
     client: &kube::Client,
     audience: Option<String>,
     expiration: Option<i64>,
-) -> anyhow::Result<String> {
+) -> Result<String, kube::Error> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let sa = pod
         .spec
@@ -509,7 +509,7 @@ async fn service_account_token(
     let api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
     let request = TokenRequest {
         spec: TokenRequestSpec {
-            audiences: audience.into_iter().collect(),
+            audiences: audience.into_iter().filter(|a| !a.is_empty()).collect(),
             expiration_seconds: Some(expiration.unwrap_or(3607)),
             bound_object_ref: Some(BoundObjectReference {
                 api_version: Some("v1".into()),

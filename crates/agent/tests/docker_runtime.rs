@@ -1,99 +1,22 @@
-//! The pod worker against the real Docker Engine, with an in-memory stand-in for the API server.
+//! The pod worker against the real Docker Engine and the project's own API server, started
+//! in-process for each test (no controllers or scheduler: pods are created with `spec.nodeName` set).
 //! Every test uses its own node name; a guard removes every container and volume labelled with it,
 //! even when the test fails.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, PodStatus, Secret, ServiceAccount};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
 use skiff_agent::docker::{self, RunState};
 use skiff_agent::events::Recorder;
 use skiff_agent::worker::{self, Ctx};
-use tokio::sync::{OnceCell, watch};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-#[derive(Default)]
-struct FakeApi {
-    objects: Mutex<HashMap<String, serde_json::Value>>,
-    statuses: Mutex<Vec<(String, serde_json::Value)>>,
-    events: Mutex<Vec<serde_json::Value>>,
-    deletes: Mutex<Vec<String>>,
-}
-
-impl FakeApi {
-    fn handle(&self, method: &http::Method, path: &str, body: &[u8]) -> (u16, serde_json::Value) {
-        let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        let json: serde_json::Value = serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
-        let not_found = |what: &str| {
-            (
-                404,
-                serde_json::json!({"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404,"message":format!("{what} not found")}),
-            )
-        };
-        match (method.as_str(), parts.as_slice()) {
-            ("GET", ["api", "v1", "namespaces", _, kind, name]) => match self.objects.lock().get(path) {
-                Some(o) => (200, o.clone()),
-                None => not_found(&format!("{kind} \"{name}\"")),
-            },
-            ("PATCH", ["api", "v1", "namespaces", ns, "pods", name, "status"]) => {
-                let status = json.get("status").cloned().unwrap_or_default();
-                self.statuses.lock().push((name.to_string(), status.clone()));
-                (
-                    200,
-                    serde_json::json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":name,"namespace":ns},"status":status}),
-                )
-            }
-            ("POST", ["api", "v1", "namespaces", _, "events"]) => {
-                self.events.lock().push(json.clone());
-                (201, json)
-            }
-            ("PATCH", ["api", "v1", "namespaces", ns, "events", name]) => (
-                200,
-                serde_json::json!({"apiVersion":"v1","kind":"Event","metadata":{"name":name,"namespace":ns},"involvedObject":{}}),
-            ),
-            ("DELETE", ["api", "v1", "namespaces", ns, "pods", name]) => {
-                self.deletes.lock().push(name.to_string());
-                (
-                    200,
-                    serde_json::json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":name,"namespace":ns}}),
-                )
-            }
-            ("POST", ["api", "v1", "namespaces", _, "serviceaccounts", _, "token"]) => (
-                201,
-                serde_json::json!({"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"audiences":[]},
-                    "status":{"token":"fake-token","expirationTimestamp":"2030-01-01T00:00:00Z"}}),
-            ),
-            _ => not_found(path),
-        }
-    }
-}
-
-fn fake_client(api: Arc<FakeApi>) -> kube::Client {
-    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-        let api = api.clone();
-        async move {
-            let (parts, body) = req.into_parts();
-            let bytes = body
-                .collect()
-                .await
-                .map_err(|e| -> BoxError { Box::new(e) })?
-                .to_bytes();
-            let (code, json) = api.handle(&parts.method, parts.uri.path(), &bytes);
-            let response = http::Response::builder()
-                .status(code)
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(serde_json::to_vec(&json).unwrap_or_default())))
-                .map_err(|e| -> BoxError { Box::new(e) })?;
-            Ok::<_, BoxError>(response)
-        }
-    });
-    kube::Client::new(service, "default")
-}
+use tokio::sync::{OnceCell, oneshot, watch};
 
 static IMAGES: OnceCell<()> = OnceCell::const_new();
 
@@ -153,10 +76,67 @@ impl Drop for Guard {
     }
 }
 
+/// What the watch on pods delivered, in order.
+#[derive(Default)]
+struct History {
+    /// Every status seen on ADDED or MODIFIED: (pod name, resourceVersion, status).
+    statuses: Vec<(String, u64, PodStatus)>,
+    /// Statuses at or below this resourceVersion were cleared (`Harness::clear_statuses`).
+    cleared: u64,
+    /// The pods seen DELETED.
+    deleted: Vec<String>,
+}
+
+fn revision(pod: &Pod) -> u64 {
+    pod.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|rv| rv.parse().ok())
+        .expect("a resourceVersion is the store's revision")
+}
+
+/// Watches pods and records every status and deletion into `history`; `ready` fires once the
+/// initial list is done, so every later change is seen.
+async fn record(pods: Api<Pod>, history: Arc<Mutex<History>>, ready: oneshot::Sender<()>) {
+    let mut ready = Some(ready);
+    let mut stream = std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff());
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                let rv = revision(&pod);
+                history.lock().statuses.push((name, rv, pod.status.unwrap_or_default()));
+            }
+            Ok(watcher::Event::Delete(pod)) => {
+                history.lock().deleted.push(pod.metadata.name.unwrap_or_default());
+            }
+            Ok(watcher::Event::InitDone) => {
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(());
+                }
+            }
+            Ok(watcher::Event::Init) => {}
+            Err(e) => eprintln!("watching pods: {e}"),
+        }
+    }
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 struct Harness {
-    api: Arc<FakeApi>,
     ctx: Arc<Ctx>,
+    client: kube::Client,
     node: String,
+    history: Arc<Mutex<History>>,
+    _recorder: AbortOnDrop,
+    _server: skiff_apiserver::Running,
     _dir: tempfile::TempDir,
     _guard: Guard,
 }
@@ -174,44 +154,88 @@ impl Harness {
         let docker = docker::connect().await.expect("connecting to Docker");
         ensure_images(&docker).await;
         let node = unique(&format!("test-{tag}"));
-        let api = Arc::new(FakeApi::default());
-        let client = fake_client(api.clone());
+        let guard = Guard(node.clone());
         let dir = tempfile::tempdir().unwrap();
+
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut opts = skiff_apiserver::ServerOptions::new(dir.path().join("server"), 0);
+        opts.bind = "127.0.0.1".parse().unwrap();
+        let server = skiff_apiserver::start(opts).await.unwrap();
+        let client = skiff_apiserver::client(server.state.clone());
+
+        let history = Arc::new(Mutex::new(History::default()));
+        let (ready_tx, ready) = oneshot::channel();
+        let recorder = AbortOnDrop(tokio::spawn(record(
+            Api::namespaced(client.clone(), "default"),
+            history.clone(),
+            ready_tx,
+        )));
+        tokio::time::timeout(Duration::from_secs(30), ready)
+            .await
+            .expect("the watch on pods starts")
+            .expect("the watch on pods starts");
+
+        let data_dir = dir.path().join("agent");
+        std::fs::create_dir_all(&data_dir).unwrap();
         let ctx = Arc::new(Ctx {
             client: client.clone(),
             docker,
             node: node.clone(),
-            data_dir: dir.path().to_path_buf(),
+            data_dir,
             host_ip: "127.0.0.1".into(),
-            recorder: Recorder::new(client, &node),
+            recorder: Recorder::new(client.clone(), &node),
             allocatable_cpu_milli: 2000,
             allocatable_memory: 1 << 30,
             allocatable_storage: 1 << 34,
             images: Default::default(),
         });
         Harness {
-            api,
             ctx,
-            _guard: Guard(node.clone()),
+            client,
             node,
+            history,
+            _recorder: recorder,
+            _server: server,
             _dir: dir,
+            _guard: guard,
         }
     }
 
-    fn pod(&self, name: &str, spec: serde_json::Value) -> Pod {
-        let mut spec = spec;
-        spec["nodeName"] = serde_json::json!(self.node);
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "uid": unique(name)},
-            "spec": spec,
-        }))
-        .unwrap()
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), "default")
     }
 
-    fn put(&self, path: &str, object: serde_json::Value) {
-        self.api.objects.lock().insert(path.to_string(), object);
+    /// Creates the pod, bound to the test node, and returns it as the server stored it.
+    async fn pod(&self, name: &str, spec: serde_json::Value) -> Pod {
+        let mut spec = spec;
+        spec["nodeName"] = serde_json::json!(self.node);
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": spec,
+        }))
+        .unwrap();
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap_or_else(|e| panic!("creating pod {name}: {e}"))
+    }
+
+    /// Creates an object (a Secret, a ConfigMap, ...) in the `default` namespace.
+    async fn put<K>(&self, object: serde_json::Value) -> K
+    where
+        K: kube::Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + std::fmt::Debug
+            + serde::Serialize
+            + serde::de::DeserializeOwned,
+    {
+        let object: K = serde_json::from_value(object).unwrap();
+        Api::<K>::namespaced(self.client.clone(), "default")
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("creating {object:?}: {e}"))
     }
 
     /// Runs a worker for the pod, woken by the engine's container events as the agent's workers are.
@@ -239,19 +263,34 @@ impl Harness {
         (tx, task)
     }
 
+    /// Forgets the statuses seen so far: every status written until now, also one whose watch
+    /// event has not arrived yet (its resourceVersion is at most the current one).
+    async fn clear_statuses(&self) {
+        let list = self.pods().list_metadata(&ListParams::default()).await.unwrap();
+        let now: u64 = list
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|rv| rv.parse().ok())
+            .expect("a list's resourceVersion is the store's revision");
+        let mut history = self.history.lock();
+        history.cleared = now;
+        history.statuses.retain(|(_, rv, _)| *rv > now);
+    }
+
     async fn wait_status(&self, name: &str, secs: u64, pred: impl Fn(&PodStatus) -> bool) -> PodStatus {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
         loop {
-            let latest = self
-                .api
-                .statuses
-                .lock()
-                .iter()
-                .rev()
-                .find(|(n, _)| n == name)
-                .map(|(_, s)| s.clone());
+            let latest = {
+                let history = self.history.lock();
+                history
+                    .statuses
+                    .iter()
+                    .rev()
+                    .find(|(n, rv, _)| n == name && *rv > history.cleared)
+                    .map(|(_, _, s)| s.clone())
+            };
             if let Some(status) = latest {
-                let status: PodStatus = serde_json::from_value(status).unwrap();
                 if pred(&status) {
                     return status;
                 }
@@ -279,18 +318,41 @@ impl Harness {
             .unwrap()
     }
 
-    fn event_reasons(&self) -> Vec<(String, String)> {
-        self.api
-            .events
-            .lock()
-            .iter()
-            .map(|e| {
-                (
-                    e["reason"].as_str().unwrap_or("").to_string(),
-                    e["message"].as_str().unwrap_or("").to_string(),
-                )
-            })
+    /// The (reason, message) of every Event in the namespace, as listed from the API.
+    async fn event_reasons(&self) -> Vec<(String, String)> {
+        Api::<Event>::namespaced(self.client.clone(), "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
             .collect()
+    }
+
+    /// The events once `pred` holds of them, or as they are after 10 seconds: the recorder writes
+    /// events in the background, so one may land after the status a test waited for.
+    async fn events_until(&self, pred: impl Fn(&[(String, String)]) -> bool) -> Vec<(String, String)> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let events = self.event_reasons().await;
+            if pred(&events) || tokio::time::Instant::now() > deadline {
+                return events;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The pods the watch saw deleted, once `name` is among them (or after 10 seconds).
+    async fn deleted_after(&self, name: &str) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let deleted = self.history.lock().deleted.clone();
+            if deleted.iter().any(|d| d == name) || tokio::time::Instant::now() > deadline {
+                return deleted;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Ends a worker as a force deletion does and waits for its cleanup.
@@ -322,7 +384,7 @@ async fn containers_share_the_sandbox_network() {
                  "command": ["sleep", "3600"]}
             ]
         }),
-    );
+    ).await;
     let (tx, task) = h.spawn(&pod);
     let status = h.wait_status("web", 60, running).await;
     assert!(
@@ -338,7 +400,16 @@ async fn containers_share_the_sandbox_network() {
         )
         .await;
     assert_eq!((code, out.trim()), (0, "hello-from-server"));
-    let reasons: Vec<String> = h.event_reasons().into_iter().map(|(r, _)| r).collect();
+    let reasons: Vec<String> = h
+        .events_until(|e| {
+            ["Pulled", "Created", "Started"]
+                .iter()
+                .all(|r| e.iter().any(|(x, _)| x == r))
+        })
+        .await
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
     for r in ["Pulled", "Created", "Started"] {
         assert!(reasons.iter().any(|x| x == r), "missing {r} event in {reasons:?}");
     }
@@ -355,18 +426,20 @@ async fn containers_share_the_sandbox_network() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_pid_namespace_and_host_aliases() {
     let h = Harness::new("pid").await;
-    let pod = h.pod(
-        "shared",
-        serde_json::json!({
-            "shareProcessNamespace": true,
-            "terminationGracePeriodSeconds": 1,
-            "hostAliases": [{"ip": "10.1.2.3", "hostnames": ["foo.remote", "bar.remote"]}],
-            "containers": [
-                {"name": "a", "image": "busybox:latest", "command": ["sleep", "3601"]},
-                {"name": "b", "image": "busybox:latest", "command": ["sleep", "3602"]}
-            ]
-        }),
-    );
+    let pod = h
+        .pod(
+            "shared",
+            serde_json::json!({
+                "shareProcessNamespace": true,
+                "terminationGracePeriodSeconds": 1,
+                "hostAliases": [{"ip": "10.1.2.3", "hostnames": ["foo.remote", "bar.remote"]}],
+                "containers": [
+                    {"name": "a", "image": "busybox:latest", "command": ["sleep", "3601"]},
+                    {"name": "b", "image": "busybox:latest", "command": ["sleep", "3602"]}
+                ]
+            }),
+        )
+        .await;
     let (tx, task) = h.spawn(&pod);
     let status = h.wait_status("shared", 60, running).await;
     let (_, ps) = h.exec("shared", "a", &["ps"]).await;
@@ -390,9 +463,9 @@ async fn restart_policies() {
             "containers": [{"name": "c", "image": "busybox:latest", "command": ["sh", "-c", script]}]
         })
     };
-    let never_ok = h.pod("never-ok", spec("Never", "echo done; exit 0"));
-    let never_fail = h.pod("never-fail", spec("Never", "exit 3"));
-    let crash = h.pod("crash", spec("OnFailure", "exit 1"));
+    let never_ok = h.pod("never-ok", spec("Never", "echo done; exit 0")).await;
+    let never_fail = h.pod("never-fail", spec("Never", "exit 3")).await;
+    let crash = h.pod("crash", spec("OnFailure", "exit 1")).await;
     let (t1, w1) = h.spawn(&never_ok);
     let (t2, w2) = h.spawn(&never_fail);
     let (t3, w3) = h.spawn(&crash);
@@ -441,12 +514,10 @@ async fn restart_policies() {
     );
     assert_eq!(c.last_state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code, 1);
     assert_eq!(s.phase.as_deref(), Some("Running"));
-    assert!(
-        h.event_reasons()
-            .iter()
-            .any(|(r, m)| r == "BackOff"
-                && m.starts_with("Back-off restarting failed container c in pod crash_default("))
-    );
+    let backoff = |(r, m): &(String, String)| {
+        r == "BackOff" && m.starts_with("Back-off restarting failed container c in pod crash_default(")
+    };
+    assert!(h.events_until(|e| e.iter().any(backoff)).await.iter().any(backoff));
     h.finish(t1, w1).await;
     h.finish(t2, w2).await;
     h.finish(t3, w3).await;
@@ -464,7 +535,7 @@ async fn failing_liveness_probe_restarts_the_container() {
                 "livenessProbe": {"exec": {"command": ["cat", "/tmp/healthy"]}, "periodSeconds": 1, "failureThreshold": 2}
             }]
         }),
-    );
+    ).await;
     let (tx, task) = h.spawn(&pod);
     let s = h
         .wait_status("sick", 60, |s| {
@@ -472,33 +543,31 @@ async fn failing_liveness_probe_restarts_the_container() {
         })
         .await;
     assert_eq!(s.container_statuses.unwrap()[0].restart_count, 1);
-    let events = h.event_reasons();
-    assert!(
-        events
-            .iter()
-            .any(|(r, m)| r == "Unhealthy" && m.starts_with("Liveness probe failed: ")),
-        "{events:?}"
-    );
-    assert!(
-        events
-            .iter()
-            .any(|(r, m)| r == "Killing" && m == "Container c failed liveness probe, will be restarted"),
-        "{events:?}"
-    );
+    let unhealthy = |(r, m): &(String, String)| r == "Unhealthy" && m.starts_with("Liveness probe failed: ");
+    let killing =
+        |(r, m): &(String, String)| r == "Killing" && m == "Container c failed liveness probe, will be restarted";
+    let events = h
+        .events_until(|e| e.iter().any(unhealthy) && e.iter().any(killing))
+        .await;
+    assert!(events.iter().any(unhealthy), "{events:?}");
+    assert!(events.iter().any(killing), "{events:?}");
     h.finish(tx, task).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secret_config_map_and_projected_volumes() {
     let h = Harness::new("vol").await;
-    h.put(
-        "/api/v1/namespaces/default/secrets/creds",
-        serde_json::json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"creds"},"data":{"user":"YWRtaW4=","pass":"czNjcjN0"}}),
-    );
-    h.put(
-        "/api/v1/namespaces/default/configmaps/settings",
-        serde_json::json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"settings"},"data":{"mode":"fast","level":"3"}}),
-    );
+    h.put::<Secret>(serde_json::json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"creds"},"data":{"user":"YWRtaW4=","pass":"czNjcjN0"}}),
+    ).await;
+    h.put::<ConfigMap>(serde_json::json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"settings"},"data":{"mode":"fast","level":"3"}}),
+    ).await;
+    // The projected serviceAccountToken is requested from the `default` ServiceAccount's TokenRequest,
+    // which needs the account to exist: no service account controller runs here, so the test creates it
+    // as that controller would.
+    h.put::<ServiceAccount>(
+        serde_json::json!({"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default"}}),
+    )
+    .await;
     let pod = h.pod(
         "vols",
         serde_json::json!({
@@ -532,7 +601,7 @@ async fn secret_config_map_and_projected_volumes() {
                 {"name": "mem", "emptyDir": {"medium": "Memory"}}
             ]
         }),
-    );
+    ).await;
     let (tx, task) = h.spawn(&pod);
     h.wait_status("vols", 60, running).await;
     let read = |path: &'static str| {
@@ -545,7 +614,12 @@ async fn secret_config_map_and_projected_volumes() {
     assert_eq!(read("/etc/proj/password").await, "s3cr3t");
     assert_eq!(read("/etc/proj/level").await, "3");
     assert_eq!(read("/etc/proj/name").await, "vols");
-    assert_eq!(read("/etc/proj/token").await, "fake-token");
+    // The token is minted by the server's TokenRequest, so its value is not known here.
+    let token = read("/etc/proj/token").await;
+    assert!(
+        !token.is_empty(),
+        "the projected token is the one the API server issued"
+    );
     let (code, _) = h.exec("vols", "c", &["touch", "/etc/config/x"]).await;
     assert_ne!(code, 0, "configMap volumes are read-only");
     let (_, env) = h.exec("vols", "c", &["env"]).await;
@@ -574,15 +648,17 @@ async fn secret_config_map_and_projected_volumes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_config_reports_create_container_config_error() {
     let h = Harness::new("cfgerr").await;
-    let pod = h.pod(
-        "cfg",
-        serde_json::json!({
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"],
-                "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k"}}}]},
-                {"name": "d", "image": "no-such-image:1.0", "imagePullPolicy": "Never"}]
-        }),
-    );
+    let pod = h
+        .pod(
+            "cfg",
+            serde_json::json!({
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"],
+                    "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k"}}}]},
+                    {"name": "d", "image": "no-such-image:1.0", "imagePullPolicy": "Never"}]
+            }),
+        )
+        .await;
     let (tx, task) = h.spawn(&pod);
     let s = h
         .wait_status("cfg", 30, |s| {
@@ -613,13 +689,15 @@ async fn missing_config_reports_create_container_config_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_agent_adopts_running_containers() {
     let h = Harness::new("adopt").await;
-    let pod = h.pod(
-        "keep",
-        serde_json::json!({
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}]
-        }),
-    );
+    let pod = h
+        .pod(
+            "keep",
+            serde_json::json!({
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}]
+            }),
+        )
+        .await;
     let uid = pod.metadata.uid.clone().unwrap();
     let (tx, task) = h.spawn(&pod);
     h.wait_status("keep", 60, running).await;
@@ -632,7 +710,11 @@ async fn a_restarted_agent_adopts_running_containers() {
     assert!(still.containers.iter().all(|c| c.state == RunState::Running));
     assert!(still.running_sandbox().is_some());
     // A new agent adopts them: same containers, no restarts.
-    h.api.statuses.lock().clear();
+    h.clear_statuses().await;
+    // The new worker is given the pod as created (no status), so it stamps a new startTime; the
+    // server writes (and the watch shows) only a status that changed, and times have a resolution of
+    // one second: a second after the old worker's last write, the new worker's first report is a change.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let (tx, task) = h.spawn(&pod);
     let s = h.wait_status("keep", 30, running).await;
     assert_eq!(s.container_statuses.unwrap()[0].restart_count, 0);
@@ -654,24 +736,33 @@ async fn a_restarted_agent_adopts_running_containers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_deletion_stops_then_deletes_the_pod() {
     let h = Harness::new("del").await;
-    let mut pod = h.pod(
-        "bye",
-        serde_json::json!({
-            "terminationGracePeriodSeconds": 5,
-            "containers": [{"name": "c", "image": "busybox:latest",
-                "command": ["sh", "-c", "trap 'echo bye; exit 0' TERM; while true; do sleep 0.2; done"],
-                "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", "echo stopping > /tmp/prestop"]}}}}]
-        }),
-    );
+    let pod = h
+        .pod(
+            "bye",
+            serde_json::json!({
+                "terminationGracePeriodSeconds": 5,
+                "containers": [{"name": "c", "image": "busybox:latest",
+                    "command": ["sh", "-c", "trap 'echo bye; exit 0' TERM; while true; do sleep 0.2; done"],
+                    "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", "echo stopping > /tmp/prestop"]}}}}]
+            }),
+        )
+        .await;
     let uid = pod.metadata.uid.clone().unwrap();
     let (tx, task) = h.spawn(&pod);
     h.wait_status("bye", 60, running).await;
-    pod.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        jiff::Timestamp::now(),
-    ));
-    pod.metadata.deletion_grace_period_seconds = Some(5);
+    // A user deletes the pod: the server marks it for deletion with the grace period of its spec and
+    // keeps it until the node confirms.
+    let pods = h.pods();
+    let deleting = pods
+        .delete("bye", &DeleteParams::default())
+        .await
+        .unwrap()
+        .left()
+        .expect("a running pod on a node is deleted gracefully: the server returns it, marked");
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    assert_eq!(deleting.metadata.deletion_grace_period_seconds, Some(5));
     let started = std::time::Instant::now();
-    tx.send_replace(Some(pod));
+    tx.send_replace(Some(deleting));
     tokio::time::timeout(Duration::from_secs(60), task)
         .await
         .expect("worker ends")
@@ -680,7 +771,12 @@ async fn graceful_deletion_stops_then_deletes_the_pod() {
         started.elapsed() < Duration::from_secs(5),
         "SIGTERM ended the container before the grace period"
     );
-    assert_eq!(h.api.deletes.lock().as_slice(), ["bye".to_string()]);
+    // The worker's confirmation removed the pod from the API, and it is the only pod deleted.
+    match pods.get("bye").await {
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        other => panic!("pod bye is gone after its graceful deletion, got {other:?}"),
+    }
+    assert_eq!(h.deleted_after("bye").await, ["bye".to_string()]);
     assert!(
         docker::pod_runtime(&h.ctx.docker, &h.node, &uid)
             .await
@@ -688,13 +784,9 @@ async fn graceful_deletion_stops_then_deletes_the_pod() {
             .containers
             .is_empty()
     );
-    let events = h.event_reasons();
-    assert!(
-        events
-            .iter()
-            .any(|(r, m)| r == "Killing" && m == "Stopping container c"),
-        "{events:?}"
-    );
+    let killing = |(r, m): &(String, String)| r == "Killing" && m == "Stopping container c";
+    let events = h.events_until(|e| e.iter().any(killing)).await;
+    assert!(events.iter().any(killing), "{events:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -714,26 +806,30 @@ async fn init_containers_run_in_order_before_the_app() {
                 "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
             "volumes": [{"name": "work", "emptyDir": {}}]
         }),
-    );
-    let failing = h.pod(
-        "init-fails",
-        serde_json::json!({
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "initContainers": [{"name": "boom", "image": "busybox:latest", "command": ["sh", "-c", "exit 7"]}],
-            "containers": [{"name": "app", "image": "busybox:latest", "command": ["sleep", "3600"]}]
-        }),
-    );
-    let non_root = h.pod(
-        "non-root",
-        serde_json::json!({
-            "terminationGracePeriodSeconds": 1,
-            "securityContext": {"runAsNonRoot": true},
-            "containers": [{"name": "app", "image": "busybox:latest", "command": ["sleep", "3600"]},
-                           {"name": "uid", "image": "busybox:latest", "command": ["sleep", "3600"],
-                            "securityContext": {"runAsUser": 1000, "runAsGroup": 1000}}]
-        }),
-    );
+    ).await;
+    let failing = h
+        .pod(
+            "init-fails",
+            serde_json::json!({
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "initContainers": [{"name": "boom", "image": "busybox:latest", "command": ["sh", "-c", "exit 7"]}],
+                "containers": [{"name": "app", "image": "busybox:latest", "command": ["sleep", "3600"]}]
+            }),
+        )
+        .await;
+    let non_root = h
+        .pod(
+            "non-root",
+            serde_json::json!({
+                "terminationGracePeriodSeconds": 1,
+                "securityContext": {"runAsNonRoot": true},
+                "containers": [{"name": "app", "image": "busybox:latest", "command": ["sleep", "3600"]},
+                               {"name": "uid", "image": "busybox:latest", "command": ["sleep", "3600"],
+                                "securityContext": {"runAsUser": 1000, "runAsGroup": 1000}}]
+            }),
+        )
+        .await;
     let (t1, w1) = h.spawn(&pod);
     let (t2, w2) = h.spawn(&failing);
     let (t3, w3) = h.spawn(&non_root);
@@ -809,15 +905,22 @@ async fn init_containers_run_in_order_before_the_app() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn active_deadline_fails_the_pod_and_stops_it() {
     let h = Harness::new("deadline").await;
-    let mut pod = h.pod(
+    h.pod(
         "late",
         serde_json::json!({
             "activeDeadlineSeconds": 5,
             "terminationGracePeriodSeconds": 1,
             "containers": [{"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}]
         }),
-    );
-    pod.status = Some(serde_json::from_value(serde_json::json!({"startTime": "2020-01-01T00:00:00Z"})).unwrap());
+    )
+    .await;
+    // The pod has been active for years: its start time, set through the status subresource.
+    let patch = serde_json::json!({"status": {"startTime": "2020-01-01T00:00:00Z"}});
+    let pod = h
+        .pods()
+        .patch_status("late", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
     let (tx, task) = h.spawn(&pod);
     let s = h
         .wait_status("late", 60, |s| s.phase.as_deref() == Some("Failed"))
@@ -852,16 +955,18 @@ async fn resources_host_ports_and_host_network() {
                 "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}, "requests": {"cpu": "250m", "memory": "64Mi"}}
             }]
         }),
-    );
-    let host = h.pod(
-        "on-host",
-        serde_json::json!({
-            "hostNetwork": true,
-            "terminationGracePeriodSeconds": 1,
-            "hostAliases": [{"ip": "10.9.9.9", "hostnames": ["alias.test"]}],
-            "containers": [{"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}]
-        }),
-    );
+    ).await;
+    let host = h
+        .pod(
+            "on-host",
+            serde_json::json!({
+                "hostNetwork": true,
+                "terminationGracePeriodSeconds": 1,
+                "hostAliases": [{"ip": "10.9.9.9", "hostnames": ["alias.test"]}],
+                "containers": [{"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}]
+            }),
+        )
+        .await;
     let (t1, w1) = h.spawn(&pod);
     let (t2, w2) = h.spawn(&host);
     let s = h.wait_status("limited", 60, running).await;
@@ -989,8 +1094,7 @@ async fn collect_frames(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_endpoint_serves_logs_and_exec_to_ca_signed_clients() {
-    use futures::{SinkExt, StreamExt};
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    use futures::SinkExt;
     let h = Harness::new("stream").await;
     let pod = h.pod(
         "talk",
@@ -1003,7 +1107,7 @@ async fn https_endpoint_serves_logs_and_exec_to_ca_signed_clients() {
                 {"name": "web", "image": "busybox:latest",
                 "command": ["sh", "-c", "mkdir -p /www && echo pf-ok > /www/index.html && exec httpd -f -p 8080 -h /www"]}]
         }),
-    );
+    ).await;
     let (tx, task) = h.spawn(&pod);
     h.wait_status("talk", 60, running).await;
 

@@ -14,7 +14,6 @@ use kube::api::PostParams;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Api, Client};
-use serde_json::json;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::cache::{Cache, NodeChange};
@@ -838,6 +837,65 @@ impl Scheduler {
     }
 }
 
+/// The body of a `pods/binding` create, serialized straight from borrowed fields (a bind is
+/// sent for every scheduled pod).
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BindingBody<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: BindingMeta<'a>,
+    target: BindingTarget<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct BindingMeta<'a> {
+    name: &'a str,
+    namespace: &'a str,
+    uid: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    annotations: Option<BindingAnnotations<'a>>,
+}
+
+/// `{EXPLAIN_ANNOTATION: explain}`.
+struct BindingAnnotations<'a>(&'a str);
+
+impl serde::Serialize for BindingAnnotations<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(1))?;
+        m.serialize_entry(EXPLAIN_ANNOTATION, self.0)?;
+        m.end()
+    }
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BindingTarget<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    name: &'a str,
+}
+
+/// The JSON body binding `pod` to `node`, carrying the scheduling explanation as an annotation.
+fn binding_json(pod: &PodInfo, node: &str, explain: Option<&str>) -> serde_json::Result<Vec<u8>> {
+    serde_json::to_vec(&BindingBody {
+        api_version: "v1",
+        kind: "Binding",
+        metadata: BindingMeta {
+            name: &pod.name,
+            namespace: &pod.namespace,
+            uid: &pod.uid,
+            annotations: explain.map(BindingAnnotations),
+        },
+        target: BindingTarget {
+            api_version: "v1",
+            kind: "Node",
+            name: node,
+        },
+    })
+}
+
 /// POST pods/NAME/binding (the reply is not decoded: only success matters).
 pub async fn bind_pod(
     client: &Client,
@@ -845,17 +903,7 @@ pub async fn bind_pod(
     node: &str,
     explain: Option<String>,
 ) -> Result<(), (u16, String)> {
-    let mut meta = json!({"name": pod.name, "namespace": pod.namespace, "uid": pod.uid});
-    if let Some(e) = explain {
-        meta["annotations"] = json!({ EXPLAIN_ANNOTATION: e });
-    }
-    let body = json!({
-        "apiVersion": "v1",
-        "kind": "Binding",
-        "metadata": meta,
-        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-    });
-    let bytes = serde_json::to_vec(&body).map_err(|e| (0, e.to_string()))?;
+    let bytes = binding_json(pod, node, explain.as_deref()).map_err(|e| (0, e.to_string()))?;
     let req = kube::core::Request::new(format!("/api/v1/namespaces/{}/pods", pod.namespace))
         .create_subresource("binding", &pod.name, &PostParams::default(), bytes)
         .map_err(|e| (0, e.to_string()))?;
@@ -863,5 +911,44 @@ pub async fn bind_pod(
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) => Err((s.code, s.message.clone())),
         Err(e) => Err((0, e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod_info() -> PodInfo {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "u-1"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        }))
+        .expect("a pod");
+        PodInfo::new(pod)
+    }
+
+    #[test]
+    fn binding_body_names_the_pod_by_uid_and_carries_the_explanation() {
+        let body: serde_json::Value =
+            serde_json::from_slice(&binding_json(&pod_info(), "node-1", Some(r#"{"result":"Scheduled"}"#)).unwrap())
+                .unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {
+                    "name": "web",
+                    "namespace": "default",
+                    "uid": "u-1",
+                    "annotations": {EXPLAIN_ANNOTATION: r#"{"result":"Scheduled"}"#},
+                },
+                "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"},
+            })
+        );
+        let bare: serde_json::Value =
+            serde_json::from_slice(&binding_json(&pod_info(), "node-1", None).unwrap()).unwrap();
+        assert!(bare["metadata"].get("annotations").is_none());
+        assert_eq!(bare["target"]["name"], "node-1");
     }
 }

@@ -37,6 +37,22 @@ impl ApiState {
         })
     }
 
+    /// A state over a memory store with fresh certificates and tokens in `dir`, and its
+    /// administrator's bearer token (for the router's tests).
+    #[cfg(test)]
+    pub fn for_tests(dir: &std::path::Path) -> (Arc<ApiState>, String) {
+        let state = Arc::new(
+            ApiState::new(
+                skiff_store::MemoryStore::new(),
+                TokenAuth::load_or_create(dir).expect("tokens"),
+                pki::load_or_create(dir, &[]).expect("pki"),
+            )
+            .expect("state"),
+        );
+        let token = state.tokens.admin_token().expect("admin token").to_string();
+        (state, token)
+    }
+
     /// The caller: a verified client certificate (set by the TLS layer or the in-process
     /// client), else a bearer token: a static one, or a service account token this server
     /// issued.

@@ -381,57 +381,47 @@ impl TokenSigner {
                 "service account {namespace}/{sa_name} has been deleted"
             )));
         }
-        let invalidated = || TokenError::Invalidated("service account token has been invalidated".into());
-        if let Some(secret_ref) = &k.secret {
-            let secret = lookup(store, "secrets", namespace, &secret_ref.name)
-                .await?
-                .ok_or_else(invalidated)?;
-            if objects::uid(&secret) != secret_ref.uid {
-                return Err(TokenError::Invalidated(format!(
-                    "secret UID ({}) does not match service account secret ref claim ({})",
-                    objects::uid(&secret),
-                    secret_ref.uid
-                )));
-            }
-            if deleted(&secret, deleted_before) {
-                return Err(invalidated());
-            }
+        if let Some(secret) = &k.secret {
+            check_bound(store, "secrets", "secret", namespace, secret, deleted_before).await?;
         }
-        if let Some(pod_ref) = &k.pod {
-            let pod = lookup(store, "pods", namespace, &pod_ref.name)
-                .await?
-                .ok_or_else(invalidated)?;
-            if objects::uid(&pod) != pod_ref.uid {
-                return Err(TokenError::Invalidated(format!(
-                    "pod UID ({}) does not match service account pod ref claim ({})",
-                    objects::uid(&pod),
-                    pod_ref.uid
-                )));
-            }
-            if deleted(&pod, deleted_before) {
-                return Err(invalidated());
-            }
-        } else if let Some(node_ref) = &k.node {
+        if let Some(pod) = &k.pod {
+            check_bound(store, "pods", "pod", namespace, pod, deleted_before).await?;
+        } else if let Some(node) = &k.node {
             // A pod-bound token only records its node; a node-bound one needs the node.
-            let node = lookup(store, "nodes", "", &node_ref.name)
-                .await?
-                .ok_or_else(invalidated)?;
-            if objects::uid(&node) != node_ref.uid {
-                return Err(TokenError::Invalidated(format!(
-                    "node UID ({}) does not match service account node ref claim ({})",
-                    objects::uid(&node),
-                    node_ref.uid
-                )));
-            }
-            if deleted(&node, deleted_before) {
-                return Err(invalidated());
-            }
+            check_bound(store, "nodes", "node", "", node, deleted_before).await?;
         }
         Ok(Identity {
             user: user_name(namespace, sa_name),
             groups: groups(namespace),
         })
     }
+}
+
+/// A token's bound object (`what` in upstream's messages) must still exist with the uid in its
+/// claims and not have been deleted before `deleted_before`.
+async fn check_bound(
+    store: &dyn Store,
+    plural: &str,
+    what: &str,
+    namespace: &str,
+    claim: &ObjectRef,
+    deleted_before: i64,
+) -> Result<(), TokenError> {
+    let invalidated = || TokenError::Invalidated("service account token has been invalidated".into());
+    let obj = lookup(store, plural, namespace, &claim.name)
+        .await?
+        .ok_or_else(invalidated)?;
+    if objects::uid(&obj) != claim.uid {
+        return Err(TokenError::Invalidated(format!(
+            "{what} UID ({}) does not match service account {what} ref claim ({})",
+            objects::uid(&obj),
+            claim.uid
+        )));
+    }
+    if deleted(&obj, deleted_before) {
+        return Err(invalidated());
+    }
+    Ok(())
 }
 
 /// The stored core/v1 object `plural` `namespace/name`, if there is one.

@@ -243,22 +243,13 @@ mod tests {
     use base64::Engine;
     use http::Request;
     use http_body_util::BodyExt;
-    use skiff_store::MemoryStore;
     use tower::ServiceExt;
 
     use crate::server::{ApiState, router};
 
     async fn server() -> (Arc<ApiState>, String, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("dir");
-        let state = Arc::new(
-            ApiState::new(
-                MemoryStore::new(),
-                crate::tls::TokenAuth::load_or_create(dir.path()).expect("tokens"),
-                crate::pki::load_or_create(dir.path(), &[]).expect("pki"),
-            )
-            .expect("state"),
-        );
-        let token = state.tokens.admin_token().expect("admin token").to_string();
+        let (state, token) = ApiState::for_tests(dir.path());
         (state, token, dir)
     }
 

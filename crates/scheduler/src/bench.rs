@@ -1,7 +1,10 @@
 //! `skiff bench scheduler`: upstream's scheduler_perf shapes against a live API server.
 //! Creates the nodes, starts a scheduler of its own (a distinct schedulerName, so a running
-//! default scheduler leaves the pods alone), creates the pods through the API, and measures
-//! creation -> bound for each pod and the throughput from the first creation to the last bind.
+//! default scheduler leaves the pods alone), creates and waits for the workload's initial pods
+//! (scheduler_perf's `initPods`, not measured), then creates the measured pods through the API.
+//! It measures creation -> bound for each measured pod, SchedulingThroughput as scheduler_perf
+//! samples it (bound pods counted every second, the first sample skipped, the mean of the rest),
+//! and the overall rate from the first measured creation to the last bind.
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -54,6 +57,31 @@ pub enum Workload {
 }
 
 impl Workload {
+    /// scheduler_perf's `initPods` for the workload's 5,000-node shape (SchedulingBasic 1,000,
+    /// SchedulingNodeAffinity 5,000, TopologySpreading 5,000, SchedulingPodAntiAffinity 1,000;
+    /// the taints shape has no upstream twin and takes SchedulingBasic's).
+    fn upstream_init_pods(self) -> usize {
+        match self {
+            Workload::Basic | Workload::Taints | Workload::PodAntiAffinity => 1000,
+            Workload::NodeAffinity | Workload::TopologySpread => 5000,
+        }
+    }
+
+    /// The initial pods for a cluster of `nodes`: upstream's count at 5,000 nodes, in
+    /// proportion for other sizes.
+    pub fn default_init_pods(self, nodes: usize) -> usize {
+        self.upstream_init_pods() * nodes / 5000
+    }
+
+    /// The template of the initial pods: the workload's own, but plain pods for
+    /// topology-spread (as TopologySpreading creates them from pod-default).
+    fn init_template(self) -> Workload {
+        match self {
+            Workload::TopologySpread => Workload::Basic,
+            w => w,
+        }
+    }
+
     pub const ALL: [Workload; 5] = [
         Workload::Basic,
         Workload::NodeAffinity,
@@ -98,8 +126,17 @@ pub struct BenchConfig {
     pub scheduler_name: Option<String>,
     /// Pod creations in flight at once.
     pub clients: usize,
+    /// Pods created and bound before the measured ones (None: the workload's default).
+    pub init_pods: Option<usize>,
     /// Give up waiting for binds after this long.
     pub timeout: Duration,
+}
+
+impl BenchConfig {
+    fn init_pods(&self) -> usize {
+        self.init_pods
+            .unwrap_or_else(|| self.workload.default_init_pods(self.nodes))
+    }
 }
 
 impl Default for BenchConfig {
@@ -110,6 +147,7 @@ impl Default for BenchConfig {
             workload: Workload::Basic,
             scheduler_name: None,
             clients: CONCURRENCY,
+            init_pods: None,
             timeout: Duration::from_secs(300),
         }
     }
@@ -119,10 +157,18 @@ impl Default for BenchConfig {
 pub struct BenchResult {
     pub workload: String,
     pub nodes: usize,
+    /// Initial pods, created and bound before the measured ones.
+    pub init_pods: usize,
+    /// Measured pods.
     pub pods: usize,
-    /// Pods bound per second, first pod creation to last bind (SchedulingThroughput).
+    /// SchedulingThroughput's average: the mean of the per-second samples (the overall rate
+    /// when the run was too short for one).
     pub pods_per_second: f64,
-    /// Creation -> bound latency percentiles.
+    /// The per-second samples, as scheduler_perf's throughput collector takes them.
+    pub samples: Vec<f64>,
+    /// Measured pods over the time from their first creation to their last bind.
+    pub overall_pods_per_second: f64,
+    /// Creation -> bound latency percentiles of the measured pods.
     pub p50_ms: f64,
     pub p99_ms: f64,
 }
@@ -251,12 +297,59 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// Computes the result from per-pod creation and bind instants.
+/// scheduler_perf's throughput collector: every second, the number of bound pods. The first
+/// sample with any pod bound only starts the count (it is an outlier: sampling and creating
+/// start independently); an interval in which no pod was bound is folded into the next one,
+/// whose rate then stands for each of them; the interval cut short by the end of the run is
+/// not sampled.
+#[derive(Debug, Default)]
+pub struct ThroughputCollector {
+    last: Option<(Instant, usize)>,
+    skipped: usize,
+    samples: Vec<f64>,
+}
+
+impl ThroughputCollector {
+    /// The interval between samples.
+    pub const INTERVAL: Duration = Duration::from_secs(1);
+
+    /// Records that `scheduled` pods were bound at `now`.
+    pub fn sample(&mut self, now: Instant, scheduled: usize) {
+        if scheduled == 0 {
+            return;
+        }
+        let Some((at, count)) = self.last else {
+            self.last = Some((now, scheduled));
+            return;
+        };
+        let new = scheduled.saturating_sub(count);
+        if new == 0 {
+            self.skipped += 1;
+            return;
+        }
+        let secs = now.saturating_duration_since(at).as_secs_f64();
+        if secs > 0.0 {
+            let rate = new as f64 / secs;
+            self.samples.extend(std::iter::repeat_n(rate, self.skipped + 1));
+        }
+        self.skipped = 0;
+        self.last = Some((now, scheduled));
+    }
+
+    pub fn samples(&self) -> &[f64] {
+        &self.samples
+    }
+}
+
+/// Computes the result from per-pod creation and bind instants of the measured pods and the
+/// collector's samples.
 pub fn summarize(
     workload: Workload,
     nodes: usize,
+    init_pods: usize,
     created: &HashMap<String, Instant>,
     bound: &HashMap<String, Instant>,
+    samples: &[f64],
 ) -> BenchResult {
     let first = created.values().min().copied();
     let last = bound.values().max().copied();
@@ -269,15 +362,24 @@ pub fn summarize(
         })
         .collect();
     lat.sort_by(f64::total_cmp);
-    let pods_per_second = match (first, last) {
+    let overall = match (first, last) {
         (Some(f), Some(l)) if l > f => bound.len() as f64 / l.duration_since(f).as_secs_f64(),
         _ => 0.0,
     };
+    let pods_per_second = if samples.is_empty() {
+        overall
+    } else {
+        samples.iter().sum::<f64>() / samples.len() as f64
+    };
+    let round = |v: f64| (v * 10.0).round() / 10.0;
     BenchResult {
         workload: workload.to_string(),
         nodes,
+        init_pods,
         pods: bound.len(),
-        pods_per_second,
+        pods_per_second: round(pods_per_second),
+        samples: samples.iter().map(|v| round(*v)).collect(),
+        overall_pods_per_second: round(overall),
         p50_ms: percentile(&lat, 50.0),
         p99_ms: percentile(&lat, 99.0),
     }
@@ -285,11 +387,11 @@ pub fn summarize(
 
 /// Refuses a run that could never finish.
 fn check_config(cfg: &BenchConfig) -> anyhow::Result<()> {
-    if cfg.workload == Workload::PodAntiAffinity && cfg.pods > cfg.nodes {
+    if cfg.workload == Workload::PodAntiAffinity && cfg.pods.max(cfg.init_pods()) > cfg.nodes {
         anyhow::bail!(
             "the pod-anti-affinity workload places at most one pod per node: {} pods cannot fit on {} nodes \
              (scheduler_perf runs 1,000 pods on 5,000 nodes)",
-            cfg.pods,
+            cfg.pods.max(cfg.init_pods()),
             cfg.nodes
         );
     }
@@ -303,23 +405,40 @@ pub async fn bench(client: Client, cfg: BenchConfig) -> anyhow::Result<BenchResu
         "{:08x}",
         std::process::id() ^ (jiff::Timestamp::now().subsec_nanosecond() as u32)
     );
+    // As scheduler_perf, the initial and the measured pods live in namespaces of their own.
     let ns = format!("skiff-bench-{run_id}");
+    let init_ns = format!("skiff-bench-{run_id}-init");
     let node_prefix = format!("bench-{run_id}");
     let ns_api: Api<Namespace> = Api::all(client.clone());
-    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
-    ns_api
-        .create(&PostParams::default(), &ns_obj)
-        .await
-        .with_context(|| format!("creating namespace {ns}"))?;
-    let result = run_bench(&client, &cfg, &ns, &node_prefix, &run_id).await;
-    cleanup(&client, &ns, &node_prefix, cfg.nodes).await;
+    for name in [&ns, &init_ns] {
+        let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+        ns_api
+            .create(&PostParams::default(), &ns_obj)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+    }
+    let namespaces = Namespaces {
+        measured: &ns,
+        init: &init_ns,
+    };
+    let result = run_bench(&client, &cfg, namespaces, &node_prefix, &run_id).await;
+    cleanup(&client, &[&ns, &init_ns], &node_prefix, cfg.nodes).await;
     result
 }
+
+#[derive(Clone, Copy)]
+struct Namespaces<'a> {
+    measured: &'a str,
+    init: &'a str,
+}
+
+/// When each pod was first seen bound, per namespace.
+type BoundTimes = Arc<Mutex<HashMap<String, Instant>>>;
 
 async fn run_bench(
     client: &Client,
     cfg: &BenchConfig,
-    ns: &str,
+    ns: Namespaces<'_>,
     node_prefix: &str,
     run_id: &str,
 ) -> anyhow::Result<BenchResult> {
@@ -365,25 +484,33 @@ async fn run_bench(
 
     // Binds are observed as scheduler_perf observes them: a scheduler started here reports each
     // pod its own pod watch brings bound (one watch, as upstream's shared informer); a running
-    // scheduler's binds are seen through a watch of the benchmark's own.
-    let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
-    let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
-    let (scheduler_name, scheduler_task, watch_task) = match &cfg.scheduler_name {
+    // scheduler's binds are seen through watches of the benchmark's own.
+    let bound: BoundTimes = Arc::new(Mutex::new(HashMap::new()));
+    let init_bound: BoundTimes = Arc::new(Mutex::new(HashMap::new()));
+    let (scheduler_name, scheduler_task, watch_tasks) = match &cfg.scheduler_name {
         Some(n) => (
             n.clone(),
             None,
-            Some(spawn_bind_watch(client.clone(), ns, bound.clone())),
+            vec![
+                spawn_bind_watch(client.clone(), ns.measured, bound.clone()),
+                spawn_bind_watch(client.clone(), ns.init, init_bound.clone()),
+            ],
         ),
         None => {
             let name = format!("skiff-bench-scheduler-{run_id}");
-            let observed = bound.clone();
-            let bench_ns = ns.to_string();
+            let (measured, init) = (bound.clone(), init_bound.clone());
+            let (measured_ns, init_ns) = (ns.measured.to_string(), ns.init.to_string());
             let sc = SchedulerConfig {
                 scheduler_names: vec![name.clone()],
                 on_bound: Some(BoundObserver(Arc::new(move |pod_ns: &str, pod: &str| {
-                    if pod_ns == bench_ns {
-                        observed.lock().entry(pod.to_string()).or_insert_with(Instant::now);
-                    }
+                    let times = if pod_ns == measured_ns {
+                        &measured
+                    } else if pod_ns == init_ns {
+                        &init
+                    } else {
+                        return;
+                    };
+                    times.lock().entry(pod.to_string()).or_insert_with(Instant::now);
                 }))),
                 ..Default::default()
             };
@@ -394,23 +521,82 @@ async fn run_bench(
                 .await
                 .context("the scheduler did not sync its caches within 120s")?
                 .context("the scheduler stopped before syncing")?;
-            (name, Some(task), None)
+            (name, Some(task), Vec::new())
         }
     };
-    if watch_task.is_some() {
-        // Let the benchmark's own watch be established before the first create (the
+    if !watch_tasks.is_empty() {
+        // Let the benchmark's own watches be established before the first create (the
         // scheduler's is, once it reports its caches synced).
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 
-    // Every pod of a run is the same but for its name: the body is encoded once and the name
-    // spliced in, so the client's own work stays out of the scheduler's way.
-    let template = PodTemplate::new(&scheduler_name, cfg.workload)?;
+    let deadline = Instant::now() + cfg.timeout;
+    let init_pods = cfg.init_pods();
+    let outcome = async {
+        // The initial pods: created and bound before anything is measured.
+        let init_template = PodTemplate::new(&scheduler_name, cfg.workload.init_template())?;
+        create_pods(client, cfg, ns.init, &init_template, init_pods, None).await?;
+        wait_bound(&init_bound, init_pods, deadline).await?;
+        tracing::info!(pods = init_pods, "bench initial pods bound");
+
+        // The measured pods, with the throughput collector sampling from the start.
+        let template = PodTemplate::new(&scheduler_name, cfg.workload)?;
+        let created: BoundTimes = Arc::new(Mutex::new(HashMap::new()));
+        let collector = Arc::new(Mutex::new(ThroughputCollector::default()));
+        let sampler = {
+            let (bound, collector) = (bound.clone(), collector.clone());
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(ThroughputCollector::INTERVAL);
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    let scheduled = bound.lock().len();
+                    collector.lock().sample(Instant::now(), scheduled);
+                }
+            })
+        };
+        let measured = async {
+            create_pods(client, cfg, ns.measured, &template, cfg.pods, Some(&created)).await?;
+            wait_bound(&bound, cfg.pods, deadline).await
+        }
+        .await;
+        sampler.abort();
+        measured?;
+        let samples = collector.lock().samples().to_vec();
+        let created = created.lock().clone();
+        let bound = bound.lock().clone();
+        anyhow::Ok(summarize(
+            cfg.workload,
+            cfg.nodes,
+            init_pods,
+            &created,
+            &bound,
+            &samples,
+        ))
+    }
+    .await;
+    for t in watch_tasks {
+        t.abort();
+    }
+    if let Some(t) = scheduler_task {
+        t.abort();
+    }
+    outcome
+}
+
+/// Creates `count` pods named `pod-N` in `ns` from `template`, `cfg.clients` at a time,
+/// recording when each creation was sent.
+async fn create_pods(
+    client: &Client,
+    cfg: &BenchConfig,
+    ns: &str,
+    template: &PodTemplate,
+    count: usize,
+    created: Option<&BoundTimes>,
+) -> anyhow::Result<()> {
     let path = format!("/api/v1/namespaces/{ns}/pods");
-    let create_result = stream::iter(0..cfg.pods)
+    stream::iter(0..count)
         .map(|i| {
-            let client = client.clone();
-            let created = created.clone();
             let name = format!("pod-{i}");
             let body = template.body(&name);
             let path = path.as_str();
@@ -418,46 +604,34 @@ async fn run_bench(
                 // A raw create whose reply is not decoded (scheduler_perf's client decodes
                 // protobuf).
                 let req = kube::core::Request::new(path).create(&PostParams::default(), body)?;
-                created.lock().insert(name.clone(), Instant::now());
+                if let Some(created) = created {
+                    created.lock().insert(name.clone(), Instant::now());
+                }
                 client
                     .request_text(req)
                     .await
-                    .with_context(|| format!("creating pod {name}"))?;
+                    .with_context(|| format!("creating pod {ns}/{name}"))?;
                 anyhow::Ok(())
             }
         })
         .buffer_unordered(cfg.clients.max(1))
         .try_collect::<Vec<()>>()
-        .await;
-    let deadline = Instant::now() + cfg.timeout;
-    let mut outcome = create_result.map(|_| ());
-    if outcome.is_ok() {
-        loop {
-            let n = bound.lock().len();
-            if n >= cfg.pods {
-                break;
-            }
-            if Instant::now() >= deadline {
-                outcome = Err(anyhow::anyhow!(
-                    "only {n} of {} pods were bound within {:?}",
-                    cfg.pods,
-                    cfg.timeout
-                ));
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        .await
+        .map(|_| ())
+}
+
+/// Waits until `count` pods are seen bound.
+async fn wait_bound(bound: &BoundTimes, count: usize, deadline: Instant) -> anyhow::Result<()> {
+    loop {
+        let n = bound.lock().len();
+        if n >= count {
+            return Ok(());
         }
+        if Instant::now() >= deadline {
+            anyhow::bail!("only {n} of {count} pods were bound in time");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    if let Some(t) = watch_task {
-        t.abort();
-    }
-    if let Some(t) = scheduler_task {
-        t.abort();
-    }
-    outcome?;
-    let created = created.lock().clone();
-    let bound = bound.lock().clone();
-    Ok(summarize(cfg.workload, cfg.nodes, &created, &bound))
 }
 
 /// Records when each pod of `ns` is first seen bound, through a watch that decodes only the
@@ -499,14 +673,16 @@ fn spawn_bind_watch(
     })
 }
 
-async fn cleanup(client: &Client, ns: &str, node_prefix: &str, nodes: usize) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+async fn cleanup(client: &Client, namespaces: &[&str], node_prefix: &str, nodes: usize) {
     let dp = DeleteParams {
         grace_period_seconds: Some(0),
         ..Default::default()
     };
-    if let Err(e) = pods.delete_collection(&dp, &ListParams::default()).await {
-        tracing::warn!(error = %e, "deleting bench pods failed");
+    for ns in namespaces {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        if let Err(e) = pods.delete_collection(&dp, &ListParams::default()).await {
+            tracing::warn!(error = %e, "deleting bench pods failed");
+        }
     }
     let nodes_api: Api<Node> = Api::all(client.clone());
     stream::iter(0..nodes)
@@ -521,8 +697,10 @@ async fn cleanup(client: &Client, ns: &str, node_prefix: &str, nodes: usize) {
         })
         .await;
     let ns_api: Api<Namespace> = Api::all(client.clone());
-    if let Err(e) = ns_api.delete(ns, &DeleteParams::default()).await {
-        tracing::debug!(error = %e, "deleting bench namespace failed");
+    for ns in namespaces {
+        if let Err(e) = ns_api.delete(ns, &DeleteParams::default()).await {
+            tracing::debug!(error = %e, "deleting bench namespace failed");
+        }
     }
 }
 
@@ -575,12 +753,63 @@ mod tests {
             created.insert(format!("p{i}"), t0 + Duration::from_millis(i));
             bound.insert(format!("p{i}"), t0 + Duration::from_millis(i + 10 + i / 10));
         }
-        let r = summarize(Workload::Basic, 10, &created, &bound);
-        assert_eq!(r.pods, 100);
+        // Too short for a sample: the overall rate stands in.
+        let r = summarize(Workload::Basic, 10, 2, &created, &bound, &[]);
+        assert_eq!((r.pods, r.init_pods), (100, 2));
         // Last bind at 99 + 10 + 9 = 118 ms.
         assert!((r.pods_per_second - 100.0 / 0.118).abs() < 1.0);
+        assert_eq!(r.pods_per_second, r.overall_pods_per_second);
         assert!((r.p50_ms - 14.0).abs() < 1.0);
         assert!((r.p99_ms - 19.0).abs() < 1.0);
+        let r = summarize(Workload::Basic, 10, 2, &created, &bound, &[900.0, 1100.0]);
+        assert_eq!(r.pods_per_second, 1000.0);
+        assert_eq!(r.samples, vec![900.0, 1100.0]);
+        assert!((r.overall_pods_per_second - 100.0 / 0.118).abs() < 1.0);
+    }
+
+    #[test]
+    fn throughput_collector_samples_as_scheduler_perf() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_millis(s);
+        let mut c = ThroughputCollector::default();
+        // Nothing bound yet: no sample, the count has not started.
+        c.sample(at(1000), 0);
+        // The first sample with pods bound starts the count and is skipped.
+        c.sample(at(2000), 700);
+        assert!(c.samples().is_empty());
+        c.sample(at(3000), 5700);
+        assert_eq!(c.samples(), &[5000.0]);
+        // An interval without a bind is folded into the next: 2 s for 3000 pods, twice.
+        c.sample(at(4000), 5700);
+        c.sample(at(5000), 8700);
+        assert_eq!(c.samples(), &[5000.0, 1500.0, 1500.0]);
+        // A late tick counts its real interval.
+        c.sample(at(6500), 11700);
+        assert_eq!(c.samples(), &[5000.0, 1500.0, 1500.0, 2000.0]);
+    }
+
+    #[test]
+    fn initial_pods_follow_upstream_at_5000_nodes() {
+        assert_eq!(Workload::Basic.default_init_pods(5000), 1000);
+        assert_eq!(Workload::NodeAffinity.default_init_pods(5000), 5000);
+        assert_eq!(Workload::TopologySpread.default_init_pods(5000), 5000);
+        assert_eq!(Workload::PodAntiAffinity.default_init_pods(5000), 1000);
+        assert_eq!(Workload::Basic.default_init_pods(20), 4);
+        let cfg = BenchConfig {
+            init_pods: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(cfg.init_pods(), 0);
+        assert_eq!(BenchConfig::default().init_pods(), 1000);
+        // Initial anti-affinity pods need a node each too.
+        let crowded = BenchConfig {
+            workload: Workload::PodAntiAffinity,
+            pods: 10,
+            nodes: 10,
+            init_pods: Some(11),
+            ..Default::default()
+        };
+        assert!(check_config(&crowded).is_err());
     }
 
     /// Every workload's pods fit on its nodes through the real plugins, and the in-memory

@@ -31,6 +31,10 @@ pub enum BenchCommand {
         /// Pod creations in flight at once.
         #[arg(long, default_value_t = 64)]
         clients: usize,
+        /// Pods created and bound before the measured ones (scheduler_perf's initPods); the
+        /// default is upstream's count for the workload at 5,000 nodes, in proportion to --nodes.
+        #[arg(long)]
+        init_pods: Option<usize>,
         /// Run against this cluster (for example one started under a profiler) instead of
         /// a fresh `skiff server` child; its nodes and pods are left alone.
         #[arg(long)]
@@ -188,6 +192,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             pods,
             workload,
             clients,
+            init_pods,
             kubeconfig,
             json,
         } => {
@@ -207,6 +212,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                     pods,
                     workload: workload.parse()?,
                     clients,
+                    init_pods,
                     ..Default::default()
                 },
             )

@@ -399,6 +399,9 @@ fn scheduling_benchmark_reports_every_pod_bound() {
     assert_eq!(r["workload"], "taints");
     assert_eq!(r["nodes"], 20);
     assert_eq!(r["pods"], 60);
+    // scheduler_perf's 1,000 initial pods at 5,000 nodes, in proportion to 20 nodes.
+    assert_eq!(r["init_pods"], 4);
+    assert!(r["overall_pods_per_second"].as_f64().is_some_and(|v| v > 0.0), "{r}");
     assert!(r["pods_per_second"].as_f64().is_some_and(|v| v > 0.0), "{r}");
     let (p50, p99) = (
         r["p50_ms"].as_f64().unwrap_or(-1.0),

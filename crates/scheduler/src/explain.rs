@@ -29,10 +29,28 @@ pub struct Rejection {
 
 /// A feasible node's final and per-plugin scores (normalized, before weights).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Scored {
     pub node: String,
     pub total: i64,
+    /// Each scoring plugin's score, in the order of [`Explain::score_plugins`]. The names are
+    /// written once per explanation: the annotation rides on every bound pod, through its
+    /// binding, the store and every watch of pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_plugin: Vec<i64>,
+    /// Per plugin by name, as explanations written before `byPlugin` carry them (read only).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub plugins: BTreeMap<String, i64>,
+}
+
+impl Scored {
+    /// The score `plugin` gave, from either form.
+    pub fn plugin_score(&self, score_plugins: &[String], plugin: &str) -> Option<i64> {
+        match score_plugins.iter().position(|p| p == plugin) {
+            Some(i) => self.by_plugin.get(i).copied(),
+            None => self.plugins.get(plugin).copied(),
+        }
+    }
 }
 
 /// The outcome of one scheduling attempt.
@@ -53,6 +71,9 @@ pub struct Explain {
     pub feasible: usize,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rejected: Vec<Rejection>,
+    /// The plugins that scored, in the order of each scored node's `byPlugin`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub score_plugins: Vec<String>,
     /// The best scored nodes, best first (at most 5).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scores: Vec<Scored>,
@@ -98,22 +119,21 @@ pub fn add_excluded(rejected: &mut Vec<Rejection>, excluded: Option<&(Status, us
     }
 }
 
-/// Keeps the best scored nodes (scores must be sorted best first).
-pub fn top_scores(cache: &Cache, scores: &Scores) -> Vec<Scored> {
-    scores
+/// The scoring plugins' names and the best scored nodes (scores must be sorted best first).
+pub fn top_scores(cache: &Cache, scores: &Scores) -> (Vec<String>, Vec<Scored>) {
+    let names = scores.per_plugin.iter().map(|(p, _)| p.to_string()).collect();
+    let top = scores
         .nodes
         .iter()
         .take(MAX_SCORED_NODES)
         .map(|s| Scored {
             node: cache.node_name(s.node).to_string(),
             total: s.total,
-            plugins: scores
-                .per_plugin
-                .iter()
-                .map(|(p, v)| (p.to_string(), v[s.pos]))
-                .collect(),
+            by_plugin: scores.per_plugin.iter().map(|(_, v)| v[s.pos]).collect(),
+            plugins: BTreeMap::new(),
         })
-        .collect()
+        .collect();
+    (names, top)
 }
 
 impl Explain {
@@ -173,7 +193,11 @@ pub fn render_explain(pod_key: &str, e: &Explain) -> String {
     }
     if !e.scores.is_empty() {
         let plugins: Vec<&String> = {
-            let mut v: Vec<&String> = e.scores.iter().flat_map(|s| s.plugins.keys()).collect();
+            let mut v: Vec<&String> = e
+                .score_plugins
+                .iter()
+                .chain(e.scores.iter().flat_map(|s| s.plugins.keys()))
+                .collect();
             v.sort();
             v.dedup();
             v
@@ -194,7 +218,10 @@ pub fn render_explain(pod_key: &str, e: &Explain) -> String {
         for s in &e.scores {
             let mut line = format!("  {:<w_node$}  {:>6}", s.node, s.total);
             for p in &plugins {
-                let v = s.plugins.get(*p).map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+                let v = s
+                    .plugin_score(&e.score_plugins, p)
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "-".into());
                 let _ = write!(line, "  {:>width$}", v, width = p.len());
             }
             let _ = writeln!(out, "{line}");
@@ -245,5 +272,43 @@ mod tests {
         assert!(text.contains("NodeAffinity"));
         assert!(text.contains("a, c"));
         assert!(text.contains("Insufficient cpu"));
+    }
+
+    #[test]
+    fn scores_name_each_plugin_once_and_old_annotations_still_render() {
+        let e = Explain {
+            result: "Scheduled".into(),
+            node: Some("a".into()),
+            score_plugins: vec!["NodeResourcesFit".into(), "TaintToleration".into()],
+            scores: vec![
+                Scored {
+                    node: "a".into(),
+                    total: 190,
+                    by_plugin: vec![90, 100],
+                    ..Default::default()
+                },
+                Scored {
+                    node: "b".into(),
+                    total: 170,
+                    by_plugin: vec![70, 100],
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let json = e.to_json();
+        assert_eq!(json.matches("NodeResourcesFit").count(), 1, "{json}");
+        let back: Explain = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, e);
+        let text = render_explain("default/x", &back);
+        let row = text.lines().find(|l| l.trim_start().starts_with("b ")).unwrap();
+        assert_eq!(row.split_whitespace().collect::<Vec<_>>(), ["b", "170", "70", "100"]);
+        // An explanation written with a map of plugin names per node.
+        let old = r#"{"time":"t","result":"Scheduled","node":"a","nodes":2,"evaluated":2,"feasible":2,
+            "scores":[{"node":"a","total":190,"plugins":{"NodeResourcesFit":90,"TaintToleration":100}}]}"#;
+        let old: Explain = serde_json::from_str(old).unwrap();
+        let text = render_explain("default/x", &old);
+        let row = text.lines().find(|l| l.trim_start().starts_with("a ")).unwrap();
+        assert_eq!(row.split_whitespace().collect::<Vec<_>>(), ["a", "190", "90", "100"]);
     }
 }

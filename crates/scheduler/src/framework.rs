@@ -501,14 +501,17 @@ impl Framework {
             }
         }
         let node = totals[best].node;
-        // Only the best few are ever shown: order those, leave the rest.
-        let keep = TOP_SCORES.min(scores.nodes.len());
-        if keep < scores.nodes.len() {
-            scores
-                .nodes
-                .select_nth_unstable_by_key(keep - 1, |s| std::cmp::Reverse(s.total));
+        // Only the best few are ever shown: the chosen node first (among equal totals it is the
+        // one the tie-break picked), then the best of the others; the rest stay unordered.
+        scores.nodes.swap(0, best);
+        let others = &mut scores.nodes[1..];
+        let keep = (TOP_SCORES - 1).min(others.len());
+        if keep > 0 {
+            if keep < others.len() {
+                others.select_nth_unstable_by_key(keep - 1, |s| std::cmp::Reverse(s.total));
+            }
+            others[..keep].sort_by_key(|s| std::cmp::Reverse(s.total));
         }
-        scores.nodes[..keep].sort_by_key(|s| std::cmp::Reverse(s.total));
         Ok((
             ScheduleResult {
                 node,
@@ -646,6 +649,9 @@ mod tests {
             let p = Arc::new(PodInfo::new(pod(&format!("p{i}"), "1", "1Gi")));
             let (res, _) = fw.schedule(&p, &c).unwrap();
             assert_eq!(res.feasible, 3);
+            // The chosen node leads the scores, even when others tie with it.
+            assert_eq!(res.scores.nodes[0].node, res.node);
+            assert!(res.scores.nodes.iter().all(|s| s.total <= res.scores.nodes[0].total));
             let name = c.node_name(res.node).to_string();
             *placed.entry(name.clone()).or_insert(0) += 1;
             c.assume_pod(p, &name);

@@ -723,21 +723,25 @@ impl Scheduler {
         match outcome {
             Ok((res, _state)) => {
                 let node = self.cache.node_name(res.node).to_string();
-                let explain = self.cfg.explain.then(|| Explain {
-                    time: now_rfc3339(),
-                    result: "Scheduled".into(),
-                    node: Some(node.clone()),
-                    message: None,
-                    nodes: self.cache.num_nodes(),
-                    evaluated: res.evaluated,
-                    feasible: res.feasible,
-                    rejected: {
-                        let mut r = group_rejections(&self.cache, res.rejected.iter());
-                        add_excluded(&mut r, res.excluded.as_ref());
-                        r
-                    },
-                    scores: top_scores(&self.cache, &res.scores),
-                    preemption: None,
+                let explain = self.cfg.explain.then(|| {
+                    let (score_plugins, scores) = top_scores(&self.cache, &res.scores);
+                    Explain {
+                        time: now_rfc3339(),
+                        result: "Scheduled".into(),
+                        node: Some(node.clone()),
+                        message: None,
+                        nodes: self.cache.num_nodes(),
+                        evaluated: res.evaluated,
+                        feasible: res.feasible,
+                        rejected: {
+                            let mut r = group_rejections(&self.cache, res.rejected.iter());
+                            add_excluded(&mut r, res.excluded.as_ref());
+                            r
+                        },
+                        score_plugins,
+                        scores,
+                        preemption: None,
+                    }
                 });
                 self.stats.scheduled += 1;
                 self.queue.done(&pod.uid);
@@ -804,6 +808,7 @@ impl Scheduler {
                             add_excluded(&mut r, diag.excluded.as_ref());
                             r
                         },
+                        score_plugins: Vec::new(),
                         scores: Vec::new(),
                         preemption: preemption_msg,
                     }

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bollard::Docker;
@@ -66,6 +67,7 @@ pub async fn setup(
     client: &kube::Client,
     docker: &Docker,
     objects: &mut ObjectCache,
+    tokens: &mut TokenCache,
     ctx: &EnvContext<'_>,
 ) -> anyhow::Result<Result<HashMap<String, HostVolume>, MountError>> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -74,7 +76,7 @@ pub async fn setup(
     for volume in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
         let set_up = match &volume.persistent_volume_claim {
             Some(source) => persistent_volume_claim(pod, volume, source, client).await?,
-            None => setup_one(pod, volume, &base, client, docker, objects, ctx)
+            None => setup_one(pod, volume, &base, docker, objects, tokens, ctx)
                 .await?
                 .map_err(|message| MountError::SetUp {
                     volume: volume.name.clone(),
@@ -267,9 +269,9 @@ async fn setup_one(
     pod: &Pod,
     volume: &Volume,
     base: &Path,
-    client: &kube::Client,
     docker: &Docker,
     objects: &mut ObjectCache,
+    tokens: &mut TokenCache,
     ctx: &EnvContext<'_>,
 ) -> anyhow::Result<Result<HostVolume, String>> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -391,11 +393,13 @@ async fn setup_one(
             }
             if let Some(sat) = &source.service_account_token {
                 // As the kubelet: a token that cannot be had fails the volume, and the pod waits.
-                let token = match service_account_token(pod, client, sat.audience.clone(), sat.expiration_seconds).await
-                {
+                let token = match tokens.get(pod, sat.audience.clone(), sat.expiration_seconds).await {
                     Ok(t) => t,
-                    Err(kube::Error::Api(s)) => return Ok(Err(format!("failed to fetch token: {}", s.message))),
-                    Err(e) => return Err(e).context("requesting a service account token"),
+                    Err(TokenError::Api(s)) => return Ok(Err(format!("failed to fetch token: {}", s.message))),
+                    Err(TokenError::Expired(key, s)) => {
+                        return Ok(Err(format!("token {key} expired and refresh failed: {}", s.message)));
+                    }
+                    Err(TokenError::Other(e)) => return Err(e).context("requesting a service account token"),
                 };
                 files.insert(sat.path.clone(), (token.into_bytes(), 0o600 & mode | 0o600));
             }
@@ -493,24 +497,135 @@ fn project_downward(
     Ok(())
 }
 
-/// A token for the pod's service account, bound to the pod, from the API server's TokenRequest.
-async fn service_account_token(
-    pod: &Pod,
-    client: &kube::Client,
-    audience: Option<String>,
-    expiration: Option<i64>,
-) -> Result<String, kube::Error> {
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let sa = pod
-        .spec
+/// Service account tokens held for one pod's projected volumes, renewed as the kubelet's token
+/// manager renews them: once 80% of a token's lifetime has passed, or after 24 hours, less a
+/// jitter of up to 10 s; not at every refresh of the volumes. A token that cannot be renewed
+/// while it is still valid is kept, as upstream keeps it.
+pub struct TokenCache {
+    client: kube::Client,
+    held: HashMap<TokenKey, CachedToken>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct TokenKey {
+    service_account: String,
+    audiences: Vec<String>,
+    expiration_seconds: i64,
+}
+
+impl std::fmt::Display for TokenKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "\"{}\"/{:?}/{}",
+            self.service_account, self.audiences, self.expiration_seconds
+        )
+    }
+}
+
+struct CachedToken {
+    token: String,
+    refresh_at: Instant,
+    expires_at: Instant,
+}
+
+/// Why no token could be had.
+#[derive(Debug)]
+pub enum TokenError {
+    /// The API server refused the TokenRequest and no token is held.
+    Api(Box<kube::core::Status>),
+    /// The API server refused to renew a token that has expired.
+    Expired(String, Box<kube::core::Status>),
+    Other(kube::Error),
+}
+
+/// upstream's maxTTL and maxJitter (pkg/kubelet/token).
+const TOKEN_MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+const TOKEN_MAX_JITTER_MS: u64 = 10_000;
+/// The lifetime the kubelet asks for when the volume names none.
+const TOKEN_DEFAULT_SECONDS: i64 = 3607;
+
+/// When a token of `lifetime` received at `received` is to be renewed.
+fn token_refresh_at(received: Instant, lifetime: Duration, jitter: Duration) -> Instant {
+    let renew = (lifetime / 5 * 4).min(TOKEN_MAX_TTL);
+    received + renew.saturating_sub(jitter)
+}
+
+impl TokenCache {
+    /// Tokens requested through `client`.
+    pub fn new(client: kube::Client) -> TokenCache {
+        TokenCache {
+            client,
+            held: HashMap::new(),
+        }
+    }
+
+    /// The pod's token for `audience` and `expiration` (seconds), from the cache while it needs
+    /// no renewal.
+    pub async fn get(
+        &mut self,
+        pod: &Pod,
+        audience: Option<String>,
+        expiration: Option<i64>,
+    ) -> Result<String, TokenError> {
+        let key = TokenKey {
+            service_account: pod_service_account(pod),
+            audiences: audience.into_iter().filter(|a| !a.is_empty()).collect(),
+            expiration_seconds: expiration.unwrap_or(TOKEN_DEFAULT_SECONDS),
+        };
+        let now = Instant::now();
+        if let Some(t) = self.held.get(&key)
+            && now < t.refresh_at
+        {
+            return Ok(t.token.clone());
+        }
+        match service_account_token(pod, &self.client, &key).await {
+            Ok(token) => {
+                let received = Instant::now();
+                let lifetime = Duration::from_secs(key.expiration_seconds.max(0) as u64);
+                // Any spread will do for the jitter: it keeps a node's pods from renewing at once.
+                let jitter = Duration::from_millis(
+                    u64::from(jiff::Timestamp::now().subsec_nanosecond().unsigned_abs()) % TOKEN_MAX_JITTER_MS,
+                );
+                self.held.insert(
+                    key,
+                    CachedToken {
+                        token: token.clone(),
+                        refresh_at: token_refresh_at(received, lifetime, jitter),
+                        expires_at: received + lifetime,
+                    },
+                );
+                Ok(token)
+            }
+            Err(kube::Error::Api(status)) => match self.held.get(&key) {
+                None => Err(TokenError::Api(status)),
+                Some(t) if Instant::now() >= t.expires_at => Err(TokenError::Expired(key.to_string(), status)),
+                Some(t) => {
+                    tracing::warn!(token = %key, error = %status.message, "could not renew a service account token; keeping the one held");
+                    Ok(t.token.clone())
+                }
+            },
+            Err(e) => Err(TokenError::Other(e)),
+        }
+    }
+}
+
+fn pod_service_account(pod: &Pod) -> String {
+    pod.spec
         .as_ref()
         .and_then(|s| s.service_account_name.clone())
-        .unwrap_or_else(|| "default".into());
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".into())
+}
+
+/// A token for the pod's service account, bound to the pod, from the API server's TokenRequest.
+async fn service_account_token(pod: &Pod, client: &kube::Client, key: &TokenKey) -> Result<String, kube::Error> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
     let request = TokenRequest {
         spec: TokenRequestSpec {
-            audiences: audience.into_iter().filter(|a| !a.is_empty()).collect(),
-            expiration_seconds: Some(expiration.unwrap_or(3607)),
+            audiences: key.audiences.clone(),
+            expiration_seconds: Some(key.expiration_seconds),
             bound_object_ref: Some(BoundObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Pod".into()),
@@ -520,7 +635,9 @@ async fn service_account_token(
         },
         ..Default::default()
     };
-    let response = api.create_token_request(&sa, &PostParams::default(), &request).await?;
+    let response = api
+        .create_token_request(&key.service_account, &PostParams::default(), &request)
+        .await?;
     Ok(response.status.map(|s| s.token).unwrap_or_default())
 }
 
@@ -677,6 +794,45 @@ mod tests {
         PersistentVolumeClaimStatus, PersistentVolumeSpec, PodSpec, VolumeMount,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    #[test]
+    fn tokens_are_renewed_at_80_percent_of_their_lifetime_or_after_a_day() {
+        let t0 = Instant::now();
+        let hour = Duration::from_secs(3600);
+        // The kubelet's default request (3607 s) is renewed after 2885.6 s, less the jitter.
+        assert_eq!(
+            token_refresh_at(t0, Duration::from_secs(3607), Duration::ZERO) - t0,
+            Duration::from_millis(2_885_600)
+        );
+        assert_eq!(
+            token_refresh_at(t0, Duration::from_secs(3607), Duration::from_secs(10)) - t0,
+            Duration::from_millis(2_875_600)
+        );
+        // Long-lived tokens are renewed at least daily.
+        assert_eq!(token_refresh_at(t0, 48 * hour, Duration::ZERO) - t0, 24 * hour);
+        // A lifetime shorter than the jitter is renewed at once.
+        assert_eq!(
+            token_refresh_at(t0, Duration::from_secs(5), Duration::from_secs(10)),
+            t0
+        );
+    }
+
+    #[test]
+    fn token_keys_default_as_the_kubelet_asks() {
+        let mut pod = Pod::default();
+        assert_eq!(pod_service_account(&pod), "default");
+        pod.spec = Some(PodSpec {
+            service_account_name: Some("builder".into()),
+            ..Default::default()
+        });
+        assert_eq!(pod_service_account(&pod), "builder");
+        let key = TokenKey {
+            service_account: "builder".into(),
+            audiences: vec!["vault".into()],
+            expiration_seconds: TOKEN_DEFAULT_SECONDS,
+        };
+        assert_eq!(key.to_string(), r#""builder"/["vault"]/3607"#);
+    }
 
     fn claim(phase: Option<&str>, volume: Option<&str>) -> PersistentVolumeClaim {
         PersistentVolumeClaim {

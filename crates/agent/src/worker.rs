@@ -92,6 +92,8 @@ pub struct PodWorker {
     probes: HashMap<String, ProbeRun>,
     wake: Arc<Notify>,
     volumes: Option<(HashMap<String, HostVolume>, Instant)>,
+    /// The service account tokens its projected volumes hold.
+    tokens: volumes::TokenCache,
     last_status: Option<serde_json::Value>,
     seen_exits: HashSet<String>,
     /// The sandbox's IP (the host's for hostNetwork pods) as of the last sync.
@@ -202,6 +204,7 @@ pub async fn run_with_wake(
     fresh: bool,
 ) {
     let mut worker = PodWorker {
+        tokens: volumes::TokenCache::new(ctx.client.clone()),
         ctx,
         uid,
         notes: HashMap::new(),
@@ -371,8 +374,9 @@ impl PodWorker {
                 pod,
                 &self.ctx.data_dir,
                 &self.ctx.client,
-                self.docker(),
+                &self.ctx.docker,
                 &mut objects,
+                &mut self.tokens,
                 &env_ctx,
             )
             .await?

@@ -92,18 +92,33 @@ impl Path {
     pub fn new(root: &str) -> Path {
         Path(root.to_string())
     }
+    // Every field a validation walks gets its path, so these build the string directly rather
+    // than through `format!`.
     pub fn child(&self, name: &str) -> Path {
         if self.0.is_empty() {
             Path(name.to_string())
         } else {
-            Path(format!("{}.{name}", self.0))
+            Path(self.joined(".", name, ""))
         }
     }
     pub fn index(&self, i: usize) -> Path {
-        Path(format!("{}[{i}]", self.0))
+        use std::fmt::Write;
+        let mut s = String::with_capacity(self.0.len() + 4);
+        s.push_str(&self.0);
+        // Writing to a String cannot fail.
+        let _ = write!(s, "[{i}]");
+        Path(s)
     }
     pub fn key(&self, k: &str) -> Path {
-        Path(format!("{}[{k}]", self.0))
+        Path(self.joined("[", k, "]"))
+    }
+    fn joined(&self, open: &str, part: &str, close: &str) -> String {
+        let mut s = String::with_capacity(self.0.len() + open.len() + part.len() + close.len());
+        s.push_str(&self.0);
+        s.push_str(open);
+        s.push_str(part);
+        s.push_str(close);
+        s
     }
     pub fn as_str(&self) -> &str {
         &self.0

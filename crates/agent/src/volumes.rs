@@ -583,10 +583,8 @@ impl TokenCache {
             Ok(token) => {
                 let received = Instant::now();
                 let lifetime = Duration::from_secs(key.expiration_seconds.max(0) as u64);
-                // Any spread will do for the jitter: it keeps a node's pods from renewing at once.
-                let jitter = Duration::from_millis(
-                    u64::from(jiff::Timestamp::now().subsec_nanosecond().unsigned_abs()) % TOKEN_MAX_JITTER_MS,
-                );
+                // The jitter keeps a node's pods from renewing at once.
+                let jitter = Duration::from_millis(rand::random_range(0..TOKEN_MAX_JITTER_MS));
                 self.held.insert(
                     key,
                     CachedToken {

@@ -432,8 +432,8 @@ struct Namespaces<'a> {
     init: &'a str,
 }
 
-/// When each pod was first seen bound, per namespace.
-type BoundTimes = Arc<Mutex<HashMap<String, Instant>>>;
+/// When each pod of a namespace was created, or first seen bound.
+type PodTimes = Arc<Mutex<HashMap<String, Instant>>>;
 
 async fn run_bench(
     client: &Client,
@@ -485,8 +485,8 @@ async fn run_bench(
     // Binds are observed as scheduler_perf observes them: a scheduler started here reports each
     // pod its own pod watch brings bound (one watch, as upstream's shared informer); a running
     // scheduler's binds are seen through watches of the benchmark's own.
-    let bound: BoundTimes = Arc::new(Mutex::new(HashMap::new()));
-    let init_bound: BoundTimes = Arc::new(Mutex::new(HashMap::new()));
+    let bound: PodTimes = Arc::new(Mutex::new(HashMap::new()));
+    let init_bound: PodTimes = Arc::new(Mutex::new(HashMap::new()));
     let (scheduler_name, scheduler_task, watch_tasks) = match &cfg.scheduler_name {
         Some(n) => (
             n.clone(),
@@ -541,7 +541,7 @@ async fn run_bench(
 
         // The measured pods, with the throughput collector sampling from the start.
         let template = PodTemplate::new(&scheduler_name, cfg.workload)?;
-        let created: BoundTimes = Arc::new(Mutex::new(HashMap::new()));
+        let created: PodTimes = Arc::new(Mutex::new(HashMap::new()));
         let collector = Arc::new(Mutex::new(ThroughputCollector::default()));
         let sampler = {
             let (bound, collector) = (bound.clone(), collector.clone());
@@ -592,7 +592,7 @@ async fn create_pods(
     ns: &str,
     template: &PodTemplate,
     count: usize,
-    created: Option<&BoundTimes>,
+    created: Option<&PodTimes>,
 ) -> anyhow::Result<()> {
     let path = format!("/api/v1/namespaces/{ns}/pods");
     stream::iter(0..count)
@@ -621,7 +621,7 @@ async fn create_pods(
 }
 
 /// Waits until `count` pods are seen bound.
-async fn wait_bound(bound: &BoundTimes, count: usize, deadline: Instant) -> anyhow::Result<()> {
+async fn wait_bound(bound: &PodTimes, count: usize, deadline: Instant) -> anyhow::Result<()> {
     loop {
         let n = bound.lock().len();
         if n >= count {

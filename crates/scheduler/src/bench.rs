@@ -128,6 +128,8 @@ pub struct BenchConfig {
     pub clients: usize,
     /// Pods created and bound before the measured ones (None: the workload's default).
     pub init_pods: Option<usize>,
+    /// Events the benchmark's scheduler writes at once (None: the scheduler's default).
+    pub event_writes: Option<usize>,
     /// Give up waiting for binds after this long.
     pub timeout: Duration,
 }
@@ -148,6 +150,7 @@ impl Default for BenchConfig {
             scheduler_name: None,
             clients: CONCURRENCY,
             init_pods: None,
+            event_writes: None,
             timeout: Duration::from_secs(300),
         }
     }
@@ -171,6 +174,10 @@ pub struct BenchResult {
     /// Creation -> bound latency percentiles of the measured pods.
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// `Scheduled` events of the measured pods already stored when the last of them was seen
+    /// bound; the scheduler writes events behind its binds (as upstream's broadcaster does), so
+    /// the rest are written after the measured window.
+    pub scheduled_events: usize,
 }
 
 const TAINT_KEY: &str = "bench.skiff.dev/dedicated";
@@ -382,6 +389,7 @@ pub fn summarize(
         overall_pods_per_second: round(overall),
         p50_ms: percentile(&lat, 50.0),
         p99_ms: percentile(&lat, 99.0),
+        scheduled_events: 0,
     }
 }
 
@@ -514,6 +522,10 @@ async fn run_bench(
                 }))),
                 ..Default::default()
             };
+            let sc = SchedulerConfig {
+                max_concurrent_events: cfg.event_writes.unwrap_or(sc.max_concurrent_events),
+                ..sc
+            };
             let c = client.clone();
             let (tx, rx) = tokio::sync::oneshot::channel();
             let task = tokio::spawn(async move { run_with_signal(c, sc, Some(tx)).await });
@@ -562,17 +574,13 @@ async fn run_bench(
         .await;
         sampler.abort();
         measured?;
+        let scheduled_events = count_events(client, ns.measured, "Scheduled").await?;
         let samples = collector.lock().samples().to_vec();
         let created = created.lock().clone();
         let bound = bound.lock().clone();
-        anyhow::Ok(summarize(
-            cfg.workload,
-            cfg.nodes,
-            init_pods,
-            &created,
-            &bound,
-            &samples,
-        ))
+        let mut result = summarize(cfg.workload, cfg.nodes, init_pods, &created, &bound, &samples);
+        result.scheduled_events = scheduled_events;
+        anyhow::Ok(result)
     }
     .await;
     for t in watch_tasks {
@@ -632,6 +640,25 @@ async fn wait_bound(bound: &PodTimes, count: usize, deadline: Instant) -> anyhow
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The events in `ns` with `reason`, counted from one list that decodes only their reasons.
+async fn count_events(client: &Client, ns: &str, reason: &str) -> anyhow::Result<usize> {
+    #[derive(serde::Deserialize)]
+    struct Reason {
+        reason: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct EventList {
+        items: Vec<Reason>,
+    }
+    let req = http::Request::get(format!("/api/v1/namespaces/{ns}/events")).body(Vec::new())?;
+    let list: EventList = client.request(req).await.context("listing the benchmark's events")?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .count())
 }
 
 /// Records when each pod of `ns` is first seen bound, through a watch that decodes only the

@@ -82,6 +82,8 @@ pub struct Writer {
     event_limit: Arc<Semaphore>,
     /// Events recorded and waiting for a write slot.
     queued_events: Arc<AtomicUsize>,
+    /// Events dropped because too many were waiting.
+    dropped_events: Arc<AtomicU64>,
     aggregates: Arc<Mutex<AggregateMap>>,
     seq: Arc<AtomicU64>,
 }
@@ -100,6 +102,7 @@ impl Writer {
             limit: Arc::new(Semaphore::new(concurrency.max(1))),
             event_limit: Arc::new(Semaphore::new(event_concurrency.max(1))),
             queued_events: Arc::new(AtomicUsize::new(0)),
+            dropped_events: Arc::new(AtomicU64::new(0)),
             aggregates: Arc::new(Mutex::new(HashMap::new())),
             seq: Arc::new(AtomicU64::new(0)),
         }
@@ -124,7 +127,11 @@ impl Writer {
         let now = now_rfc3339();
         if self.queued_events.fetch_add(1, Ordering::Relaxed) >= MAX_QUEUED_EVENTS {
             self.queued_events.fetch_sub(1, Ordering::Relaxed);
-            tracing::warn!(pod = %name, reason, "too many events waiting to be written; dropping this one");
+            // One line for the first drop and one per thousand after it, not one per event.
+            let dropped = self.dropped_events.fetch_add(1, Ordering::Relaxed) + 1;
+            if dropped == 1 || dropped.is_multiple_of(1000) {
+                tracing::warn!(pod = %name, reason, dropped, "too many events waiting to be written; dropping events");
+            }
             return;
         }
         tokio::spawn(async move {

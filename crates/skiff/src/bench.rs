@@ -35,6 +35,9 @@ pub enum BenchCommand {
         /// default is upstream's count for the workload at 5,000 nodes, in proportion to --nodes.
         #[arg(long)]
         init_pods: Option<usize>,
+        /// Events the benchmark's scheduler writes at once (default: the scheduler's 64).
+        #[arg(long)]
+        event_writes: Option<usize>,
         /// Run against this cluster (for example one started under a profiler) instead of
         /// a fresh `skiff server` child; its nodes and pods are left alone.
         #[arg(long)]
@@ -193,6 +196,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             workload,
             clients,
             init_pods,
+            event_writes,
             kubeconfig,
             json,
         } => {
@@ -213,6 +217,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                     workload: workload.parse()?,
                     clients,
                     init_pods,
+                    event_writes,
                     ..Default::default()
                 },
             )

@@ -408,4 +408,6 @@ fn scheduling_benchmark_reports_every_pod_bound() {
         r["p99_ms"].as_f64().unwrap_or(-1.0),
     );
     assert!(p50 > 0.0 && p99 >= p50, "{r}");
+    // The events already written of the 60 Scheduled ones the run records.
+    assert!(r["scheduled_events"].as_u64().is_some_and(|n| n <= 60), "{r}");
 }

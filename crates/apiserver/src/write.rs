@@ -1122,21 +1122,36 @@ pub async fn delete_collection(ctx: &Ctx, bytes: Bytes) -> Result<Response, Stat
         async move { delete_object(&one, &opts).await }
     }))
     .buffered(DELETE_COLLECTION_WORKERS);
-    let mut deleted = Vec::new();
+    // The list answered holds each deleted object as it is written out, not decoded: ten
+    // thousand decoded pods take several hundred megabytes.
+    let head = json!({
+        "kind": res.list_kind(),
+        "apiVersion": res.api_version(),
+        "metadata": {"resourceVersion": page.revision.to_string()},
+        "items": [],
+    });
+    let head = serde_json::to_vec(&head).map_err(|e| StatusError::internal(e.to_string()))?;
+    // `items` is the last member: its objects go between the brackets of `[]}`.
+    let Some(open) = head.strip_suffix(b"]}") else {
+        return Err(StatusError::internal("the list head does not end with its items"));
+    };
+    let mut out = open.to_vec();
+    let mut first = true;
     while let Some(result) = results.next().await {
         match result {
-            Ok((w, _)) => deleted.push(w.object().clone()),
+            Ok((w, _)) => {
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                serde_json::to_writer(&mut out, w.object()).map_err(|e| StatusError::internal(e.to_string()))?;
+            }
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),
         }
     }
-    let list = json!({
-        "kind": res.list_kind(),
-        "apiVersion": res.api_version(),
-        "metadata": {"resourceVersion": page.revision.to_string()},
-        "items": deleted,
-    });
-    Ok(body::value_response(StatusCode::OK, &list))
+    out.extend_from_slice(b"]}");
+    Ok(body::json_response(StatusCode::OK, out))
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ pub enum BenchCommand {
         /// default is upstream's count for the workload at 5,000 nodes, in proportion to --nodes.
         #[arg(long)]
         init_pods: Option<usize>,
-        /// Events the benchmark's scheduler writes at once (default: the scheduler's 64).
+        /// Events the benchmark's scheduler writes at once (default: the scheduler's 8).
         #[arg(long)]
         event_writes: Option<usize>,
         /// Run against this cluster (for example one started under a profiler) instead of

@@ -188,13 +188,22 @@ where
 }
 
 /// Like [`spawn_watch`], and `map` is told whether the object was deleted.
-pub fn spawn_watch_events<K, F>(api: Api<K>, queue: WorkQueue, mut map: F)
+pub fn spawn_watch_events<K, F>(api: Api<K>, queue: WorkQueue, map: F)
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    F: FnMut(&K, bool) -> Vec<String> + Send + 'static,
+{
+    spawn_watch_config(api, watcher::Config::default(), queue, map);
+}
+
+/// Like [`spawn_watch_events`], watching only what `config` selects.
+pub fn spawn_watch_config<K, F>(api: Api<K>, config: watcher::Config, queue: WorkQueue, mut map: F)
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
     F: FnMut(&K, bool) -> Vec<String> + Send + 'static,
 {
     tokio::spawn(async move {
-        let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+        let mut stream = watcher::watcher(api, config).boxed();
         while let Some(ev) = stream.next().await {
             let keys = match ev {
                 Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::InitApply(o)) => map(&o, false),

@@ -12,6 +12,7 @@ pub mod namespace;
 pub mod persistentvolume;
 pub mod replicaset;
 pub mod resources;
+pub mod serviceaccounts;
 pub mod statefulset;
 
 /// Which controllers run.
@@ -26,6 +27,7 @@ pub struct ControllersConfig {
     pub statefulset: bool,
     pub cronjob: bool,
     pub persistentvolume: bool,
+    pub serviceaccounts: bool,
 }
 
 impl Default for ControllersConfig {
@@ -40,6 +42,7 @@ impl Default for ControllersConfig {
             statefulset: true,
             cronjob: true,
             persistentvolume: true,
+            serviceaccounts: true,
         }
     }
 }
@@ -82,6 +85,10 @@ pub async fn run(client: kube::Client, cfg: ControllersConfig) -> anyhow::Result
     if cfg.persistentvolume {
         let c = client.clone();
         set.spawn(async move { persistentvolume::run(c).await });
+    }
+    if cfg.serviceaccounts {
+        let c = client.clone();
+        set.spawn(async move { serviceaccounts::run(c).await });
     }
     match set.join_next().await {
         Some(Ok(r)) => r,

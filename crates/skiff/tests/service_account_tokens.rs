@@ -102,6 +102,49 @@ fn tampered(token: &str) -> String {
     format!("{signed}.{}", sig.into_iter().collect::<String>())
 }
 
+/// The uid of `NS/default` once the ServiceAccounts controller has created it.
+fn default_account_uid(c: &Cluster, ns: &str) -> Option<String> {
+    let out = c.kubectl(&[
+        "get",
+        "serviceaccount",
+        "default",
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    let uid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !uid.is_empty()).then_some(uid)
+}
+
+#[test]
+fn every_namespace_has_a_default_service_account() {
+    let c = Cluster::start(CONTROL_PLANE);
+    let wait = Duration::from_secs(10);
+    assert!(eventually(wait, || default_account_uid(&c, "default")).is_some());
+    c.k(&["create", "namespace", "team"]);
+    let first = eventually(wait, || default_account_uid(&c, "team")).expect("team/default is created");
+    // Deleted, it is created again (a new object).
+    c.k(&["delete", "serviceaccount", "default", "-n", "team"]);
+    let second = eventually(wait, || default_account_uid(&c, "team").filter(|u| *u != first))
+        .expect("team/default is created again");
+    // kubectl create token finds it.
+    let token = c.k(&["create", "token", "default", "-n", "team"]).trim().to_string();
+    let claims = claims(&token);
+    assert_eq!(claims["sub"], "system:serviceaccount:team:default");
+    assert_eq!(claims["kubernetes.io"]["serviceaccount"]["uid"], second.as_str());
+    // A namespace being deleted does not get it back: the namespace goes, with its account.
+    c.k(&["delete", "namespace", "team"]);
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            let out = c.kubectl(&["get", "namespace", "team"]);
+            (!out.status.success()).then_some(())
+        })
+        .is_some(),
+        "namespace team is gone"
+    );
+}
+
 #[test]
 fn create_token_authenticates_as_the_service_account() {
     let mut c = Cluster::start(CONTROL_PLANE);

@@ -222,6 +222,73 @@ where
     });
 }
 
+/// Keeps one object named `name` of kind `K` in every namespace that is not being deleted
+/// (upstream's ServiceAccounts controller and root CA publisher share this shape): `sync` runs for
+/// a namespace when the namespace is seen, when its object is deleted and, with `on_change`, when
+/// its object changes. `sync` is given the namespace only while the namespace is active.
+pub async fn run_per_namespace<K, F, Fut>(
+    client: kube::Client,
+    controller: &'static str,
+    name: &'static str,
+    on_change: bool,
+    sync: F,
+) -> anyhow::Result<()>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let queue = WorkQueue::new();
+    spawn_watch(
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()),
+        queue.clone(),
+        |ns: &k8s_openapi::api::core::v1::Namespace| match (&ns.metadata.name, &ns.metadata.deletion_timestamp) {
+            (Some(n), None) => vec![n.clone()],
+            _ => Vec::new(),
+        },
+    );
+    spawn_watch_config(
+        Api::<K>::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+        queue.clone(),
+        move |o: &K, deleted| match &o.meta().namespace {
+            Some(ns) if deleted || on_change => vec![ns.clone()],
+            _ => Vec::new(),
+        },
+    );
+    queue
+        .run(controller, |ns| {
+            let active = namespace_active(client.clone(), ns.clone());
+            let work = sync(ns);
+            async move {
+                if active.await? {
+                    work.await?;
+                }
+                Ok(None)
+            }
+        })
+        .await
+}
+
+/// Whether `namespace` exists and is not being deleted.
+pub async fn namespace_active(client: kube::Client, namespace: String) -> anyhow::Result<bool> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
+    Ok(api
+        .get_opt(&namespace)
+        .await?
+        .is_some_and(|ns| ns.metadata.deletion_timestamp.is_none()))
+}
+
+/// The API server's refusal to create anything in a namespace being deleted.
+pub fn is_namespace_terminating(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403 && s.message.contains("because it is being terminated"))
+}
+
 /// Watch a kind into a store and queue every object's own key; returns the store.
 pub fn spawn_owner_watch<K>(api: Api<K>, queue: WorkQueue) -> Store<K>
 where

@@ -12,6 +12,7 @@ pub mod namespace;
 pub mod persistentvolume;
 pub mod replicaset;
 pub mod resources;
+pub mod rootcacertpublisher;
 pub mod serviceaccounts;
 pub mod statefulset;
 
@@ -28,6 +29,8 @@ pub struct ControllersConfig {
     pub cronjob: bool,
     pub persistentvolume: bool,
     pub serviceaccounts: bool,
+    /// The cluster CA (PEM) to publish as `kube-root-ca.crt` in every namespace; None: not published.
+    pub root_ca_pem: Option<String>,
 }
 
 impl Default for ControllersConfig {
@@ -43,6 +46,7 @@ impl Default for ControllersConfig {
             cronjob: true,
             persistentvolume: true,
             serviceaccounts: true,
+            root_ca_pem: None,
         }
     }
 }
@@ -89,6 +93,10 @@ pub async fn run(client: kube::Client, cfg: ControllersConfig) -> anyhow::Result
     if cfg.serviceaccounts {
         let c = client.clone();
         set.spawn(async move { serviceaccounts::run(c).await });
+    }
+    if let Some(pem) = cfg.root_ca_pem {
+        let c = client.clone();
+        set.spawn(async move { rootcacertpublisher::run(c, pem).await });
     }
     match set.join_next().await {
         Some(Ok(r)) => r,

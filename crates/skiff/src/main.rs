@@ -236,11 +236,11 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     if !args.no_controllers {
         let c = client.clone();
-        tasks.spawn(async move {
-            skiff_controllers::run(c, Default::default())
-                .await
-                .context("controllers")
-        });
+        let cfg = skiff_controllers::ControllersConfig {
+            root_ca_pem: Some(running.state.pki.ca_cert_pem.clone()),
+            ..Default::default()
+        };
+        tasks.spawn(async move { skiff_controllers::run(c, cfg).await.context("controllers") });
     }
     if !args.no_scheduler {
         let c = client.clone();

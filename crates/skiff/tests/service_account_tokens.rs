@@ -145,6 +145,53 @@ fn every_namespace_has_a_default_service_account() {
     );
 }
 
+/// `kube-root-ca.crt` in `ns`, once the root CA publisher has written it.
+fn root_ca_config_map(c: &Cluster, ns: &str) -> Option<serde_json::Value> {
+    let out = c.kubectl(&["get", "configmap", "kube-root-ca.crt", "-n", ns, "-o", "json"]);
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).expect("JSON"))
+}
+
+#[test]
+fn every_namespace_has_the_cluster_ca_in_kube_root_ca_crt() {
+    let c = Cluster::start(CONTROL_PLANE);
+    let ca = std::fs::read_to_string(c.path().join("pki").join("ca.crt")).expect("the cluster CA");
+    let wait = Duration::from_secs(10);
+    let holds_ca =
+        |ns: &str| root_ca_config_map(&c, ns).filter(|cm| cm["data"]["ca.crt"].as_str() == Some(ca.as_str()));
+    assert!(eventually(wait, || holds_ca("default")).is_some());
+    c.k(&["create", "namespace", "team"]);
+    let cm = eventually(wait, || holds_ca("team")).expect("team/kube-root-ca.crt holds the CA");
+    assert_eq!(cm["data"].as_object().map(|d| d.len()), Some(1), "{cm}");
+    assert!(
+        cm["metadata"]["annotations"]["kubernetes.io/description"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("Contains a CA bundle")),
+        "{cm}"
+    );
+    // Changed, it is put back; deleted, it is written again.
+    c.k(&[
+        "patch",
+        "configmap",
+        "kube-root-ca.crt",
+        "-n",
+        "team",
+        "-p",
+        r#"{"data":{"ca.crt":"x"}}"#,
+    ]);
+    assert!(
+        eventually(wait, || holds_ca("team")).is_some(),
+        "the bundle is put back"
+    );
+    let uid = cm["metadata"]["uid"].clone();
+    c.k(&["delete", "configmap", "kube-root-ca.crt", "-n", "team"]);
+    assert!(
+        eventually(wait, || holds_ca("team").filter(|cm| cm["metadata"]["uid"] != uid)).is_some(),
+        "the ConfigMap is written again"
+    );
+}
+
 #[test]
 fn create_token_authenticates_as_the_service_account() {
     let mut c = Cluster::start(CONTROL_PLANE);

@@ -282,6 +282,12 @@ async fn check_namespace(ctx: &Ctx, name: &str) -> Result<(), StatusError> {
         ));
         e.details.kind = Some(res.plural.to_string());
         e.details.name = Some(name.to_string());
+        // Upstream's NamespaceLifecycle names the reason as a cause clients branch on.
+        e.details.causes.push(skiff_api::status::Cause {
+            reason: "NamespaceTerminating".into(),
+            message: format!("namespace {} is being terminated", ctx.rr.namespace),
+            field: "metadata.namespace".into(),
+        });
         return Err(e);
     }
     Ok(())

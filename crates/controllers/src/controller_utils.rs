@@ -225,7 +225,7 @@ where
 /// Keeps one object named `name` of kind `K` in every namespace that is not being deleted
 /// (upstream's ServiceAccounts controller and root CA publisher share this shape): `sync` runs for
 /// a namespace when the namespace is seen, when its object is deleted and, with `on_change`, when
-/// its object changes. `sync` is given the namespace only while the namespace is active.
+/// its object changes; it is skipped while the namespace is being deleted or is gone.
 pub async fn run_per_namespace<K, F, Fut>(
     client: kube::Client,
     controller: &'static str,
@@ -243,17 +243,18 @@ where
     F: Fn(String) -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
 {
+    use k8s_openapi::api::core::v1::Namespace;
     let queue = WorkQueue::new();
-    spawn_watch(
-        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()),
+    let namespaces = spawn_store_watch(
+        Api::<Namespace>::all(client.clone()),
         queue.clone(),
-        |ns: &k8s_openapi::api::core::v1::Namespace| match (&ns.metadata.name, &ns.metadata.deletion_timestamp) {
+        |ns: &Namespace| match (&ns.metadata.name, &ns.metadata.deletion_timestamp) {
             (Some(n), None) => vec![n.clone()],
             _ => Vec::new(),
         },
     );
     spawn_watch_config(
-        Api::<K>::all(client.clone()),
+        Api::<K>::all(client),
         watcher::Config::default().fields(&format!("metadata.name={name}")),
         queue.clone(),
         move |o: &K, deleted| match &o.meta().namespace {
@@ -263,10 +264,13 @@ where
     );
     queue
         .run(controller, |ns| {
-            let active = namespace_active(client.clone(), ns.clone());
-            let work = sync(ns);
+            // The store holds what the namespace watch delivered, which queued this sync.
+            let active = namespaces
+                .get(&kube::runtime::reflector::ObjectRef::new(&ns))
+                .is_some_and(|n| n.metadata.deletion_timestamp.is_none());
+            let work = active.then(|| sync(ns));
             async move {
-                if active.await? {
+                if let Some(work) = work {
                     work.await?;
                 }
                 Ok(None)
@@ -275,18 +279,11 @@ where
         .await
 }
 
-/// Whether `namespace` exists and is not being deleted.
-pub async fn namespace_active(client: kube::Client, namespace: String) -> anyhow::Result<bool> {
-    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
-    Ok(api
-        .get_opt(&namespace)
-        .await?
-        .is_some_and(|ns| ns.metadata.deletion_timestamp.is_none()))
-}
-
-/// The API server's refusal to create anything in a namespace being deleted.
+/// The API server's refusal to create anything in a namespace being deleted (upstream's
+/// `NamespaceTerminating` cause).
 pub fn is_namespace_terminating(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 403 && s.message.contains("because it is being terminated"))
+    matches!(e, kube::Error::Api(s) if s.code == 403
+        && s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")))
 }
 
 /// Watch a kind into a store and queue every object's own key; returns the store.

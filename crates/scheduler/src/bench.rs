@@ -508,7 +508,7 @@ async fn run_bench(
             let name = format!("skiff-bench-scheduler-{run_id}");
             let (measured, init) = (bound.clone(), init_bound.clone());
             let (measured_ns, init_ns) = (ns.measured.to_string(), ns.init.to_string());
-            let sc = SchedulerConfig {
+            let mut sc = SchedulerConfig {
                 scheduler_names: vec![name.clone()],
                 on_bound: Some(BoundObserver(Arc::new(move |pod_ns: &str, pod: &str| {
                     let times = if pod_ns == measured_ns {
@@ -522,10 +522,9 @@ async fn run_bench(
                 }))),
                 ..Default::default()
             };
-            let sc = SchedulerConfig {
-                max_concurrent_events: cfg.event_writes.unwrap_or(sc.max_concurrent_events),
-                ..sc
-            };
+            if let Some(n) = cfg.event_writes {
+                sc.max_concurrent_events = n;
+            }
             let c = client.clone();
             let (tx, rx) = tokio::sync::oneshot::channel();
             let task = tokio::spawn(async move { run_with_signal(c, sc, Some(tx)).await });

@@ -1774,6 +1774,21 @@ fn a_terminating_namespace_takes_no_new_content() {
         ),
         "{err}"
     );
+    // The Status names upstream's NamespaceTerminating cause, which controllers branch on.
+    let (code, body) = curl(
+        &c,
+        "POST",
+        "/api/v1/namespaces/leaving/configmaps",
+        "application/json",
+        br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"late"}}"#,
+    );
+    assert_eq!(code, 403, "{body}");
+    let status = json_of(&body);
+    assert_eq!(
+        status["details"]["causes"][0]["reason"], "NamespaceTerminating",
+        "{body}"
+    );
+    assert_eq!(status["details"]["causes"][0]["field"], "metadata.namespace", "{body}");
     // Other namespaces are not affected.
     c.k(&["create", "configmap", "fine"]);
 }

@@ -300,6 +300,30 @@ pub fn service_env(services: &[Service]) -> Vec<(String, String)> {
 
 /// Expands `$(VAR)` references; `$$` escapes a `$`; unknown references stay as written.
 pub fn expand(input: &str, vars: &HashMap<&str, &str>) -> String {
+    expand_with(input, vars, |_| {})
+}
+
+/// `$(VAR)` expanded as a `subPathExpr` is (upstream's `ExpandContainerVolumeMounts`): every
+/// variable must have a non-empty value, or the error names those that have none.
+pub fn expand_required(input: &str, vars: &HashMap<&str, &str>) -> Result<String, String> {
+    let set: HashMap<&str, &str> = vars
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| (*k, *v))
+        .collect();
+    let mut missing = std::collections::BTreeSet::new();
+    let out = expand_with(input, &set, |name| {
+        missing.insert(name.to_string());
+    });
+    let missing: Vec<String> = missing.into_iter().collect();
+    if missing.is_empty() {
+        Ok(out)
+    } else {
+        Err(format!("missing value for {}", missing.join(", ")))
+    }
+}
+
+fn expand_with(input: &str, vars: &HashMap<&str, &str>, mut missing: impl FnMut(&str)) -> String {
     let mut out = String::with_capacity(input.len());
     let bytes = input.as_bytes();
     let mut i = 0;
@@ -316,7 +340,10 @@ pub fn expand(input: &str, vars: &HashMap<&str, &str>) -> String {
                 let name = &input[i + 2..i + 2 + end];
                 match vars.get(name) {
                     Some(v) => out.push_str(v),
-                    None => out.push_str(&input[i..i + 3 + end]),
+                    None => {
+                        missing(name);
+                        out.push_str(&input[i..i + 3 + end]);
+                    }
                 }
                 i += 3 + end;
                 continue;
@@ -453,6 +480,13 @@ mod tests {
         assert_eq!(expand("$$(A)", &vars), "$(A)");
         assert_eq!(expand("$(C) $A", &vars), "$(C) $A");
         assert_eq!(expand("ünï $(A)", &vars), "ünï x");
+        assert_eq!(expand_required("logs/$(A)", &vars), Ok("logs/x".to_string()));
+        assert_eq!(
+            expand_required("$(C)/$(A)/$(E)/$(C)", &vars),
+            Err("missing value for C, E".to_string())
+        );
+        let empty = HashMap::from([("A", "")]);
+        assert_eq!(expand_required("$(A)", &empty), Err("missing value for A".to_string()));
     }
 
     #[test]

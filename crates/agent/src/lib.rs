@@ -29,6 +29,7 @@ pub mod server;
 pub mod sim;
 pub mod spdy;
 pub mod status;
+pub mod subpath;
 pub mod volumes;
 pub mod worker;
 

@@ -743,10 +743,19 @@ pub fn pod_hostname(pod: &Pod) -> String {
     trimmed.trim_end_matches(['-', '.']).to_string()
 }
 
-/// Docker bind strings for a container's volumeMounts.
-pub fn binds(container: &Container, volumes: &HashMap<String, HostVolume>) -> Result<Vec<String>, String> {
+/// Docker bind strings for a container's volumeMounts. A `subPath` (or a `subPathExpr` expanded
+/// with the container's environment `env`) is created and bind-mounted under `pod_dir` by
+/// `subpath`, so that no symlink planted in the volume leads out of it; the errors are upstream's
+/// kubelet's, which say no more of the host's filesystem than which mount failed (the cause is
+/// logged).
+pub fn binds(
+    container: &Container,
+    volumes: &HashMap<String, HostVolume>,
+    pod_dir: &Path,
+    env: &HashMap<&str, &str>,
+) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
-    for mount in container.volume_mounts.iter().flatten() {
+    for (index, mount) in container.volume_mounts.iter().flatten().enumerate() {
         let Some(volume) = volumes.get(&mount.name) else {
             return Err(format!(
                 "cannot find volume \"{}\" to mount into container \"{}\"",
@@ -754,21 +763,36 @@ pub fn binds(container: &Container, volumes: &HashMap<String, HostVolume>) -> Re
             ));
         };
         let ro = mount.read_only == Some(true);
-        let sub = mount.sub_path.as_deref().filter(|s| !s.is_empty());
+        let expr = mount.sub_path_expr.as_deref().filter(|s| !s.is_empty());
+        let sub = match expr {
+            Some(expr) => Some(crate::env::expand_required(expr, env)?),
+            None => mount.sub_path.clone().filter(|s| !s.is_empty()),
+        };
+        let failed = |what: &str, e: anyhow::Error| {
+            tracing::warn!(
+                container = %container.name, volume_mount = %mount.name, error = format!("{e:#}"),
+                "{what} for a volumeMount of the container"
+            );
+            format!(
+                "{what} for volumeMount \"{}\" of container \"{}\"",
+                mount.name, container.name
+            )
+        };
         match volume {
             HostVolume::Path { path, read_only } => {
-                let source = match sub {
+                let source = match sub.as_deref() {
                     Some(sub) => {
-                        if sub.split('/').any(|c| c == "..") || sub.starts_with('/') {
-                            return Err(format!("invalid subpath \"{sub}\""));
+                        crate::subpath::check_relative(sub)?;
+                        if std::fs::metadata(path.join(sub)).is_err() {
+                            let mode = std::fs::metadata(path)
+                                .map(|m| m.permissions().mode() & 0o7777)
+                                .unwrap_or(0o755);
+                            crate::subpath::safe_make_dir(path, sub, mode)
+                                .map_err(|e| failed("failed to create subPath directory", e))?;
                         }
-                        let p = path.join(sub);
-                        if std::fs::symlink_metadata(&p).is_err() {
-                            std::fs::create_dir_all(&p)
-                                .map_err(|e| format!("creating subpath {}: {e}", p.display()))?;
-                        }
-                        // Resolve symlinks (projected volumes) inside the volume.
-                        std::fs::canonicalize(&p).unwrap_or(p)
+                        let target = crate::subpath::target(pod_dir, &mount.name, &container.name, index);
+                        crate::subpath::prepare(path, sub, &target)
+                            .map_err(|e| failed("failed to prepare subPath", e))?
                     }
                     None => path.clone(),
                 };
@@ -776,6 +800,13 @@ pub fn binds(container: &Container, volumes: &HashMap<String, HostVolume>) -> Re
                 out.push(format!("{}:{}:{mode}", source.display(), mount.mount_path));
             }
             HostVolume::Docker(name) => {
+                if sub.is_some() {
+                    // A Memory emptyDir is a Docker volume, which the engine mounts only whole.
+                    return Err(failed(
+                        "failed to prepare subPath",
+                        anyhow::anyhow!("a subPath of a Memory emptyDir is not supported"),
+                    ));
+                }
                 let mode = if ro { "ro" } else { "rw" };
                 out.push(format!("{name}:{}:{mode}", mount.mount_path));
             }
@@ -1029,7 +1060,9 @@ mod tests {
 
     #[test]
     fn binds_honour_read_only_and_subpath() {
-        let dir = std::env::temp_dir().join(format!("skiff-binds-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("vol");
+        let pod_dir = tmp.path().join("pod");
         std::fs::create_dir_all(&dir).unwrap();
         let volumes = HashMap::from([
             (
@@ -1048,43 +1081,74 @@ mod tests {
             ),
             ("mem".to_string(), HostVolume::Docker("skiff-u-mem".into())),
         ]);
+        let mount = |name: &str, path: &str| VolumeMount {
+            name: name.into(),
+            mount_path: path.into(),
+            ..Default::default()
+        };
         let container = Container {
             name: "c".into(),
             volume_mounts: Some(vec![
                 VolumeMount {
-                    name: "data".into(),
-                    mount_path: "/data".into(),
                     sub_path: Some("x".into()),
-                    ..Default::default()
+                    ..mount("data", "/data")
                 },
+                mount("cfg", "/cfg"),
                 VolumeMount {
-                    name: "cfg".into(),
-                    mount_path: "/cfg".into(),
-                    ..Default::default()
-                },
-                VolumeMount {
-                    name: "mem".into(),
-                    mount_path: "/mem".into(),
                     read_only: Some(true),
-                    ..Default::default()
+                    ..mount("mem", "/mem")
+                },
+                VolumeMount {
+                    sub_path_expr: Some("logs/$(POD)".into()),
+                    ..mount("data", "/logs")
                 },
             ]),
             ..Default::default()
         };
-        let b = binds(&container, &volumes).unwrap();
-        assert_eq!(b[0], format!("{}:/data:rw", dir.join("x").display()));
+        let env = HashMap::from([("POD", "web-0")]);
+        let b = binds(&container, &volumes, &pod_dir, &env).unwrap();
+        let target = |i| crate::subpath::target(&pod_dir, "data", "c", i);
+        assert_eq!(b[0], format!("{}:/data:rw", target(0).display()));
+        assert!(dir.join("x").is_dir(), "the subPath is created in the volume");
         assert_eq!(b[1], format!("{}:/cfg:ro", dir.display()));
         assert_eq!(b[2], "skiff-u-mem:/mem:ro");
-        let bad = Container {
+        assert_eq!(b[3], format!("{}:/logs:rw", target(3).display()));
+        assert!(dir.join("logs/web-0").is_dir());
+        assert_eq!(
+            binds(&container, &volumes, &pod_dir, &HashMap::new()),
+            Err("missing value for POD".to_string())
+        );
+        crate::subpath::cleanup(&pod_dir).unwrap();
+
+        let only = |m: VolumeMount| Container {
             name: "c".into(),
-            volume_mounts: Some(vec![VolumeMount {
-                name: "nope".into(),
-                mount_path: "/x".into(),
-                ..Default::default()
-            }]),
+            volume_mounts: Some(vec![m]),
             ..Default::default()
         };
-        assert!(binds(&bad, &volumes).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(binds(&only(mount("nope", "/x")), &volumes, &pod_dir, &env).is_err());
+        std::os::unix::fs::symlink("/", dir.join("up")).unwrap();
+        let escape = VolumeMount {
+            sub_path: Some("up".into()),
+            ..mount("data", "/host")
+        };
+        assert_eq!(
+            binds(&only(escape), &volumes, &pod_dir, &env),
+            Err("failed to prepare subPath for volumeMount \"data\" of container \"c\"".to_string())
+        );
+        let create_outside = VolumeMount {
+            sub_path: Some("up/skiff-test-escape".into()),
+            ..mount("data", "/host")
+        };
+        assert_eq!(
+            binds(&only(create_outside), &volumes, &pod_dir, &env),
+            Err("failed to create subPath directory for volumeMount \"data\" of container \"c\"".to_string())
+        );
+        assert!(!Path::new("/skiff-test-escape").exists());
+        let memory = VolumeMount {
+            sub_path: Some("x".into()),
+            ..mount("mem", "/m")
+        };
+        assert!(binds(&only(memory), &volumes, &pod_dir, &env).is_err());
+        crate::subpath::cleanup(&pod_dir).unwrap();
     }
 }

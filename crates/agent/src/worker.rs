@@ -1130,8 +1130,10 @@ impl PodWorker {
                 return Ok(());
             }
         };
+        let lookup: HashMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let volumes = self.volumes.as_ref().map(|(v, _)| v.clone()).unwrap_or_default();
-        let mut binds = match volumes::binds(c, &volumes) {
+        let pod_dir = volumes::pod_dir(&self.ctx.data_dir, &self.uid);
+        let mut binds = match volumes::binds(c, &volumes, &pod_dir, &lookup) {
             Ok(b) => b,
             Err(e) => {
                 self.event(pod, field, WARNING, "Failed", format!("Error: {e}"));
@@ -1139,7 +1141,6 @@ impl PodWorker {
                 return Ok(());
             }
         };
-        let pod_dir = volumes::pod_dir(&self.ctx.data_dir, &self.uid);
         let mounted = |path: &str| c.volume_mounts.iter().flatten().any(|m| m.mount_path == path);
         if !mounted("/etc/hosts") {
             binds.push(format!("{}:/etc/hosts", pod_dir.join("etc-hosts").display()));
@@ -1156,7 +1157,6 @@ impl PodWorker {
             binds.push(format!("{}:{message_path}", log_path.display()));
         }
 
-        let lookup: HashMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let expand = |v: &Option<Vec<String>>| {
             v.as_ref()
                 .map(|v| v.iter().map(|s| env::expand(s, &lookup)).collect::<Vec<_>>())
@@ -1454,6 +1454,11 @@ pub async fn cleanup_pod(docker: &Docker, node: &str, data_dir: &std::path::Path
         }
     }
     let dir = volumes::pod_dir(data_dir, uid);
+    // Removing the directory must never reach through a subPath mount into a volume's data.
+    let subpaths = dir.clone();
+    tokio::task::spawn_blocking(move || crate::subpath::cleanup(&subpaths))
+        .await
+        .context("unmounting subPath mounts")??;
     match tokio::fs::remove_dir_all(&dir).await {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

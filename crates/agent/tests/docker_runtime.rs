@@ -645,6 +645,96 @@ async fn secret_config_map_and_projected_volumes() {
     assert!(!h.ctx.data_dir.join("pods").join(&uid).exists(), "pod dir removed");
 }
 
+/// CVE-2017-1002101: a symlink planted in a volume must not lead a subPath mount out of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subpath_symlinks_never_lead_out_of_the_volume() {
+    let h = Harness::new("subpath").await;
+    let outside = format!("/tmp/{}", unique("skiff-escape"));
+    let plant = "ln -s / /vol/x && ln -s /tmp /vol/t && mkdir /vol/ok && echo fine > /vol/ok/f && ln -s ok /vol/inside";
+    let pod = h
+        .pod(
+            "escape",
+            serde_json::json!({
+                "terminationGracePeriodSeconds": 1,
+                "initContainers": [{"name": "plant", "image": "busybox:latest", "command": ["sh", "-c", plant],
+                    "volumeMounts": [{"name": "vol", "mountPath": "/vol"}]}],
+                "containers": [
+                    {"name": "root", "image": "busybox:latest", "command": ["sleep", "3600"],
+                     "volumeMounts": [{"name": "vol", "mountPath": "/host", "subPath": "x"}]},
+                    {"name": "create", "image": "busybox:latest", "command": ["sleep", "3600"],
+                     "volumeMounts": [{"name": "vol", "mountPath": "/host", "subPath": format!("t/{}", &outside[5..])}]},
+                    {"name": "fine", "image": "busybox:latest", "command": ["sleep", "3600"],
+                     "volumeMounts": [{"name": "vol", "mountPath": "/data", "subPath": "inside"}]}
+                ],
+                "volumes": [{"name": "vol", "emptyDir": {}}]
+            }),
+        )
+        .await;
+    let (tx, task) = h.spawn(&pod);
+    let waiting = |s: &PodStatus, name: &str| {
+        s.container_statuses
+            .iter()
+            .flatten()
+            .find(|c| c.name == name)
+            .and_then(|c| c.state.as_ref()?.waiting.as_ref())
+            .filter(|w| w.reason.as_deref() == Some("CreateContainerConfigError"))
+            .and_then(|w| w.message.clone())
+    };
+    let s = h
+        .wait_status("escape", 60, |s| {
+            waiting(s, "root").is_some()
+                && waiting(s, "create").is_some()
+                && s.container_statuses
+                    .iter()
+                    .flatten()
+                    .any(|c| c.name == "fine" && c.ready)
+        })
+        .await;
+    assert_eq!(
+        waiting(&s, "root").as_deref(),
+        Some("failed to prepare subPath for volumeMount \"vol\" of container \"root\"")
+    );
+    assert_eq!(
+        waiting(&s, "create").as_deref(),
+        Some("failed to create subPath directory for volumeMount \"vol\" of container \"create\"")
+    );
+    assert!(
+        !std::path::Path::new(&outside).exists(),
+        "nothing is created outside the volume"
+    );
+    // A symlink that stays inside the volume is followed, as upstream does.
+    assert_eq!(h.exec("escape", "fine", &["cat", "/data/f"]).await.1, "fine\n");
+    let (code, _) = h.exec("escape", "fine", &["ls", "/data/etc/hostname"]).await;
+    assert_ne!(code, 0, "the host's / is not reachable through the subPath");
+    let failed = |(r, m): &(String, String)| {
+        r == "Failed" && m == "Error: failed to prepare subPath for volumeMount \"vol\" of container \"root\""
+    };
+    let events = h.events_until(|e| e.iter().any(failed)).await;
+    assert!(events.iter().any(failed), "{events:?}");
+
+    let uid = pod.metadata.uid.clone().unwrap();
+    let pod_dir = h.ctx.data_dir.join("pods").join(&uid).canonicalize().unwrap();
+    let mounted_under = |dir: &std::path::Path| {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| {
+                l.split(' ')
+                    .nth(4)
+                    .is_some_and(|p| std::path::Path::new(p).starts_with(dir))
+            })
+            .count()
+    };
+    assert_eq!(
+        mounted_under(&pod_dir),
+        1,
+        "the subPath of `fine` is bind-mounted under the pod's directory"
+    );
+    h.finish(tx, task).await;
+    assert_eq!(mounted_under(&pod_dir), 0, "subPath mounts are unmounted with the pod");
+    assert!(!pod_dir.exists(), "pod dir removed");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_config_reports_create_container_config_error() {
     let h = Harness::new("cfgerr").await;

@@ -634,6 +634,23 @@ fn validate_container(
         } else if !mount_paths.insert(path.to_string()) {
             errs.push(invalid_str(&mp.child("mountPath"), path, "must be unique"));
         }
+        // Upstream names these fields on the list, not on the item.
+        let list = p.child("volumeMounts");
+        let sub = str_at(Some(m), "subPath");
+        if !sub.is_empty() {
+            local_descending_path(sub, &list.child("subPath"), errs);
+        }
+        let expr = str_at(Some(m), "subPathExpr");
+        if !expr.is_empty() {
+            if !sub.is_empty() {
+                errs.push(invalid_str(
+                    &mp.child("subPathExpr"),
+                    expr,
+                    "subPathExpr and subPath are mutually exclusive",
+                ));
+            }
+            local_descending_path(expr, &list.child("subPathExpr"), errs);
+        }
     }
     if let Some(v) = field(Some(c), "imagePullPolicy") {
         match v.as_str().unwrap_or("") {
@@ -1093,6 +1110,16 @@ fn diff_paths(path: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// Upstream's `validateLocalDescendingPath`: a relative path that never steps up.
+fn local_descending_path(path: &str, p: &Path, errs: &mut Vec<FieldError>) {
+    if path.starts_with('/') {
+        errs.push(invalid_str(p, path, "must be a relative path"));
+    }
+    if path.split('/').any(|c| c == "..") {
+        errs.push(invalid_str(p, path, "must not contain '..'"));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::validation::test_util::{errors, errors_defaulted};
@@ -1352,6 +1379,21 @@ mod tests {
             None,
         );
         assert_eq!(e, vec!["spec.volumes[0]: Required value: must specify a volume type"]);
+        let e = pod_errors(json!({"containers": [{"name": "a", "image": "x", "volumeMounts": [
+            {"name": "v", "mountPath": "/a", "subPath": "/etc"},
+            {"name": "v", "mountPath": "/b", "subPath": "x/../../y"},
+            {"name": "v", "mountPath": "/c", "subPath": "ok", "subPathExpr": "$(POD)/.."},
+            {"name": "v", "mountPath": "/d", "subPath": "a/..b/c.."}]}],
+            "volumes": [{"name": "v", "emptyDir": {}}]}));
+        assert_eq!(
+            e,
+            vec![
+                "spec.containers[0].volumeMounts.subPath: Invalid value: \"/etc\": must be a relative path",
+                "spec.containers[0].volumeMounts.subPath: Invalid value: \"x/../../y\": must not contain '..'",
+                "spec.containers[0].volumeMounts[2].subPathExpr: Invalid value: \"$(POD)/..\": subPathExpr and subPath are mutually exclusive",
+                "spec.containers[0].volumeMounts.subPathExpr: Invalid value: \"$(POD)/..\": must not contain '..'",
+            ]
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@ macro_rules! suite {
             concurrent_creates,
             contended_keys_lose_no_update,
             revisions_are_global_and_increasing,
+            transactions_write_all_or_nothing,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
@@ -597,4 +598,101 @@ pub(crate) async fn revisions_are_global_and_increasing(store: Arc<dyn Store>) {
         last = kv.mod_revision;
     }
     assert_eq!(store.current_revision().await.unwrap(), last);
+}
+
+pub(crate) async fn transactions_write_all_or_nothing(store: Arc<dyn Store>) {
+    use crate::Op;
+    let mut watch = store.watch("/", 0).await.unwrap();
+    let svc = store.create("/s/a", b"v1".to_vec()).await.unwrap();
+    let kvs = store
+        .txn(vec![
+            Op::Update {
+                key: "/s/a".into(),
+                value: b"v2".to_vec(),
+                expected: svc.mod_revision,
+            },
+            Op::Create {
+                key: "/ip/1".into(),
+                value: b"a".to_vec(),
+            },
+            // Later ops see the earlier ones.
+            Op::Update {
+                key: "/ip/1".into(),
+                value: b"a2".to_vec(),
+                expected: 3,
+            },
+        ])
+        .await
+        .unwrap();
+    let revs: Vec<_> = kvs.iter().map(|kv| kv.mod_revision).collect();
+    assert_eq!(revs, [2, 3, 4]);
+    assert_eq!(kvs[2].create_revision, 3);
+    assert_eq!(&store.get("/ip/1").await.unwrap().unwrap().value[..], b"a2");
+
+    // One op that does not hold: its error, and nothing written.
+    let err = store
+        .txn(vec![
+            Op::Create {
+                key: "/s/b".into(),
+                value: b"b".to_vec(),
+            },
+            Op::Create {
+                key: "/ip/1".into(),
+                value: b"taken".to_vec(),
+            },
+        ])
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, StoreError::AlreadyExists(k) if k == "/ip/1"), "{err:?}");
+    assert_eq!(store.get("/s/b").await.unwrap(), None);
+    assert_eq!(store.current_revision().await.unwrap(), 4);
+    let err = store
+        .txn(vec![
+            Op::Delete {
+                key: "/s/a".into(),
+                expected: None,
+            },
+            Op::Delete {
+                key: "/ip/1".into(),
+                expected: Some(3),
+            },
+        ])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict { actual: 4, .. }), "{err:?}");
+    assert!(store.get("/s/a").await.unwrap().is_some());
+
+    let done = store
+        .txn(vec![
+            Op::Delete {
+                key: "/s/a".into(),
+                expected: Some(2),
+            },
+            Op::Delete {
+                key: "/ip/1".into(),
+                expected: Some(4),
+            },
+        ])
+        .await
+        .unwrap();
+    assert_eq!(done.len(), 2);
+    assert_eq!(store.get("/s/a").await.unwrap(), None);
+    // Watchers see each write of a transaction, in order, and nothing of a failed one.
+    let seen: Vec<_> = take_events(&mut watch, 6)
+        .await
+        .iter()
+        .map(|e| (e.key().to_string(), e.revision()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("/s/a".to_string(), 1),
+            ("/s/a".to_string(), 2),
+            ("/ip/1".to_string(), 3),
+            ("/ip/1".to_string(), 4),
+            ("/s/a".to_string(), 5),
+            ("/ip/1".to_string(), 6),
+        ]
+    );
+    assert_quiet(&mut watch).await;
 }

@@ -25,6 +25,7 @@ mod state;
 pub use bench::{BenchResult, bench_creates};
 pub use memory::{MemoryOptions, MemoryStore};
 pub use sqlite::{SqliteOptions, SqliteStore};
+pub use state::Op;
 
 pub type Revision = i64;
 
@@ -125,6 +126,11 @@ pub trait Store: Send + Sync + 'static {
     /// Delete `key`, if `expected` is given only at that mod_revision.
     /// Returns the deleted value with `mod_revision` set to the delete's revision.
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue>;
+
+    /// All of `ops` or none (etcd's `Txn` with a compare per op): each is checked as its own
+    /// write would be, seeing the ones before it, at consecutive revisions. Fails with the error of
+    /// the first op that does not hold, and then nothing is written. Durable when it returns.
+    async fn txn(&self, ops: Vec<Op>) -> Result<Vec<KeyValue>>;
 
     /// The current value of `key`.
     async fn get(&self, key: &str) -> Result<Option<KeyValue>>;

@@ -86,6 +86,14 @@ impl Store for MemoryStore {
         })
     }
 
+    async fn txn(&self, ops: Vec<Op>) -> Result<Vec<KeyValue>> {
+        let mut inner = self.state.write();
+        let planned = state::plan_txn(|k| inner.get(k), ops, inner.revision() + 1)?;
+        let (events, kvs) = planned.into_iter().unzip();
+        inner.apply(events);
+        Ok(kvs)
+    }
+
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
         Ok(self.state.read().get(key).cloned())
     }

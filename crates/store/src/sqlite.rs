@@ -86,10 +86,7 @@ impl Default for SqliteOptions {
 }
 
 enum Request {
-    Write {
-        op: Op,
-        reply: oneshot::Sender<Result<KeyValue>>,
-    },
+    Write(WriteRequest),
     Compact {
         revision: Revision,
         reply: oneshot::Sender<Result<()>>,
@@ -181,7 +178,7 @@ impl SqliteStore {
     }
 
     async fn write(&self, op: Op) -> Result<KeyValue> {
-        self.request(|reply| Request::Write { op, reply }).await
+        self.request(|reply| Request::Write(WriteRequest::One(op, reply))).await
     }
 
     /// Runs `f` on a reader connection off the async threads.
@@ -493,7 +490,17 @@ fn checkpointer(path: &Path, requests: std_mpsc::Receiver<()>) {
     }
 }
 
-type WriteRequest = (Op, oneshot::Sender<Result<KeyValue>>);
+/// A write, or a transaction of several, waiting for the next commit.
+enum WriteRequest {
+    One(Op, oneshot::Sender<Result<KeyValue>>),
+    Txn(Vec<Op>, oneshot::Sender<Result<Vec<KeyValue>>>),
+}
+
+/// The answer to a [`WriteRequest`], sent once its batch is committed.
+enum Answer {
+    One(oneshot::Sender<Result<KeyValue>>, Result<KeyValue>),
+    Txn(oneshot::Sender<Result<Vec<KeyValue>>>, Result<Vec<KeyValue>>),
+}
 
 impl Writer {
     fn run(mut self, mut rx: mpsc::Receiver<Request>) {
@@ -525,7 +532,7 @@ impl Writer {
             while let Some(request) = next.take() {
                 taken += 1;
                 match request {
-                    Request::Write { op, reply } => writes.push((op, reply)),
+                    Request::Write(write) => writes.push(write),
                     Request::Compact { revision, reply } => {
                         // Writes queued before the compaction commit first, so
                         // that it is checked against what its caller saw.
@@ -573,19 +580,40 @@ impl Writer {
             let current = self.state.read();
             let mut revision = current.revision();
             let mut pending: HashMap<String, Option<KeyValue>> = HashMap::new();
-            for (op, reply) in writes.drain(..) {
-                let key = op.key().to_owned();
-                let now = match pending.get(&key) {
-                    Some(kv) => kv.as_ref(),
-                    None => current.get(&key),
-                };
-                let answer = state::plan(now, op, revision + 1).map(|(event, kv)| {
-                    revision += 1;
-                    pending.insert(key, state::after_event(&event).cloned());
-                    events.push(event);
-                    kv
-                });
-                answers.push((reply, answer));
+            for write in writes.drain(..) {
+                match write {
+                    WriteRequest::One(op, reply) => {
+                        let key = op.key().to_owned();
+                        let now = match pending.get(&key) {
+                            Some(kv) => kv.as_ref(),
+                            None => current.get(&key),
+                        };
+                        let answer = state::plan(now, op, revision + 1).map(|(event, kv)| {
+                            revision += 1;
+                            pending.insert(key, state::after_event(&event).cloned());
+                            events.push(event);
+                            kv
+                        });
+                        answers.push(Answer::One(reply, answer));
+                    }
+                    WriteRequest::Txn(ops, reply) => {
+                        let now = |k: &str| match pending.get(k) {
+                            Some(kv) => kv.as_ref(),
+                            None => current.get(k),
+                        };
+                        let answer = state::plan_txn(now, ops, revision + 1).map(|planned| {
+                            let mut kvs = Vec::with_capacity(planned.len());
+                            for (event, kv) in planned {
+                                revision += 1;
+                                pending.insert(kv.key.clone(), state::after_event(&event).cloned());
+                                events.push(event);
+                                kvs.push(kv);
+                            }
+                            kvs
+                        });
+                        answers.push(Answer::Txn(reply, answer));
+                    }
+                }
             }
         }
         if !events.is_empty() {
@@ -601,17 +629,26 @@ impl Writer {
                 }
                 Err(err) => {
                     tracing::error!(error = format!("{err:#}"), "store commit failed");
-                    for (_, answer) in &mut answers {
-                        *answer = Err(StoreError::Backend(anyhow::anyhow!(
-                            "commit a batch of writes: {err:#}"
-                        )));
+                    let failed = || StoreError::Backend(anyhow::anyhow!("commit a batch of writes: {err:#}"));
+                    for answer in &mut answers {
+                        match answer {
+                            Answer::One(_, a) => *a = Err(failed()),
+                            Answer::Txn(_, a) => *a = Err(failed()),
+                        }
                     }
                 }
             }
         }
-        for (reply, answer) in answers {
+        for answer in answers {
             // The caller may have given up waiting; the write stands.
-            let _ = reply.send(answer);
+            match answer {
+                Answer::One(reply, a) => {
+                    let _ = reply.send(a);
+                }
+                Answer::Txn(reply, a) => {
+                    let _ = reply.send(a);
+                }
+            }
         }
     }
 
@@ -713,6 +750,11 @@ impl Store for SqliteStore {
             expected,
         })
         .await
+    }
+
+    async fn txn(&self, ops: Vec<Op>) -> Result<Vec<KeyValue>> {
+        self.request(|reply| Request::Write(WriteRequest::Txn(ops, reply)))
+            .await
     }
 
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {

@@ -23,9 +23,9 @@ pub const DEFAULT_EVENT_WINDOW: usize = 100_000;
 /// Live events buffered per watcher before a slow watcher is dropped.
 pub const DEFAULT_WATCH_BUFFER: usize = 10_000;
 
-/// A write, as sent to a backend.
+/// A write, as sent to a backend (alone, or as one of a [`crate::Store::txn`]).
 #[derive(Debug)]
-pub(crate) enum Op {
+pub enum Op {
     Create {
         key: String,
         value: Vec<u8>,
@@ -42,7 +42,7 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    pub(crate) fn key(&self) -> &str {
+    pub fn key(&self) -> &str {
         match self {
             Op::Create { key, .. } | Op::Update { key, .. } | Op::Delete { key, .. } => key,
         }
@@ -122,6 +122,29 @@ pub(crate) fn plan(current: Option<&KeyValue>, op: Op, revision: Revision) -> Re
             ))
         }
     }
+}
+
+/// Checks the ops of a transaction in order against `current` (the value of a key before the
+/// transaction), each seeing the ones before it, and returns their events and values at
+/// consecutive revisions from `first`; the first op that does not hold fails them all.
+pub(crate) fn plan_txn<'a>(
+    current: impl Fn(&str) -> Option<&'a KeyValue>,
+    ops: Vec<Op>,
+    first: Revision,
+) -> Result<Vec<(Event, KeyValue)>> {
+    let mut written: std::collections::HashMap<String, Option<KeyValue>> = std::collections::HashMap::new();
+    let mut out = Vec::with_capacity(ops.len());
+    for (i, op) in ops.into_iter().enumerate() {
+        let key = op.key().to_owned();
+        let now = match written.get(&key) {
+            Some(kv) => kv.as_ref(),
+            None => current(&key),
+        };
+        let (event, kv) = plan(now, op, first + i as Revision)?;
+        written.insert(key, after_event(&event).cloned());
+        out.push((event, kv));
+    }
+    Ok(out)
 }
 
 /// The value of the event's key after the event.

@@ -280,6 +280,39 @@ pub static RESOURCES: &[Resource] = &[
         &[]
     ),
     res!(
+        "discovery.k8s.io",
+        "v1",
+        "EndpointSlice",
+        "endpointslices",
+        "endpointslice",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "networking.k8s.io",
+        "v1",
+        "IPAddress",
+        "ipaddresses",
+        "ipaddress",
+        false,
+        &["ip"],
+        &[],
+        &[]
+    ),
+    res!(
+        "networking.k8s.io",
+        "v1",
+        "ServiceCIDR",
+        "servicecidrs",
+        "servicecidr",
+        false,
+        &[],
+        &[],
+        &["status"]
+    ),
+    res!(
         "scheduling.k8s.io",
         "v1",
         "PriorityClass",

@@ -66,6 +66,19 @@ fn build() -> Schemas {
         ("policy", "v1", "Eviction", api::policy::v1::Eviction),
         ("storage.k8s.io", "v1", "StorageClass", api::storage::v1::StorageClass),
         (
+            "discovery.k8s.io",
+            "v1",
+            "EndpointSlice",
+            api::discovery::v1::EndpointSlice
+        ),
+        ("networking.k8s.io", "v1", "IPAddress", api::networking::v1::IPAddress),
+        (
+            "networking.k8s.io",
+            "v1",
+            "ServiceCIDR",
+            api::networking::v1::ServiceCIDR
+        ),
+        (
             "scheduling.k8s.io",
             "v1",
             "PriorityClass",

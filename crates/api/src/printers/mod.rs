@@ -8,6 +8,7 @@
 mod apps;
 mod core;
 mod format;
+mod networking;
 mod storage;
 
 use jiff::Timestamp;
@@ -100,6 +101,9 @@ enum Printer {
     PodDisruptionBudget,
     PriorityClass,
     StorageClass,
+    EndpointSlice,
+    IPAddress,
+    ServiceCIDR,
     Default,
 }
 
@@ -127,6 +131,9 @@ fn printer_for(res: &Resource) -> Printer {
         ("policy", "PodDisruptionBudget") => Printer::PodDisruptionBudget,
         ("scheduling.k8s.io", "PriorityClass") => Printer::PriorityClass,
         ("storage.k8s.io", "StorageClass") => Printer::StorageClass,
+        ("discovery.k8s.io", "EndpointSlice") => Printer::EndpointSlice,
+        ("networking.k8s.io", "IPAddress") => Printer::IPAddress,
+        ("networking.k8s.io", "ServiceCIDR") => Printer::ServiceCIDR,
         _ => Printer::Default,
     }
 }
@@ -155,6 +162,9 @@ fn columns(printer: Printer) -> &'static [Column] {
         Printer::PodDisruptionBudget => apps::PDB_COLUMNS,
         Printer::PriorityClass => apps::PRIORITYCLASS_COLUMNS,
         Printer::StorageClass => storage::STORAGECLASS_COLUMNS,
+        Printer::EndpointSlice => networking::ENDPOINTSLICE_COLUMNS,
+        Printer::IPAddress => networking::IPADDRESS_COLUMNS,
+        Printer::ServiceCIDR => networking::SERVICECIDR_COLUMNS,
         Printer::Default => DEFAULT_COLUMNS,
     }
 }
@@ -192,6 +202,9 @@ pub fn row_cells(res: &Resource, obj: &Value, now: Timestamp) -> Vec<Value> {
         Printer::PodDisruptionBudget => apps::poddisruptionbudget(obj, now),
         Printer::PriorityClass => apps::priorityclass(obj, now),
         Printer::StorageClass => storage::storageclass(obj, now),
+        Printer::EndpointSlice => networking::endpointslice(obj, now),
+        Printer::IPAddress => networking::ipaddress(obj, now),
+        Printer::ServiceCIDR => networking::servicecidr(obj, now),
         Printer::Default => vec![json!(format::name(obj)), json!(format::age(obj, now))],
     }
 }

@@ -774,3 +774,32 @@ fn upstream_print_pod_cases() {
         );
     }
 }
+
+#[test]
+fn endpointslices_ipaddresses_and_servicecidrs() {
+    assert_eq!(
+        names("discovery.k8s.io", "endpointslices"),
+        ["Name", "AddressType", "Ports", "Endpoints", "Age"]
+    );
+    let slice = json!({"metadata": {"name": "web-abc12"}, "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 80}, {"name": "named"}, {}],
+        "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2", "10.0.0.3"]}, {"addresses": ["10.0.0.4"]}]});
+    let c = cells("discovery.k8s.io", "endpointslices", &slice);
+    assert_eq!(c[1], "IPv4");
+    assert_eq!(c[2], "80,named,*");
+    assert_eq!(c[3], "10.0.0.1,10.0.0.2,10.0.0.3 + 1 more...");
+    let empty = json!({"metadata": {"name": "e"}, "addressType": "IPv4", "endpoints": null});
+    let c = cells("discovery.k8s.io", "endpointslices", &empty);
+    assert_eq!((c[2].as_str(), c[3].as_str()), (Some("<unset>"), Some("<unset>")));
+
+    assert_eq!(names("networking.k8s.io", "ipaddresses"), ["Name", "ParentRef"]);
+    let ip = json!({"metadata": {"name": "10.96.0.1"},
+        "spec": {"parentRef": {"group": "", "resource": "services", "namespace": "default", "name": "kubernetes"}}});
+    assert_eq!(
+        cells("networking.k8s.io", "ipaddresses", &ip)[1],
+        "services/default/kubernetes"
+    );
+    assert_eq!(names("networking.k8s.io", "servicecidrs"), ["Name", "CIDRs", "Age"]);
+    let cidr = json!({"metadata": {"name": "kubernetes"}, "spec": {"cidrs": ["10.96.0.0/12"]}});
+    assert_eq!(cells("networking.k8s.io", "servicecidrs", &cidr)[1], "10.96.0.0/12");
+}

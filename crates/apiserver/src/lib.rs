@@ -4,10 +4,12 @@
 //! Architecture invariant: this crate is the only one that touches the store. Every other
 //! component reaches the data through the HTTP API (in-process through [`client`]).
 
+pub mod allocator;
 pub mod body;
 pub mod coalesce;
 pub mod discovery;
 pub mod handlers;
+pub mod kubernetesservice;
 pub mod objects;
 pub mod openapi;
 pub mod pki;

@@ -12,6 +12,7 @@ use http::HeaderMap;
 use serde_json::json;
 use skiff_store::Store;
 
+use crate::allocator::ServiceRanges;
 use crate::pki::{self, Pki};
 use crate::serviceaccount::{self, TokenError, TokenSigner};
 use crate::tls::{self, Identity, TokenAuth};
@@ -23,6 +24,8 @@ pub struct ApiState {
     pub pki: Pki,
     /// Signs service account tokens (TokenRequest) and authenticates them.
     pub service_accounts: TokenSigner,
+    /// Where Services' ClusterIPs and NodePorts come from.
+    pub service_ranges: ServiceRanges,
 }
 
 impl ApiState {
@@ -34,6 +37,7 @@ impl ApiState {
             tokens,
             pki,
             service_accounts,
+            service_ranges: ServiceRanges::default(),
         })
     }
 
@@ -87,6 +91,10 @@ pub struct ServerOptions {
     pub kubeconfig: Option<PathBuf>,
     /// Extra names for the serving certificate.
     pub hostnames: Vec<String>,
+    /// `--service-cluster-ip-range` and `--service-node-port-range`.
+    pub service_ranges: ServiceRanges,
+    /// Where nodes reach the API server (the `kubernetes` Service's endpoint); 127.0.0.1 if unset.
+    pub advertise_address: Option<IpAddr>,
 }
 
 impl ServerOptions {
@@ -97,6 +105,8 @@ impl ServerOptions {
             bind: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             kubeconfig: None,
             hostnames: Vec::new(),
+            service_ranges: ServiceRanges::default(),
+            advertise_address: None,
         }
     }
 }
@@ -132,16 +142,33 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         names.push(h);
     }
     names.extend(opts.hostnames.iter().cloned());
+    // In-cluster clients reach the API server as the `kubernetes` Service and verify it.
+    let advertise = opts.advertise_address.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    names.push(opts.service_ranges.nth(1).to_string());
+    names.push(advertise.to_string());
+    for name in [
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+    ] {
+        names.push(name.to_string());
+    }
     let pki = pki::load_or_create(&opts.data_dir, &names).context("preparing certificates")?;
     let tokens = TokenAuth::load_or_create(&opts.data_dir).context("preparing tokens")?;
     let tls_config = tls::server_config(&pki).context("configuring TLS")?;
-    let state = Arc::new(ApiState::new(store, tokens, pki).context("preparing the service account token signer")?);
+    let mut state = ApiState::new(store, tokens, pki).context("preparing the service account token signer")?;
+    state.service_ranges = opts.service_ranges;
+    let state = Arc::new(state);
     ensure_namespaces(&state).await.context("creating initial namespaces")?;
 
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(opts.bind, opts.port))
         .await
         .with_context(|| format!("binding port {}", opts.port))?;
     let addr = listener.local_addr().context("reading the bound address")?;
+    crate::kubernetesservice::reconcile_all(&state, advertise, addr.port())
+        .await
+        .context("reconciling the cluster's own Services")?;
     let url = format!("https://127.0.0.1:{}", addr.port());
     let kubeconfig = opts
         .kubeconfig

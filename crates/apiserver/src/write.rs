@@ -8,8 +8,9 @@ use http::{StatusCode, header};
 use serde_json::{Value, json};
 use skiff_api::patch::PatchType;
 use skiff_api::{Resource, StatusError};
-use skiff_store::{Revision, StoreError};
+use skiff_store::{Op, Revision, StoreError};
 
+use crate::allocator;
 use crate::body::{self, Output};
 use crate::handlers::{Ctx, render_one};
 use crate::objects::{self, metadata_mut};
@@ -413,6 +414,9 @@ async fn create_stored(
     if ctx.dry_run() {
         return Ok((std::mem::take(obj), warnings, None));
     }
+    if is_service(res) {
+        return create_service(ctx, obj, &key, &name, warnings).await;
+    }
     let bytes = objects::encode_for_store(obj);
     let kv = ctx
         .state
@@ -422,6 +426,65 @@ async fn create_stored(
         .map_err(|e| crate::read::store_error(res.group, res.plural, &name, e))?;
     objects::set_resource_version(obj, kv.mod_revision);
     Ok((std::mem::take(obj), warnings, Some((bytes, kv.mod_revision))))
+}
+
+fn is_service(res: &Resource) -> bool {
+    res.group.is_empty() && res.plural == "services"
+}
+
+/// A Service is created in one transaction with its ClusterIP and NodePorts; a random pick that
+/// another write took meanwhile is drawn again.
+async fn create_service(
+    ctx: &Ctx,
+    obj: &mut Value,
+    key: &str,
+    name: &str,
+    warnings: Vec<String>,
+) -> Result<(Value, Vec<String>, Stored), StatusError> {
+    let res = ctx.rr.resource;
+    let requested = obj.clone();
+    for _ in 0..8 {
+        *obj = requested.clone();
+        let alloc = allocator::allocate(&*ctx.state.store, &ctx.state.service_ranges, None, obj).await?;
+        if ctx.dry_run() {
+            return Ok((std::mem::take(obj), warnings, None));
+        }
+        let bytes = objects::encode_for_store(obj);
+        let mut ops = vec![Op::Create {
+            key: key.to_string(),
+            value: bytes.clone(),
+        }];
+        ops.extend(alloc.ops);
+        match ctx.state.store.txn(ops).await {
+            Ok(kvs) => {
+                let rev = kvs.first().map_or(0, |kv| kv.mod_revision);
+                objects::set_resource_version(obj, rev);
+                return Ok((std::mem::take(obj), warnings, Some((bytes, rev))));
+            }
+            // A random pick that another write took meanwhile, or a static request taken between
+            // the check and the commit (the next check reports it).
+            Err(StoreError::AlreadyExists(k)) if k != key => continue,
+            Err(e) => return Err(crate::read::store_error(res.group, res.plural, name, e)),
+        }
+    }
+    Err(StatusError::modified(res.group, res.plural, name))
+}
+
+/// Deletes the stored object at `rev`, a Service with what it holds.
+async fn delete_stored(ctx: &Ctx, old: &Value, rev: Revision) -> Result<(), StoreError> {
+    let key = ctx.key();
+    if is_service(ctx.rr.resource) {
+        let released = allocator::release(&*ctx.state.store, old)
+            .await
+            .map_err(|e| StoreError::Backend(anyhow::anyhow!("{}", e.message)))?;
+        let mut ops = vec![Op::Delete {
+            key,
+            expected: Some(rev),
+        }];
+        ops.extend(released);
+        return ctx.state.store.txn(ops).await.map(drop);
+    }
+    ctx.state.store.delete(&key, Some(rev)).await.map(drop)
 }
 
 const GLOBAL_DEFAULT: &[u8] = b"\"globalDefault\":true";
@@ -679,13 +742,14 @@ pub async fn finish_update(
         if ctx.dry_run() {
             return Ok(Written::Deleted(new));
         }
-        ctx.state
-            .store
-            .delete(&key, Some(rev))
-            .await
-            .map_err(|e| ctx.store_err(e))?;
+        delete_stored(ctx, old, rev).await.map_err(|e| ctx.store_err(e))?;
         return Ok(Written::Deleted(new));
     }
+    let alloc = if is_service(res) && scope == UpdateScope::Main {
+        allocator::allocate(&*ctx.state.store, &ctx.state.service_ranges, Some(old), &mut new).await?
+    } else {
+        allocator::Allocation::default()
+    };
     let bytes = objects::encode_for_store(&new);
     let mut old_cmp = old.clone();
     if let Some(m) = old_cmp.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -698,12 +762,26 @@ pub async fn finish_update(
     if ctx.dry_run() {
         return Ok(Written::Updated(new));
     }
-    let kv = ctx
-        .state
-        .store
-        .update(&key, bytes, rev)
-        .await
-        .map_err(|e| ctx.store_err(e))?;
+    let kv = if alloc.ops.is_empty() {
+        ctx.state.store.update(&key, bytes, rev).await
+    } else {
+        let mut ops = vec![Op::Update {
+            key: key.clone(),
+            value: bytes,
+            expected: rev,
+        }];
+        ops.extend(alloc.ops);
+        ctx.state.store.txn(ops).await.and_then(|kvs| {
+            kvs.into_iter()
+                .next()
+                .ok_or_else(|| StoreError::Backend(anyhow::anyhow!("an empty transaction result")))
+        })
+    }
+    .map_err(|e| match e {
+        // Another write took an allocation meanwhile: the client retries, as on any conflict.
+        StoreError::AlreadyExists(k) if k != key => StatusError::modified(res.group, res.plural, objects::name(old)),
+        e => ctx.store_err(e),
+    })?;
     objects::set_resource_version(&mut new, kv.mod_revision);
     Ok(Written::Updated(new))
 }
@@ -1085,8 +1163,8 @@ pub async fn delete_object(ctx: &Ctx, opts: &DeleteOpts) -> Result<(Written, Sta
         if dry {
             return Ok((Written::Deleted(obj), StatusCode::OK));
         }
-        match ctx.state.store.delete(&ctx.key(), Some(rev)).await {
-            Ok(_) => return Ok((Written::Deleted(obj), StatusCode::OK)),
+        match delete_stored(ctx, &obj, rev).await {
+            Ok(()) => return Ok((Written::Deleted(obj), StatusCode::OK)),
             Err(StoreError::Conflict { .. }) => continue,
             Err(e) => return Err(ctx.store_err(e)),
         }

@@ -83,6 +83,15 @@ struct ServerArgs {
     /// Do not run the controllers in this process.
     #[arg(long)]
     no_controllers: bool,
+    /// The range Services' ClusterIPs come from.
+    #[arg(long, default_value = "10.96.0.0/12")]
+    service_cluster_ip_range: String,
+    /// The range of NodePorts.
+    #[arg(long, default_value = "30000-32767")]
+    service_node_port_range: String,
+    /// The address nodes reach the API server on (default: this host's default-route address).
+    #[arg(long)]
+    advertise_address: Option<std::net::IpAddr>,
 }
 
 #[derive(clap::Args, Clone)]
@@ -228,6 +237,11 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     let mut opts = skiff_apiserver::ServerOptions::new(data_dir.clone(), args.port);
     opts.kubeconfig = args.write_kubeconfig.clone();
+    opts.service_ranges = skiff_apiserver::allocator::ServiceRanges::parse(
+        &args.service_cluster_ip_range,
+        &args.service_node_port_range,
+    )?;
+    opts.advertise_address = Some(args.advertise_address.unwrap_or_else(skiff_agent::node::detect_host_ip));
     let running = skiff_apiserver::start(opts).await?;
     println!("skiff: API server listening on {}", running.url);
     println!("skiff: kubeconfig written to {}", running.kubeconfig.display());

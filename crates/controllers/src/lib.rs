@@ -5,6 +5,9 @@ pub mod controller_utils;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
+pub mod endpoints;
+pub mod endpointslice;
+pub mod endpointutil;
 pub mod garbagecollector;
 pub mod history;
 pub mod job;
@@ -29,6 +32,8 @@ pub struct ControllersConfig {
     pub cronjob: bool,
     pub persistentvolume: bool,
     pub serviceaccounts: bool,
+    pub endpointslice: bool,
+    pub endpoints: bool,
     /// The cluster CA (PEM) to publish as `kube-root-ca.crt` in every namespace; None: not published.
     pub root_ca_pem: Option<String>,
 }
@@ -46,6 +51,8 @@ impl Default for ControllersConfig {
             cronjob: true,
             persistentvolume: true,
             serviceaccounts: true,
+            endpointslice: true,
+            endpoints: true,
             root_ca_pem: None,
         }
     }
@@ -93,6 +100,14 @@ pub async fn run(client: kube::Client, cfg: ControllersConfig) -> anyhow::Result
     if cfg.serviceaccounts {
         let c = client.clone();
         set.spawn(async move { serviceaccounts::run(c).await });
+    }
+    if cfg.endpointslice {
+        let c = client.clone();
+        set.spawn(async move { endpointslice::run(c).await });
+    }
+    if cfg.endpoints {
+        let c = client.clone();
+        set.spawn(async move { endpoints::run(c).await });
     }
     if let Some(pem) = cfg.root_ca_pem {
         let c = client.clone();

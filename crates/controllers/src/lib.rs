@@ -16,6 +16,7 @@ pub mod persistentvolume;
 pub mod replicaset;
 pub mod resources;
 pub mod rootcacertpublisher;
+pub mod service_explain;
 pub mod serviceaccounts;
 pub mod statefulset;
 

@@ -40,9 +40,10 @@ enum Command {
     },
     /// Register simulated nodes (as kwok does).
     Sim(SimArgs),
-    /// Show a pod's last scheduling attempt: every node's verdict.
+    /// Show a pod's last scheduling attempt (every node's verdict), or why a Service has the
+    /// endpoints it has.
     Explain {
-        /// "pod"
+        /// "pod" or "service"
         kind: String,
         name: String,
         #[arg(short, long, default_value = "default")]
@@ -205,12 +206,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             namespace,
             kubeconfig,
         } => {
-            anyhow::ensure!(
-                kind == "pod" || kind == "pods" || kind == "po",
-                "only pods can be explained"
-            );
             let path = kubeconfig.unwrap_or_else(|| default_data_dir().join("kubeconfig"));
             let client = client::kube_client(&path).await?;
+            if matches!(kind.as_str(), "service" | "services" | "svc") {
+                return explain_service(client, &namespace, &name).await;
+            }
+            anyhow::ensure!(
+                kind == "pod" || kind == "pods" || kind == "po",
+                "only pods and services can be explained"
+            );
             let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, &namespace);
             let pod = pods
                 .get(&name)
@@ -231,6 +235,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             skiff_agent::build_local_images(&docker).await
         }
     }
+}
+
+async fn explain_service(client: kube::Client, namespace: &str, name: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::{Pod, Service};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let svc = kube::Api::<Service>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .with_context(|| format!("getting service {namespace}/{name}"))?;
+    let pods = kube::Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&Default::default())
+        .await
+        .context("listing pods")?
+        .items;
+    let slices = kube::Api::<EndpointSlice>::namespaced(client, namespace)
+        .list(&kube::api::ListParams::default().labels(&format!("kubernetes.io/service-name={name}")))
+        .await
+        .context("listing EndpointSlices")?
+        .items;
+    print!("{}", skiff_controllers::service_explain::explain(&svc, &pods, &slices));
+    Ok(())
 }
 
 async fn server(args: ServerArgs) -> anyhow::Result<()> {

@@ -116,6 +116,25 @@ fn services_get_addresses_and_endpoints_that_follow_their_pods() {
     assert_eq!(legacy, want, "{endpoints}");
     let table = c.k(&["get", "endpointslices", "-l", "kubernetes.io/service-name=web"]);
     assert!(table.contains("IPv4") && table.contains("8080"), "{table}");
+    let explain = |svc: &str| {
+        let out = std::process::Command::new(common::skiff_bin())
+            .args(["explain", "service", svc, "--kubeconfig"])
+            .arg(&c.kubeconfig)
+            .output()
+            .expect("skiff explain");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let text = explain("web");
+    assert!(
+        text.contains("selects 3 pod(s): 3 ready, 0 not ready, 0 without an address"),
+        "{text}"
+    );
+    // A Service whose selector nearly matches says which label is off.
+    c.k(&["create", "service", "clusterip", "typo", "--tcp=80"]);
+    c.k(&["set", "selector", "svc", "typo", "app=webb"]);
+    let text = explain("typo");
+    assert!(text.contains("lacks app=webb (the pod has app=web)"), "{text}");
 
     // Scaled to one, then to none: the slices follow, down to the placeholder.
     c.k(&["scale", "deployment", "web", "--replicas=1"]);

@@ -25,6 +25,7 @@ pub mod node;
 pub mod pods;
 pub mod probes;
 mod quantity;
+pub mod resolv_conf;
 pub mod server;
 pub mod sim;
 pub mod spdy;
@@ -59,6 +60,11 @@ pub struct AgentConfig {
     /// A kubeconfig whose current cluster's `certificate-authority(-data)` is the cluster CA, used
     /// when `cluster_ca_pem` is not set. Without either, logs / exec / attach are not served.
     pub kubeconfig: Option<PathBuf>,
+    /// The cluster DNS Service's addresses pods are pointed at (the kubelet's `--cluster-dns`);
+    /// empty: ClusterFirst pods fall back to the node's resolver, as the kubelet's do.
+    pub cluster_dns: Vec<IpAddr>,
+    /// The kubelet's `--cluster-domain`.
+    pub cluster_domain: String,
 }
 
 impl AgentConfig {
@@ -70,6 +76,8 @@ impl AgentConfig {
             node_ip: None,
             cluster_ca_pem: None,
             kubeconfig: None,
+            cluster_dns: Vec::new(),
+            cluster_domain: "cluster.local".into(),
         }
     }
 
@@ -207,6 +215,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         allocatable_memory: facts.allocatable_memory(),
         allocatable_storage: facts.allocatable_storage(),
         images: Default::default(),
+        dns: resolv_conf::NodeDns::for_host(cfg.cluster_dns.clone(), &cfg.cluster_domain),
     });
     pods::run(ctx).await
 }

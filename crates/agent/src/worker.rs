@@ -49,6 +49,8 @@ pub struct Ctx {
     pub allocatable_storage: i128,
     /// Local images already seen present.
     pub images: Arc<docker::ImageCache>,
+    /// What pods' resolv.conf files are made from.
+    pub dns: crate::resolv_conf::NodeDns,
 }
 
 impl Ctx {
@@ -684,6 +686,18 @@ impl PodWorker {
                 .await
                 .context("writing the pod's hosts file")?;
         }
+        let (resolv, warnings) = crate::resolv_conf::pod_dns(pod, &self.ctx.dns);
+        let content = resolv.render();
+        let path = dir.join("resolv.conf");
+        if tokio::fs::read_to_string(&path).await.ok().as_deref() != Some(content.as_str()) {
+            // Warnings are recorded when the file is first written or changes, not at every sync.
+            for (reason, message) in warnings {
+                self.event(pod, None, WARNING, reason, message);
+            }
+            tokio::fs::write(&path, content)
+                .await
+                .context("writing the pod's resolv.conf")?;
+        }
         Ok(())
     }
 
@@ -1144,6 +1158,9 @@ impl PodWorker {
         let mounted = |path: &str| c.volume_mounts.iter().flatten().any(|m| m.mount_path == path);
         if !mounted("/etc/hosts") {
             binds.push(format!("{}:/etc/hosts", pod_dir.join("etc-hosts").display()));
+        }
+        if !mounted("/etc/resolv.conf") {
+            binds.push(format!("{}:/etc/resolv.conf", pod_dir.join("resolv.conf").display()));
         }
         let log_path = self.termination_log_path(&c.name, init, restart_count);
         tokio::fs::write(&log_path, b"")

@@ -188,6 +188,11 @@ impl Harness {
             allocatable_memory: 1 << 30,
             allocatable_storage: 1 << 34,
             images: Default::default(),
+            dns: skiff_agent::resolv_conf::NodeDns {
+                cluster_dns: vec!["10.96.0.10".parse().unwrap()],
+                cluster_domain: "cluster.local".into(),
+                host_resolv_conf: "nameserver 192.0.2.53\nsearch corp.example\n".into(),
+            },
         });
         Harness {
             ctx,
@@ -733,6 +738,43 @@ async fn subpath_symlinks_never_lead_out_of_the_volume() {
     h.finish(tx, task).await;
     assert_eq!(mounted_under(&pod_dir), 0, "subPath mounts are unmounted with the pod");
     assert!(!pod_dir.exists(), "pod dir removed");
+}
+
+/// Each pod's /etc/resolv.conf by the kubelet's dnsPolicy rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolv_conf_follows_the_dns_policy() {
+    let h = Harness::new("dns").await;
+    let sleep = serde_json::json!([{"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}]);
+    let cases = [
+        (
+            "cluster-first",
+            serde_json::json!({"terminationGracePeriodSeconds": 1, "containers": sleep}),
+            "search default.svc.cluster.local svc.cluster.local cluster.local corp.example\nnameserver 10.96.0.10\noptions ndots:5\n",
+        ),
+        (
+            "default",
+            serde_json::json!({"terminationGracePeriodSeconds": 1, "dnsPolicy": "Default", "containers": sleep}),
+            "search corp.example\nnameserver 192.0.2.53\n",
+        ),
+        (
+            "none",
+            serde_json::json!({"terminationGracePeriodSeconds": 1, "dnsPolicy": "None", "containers": sleep,
+            "dnsConfig": {"nameservers": ["192.0.2.1"], "searches": ["a.example"], "options": [{"name": "ndots", "value": "2"}]}}),
+            "search a.example\nnameserver 192.0.2.1\noptions ndots:2\n",
+        ),
+    ];
+    let mut workers = Vec::new();
+    for (name, spec, _) in &cases {
+        let pod = h.pod(name, spec.clone()).await;
+        workers.push(h.spawn(&pod));
+    }
+    for (name, _, want) in &cases {
+        h.wait_status(name, 60, running).await;
+        assert_eq!(h.exec(name, "c", &["cat", "/etc/resolv.conf"]).await.1, *want, "{name}");
+    }
+    for (tx, task) in workers {
+        h.finish(tx, task).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

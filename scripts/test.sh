@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace. On a fresh machine it first installs what the tests
-# need: curl, Debian's busybox-static (for the local busybox image), the Python Kubernetes
-# client, and builds the local images into Docker.
+# need: curl, Debian's busybox-static (for the local busybox image), nftables and conntrack (the
+# proxy's kernel tests, in network namespaces of their own), the Python Kubernetes client, and
+# builds the local images into Docker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v curl >/dev/null || need_apt+=(curl)
 [ -x /bin/busybox ] || need_apt+=(busybox-static)
+command -v nft >/dev/null || need_apt+=(nftables)
+command -v conntrack >/dev/null || need_apt+=(conntrack)
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

@@ -24,6 +24,7 @@ pub mod images;
 pub mod node;
 pub mod pods;
 pub mod probes;
+pub mod proxy;
 mod quantity;
 pub mod resolv_conf;
 pub mod server;

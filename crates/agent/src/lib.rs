@@ -17,6 +17,7 @@
 //! Invariant: the agent never stops containers because it exits; containers are found again by label.
 
 pub mod bench;
+pub mod dns;
 pub mod docker;
 pub mod env;
 pub mod events;

@@ -1691,14 +1691,10 @@ pub fn upstreams_from_resolv_conf(text: &str) -> Vec<SocketAddr> {
 /// takes the same), from `dns`, forwarding other names to `upstreams` (without `addr` itself).
 /// Returns only when binding fails or a socket breaks.
 pub async fn serve(dns: Arc<ClusterDns>, addr: SocketAddr, upstreams: Vec<SocketAddr>) -> anyhow::Result<()> {
-    let loops = udp_loops();
-    let first = bind_udp_reuse_port(addr).with_context(|| format!("binding DNS on UDP {addr}"))?;
-    let bound = first.local_addr().context("reading the bound UDP address")?;
-    let mut udp = vec![first];
-    let reuse = std::env::var("TMP_DNS_REUSEPORT").is_ok();
-    while reuse && udp.len() < loops {
-        udp.push(bind_udp_reuse_port(bound).with_context(|| format!("binding DNS on UDP {bound}"))?);
-    }
+    let udp = UdpSocket::bind(addr)
+        .await
+        .with_context(|| format!("binding DNS on UDP {addr}"))?;
+    let bound = udp.local_addr().context("reading the bound UDP address")?;
     let tcp = TcpListener::bind(bound)
         .await
         .with_context(|| format!("binding DNS on TCP {bound}"))?;
@@ -1710,45 +1706,23 @@ pub async fn serve(dns: Arc<ClusterDns>, addr: SocketAddr, upstreams: Vec<Socket
     serve_on(dns, udp, tcp, Forwarder::new(upstreams)).await
 }
 
-fn udp_loops() -> usize {
-    std::env::var("TMP_DNS_LOOPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4))
-}
-
-/// A nonblocking UDP socket bound to `addr` with SO_REUSEPORT, so that each UDP loop can have a
-/// socket of its own on the same port (the kernel spreads clients over them).
-fn bind_udp_reuse_port(addr: SocketAddr) -> anyhow::Result<UdpSocket> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP)).context("creating")?;
-    socket.set_reuse_port(true).context("setting SO_REUSEPORT")?;
-    socket.set_nonblocking(true).context("setting O_NONBLOCK")?;
-    socket.bind(&addr.into()).context("binding")?;
-    UdpSocket::from_std(socket.into()).context("registering with the runtime")
-}
-
-/// Serves bound sockets: one UDP loop per core answering in place (only queries for the upstreams
-/// become tasks) and a TCP accept loop.
-async fn serve_on(
-    dns: Arc<ClusterDns>,
-    udp: Vec<UdpSocket>,
-    tcp: TcpListener,
-    forwarder: Forwarder,
-) -> anyhow::Result<()> {
-    for socket in &udp {
-        let ip = socket.local_addr().context("reading the bound UDP address")?.ip();
+/// Serves bound sockets: one UDP loop per core (up to 4), all on the one socket, each answering in
+/// place (only queries for the upstreams become tasks), and a TCP accept loop. Two loops on two
+/// cores answer about 65,000 queries/s; one loop about 41,000.
+async fn serve_on(dns: Arc<ClusterDns>, udp: UdpSocket, tcp: TcpListener, forwarder: Forwarder) -> anyhow::Result<()> {
+    let ip = udp.local_addr().context("reading the bound UDP address")?.ip();
+    if !ip.is_unspecified() {
         let mut addrs = dns.ns_addrs.write();
-        if !ip.is_unspecified() && !addrs.contains(&ip) {
+        if !addrs.contains(&ip) {
             addrs.push(ip);
         }
     }
-    let udp: Vec<Arc<UdpSocket>> = udp.into_iter().map(Arc::new).collect();
+    let udp = Arc::new(udp);
     let forwarder = Arc::new(forwarder);
-    let loops = udp_loops().max(udp.len());
+    let loops = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
     let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..loops {
-        tasks.spawn(udp_loop(dns.clone(), udp[i % udp.len()].clone(), forwarder.clone()));
+    for _ in 0..loops {
+        tasks.spawn(udp_loop(dns.clone(), udp.clone(), forwarder.clone()));
     }
     tasks.spawn(tcp_loop(dns, tcp, forwarder));
     let result = match tasks.join_next().await {
@@ -1998,10 +1972,6 @@ mod tests {
     /// A cluster: `web` (ClusterIP, dual-stack, ports http/80 and dns/53 UDP), `nginx` (headless,
     /// StatefulSet endpoints web-0, web-1, and one without hostname, one not ready), `db`
     /// (ExternalName outside), `alias` (ExternalName to web), namespace `empty`.
-    pub(super) fn fixture_pub() -> Arc<ClusterDns> {
-        fixture()
-    }
-
     fn fixture() -> Arc<ClusterDns> {
         let dns = ClusterDns::new("cluster.local");
         dns.apply_service(&cluster_ip(
@@ -2836,7 +2806,7 @@ mod tests {
         let mut forwarder = Forwarder::new(vec![silent.local_addr().expect("an address")]);
         forwarder.try_timeout = Duration::from_millis(100);
         forwarder.deadline = Duration::from_millis(300);
-        let serving = tokio::spawn(serve_on(dns, vec![udp], tcp, forwarder));
+        let serving = tokio::spawn(serve_on(dns, udp, tcp, forwarder));
         let reply = udp_query(server, "example.test.", RecordType::A).await;
         assert_eq!(reply.metadata.response_code, ResponseCode::ServFail);
         assert_eq!(reply.queries.len(), 1);
@@ -2844,20 +2814,5 @@ mod tests {
         let reply = udp_query(server, "web.default.svc.cluster.local.", RecordType::A).await;
         assert_eq!(rdata(&reply.answers), ["10.96.0.20"]);
         serving.abort();
-    }
-}
-
-#[cfg(test)]
-mod tmp_bench {
-    use super::*;
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore]
-    async fn tmp_bench_serve() {
-        let dns = super::tests::fixture_pub();
-        let _ = tokio::time::timeout(
-            Duration::from_secs(70),
-            serve(dns, "127.0.0.1:15353".parse().unwrap(), vec![]),
-        )
-        .await;
     }
 }

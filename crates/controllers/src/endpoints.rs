@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Service};
+use k8s_openapi::api::core::v1::{EndpointAddress, EndpointPort, EndpointSubset, Endpoints, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
@@ -120,20 +120,11 @@ fn subsets(svc: &Service, caches: &Caches) -> Vec<EndpointSubset> {
             })
             .collect();
         ports.sort();
-        let spec = pod.spec.as_ref();
         let address = EndpointAddress {
             ip: pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default(),
-            hostname: endpointutil::should_set_hostname(&pod, svc)
-                .then(|| spec.and_then(|s| s.hostname.clone()))
-                .flatten(),
-            node_name: spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()),
-            target_ref: Some(ObjectReference {
-                kind: Some("Pod".into()),
-                namespace: pod.metadata.namespace.clone(),
-                name: pod.metadata.name.clone(),
-                uid: pod.metadata.uid.clone(),
-                ..Default::default()
-            }),
+            hostname: endpointutil::endpoint_hostname(&pod, svc),
+            node_name: endpointutil::node_name(&pod),
+            target_ref: Some(endpointutil::pod_reference(&pod)),
         };
         let entry = groups.entry(ports).or_default();
         if publish || cu::is_pod_ready(&pod) {

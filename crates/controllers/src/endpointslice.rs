@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
@@ -203,7 +203,6 @@ fn desired_endpoints(svc: &Service, pods: &[Arc<Pod>]) -> BTreeMap<Vec<PortKey>,
         let terminating = pod.metadata.deletion_timestamp.is_some();
         let ready = publish || (serving && !terminating);
         let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default();
-        let spec = pod.spec.as_ref();
         out.entry(ports).or_default().push(Endpoint {
             addresses: vec![ip],
             conditions: Some(EndpointConditions {
@@ -211,17 +210,9 @@ fn desired_endpoints(svc: &Service, pods: &[Arc<Pod>]) -> BTreeMap<Vec<PortKey>,
                 serving: Some(serving),
                 terminating: Some(terminating),
             }),
-            hostname: endpointutil::should_set_hostname(pod, svc)
-                .then(|| spec.and_then(|s| s.hostname.clone()))
-                .flatten(),
-            node_name: spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()),
-            target_ref: Some(ObjectReference {
-                kind: Some("Pod".into()),
-                namespace: pod.metadata.namespace.clone(),
-                name: pod.metadata.name.clone(),
-                uid: pod.metadata.uid.clone(),
-                ..Default::default()
-            }),
+            hostname: endpointutil::endpoint_hostname(pod, svc),
+            node_name: endpointutil::node_name(pod),
+            target_ref: Some(endpointutil::pod_reference(pod)),
             ..Default::default()
         });
     }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Api;
 use kube::runtime::reflector::Store;
@@ -88,6 +88,32 @@ pub fn should_set_hostname(pod: &Pod, svc: &Service) -> bool {
     !hostname.is_empty()
         && spec.and_then(|s| s.subdomain.as_deref()) == svc.metadata.name.as_deref()
         && pod.metadata.namespace == svc.metadata.namespace
+}
+
+/// The reference to a pod an endpoint carries (`targetRef`).
+pub fn pod_reference(pod: &Pod) -> ObjectReference {
+    ObjectReference {
+        kind: Some("Pod".into()),
+        namespace: pod.metadata.namespace.clone(),
+        name: pod.metadata.name.clone(),
+        uid: pod.metadata.uid.clone(),
+        ..Default::default()
+    }
+}
+
+/// The hostname an endpoint of `pod` carries for `svc` (see [`should_set_hostname`]).
+pub fn endpoint_hostname(pod: &Pod, svc: &Service) -> Option<String> {
+    should_set_hostname(pod, svc)
+        .then(|| pod.spec.as_ref().and_then(|s| s.hostname.clone()))
+        .flatten()
+}
+
+/// The node an endpoint of `pod` names, if the pod is bound.
+pub fn node_name(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty())
 }
 
 /// Upstream's `podutil.FindPort`: a Service port's target port on the pod (a number as is, a name

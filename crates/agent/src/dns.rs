@@ -1687,23 +1687,61 @@ pub fn upstreams_from_resolv_conf(text: &str) -> Vec<SocketAddr> {
 // ---------------------------------------------------------------------------------------------
 // Serving.
 
+/// A UDP socket and a TCP listener on one address, for [`serve_sockets`].
+#[derive(Debug)]
+pub struct DnsSockets {
+    udp: UdpSocket,
+    tcp: TcpListener,
+}
+
+impl DnsSockets {
+    /// Binds UDP and TCP at `addr`. With a port of 0, UDP picks one and TCP takes the same (tried
+    /// a few times, as another process may hold that TCP port).
+    pub async fn bind(addr: SocketAddr) -> anyhow::Result<DnsSockets> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let udp = UdpSocket::bind(addr)
+                .await
+                .with_context(|| format!("binding DNS on UDP {addr}"))?;
+            let bound = udp.local_addr().context("reading the bound UDP address")?;
+            match TcpListener::bind(bound).await {
+                Ok(tcp) => return Ok(DnsSockets { udp, tcp }),
+                Err(e) if addr.port() == 0 && attempt < 8 => {
+                    tracing::debug!(%bound, error = %e, "DNS: TCP port taken; picking another");
+                }
+                Err(e) => return Err(e).with_context(|| format!("binding DNS on TCP {bound}")),
+            }
+        }
+    }
+
+    /// The address both are bound to.
+    pub fn local_addr(&self) -> anyhow::Result<SocketAddr> {
+        self.udp.local_addr().context("reading the bound UDP address")
+    }
+}
+
 /// Answers DNS at `addr` on UDP and TCP (the same port; a port of 0 picks one for UDP and TCP
 /// takes the same), from `dns`, forwarding other names to `upstreams` (without `addr` itself).
 /// Returns only when binding fails or a socket breaks.
 pub async fn serve(dns: Arc<ClusterDns>, addr: SocketAddr, upstreams: Vec<SocketAddr>) -> anyhow::Result<()> {
-    let udp = UdpSocket::bind(addr)
-        .await
-        .with_context(|| format!("binding DNS on UDP {addr}"))?;
-    let bound = udp.local_addr().context("reading the bound UDP address")?;
-    let tcp = TcpListener::bind(bound)
-        .await
-        .with_context(|| format!("binding DNS on TCP {bound}"))?;
-    let upstreams: Vec<SocketAddr> = upstreams.into_iter().filter(|u| *u != addr && *u != bound).collect();
+    let sockets = DnsSockets::bind(addr).await?;
+    serve_sockets(dns, sockets, upstreams).await
+}
+
+/// [`serve`] on sockets already bound.
+pub async fn serve_sockets(
+    dns: Arc<ClusterDns>,
+    sockets: DnsSockets,
+    upstreams: Vec<SocketAddr>,
+) -> anyhow::Result<()> {
+    let bound = sockets.local_addr()?;
+    let upstreams: Vec<SocketAddr> = upstreams.into_iter().filter(|u| *u != bound).collect();
     if upstreams.is_empty() {
         tracing::warn!("cluster DNS has no upstream name servers: names outside the cluster get SERVFAIL");
     }
     tracing::info!(%bound, ?upstreams, "serving cluster DNS");
-    serve_on(dns, udp, tcp, Forwarder::new(upstreams)).await
+    serve_on(dns, sockets.udp, sockets.tcp, Forwarder::new(upstreams)).await
 }
 
 /// Serves bound sockets: one UDP loop per core (up to 4), all on the one socket, each answering in

@@ -29,6 +29,7 @@ pub mod proxy;
 mod quantity;
 pub mod resolv_conf;
 pub mod server;
+pub mod service_network;
 pub mod sim;
 pub mod spdy;
 pub mod status;
@@ -67,6 +68,8 @@ pub struct AgentConfig {
     pub cluster_dns: Vec<IpAddr>,
     /// The kubelet's `--cluster-domain`.
     pub cluster_domain: String,
+    /// Whether this agent runs the service proxy and cluster DNS.
+    pub services: service_network::ServiceNetworkConfig,
 }
 
 impl AgentConfig {
@@ -80,6 +83,7 @@ impl AgentConfig {
             kubeconfig: None,
             cluster_dns: Vec::new(),
             cluster_domain: "cluster.local".into(),
+            services: Default::default(),
         }
     }
 
@@ -206,6 +210,13 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         facts.clone(),
         node.metadata.uid.clone(),
     ));
+    let network = service_network::start(&client, &docker, &node, node_ip, &cfg.cluster_domain, cfg.services).await;
+    // The kubelet's --cluster-dns when given, else this node's own cluster DNS.
+    let cluster_dns = if cfg.cluster_dns.is_empty() {
+        network.cluster_dns.clone()
+    } else {
+        cfg.cluster_dns.clone()
+    };
     let ctx = Arc::new(worker::Ctx {
         client: client.clone(),
         docker,
@@ -217,9 +228,11 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         allocatable_memory: facts.allocatable_memory(),
         allocatable_storage: facts.allocatable_storage(),
         images: Default::default(),
-        dns: resolv_conf::NodeDns::for_host(cfg.cluster_dns.clone(), &cfg.cluster_domain),
+        dns: resolv_conf::NodeDns::for_host(cluster_dns, &cfg.cluster_domain),
     });
-    pods::run(ctx).await
+    let result = pods::run(ctx).await;
+    drop(network);
+    result
 }
 
 #[cfg(test)]

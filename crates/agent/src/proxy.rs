@@ -84,8 +84,13 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{Notify, watch};
 
-/// The name of Skiff's nftables table (family `ip`).
+/// The name of Skiff's nftables table (family `ip`) for the default service CIDR.
 pub const TABLE: &str = "skiff";
+/// The default service CIDR (the API server's `--service-cluster-ip-range`).
+pub const DEFAULT_SERVICE_CIDR: Ipv4Cidr = Ipv4Cidr {
+    network: Ipv4Addr::new(10, 96, 0, 0),
+    prefix: 12,
+};
 const FAMILY: &str = "ip";
 
 /// The label naming an EndpointSlice's Service.
@@ -227,6 +232,8 @@ pub struct NodeInfo {
 /// How the rules are made, independent of the Services.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxyOptions {
+    /// The nftables table (family `ip`) the rules live in: [`table_name`] of the service CIDR.
+    pub table: String,
     /// The service CIDR: its addresses that are no ClusterIP are rejected.
     pub service_cidr: Ipv4Cidr,
     /// The cluster (pod) CIDR, when known: traffic to a ClusterIP from outside it is masqueraded
@@ -242,10 +249,8 @@ pub struct ProxyOptions {
 impl Default for ProxyOptions {
     fn default() -> Self {
         Self {
-            service_cidr: Ipv4Cidr {
-                network: Ipv4Addr::new(10, 96, 0, 0),
-                prefix: 12,
-            },
+            table: TABLE.to_string(),
+            service_cidr: DEFAULT_SERVICE_CIDR,
             cluster_cidr: None,
             masquerade_bit: 14,
             localhost_nodeports: true,
@@ -253,7 +258,28 @@ impl Default for ProxyOptions {
     }
 }
 
+/// The table of the proxy of a cluster whose service CIDR is `cidr`: [`TABLE`] for the default
+/// range, `skiff-A-B-C-D-LEN` for another. Two clusters on one host with different ranges keep
+/// apart (each table rejects the unallocated addresses of its own range only); a cluster started
+/// again on the same range, after its data was removed, takes over the table it left.
+pub fn table_name(cidr: Ipv4Cidr) -> String {
+    if cidr == DEFAULT_SERVICE_CIDR {
+        return TABLE.to_string();
+    }
+    let [a, b, c, d] = cidr.network().octets();
+    format!("{TABLE}-{a}-{b}-{c}-{d}-{}", cidr.prefix_len())
+}
+
 impl ProxyOptions {
+    /// Options for the service CIDR `cidr`, its table named after it.
+    pub fn for_service_cidr(cidr: Ipv4Cidr) -> Self {
+        Self {
+            table: table_name(cidr),
+            service_cidr: cidr,
+            ..Self::default()
+        }
+    }
+
     fn masquerade_mark(&self) -> String {
         format!("{:#010x}", 1u32 << self.masquerade_bit.min(31))
     }
@@ -627,6 +653,8 @@ pub struct FragmentCache {
 /// Two rulesets built from the same input are equal, whatever the order of the input.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ruleset {
+    /// The table's name ([`ProxyOptions::table`]).
+    table: Arc<str>,
     /// Commands declaring the base and top-level chains, maps and sets (from the options only).
     base_declarations: Arc<Vec<String>>,
     /// Commands adding the rules of those chains (from the options only).
@@ -658,6 +686,8 @@ pub enum Transaction {
 /// The parts of an update transaction, in the order they must run.
 #[derive(Default)]
 struct UpdateText {
+    /// The table the commands act on.
+    table: Arc<str>,
     /// Elements first: they may point at chains flushed or deleted below.
     delete_elements: String,
     chains: String,
@@ -672,6 +702,7 @@ struct UpdateText {
 impl UpdateText {
     /// The changes of one Service's fragment but its elements.
     fn fragment(&mut self, old: &Fragment, new: &Fragment) {
+        let table = self.table.clone();
         let sets_gone: HashSet<&str> = old
             .affinity_sets
             .iter()
@@ -683,12 +714,12 @@ impl UpdateText {
             match old.chains.get(name) {
                 None => {
                     // It may exist still, flushed, as a stale chain of an earlier transaction.
-                    line(&mut self.chains, format_args!("add chain {FAMILY} {TABLE} {name}"));
-                    line(&mut self.chains, format_args!("flush chain {FAMILY} {TABLE} {name}"));
+                    line(&mut self.chains, format_args!("add chain {FAMILY} {table} {name}"));
+                    line(&mut self.chains, format_args!("flush chain {FAMILY} {table} {name}"));
                     rewrite.push((name, rules));
                 }
                 Some(before) if before != rules || references_any(rules, &sets_gone) => {
-                    line(&mut self.chains, format_args!("flush chain {FAMILY} {TABLE} {name}"));
+                    line(&mut self.chains, format_args!("flush chain {FAMILY} {table} {name}"));
                     rewrite.push((name, rules));
                 }
                 Some(_) => {}
@@ -696,7 +727,7 @@ impl UpdateText {
         }
         for name in old.chains.keys() {
             if !new.chains.contains_key(name) {
-                line(&mut self.chains, format_args!("flush chain {FAMILY} {TABLE} {name}"));
+                line(&mut self.chains, format_args!("flush chain {FAMILY} {table} {name}"));
                 self.stale_chains.push(name.clone());
             }
         }
@@ -705,17 +736,17 @@ impl UpdateText {
         for name in sets_gone {
             line(
                 &mut self.delete_sets,
-                format_args!("delete set {FAMILY} {TABLE} {name}"),
+                format_args!("delete set {FAMILY} {table} {name}"),
             );
         }
         for (name, timeout) in &new.affinity_sets {
             if old.affinity_sets.get(name) != Some(timeout) {
-                add_affinity_set(&mut self.add_sets, name, *timeout);
+                add_affinity_set(&mut self.add_sets, &table, name, *timeout);
             }
         }
         for (name, rules) in rewrite {
             for rule in rules {
-                line(&mut self.rules, format_args!("add rule {FAMILY} {TABLE} {name} {rule}"));
+                line(&mut self.rules, format_args!("add rule {FAMILY} {table} {name} {rule}"));
             }
         }
     }
@@ -818,6 +849,7 @@ impl Ruleset {
             }
         }
         Ruleset {
+            table: Arc::from(options.table.as_str()),
             base_declarations: Arc::new(base_declarations),
             base_rules: Arc::new(base_rules),
             fragments,
@@ -857,29 +889,30 @@ impl Ruleset {
             .clone()
             .map(|(name, rules)| 40 + rules.iter().map(|r| r.len() + name.len() + 20).sum::<usize>())
             .sum();
+        let table = &*self.table;
         let mut out = String::with_capacity(size + 16_384);
         for verb in ["add", "delete", "add"] {
-            line(&mut out, format_args!("{verb} table {FAMILY} {TABLE}"));
+            line(&mut out, format_args!("{verb} table {FAMILY} {table}"));
         }
         for declaration in self.base_declarations.iter() {
             line(&mut out, format_args!("{declaration}"));
         }
         for (name, _) in chains.clone() {
-            line(&mut out, format_args!("add chain {FAMILY} {TABLE} {name}"));
+            line(&mut out, format_args!("add chain {FAMILY} {table} {name}"));
         }
         for (name, timeout) in self.fragments.values().flat_map(|f| f.affinity_sets.iter()) {
-            add_affinity_set(&mut out, name, *timeout);
+            add_affinity_set(&mut out, table, name, *timeout);
         }
         for rule in self.base_rules.iter() {
             line(&mut out, format_args!("{rule}"));
         }
         for (name, rules) in chains {
             for rule in rules {
-                line(&mut out, format_args!("add rule {FAMILY} {TABLE} {name} {rule}"));
+                line(&mut out, format_args!("add rule {FAMILY} {table} {name} {rule}"));
             }
         }
         for (container, elements) in &self.elements {
-            add_elements(&mut out, container, elements.iter());
+            add_elements(&mut out, table, container, elements.iter());
         }
         out
     }
@@ -891,10 +924,17 @@ impl Ruleset {
         let Some(previous) = previous else {
             return Transaction::Full(self.full_transaction());
         };
-        if previous.base_declarations != self.base_declarations || previous.base_rules != self.base_rules {
+        if previous.table != self.table
+            || previous.base_declarations != self.base_declarations
+            || previous.base_rules != self.base_rules
+        {
             return Transaction::Full(self.full_transaction());
         }
-        let mut update = UpdateText::default();
+        let table = &*self.table;
+        let mut update = UpdateText {
+            table: self.table.clone(),
+            ..UpdateText::default()
+        };
         for (container, elements) in &previous.elements {
             let now = self.elements.get(container);
             let gone: Vec<&Text> = elements
@@ -902,7 +942,7 @@ impl Ruleset {
                 .filter(|(key, value)| now.and_then(|n| n.get(*key)) != Some(*value))
                 .map(|(key, _)| key)
                 .collect();
-            delete_elements(&mut update.delete_elements, container, &gone);
+            delete_elements(&mut update.delete_elements, table, container, &gone);
         }
         let empty = Fragment::default();
         let keys: BTreeSet<&Key> = previous.fragments.keys().chain(self.fragments.keys()).collect();
@@ -921,7 +961,7 @@ impl Ruleset {
                 if !in_use.contains(name.as_str()) {
                     line(
                         &mut update.delete_chains,
-                        format_args!("delete chain {FAMILY} {TABLE} {name}"),
+                        format_args!("delete chain {FAMILY} {table} {name}"),
                     );
                 }
             }
@@ -933,7 +973,7 @@ impl Ruleset {
                 .filter(|(key, value)| before.and_then(|b| b.get(*key)) != Some(*value))
                 .peekable();
             if new.peek().is_some() {
-                add_elements(&mut update.add_elements, container, new);
+                add_elements(&mut update.add_elements, table, container, new);
             }
         }
         let parts = [
@@ -949,7 +989,7 @@ impl Ruleset {
             return Transaction::Unchanged;
         }
         let mut text = String::with_capacity(parts.iter().map(|p| p.len()).sum::<usize>() + 32);
-        line(&mut text, format_args!("add table {FAMILY} {TABLE}"));
+        line(&mut text, format_args!("add table {FAMILY} {table}"));
         for part in parts {
             text.push_str(part);
         }
@@ -980,20 +1020,25 @@ fn line(out: &mut String, args: fmt::Arguments<'_>) {
     out.push('\n');
 }
 
-fn add_affinity_set(out: &mut String, name: &str, timeout: u32) {
+fn add_affinity_set(out: &mut String, table: &str, name: &str, timeout: u32) {
     line(
         out,
         format_args!(
-            "add set {FAMILY} {TABLE} {name} {{ type ipv4_addr ; flags dynamic,timeout ; timeout {timeout}s ; }}"
+            "add set {FAMILY} {table} {name} {{ type ipv4_addr ; flags dynamic,timeout ; timeout {timeout}s ; }}"
         ),
     );
 }
 
-fn add_elements<'a>(out: &mut String, container: &str, elements: impl Iterator<Item = (&'a Text, &'a Text)>) {
+fn add_elements<'a>(
+    out: &mut String,
+    table: &str,
+    container: &str,
+    elements: impl Iterator<Item = (&'a Text, &'a Text)>,
+) {
     let mut in_command = 0;
     for (key, value) in elements {
         if in_command == 0 {
-            let _ = write!(out, "add element {FAMILY} {TABLE} {container} {{ ");
+            let _ = write!(out, "add element {FAMILY} {table} {container} {{ ");
         } else {
             out.push_str(", ");
         }
@@ -1013,9 +1058,9 @@ fn add_elements<'a>(out: &mut String, container: &str, elements: impl Iterator<I
     }
 }
 
-fn delete_elements(out: &mut String, container: &str, keys: &[&Text]) {
+fn delete_elements(out: &mut String, table: &str, container: &str, keys: &[&Text]) {
     for chunk in keys.chunks(ELEMENTS_PER_COMMAND) {
-        let _ = write!(out, "delete element {FAMILY} {TABLE} {container} {{ ");
+        let _ = write!(out, "delete element {FAMILY} {table} {container} {{ ");
         for (i, key) in chunk.iter().enumerate() {
             if i > 0 {
                 out.push_str(", ");
@@ -1038,14 +1083,15 @@ fn references_any(rules: &[String], sets: &HashSet<&str>) -> bool {
 
 /// The declarations and rules that depend on the options only (upstream's `setupNFTables`).
 fn base(options: &ProxyOptions) -> (Vec<String>, Vec<String>) {
-    let chain = |name: &str| format!("add chain {FAMILY} {TABLE} {name}");
+    let table = options.table.as_str();
+    let chain = |name: &str| format!("add chain {FAMILY} {table} {name}");
     let base_chain = |name: &str, kind: &str, hook: &str, priority: i32| {
-        format!("add chain {FAMILY} {TABLE} {name} {{ type {kind} hook {hook} priority {priority} ; }}")
+        format!("add chain {FAMILY} {table} {name} {{ type {kind} hook {hook} priority {priority} ; }}")
     };
     let map = |name: &str, key: &str, what: &str| {
-        format!("add map {FAMILY} {TABLE} {name} {{ type {key} : verdict ; comment \"{what}\" ; }}")
+        format!("add map {FAMILY} {table} {name} {{ type {key} : verdict ; comment \"{what}\" ; }}")
     };
-    let rule = |chain: &str, rule: &str| format!("add rule {FAMILY} {TABLE} {chain} {rule}");
+    let rule = |chain: &str, rule: &str| format!("add rule {FAMILY} {table} {chain} {rule}");
     let service_key = "ipv4_addr . inet_proto . inet_service";
     let port_key = "inet_proto . inet_service";
     // DNAT is at priority -100 and SNAT at 100; filter chains see addresses before DNAT.
@@ -1093,7 +1139,7 @@ fn base(options: &ProxyOptions) -> (Vec<String>, Vec<String>) {
             service_key,
             "destinations that are subject to LoadBalancerSourceRanges",
         ),
-        format!("add set {FAMILY} {TABLE} {CLUSTER_IPS_SET} {{ type ipv4_addr ; comment \"Active ClusterIPs\" ; }}"),
+        format!("add set {FAMILY} {table} {CLUSTER_IPS_SET} {{ type ipv4_addr ; comment \"Active ClusterIPs\" ; }}"),
     ]);
 
     let mark = options.masquerade_mark();
@@ -1509,10 +1555,10 @@ pub async fn run_nft(netns: &NetworkNamespace, transaction: &str) -> anyhow::Res
 }
 
 /// Removes Skiff's table, if there is one.
-pub async fn cleanup(netns: &NetworkNamespace) -> anyhow::Result<()> {
+pub async fn cleanup(netns: &NetworkNamespace, table: &str) -> anyhow::Result<()> {
     run_nft(
         netns,
-        &format!("add table {FAMILY} {TABLE}\ndelete table {FAMILY} {TABLE}\n"),
+        &format!("add table {FAMILY} {table}\ndelete table {FAMILY} {table}\n"),
     )
     .await
     .context("deleting the proxy's nftables table")
@@ -1863,7 +1909,7 @@ impl Syncer {
 
     async fn probe(&mut self) {
         let mut command = self.config.netns.command("nft");
-        command.args(["list", "chain", FAMILY, TABLE, SERVICES_CHAIN]);
+        command.args(["list", "chain", FAMILY, &self.config.options.table, SERVICES_CHAIN]);
         if let Err(e) = run_command(command, None, "nft list chain").await {
             tracing::warn!(error = %format!("{e:#}"), "the proxy's nftables table is gone; rebuilding it");
             self.applied = None;
@@ -2000,10 +2046,11 @@ impl Syncer {
         if due.is_empty() {
             return;
         }
+        let table = &self.config.options.table;
         let mut text = String::new();
-        line(&mut text, format_args!("add table {FAMILY} {TABLE}"));
+        line(&mut text, format_args!("add table {FAMILY} {table}"));
         for name in &due {
-            line(&mut text, format_args!("delete chain {FAMILY} {TABLE} {name}"));
+            line(&mut text, format_args!("delete chain {FAMILY} {table} {name}"));
         }
         let result = run_nft(&self.config.netns, &text).await;
         shared.state.lock().nft_runs += 1;
@@ -2190,6 +2237,26 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn each_service_cidr_has_a_table_of_its_own() {
+        assert_eq!(table_name(DEFAULT_SERVICE_CIDR), "skiff");
+        let other: Ipv4Cidr = "10.200.3.64/26".parse().expect("cidr");
+        assert_eq!(table_name(other), "skiff-10-200-3-64-26");
+        let options = ProxyOptions::for_service_cidr(other);
+        let ruleset = Ruleset::build(&[service("web", "10.200.3.70", json!({}))], &[], &node(), &options);
+        let text = ruleset.full_transaction();
+        assert!(text.starts_with("add table ip skiff-10-200-3-64-26\n"), "{text}");
+        assert!(text.lines().all(|l| !l.contains(" ip skiff ")), "{text}");
+        // A ruleset for another table is never applied as an update of this one.
+        let default = Ruleset::build(
+            &[service("web", "10.96.0.70", json!({}))],
+            &[],
+            &node(),
+            &ProxyOptions::default(),
+        );
+        assert!(matches!(ruleset.transaction(Some(&default), &[]), Transaction::Full(_)));
     }
 
     #[test]
@@ -3096,9 +3163,9 @@ mod tests {
         node.assert_refused("10.244.0.1", 30080);
 
         drop(proxier);
-        cleanup(&node.netns()).await.expect("cleanup");
+        cleanup(&node.netns(), TABLE).await.expect("cleanup");
         assert!(node.list_table().is_none(), "the table is gone");
-        cleanup(&node.netns()).await.expect("cleanup without a table");
+        cleanup(&node.netns(), TABLE).await.expect("cleanup without a table");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

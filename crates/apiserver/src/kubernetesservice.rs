@@ -2,8 +2,8 @@
 //! `default/kubernetes` (`pkg/controlplane/controller/kubernetesservice`): the API server's own
 //! Service on the range's first address (443 to the API server's port) with its Endpoints and
 //! EndpointSlice, the default ServiceCIDR, and `kube-system/kube-dns` on the range's tenth address
-//! (53/UDP, 53/TCP), which a kubeadm cluster gets from its CoreDNS addon and Skiff's node agents
-//! answer themselves.
+//! (53/UDP, 53/TCP, `internalTrafficPolicy: Local`), which a kubeadm cluster gets from its CoreDNS
+//! addon and Skiff's node agents answer themselves (each publishes its own EndpointSlice).
 
 use std::net::IpAddr;
 
@@ -84,12 +84,17 @@ async fn ensure_service(state: &ApiState, namespace: &str, name: &str, desired: 
     };
     let stored: Value = serde_json::from_slice(&kv.value).context("decoding a stored Service")?;
     let same = |p: &str| stored.pointer(p) == desired.pointer(p);
-    if same("/spec/ports") && same("/spec/type") {
+    let owned = ["/spec/ports", "/spec/type", "/spec/internalTrafficPolicy"];
+    if owned.iter().all(|p| desired.pointer(p).is_none() || same(p)) {
         return Ok(());
     }
     let mut svc = stored.clone();
-    svc["spec"]["ports"] = desired["spec"]["ports"].clone();
-    svc["spec"]["type"] = desired["spec"]["type"].clone();
+    for p in owned {
+        if let Some(v) = desired.pointer(p) {
+            let field = p.trim_start_matches("/spec/");
+            svc["spec"][field] = v.clone();
+        }
+    }
     let alloc = allocator::allocate(&*state.store, &state.service_ranges, Some(&stored), &mut svc)
         .await
         .map_err(|e| anyhow::anyhow!("reconciling the {namespace}/{name} Service: {}", e.message))?;
@@ -188,7 +193,9 @@ pub async fn reconcile_all(state: &ApiState, advertise: IpAddr, port: u16) -> an
                 "kubernetes.io/cluster-service": "true",
                 "kubernetes.io/name": "CoreDNS",
             })),
+            // Every node's agent answers DNS itself: pods ask their own node's.
             "spec": {"type": "ClusterIP", "clusterIP": ranges.nth(10).to_string(), "sessionAffinity": "None",
+                     "internalTrafficPolicy": "Local",
                      "ports": [
                          {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
                          {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},

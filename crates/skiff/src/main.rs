@@ -37,6 +37,8 @@ enum Command {
         node_name: Option<String>,
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        #[command(flatten)]
+        services: ServiceNetworkArgs,
     },
     /// Register simulated nodes (as kwok does).
     Sim(SimArgs),
@@ -93,6 +95,28 @@ struct ServerArgs {
     /// The address nodes reach the API server on (default: this host's default-route address).
     #[arg(long)]
     advertise_address: Option<std::net::IpAddr>,
+    #[command(flatten)]
+    services: ServiceNetworkArgs,
+}
+
+/// The node agent's Service roles.
+#[derive(clap::Args, Clone, Copy)]
+struct ServiceNetworkArgs {
+    /// Do not run the service proxy (kube-proxy's role) on this node.
+    #[arg(long)]
+    disable_kube_proxy: bool,
+    /// Do not serve cluster DNS on this node (pods then use the node's resolvers).
+    #[arg(long)]
+    disable_cluster_dns: bool,
+}
+
+impl ServiceNetworkArgs {
+    fn config(self) -> skiff_agent::service_network::ServiceNetworkConfig {
+        skiff_agent::service_network::ServiceNetworkConfig {
+            proxy: !self.disable_kube_proxy,
+            dns: !self.disable_cluster_dns,
+        }
+    }
 }
 
 #[derive(clap::Args, Clone)]
@@ -178,6 +202,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             kubeconfig,
             node_name,
             data_dir,
+            services,
         } => {
             let client = client::kube_client(&kubeconfig).await?;
             let mut cfg =
@@ -186,6 +211,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 cfg.node_name = n;
             }
             cfg.kubeconfig = Some(kubeconfig);
+            cfg.services = services.config();
             skiff_agent::run(client, cfg).await
         }
         Command::Sim(a) => {
@@ -302,6 +328,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                     cfg.node_name = n.clone();
                 }
                 cfg.cluster_ca_pem = Some(running.state.pki.ca_cert_pem.clone());
+                cfg.services = args.services.config();
                 tasks.spawn(async move { skiff_agent::run(c, cfg).await.context("node agent") });
             }
             Err(e) => tracing::warn!(error = %e, "no Docker Engine reachable: running without a local node"),

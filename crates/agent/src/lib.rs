@@ -229,6 +229,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         allocatable_storage: facts.allocatable_storage(),
         images: Default::default(),
         dns: resolv_conf::NodeDns::for_host(cluster_dns, &cfg.cluster_domain),
+        hairpin_bridge: network.hairpin_bridge.clone(),
     });
     let result = pods::run(ctx).await;
     drop(network);

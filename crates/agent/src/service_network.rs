@@ -60,13 +60,40 @@ pub struct ServiceNetwork {
     pub proxier: Option<Proxier>,
     /// Where cluster DNS listens, when it runs.
     pub dns_addr: Option<SocketAddr>,
+    /// The pod bridge, whose ports the agent puts in hairpin mode when the proxy runs.
+    pub hairpin_bridge: Option<String>,
 }
 
 /// The pod network of this node: Docker's `bridge` network.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct PodNetwork {
     pub subnet: Option<Ipv4Cidr>,
     pub gateway: Option<Ipv4Addr>,
+    /// The Linux bridge behind it (`docker0`).
+    pub bridge: Option<String>,
+}
+
+/// Puts every port of the Linux bridge `bridge` in hairpin mode, as the kubelet's
+/// `--hairpin-mode=hairpin-veth` does for its pods' veths: a pod's connection to its own Service
+/// that the proxy sends back to the pod itself leaves the bridge through the port it came in by,
+/// which the bridge otherwise refuses (the SYN is dropped, and its retransmission picks another
+/// endpoint a second later).
+pub fn set_hairpin_mode(bridge: &str) -> anyhow::Result<()> {
+    let ports = std::path::Path::new("/sys/class/net").join(bridge).join("brif");
+    let entries = std::fs::read_dir(&ports).with_context(|| format!("listing {}", ports.display()))?;
+    for entry in entries {
+        let path = entry.context("listing the bridge's ports")?.path().join("hairpin_mode");
+        if std::fs::read_to_string(&path).is_ok_and(|v| v.trim() == "1") {
+            continue;
+        }
+        if let Err(e) = std::fs::write(&path, "1") {
+            // A port that went away meanwhile: nothing to do for it.
+            if e.kind() != std::io::ErrorKind::NotFound {
+                return Err(e).with_context(|| format!("writing {}", path.display()));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Reads the subnet and gateway of the network pods are attached to.
@@ -84,9 +111,14 @@ pub async fn pod_network(docker: &Docker) -> anyhow::Result<PodNetwork> {
         let first = Ipv4Addr::from(u32::from(subnet.network()).wrapping_add(1));
         Some((subnet, Some(gateway.unwrap_or(first))))
     });
+    let bridge = network
+        .options
+        .as_ref()
+        .and_then(|o| o.get("com.docker.network.bridge.name").cloned());
     Ok(PodNetwork {
         subnet: v4.map(|(s, _)| s),
         gateway: v4.and_then(|(_, g)| g),
+        bridge,
     })
 }
 
@@ -215,6 +247,7 @@ pub async fn start(
         cluster_dns: Vec::new(),
         proxier: None,
         dns_addr: None,
+        hairpin_bridge: None,
     };
     if !config.proxy && !config.dns {
         return running;
@@ -250,12 +283,13 @@ pub async fn start(
                     }
                 });
                 running.proxier = Some(proxier);
+                running.hairpin_bridge = pods.bridge.clone();
             }
             Err(e) => tracing::error!(error = %format!("{e:#}"), "no service proxy"),
         }
     }
     if config.dns {
-        match start_dns(client, node, pods, cluster_domain).await {
+        match start_dns(client, node, &pods, cluster_domain).await {
             Ok((addr, ips)) => {
                 running.dns_addr = Some(addr);
                 running.cluster_dns = ips;
@@ -269,7 +303,7 @@ pub async fn start(
 async fn start_dns(
     client: &kube::Client,
     node: &Node,
-    pods: PodNetwork,
+    pods: &PodNetwork,
     cluster_domain: &str,
 ) -> anyhow::Result<(SocketAddr, Vec<IpAddr>)> {
     let ip = pods

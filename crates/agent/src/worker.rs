@@ -51,6 +51,8 @@ pub struct Ctx {
     pub images: Arc<docker::ImageCache>,
     /// What pods' resolv.conf files are made from.
     pub dns: crate::resolv_conf::NodeDns,
+    /// The pod bridge whose ports go in hairpin mode as sandboxes start (when the proxy runs).
+    pub hairpin_bridge: Option<String>,
 }
 
 impl Ctx {
@@ -832,6 +834,16 @@ impl PodWorker {
                 format!("Failed to create pod sandbox: {e}"),
             );
             return Err(e).context("starting the pod sandbox");
+        }
+        if let Some(bridge) = self.ctx.hairpin_bridge.clone()
+            && spec.host_network != Some(true)
+        {
+            let set = tokio::task::spawn_blocking(move || crate::service_network::set_hairpin_mode(&bridge)).await;
+            match set {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "setting hairpin mode on the pod bridge"),
+                Err(e) => tracing::warn!(error = %e, "setting hairpin mode on the pod bridge"),
+            }
         }
         Ok(created.id)
     }

@@ -193,6 +193,7 @@ impl Harness {
                 cluster_domain: "cluster.local".into(),
                 host_resolv_conf: "nameserver 192.0.2.53\nsearch corp.example\n".into(),
             },
+            hairpin_bridge: None,
         });
         Harness {
             ctx,

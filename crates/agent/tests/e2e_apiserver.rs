@@ -77,6 +77,12 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
     cfg.listen = "127.0.0.1:0".parse().unwrap();
     cfg.node_ip = Some("127.0.0.1".parse().unwrap());
     cfg.cluster_ca_pem = Some(running.state.pki.ca_cert_pem.clone());
+    // This server has the default service range: its proxy would take the host's `skiff` table,
+    // which a cluster of the machine's own may use. The Services end-to-end tests cover both.
+    cfg.services = skiff_agent::service_network::ServiceNetworkConfig {
+        proxy: false,
+        dns: false,
+    };
     let agent = tokio::spawn(skiff_agent::run(client.clone(), cfg));
 
     let nodes: Api<Node> = Api::all(client.clone());

@@ -18,6 +18,7 @@ pub mod resources;
 pub mod rootcacertpublisher;
 pub mod service_explain;
 pub mod serviceaccounts;
+pub mod servicelb;
 pub mod statefulset;
 
 /// Which controllers run.
@@ -35,6 +36,8 @@ pub struct ControllersConfig {
     pub serviceaccounts: bool,
     pub endpointslice: bool,
     pub endpoints: bool,
+    /// k3s' ServiceLB: LoadBalancer Services answered on the nodes' addresses.
+    pub servicelb: bool,
     /// The cluster CA (PEM) to publish as `kube-root-ca.crt` in every namespace; None: not published.
     pub root_ca_pem: Option<String>,
 }
@@ -54,6 +57,7 @@ impl Default for ControllersConfig {
             serviceaccounts: true,
             endpointslice: true,
             endpoints: true,
+            servicelb: true,
             root_ca_pem: None,
         }
     }
@@ -109,6 +113,10 @@ pub async fn run(client: kube::Client, cfg: ControllersConfig) -> anyhow::Result
     if cfg.endpoints {
         let c = client.clone();
         set.spawn(async move { endpoints::run(c).await });
+    }
+    if cfg.servicelb {
+        let c = client.clone();
+        set.spawn(async move { servicelb::run(c).await });
     }
     if let Some(pem) = cfg.root_ca_pem {
         let c = client.clone();

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::node::{Node, remove_node_containers, wait_node_ready};
-use common::{Cluster, eventually};
+use common::{Cluster, PortForward, eventually, http_get};
 
 #[test]
 fn containers_share_network_processes_and_hosts() {
@@ -286,76 +286,6 @@ fn containers_survive_kill_9_and_are_adopted_and_cleaned_up() {
         String::from_utf8_lossy(&out.stdout).trim().is_empty().then_some(())
     });
     assert!(gone.is_some(), "deleting the pod left containers behind");
-}
-
-/// A `kubectl port-forward` running in the background, its output collected; killed when dropped.
-struct PortForward {
-    child: std::process::Child,
-    stdout: std::sync::Arc<std::sync::Mutex<String>>,
-    stderr: std::sync::Arc<std::sync::Mutex<String>>,
-}
-
-impl PortForward {
-    fn start(c: &common::Cluster, args: &[&str]) -> PortForward {
-        use std::io::Read;
-        let mut child = c
-            .kubectl_cmd(&[&["port-forward"], args].concat())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start kubectl port-forward");
-        let collect = |mut pipe: Box<dyn Read + Send>| {
-            let buf = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-            let out = buf.clone();
-            std::thread::spawn(move || {
-                let mut chunk = [0u8; 4096];
-                while let Ok(n) = pipe.read(&mut chunk) {
-                    if n == 0 {
-                        break;
-                    }
-                    if let Ok(mut b) = out.lock() {
-                        b.push_str(&String::from_utf8_lossy(&chunk[..n]));
-                    }
-                }
-            });
-            buf
-        };
-        let stdout = collect(Box::new(child.stdout.take().expect("stdout")));
-        let stderr = collect(Box::new(child.stderr.take().expect("stderr")));
-        PortForward { child, stdout, stderr }
-    }
-
-    fn stdout(&self) -> String {
-        self.stdout.lock().map(|s| s.clone()).unwrap_or_default()
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
-    }
-
-    fn running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for PortForward {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One HTTP/1.0 GET through a local port: the whole response, or what the connection gave before it
-/// closed.
-fn http_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the forwarded port");
-    tcp.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
-    tcp.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-        .expect("send the request");
-    let mut response = Vec::new();
-    let _ = tcp.read_to_end(&mut response);
-    String::from_utf8_lossy(&response).into_owned()
 }
 
 #[test]

@@ -17,6 +17,8 @@ pub struct Cluster {
     pub port: u16,
     pub kubeconfig: PathBuf,
     args: Vec<String>,
+    /// The service range given to a cluster with a node agent (see [`own_service_range`]).
+    pub service_range: Option<String>,
 }
 
 pub fn free_port() -> u16 {
@@ -24,6 +26,20 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
+}
+
+/// A service range of a cluster's own, a /24 of 10.192.0.0/12 chosen by its port: the node agent's
+/// proxy names its nftables table after the range and rejects the unallocated addresses of it, so
+/// clusters running at once on this host must not share or overlap ranges (or the default one, a
+/// developer's own cluster may use it).
+pub fn own_service_range(port: u16) -> String {
+    let i = port % 4096;
+    format!("10.{}.{}.0/24", 192 + i / 256, i % 256)
+}
+
+/// The proxy's table for a service range (as `skiff_agent::proxy::table_name`).
+pub fn proxy_table(range: &str) -> String {
+    format!("skiff-{}", range.replace(['.', '/'], "-"))
 }
 
 pub fn skiff_bin() -> &'static str {
@@ -37,13 +53,21 @@ impl Cluster {
         let home = tempfile::tempdir().expect("home");
         let port = free_port();
         let kubeconfig = dir.path().join("kubeconfig");
+        let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let mut service_range = None;
+        if !extra.contains(&"--no-agent") && !extra.contains(&"--service-cluster-ip-range") {
+            let range = own_service_range(port);
+            args.extend(["--service-cluster-ip-range".to_string(), range.clone()]);
+            service_range = Some(range);
+        }
         let mut c = Cluster {
             child: None,
             dir,
             home,
             port,
             kubeconfig,
-            args: extra.iter().map(|s| s.to_string()).collect(),
+            args,
+            service_range,
         };
         c.spawn();
         c
@@ -203,9 +227,40 @@ impl Cluster {
     }
 }
 
+/// Unmounts whatever is mounted under `dir` (the agent's subPath bind mounts of pods it had no time
+/// to remove), deepest first, so removing the directory never reaches into a volume's data.
+pub fn unmount_under(dir: &Path) {
+    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let mut points: Vec<String> = mountinfo
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(4))
+        .filter(|p| Path::new(p).starts_with(dir))
+        .map(str::to_string)
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for point in points {
+        let _ = Command::new("umount").args(["--lazy", &point]).status();
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.kill9();
+        unmount_under(self.dir.path());
+        // The agent leaves its proxy table and the range's local route (as kube-proxy leaves its
+        // rules); a test cluster's go with it.
+        if let Some(range) = &self.service_range {
+            let _ = Command::new("nft")
+                .args(["delete", "table", "ip", &proxy_table(range)])
+                .stderr(Stdio::null())
+                .status();
+            let _ = Command::new("ip")
+                .args(["route", "del", "local", range, "dev", "lo", "table", "local"])
+                .stderr(Stdio::null())
+                .status();
+        }
     }
 }
 
@@ -226,4 +281,74 @@ pub fn eventually<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Opt
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A `kubectl port-forward` running in the background, its output collected; killed when dropped.
+pub struct PortForward {
+    child: std::process::Child,
+    stdout: std::sync::Arc<std::sync::Mutex<String>>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl PortForward {
+    pub fn start(c: &Cluster, args: &[&str]) -> PortForward {
+        use std::io::Read;
+        let mut child = c
+            .kubectl_cmd(&[&["port-forward"], args].concat())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start kubectl port-forward");
+        let collect = |mut pipe: Box<dyn Read + Send>| {
+            let buf = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+            let out = buf.clone();
+            std::thread::spawn(move || {
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = pipe.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    if let Ok(mut b) = out.lock() {
+                        b.push_str(&String::from_utf8_lossy(&chunk[..n]));
+                    }
+                }
+            });
+            buf
+        };
+        let stdout = collect(Box::new(child.stdout.take().expect("stdout")));
+        let stderr = collect(Box::new(child.stderr.take().expect("stderr")));
+        PortForward { child, stdout, stderr }
+    }
+
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for PortForward {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.0 GET through a local port: the whole response, or what the connection gave before it
+/// closed.
+pub fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the forwarded port");
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    tcp.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .expect("send the request");
+    let mut response = Vec::new();
+    let _ = tcp.read_to_end(&mut response);
+    String::from_utf8_lossy(&response).into_owned()
 }

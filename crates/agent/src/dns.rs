@@ -1650,6 +1650,113 @@ impl Forwarder {
     }
 }
 
+/// What [`ClusterDns::lookup`] found: the response code and the answer records, as `dig` prints
+/// them, or `None` for a name the cluster DNS forwards to the node's resolvers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lookup {
+    pub response_code: String,
+    pub answers: Vec<String>,
+}
+
+impl ClusterDns {
+    /// Asks the index what a pod asking `name` (type `record_type`) gets, through the same path as
+    /// a query over the network; `None` when the name would be forwarded.
+    pub fn lookup(&self, name: &str, record_type: RecordType) -> Option<Lookup> {
+        let mut name = Name::from_ascii(name).ok()?;
+        name.set_fqdn(true);
+        let mut request = Message::query();
+        request.metadata.id = 1;
+        request.metadata.recursion_desired = true;
+        request.queries.push(Query::query(name, record_type));
+        let packet = request.to_vec().ok()?;
+        let mut out = Vec::new();
+        match self.handle(&packet, Transport::Tcp, &mut out) {
+            Handled::Reply => {}
+            Handled::Drop | Handled::Upstream(_) => return None,
+        }
+        let reply = Message::from_vec(&out).ok()?;
+        // As dig names them.
+        let response_code = match reply.metadata.response_code {
+            ResponseCode::NoError if reply.answers.is_empty() => "NOERROR, no records (NODATA)".to_string(),
+            ResponseCode::NoError => "NOERROR".to_string(),
+            ResponseCode::NXDomain => "NXDOMAIN".to_string(),
+            ResponseCode::ServFail => "SERVFAIL".to_string(),
+            other => other.to_string(),
+        };
+        let answers = reply
+            .answers
+            .iter()
+            .map(|r| format!("{} {} {}", r.name, r.record_type(), r.data))
+            .collect();
+        Some(Lookup { response_code, answers })
+    }
+}
+
+/// What cluster DNS answers for a Service (from the Service and its EndpointSlices alone): its
+/// name, SRV records of its named ports and, for a headless Service, each endpoint's hostname.
+pub fn explain_service(svc: &Service, slices: &[EndpointSlice], domain: &str) -> String {
+    use std::fmt::Write as _;
+    let index = ClusterDns::new(domain);
+    let ns = svc.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let name = svc.metadata.name.clone().unwrap_or_default();
+    let namespace: Namespace = Namespace {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(ns.clone()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    index.apply_namespace(&namespace);
+    index.apply_service(svc);
+    for slice in slices {
+        index.apply_endpoint_slice(slice);
+    }
+    index.mark_synced();
+    let zone = domain.trim_end_matches('.');
+    let fqdn = format!("{name}.{ns}.svc.{zone}");
+    let mut questions = vec![(fqdn.clone(), RecordType::A)];
+    let spec = svc.spec.clone().unwrap_or_default();
+    if spec.type_.as_deref() == Some("ExternalName") {
+        questions = vec![(fqdn.clone(), RecordType::CNAME)];
+    }
+    for port in spec.ports.iter().flatten() {
+        if let Some(port_name) = port.name.as_deref().filter(|n| !n.is_empty()) {
+            let proto = port.protocol.as_deref().unwrap_or("TCP").to_ascii_lowercase();
+            questions.push((format!("_{port_name}._{proto}.{fqdn}"), RecordType::SRV));
+        }
+    }
+    if spec.cluster_ip.as_deref() == Some("None") {
+        let mut hosts: Vec<String> = slices
+            .iter()
+            .flat_map(|s| s.endpoints.iter())
+            .filter_map(|e| e.hostname.clone())
+            .collect();
+        hosts.sort();
+        hosts.dedup();
+        for host in hosts {
+            questions.push((format!("{host}.{fqdn}"), RecordType::A));
+        }
+    }
+    let mut out = String::from("  DNS (what the cluster DNS answers from these objects):\n");
+    for (question, record_type) in questions {
+        match index.lookup(&question, record_type) {
+            Some(found) if found.answers.is_empty() => {
+                let _ = writeln!(out, "    {question} {record_type}: {}", found.response_code);
+            }
+            Some(found) => {
+                let _ = writeln!(out, "    {question} {record_type}:");
+                for answer in found.answers {
+                    let _ = writeln!(out, "      {answer}");
+                }
+            }
+            None => {
+                let _ = writeln!(out, "    {question} {record_type}: forwarded to the node's resolvers");
+            }
+        }
+    }
+    out
+}
+
 /// The name servers of a resolv.conf, port 53, in order, each once: the upstreams for [`serve`].
 /// Loopback servers (systemd-resolved's 127.0.0.53) are kept: the agent runs in the host's network
 /// namespace, where they answer. A link-local IPv6 server keeps a numeric zone (`%2`) as its scope
@@ -2005,6 +2112,38 @@ mod tests {
             "metadata": {"name": name, "namespace": ns},
             "spec": {"type": "ClusterIP", "clusterIP": ips[0], "clusterIPs": ips, "ports": ports}
         }))
+    }
+
+    #[test]
+    fn explain_service_shows_what_pods_get() {
+        let nginx = service(json!({
+            "metadata": {"name": "nginx", "namespace": "default"},
+            "spec": {"clusterIP": "None", "clusterIPs": ["None"], "ports": [{"name": "web", "port": 80}]}
+        }));
+        let slices = [slice(json!({
+            "metadata": {"name": "nginx-abc", "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": "nginx"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "web", "port": 80, "protocol": "TCP"}],
+            "endpoints": [{"addresses": ["10.244.0.5"], "hostname": "web-0", "conditions": {"ready": true}}]
+        }))];
+        let text = explain_service(&nginx, &slices, "cluster.local");
+        assert!(
+            text.contains(
+                "    nginx.default.svc.cluster.local A:\n      nginx.default.svc.cluster.local. A 10.244.0.5"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("    web-0.nginx.default.svc.cluster.local A:\n      web-0.nginx.default.svc.cluster.local. A 10.244.0.5"), "{text}");
+        assert!(text.contains("_web._tcp.nginx.default.svc.cluster.local SRV:\n      _web._tcp.nginx.default.svc.cluster.local. SRV 0 100 80 web-0.nginx.default.svc.cluster.local."), "{text}");
+        // Without ready endpoints a headless name has no records.
+        let text = explain_service(&nginx, &[], "cluster.local");
+        assert!(
+            text.contains("nginx.default.svc.cluster.local A: NXDOMAIN")
+                || text.contains("nginx.default.svc.cluster.local A: NOERROR"),
+            "{text}"
+        );
+        assert_eq!(fixture().lookup("example.test", RecordType::A), None);
     }
 
     /// A cluster: `web` (ClusterIP, dual-stack, ports http/80 and dns/53 UDP), `nginx` (headless,

@@ -1819,6 +1819,13 @@ impl Proxier {
         let _ = applied.wait_for(|g| *g >= target).await;
     }
 
+    /// The resourceVersion of the EndpointSlice the proxier holds as `namespace/name`.
+    pub fn endpoint_slice_version(&self, namespace: &str, name: &str) -> Option<String> {
+        let state = self.shared.state.lock();
+        let slice = state.slices.get(&(namespace.to_string(), name.to_string()))?;
+        slice.metadata.resource_version.clone()
+    }
+
     /// How many times a sync ran nft.
     pub fn nft_runs(&self) -> u64 {
         self.shared.state.lock().nft_runs

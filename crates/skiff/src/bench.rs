@@ -45,6 +45,28 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The node agent's Service roles: EndpointSlice change to rule in force at N Services, and
+    /// cluster DNS answers per second and latency. Runs in a network namespace of its own (root).
+    Services {
+        #[arg(long, default_value_t = 1000)]
+        services: usize,
+        #[arg(long, default_value_t = 3)]
+        endpoints: usize,
+        /// EndpointSlice changes timed, one at a time.
+        #[arg(long, default_value_t = 200)]
+        changes: usize,
+        /// Seconds of each DNS load.
+        #[arg(long, default_value_t = 5)]
+        dns_seconds: u64,
+        /// Outstanding queries of the saturating DNS load.
+        #[arg(long, default_value_t = 64)]
+        dns_in_flight: usize,
+        /// Queries per second of the paced DNS load (its latency is the figure).
+        #[arg(long, default_value_t = 30_000)]
+        dns_rate: u64,
+        #[arg(long)]
+        json: bool,
+    },
     /// Pod startup latency on this machine's node, next to the same work done directly in Docker.
     Startup {
         #[arg(long, default_value_t = 30)]
@@ -178,7 +200,7 @@ fn status_mb(pid: u32, field: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -190,6 +212,25 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Startup { pods, image, json } => bench_startup(pods, &image, json).await,
         BenchCommand::Api { pods, clients, json } => bench_api(pods, clients, json).await,
+        BenchCommand::Services {
+            services,
+            endpoints,
+            changes,
+            dns_seconds,
+            dns_in_flight,
+            dns_rate,
+            json,
+        } => {
+            let cfg = crate::bench_services::ServicesBench {
+                services,
+                endpoints,
+                changes,
+                dns_seconds,
+                dns_in_flight,
+                dns_rate,
+            };
+            crate::bench_services::bench_services(cfg, json).await
+        }
         BenchCommand::Scheduling {
             nodes,
             pods,
@@ -228,7 +269,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     }
 }
 
-async fn wait_ready(client: &kube::Client) -> anyhow::Result<()> {
+pub(crate) async fn wait_ready(client: &kube::Client) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let req = http::Request::get("/readyz").body(Vec::new())?;
@@ -240,7 +281,7 @@ async fn wait_ready(client: &kube::Client) -> anyhow::Result<()> {
     }
 }
 
-fn print_result(v: &serde_json::Value, as_json: bool) {
+pub(crate) fn print_result(v: &serde_json::Value, as_json: bool) {
     if as_json {
         println!("{v}");
     } else if let Some(m) = v.as_object() {

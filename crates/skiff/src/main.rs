@@ -1,6 +1,7 @@
 //! `skiff`: Kubernetes in one binary. This file only wires the command line to the crates.
 
 mod bench;
+mod bench_services;
 mod client;
 
 /// The API server allocates and frees many small JSON values per request; mimalloc handles
@@ -150,6 +151,10 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    // Before any thread starts, so every thread and child process is in it.
+    if matches!(cli.command, Command::Bench(bench::BenchCommand::Services { .. })) {
+        bench_services::enter_private_network()?;
+    }
     // Before the runtime and clients allocate. A node agent's heap is small and stays small; the
     // API server's and the scheduler's churn, and each 2 MiB page the kernel zeroes whole when the
     // allocator returns and takes it back again (measured: 12% of the server's CPU time and 15% of
@@ -281,6 +286,7 @@ async fn explain_service(client: kube::Client, namespace: &str, name: &str) -> a
         .context("listing EndpointSlices")?
         .items;
     print!("{}", skiff_controllers::service_explain::explain(&svc, &pods, &slices));
+    print!("{}", skiff_agent::dns::explain_service(&svc, &slices, "cluster.local"));
     Ok(())
 }
 

@@ -11,7 +11,14 @@ use common::{Cluster, eventually};
 use serde_json::Value;
 
 fn cluster() -> Cluster {
-    let c = Cluster::start(&["--no-agent", "--sim-nodes", "2"]);
+    // The default range, whose addresses the test names; no node agent, so no proxy on this host.
+    let c = Cluster::start(&[
+        "--no-agent",
+        "--sim-nodes",
+        "2",
+        "--service-cluster-ip-range",
+        "10.96.0.0/12",
+    ]);
     let ready = eventually(Duration::from_secs(30), || {
         (c.k(&["get", "nodes"]).matches(" Ready ").count() == 2).then_some(())
     });
@@ -128,6 +135,13 @@ fn services_get_addresses_and_endpoints_that_follow_their_pods() {
     let text = explain("web");
     assert!(
         text.contains("selects 3 pod(s): 3 ready, 0 not ready, 0 without an address"),
+        "{text}"
+    );
+    // And what cluster DNS answers for it.
+    assert!(
+        text.contains(&format!(
+            "    web.default.svc.cluster.local A:\n      web.default.svc.cluster.local. A {ip}\n"
+        )),
         "{text}"
     );
     // A Service whose selector nearly matches says which label is off.

@@ -17,7 +17,7 @@ pub struct Cluster {
     pub port: u16,
     pub kubeconfig: PathBuf,
     args: Vec<String>,
-    /// The service range given to a cluster with a node agent (see [`own_service_range`]).
+    /// The service range the harness gave the cluster (see [`own_service_range`]).
     pub service_range: Option<String>,
 }
 
@@ -55,7 +55,8 @@ impl Cluster {
         let kubeconfig = dir.path().join("kubeconfig");
         let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let mut service_range = None;
-        if !extra.contains(&"--no-agent") && !extra.contains(&"--service-cluster-ip-range") {
+        // Also without an agent of its own: a test may start `skiff agent` against it.
+        if !extra.contains(&"--service-cluster-ip-range") {
             let range = own_service_range(port);
             args.extend(["--service-cluster-ip-range".to_string(), range.clone()]);
             service_range = Some(range);

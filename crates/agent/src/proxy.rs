@@ -61,8 +61,11 @@
 //!   update after one EndpointSlice change 30 to 50 ms of nft (the kernel checks the whole table
 //!   on every commit) plus the build (`kernel_sync_time_at_1000_services`).
 //!
-//! Not done: IPv6 (`table ip6`), topology-aware hints, clean-up of stale UDP conntrack entries,
-//! health check node ports, `nodePortAddresses`.
+//! - After a sync, the conntrack entries of UDP flows DNATed to an endpoint that the rules no longer
+//!   use are deleted with `conntrack -D` (upstream's conntrack clean-up), or a client's datagrams
+//!   would keep going to it (a DNS client reusing its source port, say).
+//!
+//! Not done: IPv6 (`table ip6`), topology-aware hints, health check node ports, `nodePortAddresses`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::{self, Write as _};
@@ -600,6 +603,39 @@ struct Fragment {
     elements: Vec<(&'static str, Text, Text)>,
     service_ports: usize,
     endpoint_chains: usize,
+    /// Where UDP traffic to this Service can be DNATed to: destination and endpoint address.
+    udp_flows: BTreeSet<(UdpDestination, Ipv4Addr)>,
+}
+
+/// A destination of UDP traffic the proxy DNATs (for upstream's conntrack clean-up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum UdpDestination {
+    /// A ClusterIP, external or load balancer address and its port.
+    Address(Ipv4Addr, u16),
+    /// A NodePort, on any local address.
+    NodePort(u16),
+}
+
+impl UdpDestination {
+    /// The `conntrack` arguments selecting the flows of this destination DNATed to `endpoint`.
+    fn conntrack_args(&self, endpoint: Ipv4Addr) -> Vec<String> {
+        let mut args: Vec<String> = ["-D", "-p", "udp"].iter().map(|s| s.to_string()).collect();
+        match self {
+            UdpDestination::Address(ip, port) => {
+                args.extend([
+                    "--orig-dst".into(),
+                    ip.to_string(),
+                    "--orig-port-dst".into(),
+                    port.to_string(),
+                ]);
+            }
+            UdpDestination::NodePort(port) => {
+                args.extend(["--orig-port-dst".into(), port.to_string()]);
+            }
+        }
+        args.extend(["--dst-nat".into(), endpoint.to_string()]);
+        args
+    }
 }
 
 /// What a fragment was built from: the uid and resourceVersion of the Service and of its slices.
@@ -855,6 +891,24 @@ impl Ruleset {
             fragments,
             elements,
         }
+    }
+
+    /// The UDP destinations and endpoints `previous` DNATed to that this ruleset no longer does:
+    /// the conntrack entries of those flows would keep sending a client's datagrams to an endpoint
+    /// that is gone (upstream's `conntrack.CleanStaleEntries`).
+    pub fn stale_udp_flows(&self, previous: &Ruleset) -> Vec<(UdpDestination, Ipv4Addr)> {
+        let mut stale = Vec::new();
+        for (key, old) in &previous.fragments {
+            if old.udp_flows.is_empty() {
+                continue;
+            }
+            match self.fragments.get(key) {
+                Some(new) if Arc::ptr_eq(old, new) => {}
+                Some(new) => stale.extend(old.udp_flows.difference(&new.udp_flows).copied()),
+                None => stale.extend(old.udp_flows.iter().copied()),
+            }
+        }
+        stale
     }
 
     /// How many service ports have rules.
@@ -1285,6 +1339,21 @@ impl Builder<'_> {
 
         let cat = categorize(endpoints, port);
         self.fragment.endpoint_chains += cat.reachable.len();
+        if protocol == "udp" {
+            let mut destinations = vec![UdpDestination::Address(port.cluster_ip, number)];
+            destinations.extend(port.external_ips.iter().map(|ip| UdpDestination::Address(*ip, number)));
+            destinations.extend(
+                port.load_balancer_ips
+                    .iter()
+                    .map(|ip| UdpDestination::Address(*ip, number)),
+            );
+            destinations.extend(port.node_port.map(UdpDestination::NodePort));
+            for destination in destinations {
+                for &i in &cat.reachable {
+                    self.fragment.udp_flows.insert((destination, endpoints[i].ip));
+                }
+            }
+        }
         for &i in &cat.reachable {
             self.ensure_chain(&names[i].chain);
         }
@@ -1852,6 +1921,8 @@ struct Syncer {
     failures: u32,
     retry_at: Option<Instant>,
     next_probe: Instant,
+    /// Whether a failed conntrack clean-up was reported (once is enough).
+    conntrack_warned: bool,
 }
 
 async fn sync_loop(shared: Arc<Shared>, config: ProxierConfig) {
@@ -1865,6 +1936,7 @@ async fn sync_loop(shared: Arc<Shared>, config: ProxierConfig) {
         prepared: false,
         failures: 0,
         retry_at: None,
+        conntrack_warned: false,
     };
     loop {
         let now = Instant::now();
@@ -1969,16 +2041,20 @@ impl Syncer {
                 &mut cache,
             );
             let transaction = ruleset.transaction(previous.as_deref(), &due);
+            let stale_flows = previous
+                .as_deref()
+                .map(|p| ruleset.stale_udp_flows(p))
+                .unwrap_or_default();
             let elapsed = start.elapsed();
             // The snapshot is dropped here, off the async threads.
             drop((services, slices, previous));
-            (ruleset, transaction, due, cache, elapsed)
+            (ruleset, transaction, due, cache, elapsed, stale_flows)
         })
         .await;
-        let (ruleset, transaction, due, build) = match built {
-            Ok((ruleset, transaction, due, cache, build)) => {
+        let (ruleset, transaction, due, build, stale_flows) = match built {
+            Ok((ruleset, transaction, due, cache, build, stale_flows)) => {
                 self.cache = Some(cache);
-                (ruleset, transaction, due, build)
+                (ruleset, transaction, due, build, stale_flows)
             }
             Err(e) => {
                 tracing::error!(error = %e, "building the proxy's ruleset");
@@ -2036,6 +2112,7 @@ impl Syncer {
                 self.retry_at = None;
                 shared.state.lock().last_sync = Some(stats);
                 self.put_in_force(shared, generation);
+                self.clear_conntrack(stale_flows).await;
             }
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), full, "syncing the service proxy's nftables rules");
@@ -2044,6 +2121,27 @@ impl Syncer {
                 self.applied = None;
                 if full {
                     self.backoff();
+                }
+            }
+        }
+    }
+
+    /// Deletes the conntrack entries of UDP flows DNATed to endpoints no longer used, after the
+    /// rules changed (so no new entry to them can be made meanwhile).
+    async fn clear_conntrack(&mut self, flows: Vec<(UdpDestination, Ipv4Addr)>) {
+        for (destination, endpoint) in flows {
+            let mut command = self.config.netns.command("conntrack");
+            command.args(destination.conntrack_args(endpoint));
+            match run_command(command, None, "conntrack -D").await {
+                Ok(_) => {}
+                // conntrack exits 1 when nothing matched.
+                Err(e) if format!("{e:#}").contains("0 flow entries") => {}
+                Err(e) => {
+                    if !self.conntrack_warned {
+                        tracing::warn!(error = %format!("{e:#}"), "clearing stale UDP conntrack entries (is conntrack installed?)");
+                        self.conntrack_warned = true;
+                    }
+                    return;
                 }
             }
         }
@@ -3079,6 +3177,104 @@ mod tests {
         }
         blocks.sort();
         blocks
+    }
+
+    fn dns_service() -> Service {
+        service(
+            "dns",
+            "10.96.0.53",
+            json!({"type": "NodePort", "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353, "nodePort": 30053}]}),
+        )
+    }
+
+    fn dns_slice(ips: &[&str], rv: &str) -> EndpointSlice {
+        let endpoints: Vec<Value> = ips.iter().map(|ip| endpoint(ip, "node-a")).collect();
+        let mut s = slice(
+            "dns",
+            "dns-1",
+            json!([{"name": "dns", "port": 5353, "protocol": "UDP"}]),
+            json!(endpoints),
+        );
+        s.metadata.resource_version = Some(rv.into());
+        s
+    }
+
+    #[test]
+    fn udp_flows_to_endpoints_no_longer_used_are_stale() {
+        let before = build(&[dns_service()], &[dns_slice(&["10.244.0.2", "10.244.0.3"], "1")]);
+        let after = build(&[dns_service()], &[dns_slice(&["10.244.0.3"], "2")]);
+        let mut stale = after.stale_udp_flows(&before);
+        stale.sort();
+        let gone = Ipv4Addr::new(10, 244, 0, 2);
+        assert_eq!(
+            stale,
+            [
+                (UdpDestination::Address(Ipv4Addr::new(10, 96, 0, 53), 53), gone),
+                (UdpDestination::NodePort(30053), gone),
+            ]
+        );
+        // TCP Services and unchanged ones have none.
+        assert!(after.stale_udp_flows(&after).is_empty());
+        let web = build(
+            &[service("web", "10.96.0.10", json!({}))],
+            &[slice(
+                "web",
+                "web-1",
+                http_port(),
+                json!([endpoint("10.244.0.2", "node-a")]),
+            )],
+        );
+        assert!(
+            build(&[service("web", "10.96.0.10", json!({}))], &[])
+                .stale_udp_flows(&web)
+                .is_empty()
+        );
+        assert_eq!(
+            UdpDestination::Address(Ipv4Addr::new(10, 96, 0, 53), 53)
+                .conntrack_args(gone)
+                .join(" "),
+            "-D -p udp --orig-dst 10.96.0.53 --orig-port-dst 53 --dst-nat 10.244.0.2"
+        );
+        assert_eq!(
+            UdpDestination::NodePort(30053).conntrack_args(gone).join(" "),
+            "-D -p udp --orig-port-dst 30053 --dst-nat 10.244.0.2"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn kernel_udp_flows_to_a_removed_endpoint_are_forgotten() {
+        let Some(lab) = Lab::create() else { return };
+        let node = &lab.node;
+        let proxier = Proxier::start(lab_config(node));
+        proxier.replace_services(vec![dns_service()]);
+        proxier.replace_endpoint_slices(vec![dns_slice(&["10.244.0.2"], "1")]);
+        synced(&proxier).await;
+        node.assert_ranges_stay_local();
+        // A datagram to the ClusterIP: conntrack remembers its DNAT to 10.244.0.2.
+        node.output(&["bash", "-c", "echo q > /dev/udp/10.96.0.53/53"]);
+        let flows = || node.run(&["conntrack", "-L", "-p", "udp"]);
+        let listed = flows();
+        assert!(
+            listed.contains("dst=10.96.0.53") && listed.contains("src=10.244.0.2"),
+            "{listed}"
+        );
+        // The endpoint goes: so does the flow, or the client's next datagrams would follow it.
+        proxier.apply_endpoint_slice(dns_slice(&["10.244.0.3"], "2"));
+        synced(&proxier).await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let listed = flows();
+            if !listed.contains("src=10.244.0.2") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the flow to the removed endpoint stays: {listed}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        drop(proxier);
+        cleanup(&node.netns(), TABLE).await.expect("cleanup");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

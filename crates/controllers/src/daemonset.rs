@@ -111,27 +111,11 @@ pub fn add_daemon_tolerations(spec: &mut PodSpec) {
     }
 }
 
-fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if let Some(e) = t.effect.as_deref()
-        && !e.is_empty()
-        && e != taint.effect
-    {
-        return false;
-    }
-    match t.operator.as_deref() {
-        Some("Exists") => t.key.as_deref().is_none_or(|k| k.is_empty() || k == taint.key),
-        _ => {
-            t.key.as_deref() == Some(taint.key.as_str())
-                && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
-    }
-}
-
 fn untolerated(taints: &[Taint], tolerations: &[Toleration], effect: impl Fn(&str) -> bool) -> bool {
     taints
         .iter()
         .filter(|t| effect(&t.effect))
-        .any(|t| !tolerations.iter().any(|tol| tolerates(tol, t)))
+        .any(|t| !tolerations.iter().any(|tol| cu::tolerates(tol, t)))
 }
 
 fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {

@@ -20,6 +20,7 @@ pub mod service_explain;
 pub mod serviceaccounts;
 pub mod servicelb;
 pub mod statefulset;
+pub mod tainteviction;
 
 /// Which controllers run.
 #[derive(Clone, Debug)]
@@ -38,6 +39,8 @@ pub struct ControllersConfig {
     pub endpoints: bool,
     /// k3s' ServiceLB: LoadBalancer Services answered on the nodes' addresses.
     pub servicelb: bool,
+    /// Pods evicted from nodes with NoExecute taints they do not tolerate.
+    pub tainteviction: bool,
     /// The cluster CA (PEM) to publish as `kube-root-ca.crt` in every namespace; None: not published.
     pub root_ca_pem: Option<String>,
 }
@@ -58,6 +61,7 @@ impl Default for ControllersConfig {
             endpointslice: true,
             endpoints: true,
             servicelb: true,
+            tainteviction: true,
             root_ca_pem: None,
         }
     }
@@ -113,6 +117,10 @@ pub async fn run(client: kube::Client, cfg: ControllersConfig) -> anyhow::Result
     if cfg.endpoints {
         let c = client.clone();
         set.spawn(async move { endpoints::run(c).await });
+    }
+    if cfg.tainteviction {
+        let c = client.clone();
+        set.spawn(async move { tainteviction::run(c).await });
     }
     if cfg.servicelb {
         let c = client.clone();

@@ -12,6 +12,7 @@ pub mod garbagecollector;
 pub mod history;
 pub mod job;
 pub mod namespace;
+pub mod nodelifecycle;
 pub mod persistentvolume;
 pub mod replicaset;
 pub mod resources;
@@ -41,6 +42,8 @@ pub struct ControllersConfig {
     pub servicelb: bool,
     /// Pods evicted from nodes with NoExecute taints they do not tolerate.
     pub tainteviction: bool,
+    /// Nodes that stop reporting are tainted (and how soon); `None`: not run.
+    pub nodelifecycle: Option<nodelifecycle::NodeLifecycleConfig>,
     /// The cluster CA (PEM) to publish as `kube-root-ca.crt` in every namespace; None: not published.
     pub root_ca_pem: Option<String>,
 }
@@ -62,6 +65,7 @@ impl Default for ControllersConfig {
             endpoints: true,
             servicelb: true,
             tainteviction: true,
+            nodelifecycle: Some(Default::default()),
             root_ca_pem: None,
         }
     }
@@ -117,6 +121,10 @@ pub async fn run(client: kube::Client, cfg: ControllersConfig) -> anyhow::Result
     if cfg.endpoints {
         let c = client.clone();
         set.spawn(async move { endpoints::run(c).await });
+    }
+    if let Some(config) = cfg.nodelifecycle {
+        let c = client.clone();
+        set.spawn(async move { nodelifecycle::run(c, config).await });
     }
     if cfg.tainteviction {
         let c = client.clone();

@@ -98,6 +98,8 @@ struct ServerArgs {
     advertise_address: Option<std::net::IpAddr>,
     #[command(flatten)]
     services: ServiceNetworkArgs,
+    #[command(flatten)]
+    node_lifecycle: NodeLifecycleArgs,
 }
 
 /// The node agent's Service roles.
@@ -118,6 +120,67 @@ impl ServiceNetworkArgs {
             dns: !self.disable_cluster_dns,
         }
     }
+}
+
+/// The node lifecycle controller's flags, as kube-controller-manager's.
+#[derive(clap::Args, Clone)]
+struct NodeLifecycleArgs {
+    /// How often node health is checked.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    node_monitor_period: std::time::Duration,
+    /// How long a node may go without a heartbeat before it is marked Unknown.
+    #[arg(long, default_value = "50s", value_parser = parse_duration)]
+    node_monitor_grace_period: std::time::Duration,
+    /// The same for a node that never posted its Ready condition.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    node_startup_grace_period: std::time::Duration,
+    /// Nodes per second tainted NoExecute in a healthy zone.
+    #[arg(long, default_value_t = 0.1)]
+    node_eviction_rate: f64,
+    /// Nodes per second tainted NoExecute in an unhealthy zone of a large cluster.
+    #[arg(long, default_value_t = 0.01)]
+    secondary_node_eviction_rate: f64,
+    /// Share of not-Ready nodes (more than two) that makes a zone unhealthy.
+    #[arg(long, default_value_t = 0.55)]
+    unhealthy_zone_threshold: f64,
+    /// Zones of at most this many nodes get no evictions while unhealthy.
+    #[arg(long, default_value_t = 50)]
+    large_cluster_size_threshold: usize,
+}
+
+impl NodeLifecycleArgs {
+    fn config(&self) -> skiff_controllers::nodelifecycle::NodeLifecycleConfig {
+        skiff_controllers::nodelifecycle::NodeLifecycleConfig {
+            monitor_period: self.node_monitor_period,
+            grace_period: self.node_monitor_grace_period,
+            startup_grace_period: self.node_startup_grace_period,
+            eviction_rate: self.node_eviction_rate,
+            secondary_eviction_rate: self.secondary_node_eviction_rate,
+            unhealthy_zone_threshold: self.unhealthy_zone_threshold,
+            large_cluster_threshold: self.large_cluster_size_threshold,
+        }
+    }
+}
+
+/// A duration as Go writes them: `500ms`, `5s`, `1m`, `1h` (or bare seconds).
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration such as 40s"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" | "" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h)")),
+    };
+    if !seconds.is_finite() || seconds <= 0.0 {
+        return Err(format!("{s:?} must be positive"));
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
 #[derive(clap::Args, Clone)]
@@ -309,6 +372,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let c = client.clone();
         let cfg = skiff_controllers::ControllersConfig {
             root_ca_pem: Some(running.state.pki.ca_cert_pem.clone()),
+            nodelifecycle: Some(args.node_lifecycle.config()),
             ..Default::default()
         };
         tasks.spawn(async move { skiff_controllers::run(c, cfg).await.context("controllers") });

@@ -14,6 +14,7 @@ pub mod job;
 pub mod namespace;
 pub mod nodelifecycle;
 pub mod persistentvolume;
+pub mod podgc;
 pub mod replicaset;
 pub mod resources;
 pub mod rootcacertpublisher;
@@ -44,6 +45,8 @@ pub struct ControllersConfig {
     pub tainteviction: bool,
     /// Nodes that stop reporting are tainted (and how soon); `None`: not run.
     pub nodelifecycle: Option<nodelifecycle::NodeLifecycleConfig>,
+    /// Pods of gone nodes, excess terminated pods; `None`: not run.
+    pub podgc: Option<podgc::PodGcConfig>,
     /// The cluster CA (PEM) to publish as `kube-root-ca.crt` in every namespace; None: not published.
     pub root_ca_pem: Option<String>,
 }
@@ -66,6 +69,7 @@ impl Default for ControllersConfig {
             servicelb: true,
             tainteviction: true,
             nodelifecycle: Some(Default::default()),
+            podgc: Some(Default::default()),
             root_ca_pem: None,
         }
     }
@@ -125,6 +129,10 @@ pub async fn run(client: kube::Client, cfg: ControllersConfig) -> anyhow::Result
     if let Some(config) = cfg.nodelifecycle {
         let c = client.clone();
         set.spawn(async move { nodelifecycle::run(c, config).await });
+    }
+    if let Some(config) = cfg.podgc {
+        let c = client.clone();
+        set.spawn(async move { podgc::run(c, config).await });
     }
     if cfg.tainteviction {
         let c = client.clone();

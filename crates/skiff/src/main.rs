@@ -146,6 +146,9 @@ struct NodeLifecycleArgs {
     /// Zones of at most this many nodes get no evictions while unhealthy.
     #[arg(long, default_value_t = 50)]
     large_cluster_size_threshold: usize,
+    /// Terminated pods kept before the oldest are deleted (0: all are kept).
+    #[arg(long, default_value_t = 12_500)]
+    terminated_pod_gc_threshold: usize,
 }
 
 impl NodeLifecycleArgs {
@@ -373,6 +376,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let cfg = skiff_controllers::ControllersConfig {
             root_ca_pem: Some(running.state.pki.ca_cert_pem.clone()),
             nodelifecycle: Some(args.node_lifecycle.config()),
+            podgc: Some(skiff_controllers::podgc::PodGcConfig {
+                terminated_pod_threshold: args.node_lifecycle.terminated_pod_gc_threshold,
+                ..Default::default()
+            }),
             ..Default::default()
         };
         tasks.spawn(async move { skiff_controllers::run(c, cfg).await.context("controllers") });

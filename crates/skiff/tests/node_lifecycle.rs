@@ -2,7 +2,8 @@
 //! whose `skiff sim` process is killed stops renewing its Lease; after the grace period the node
 //! lifecycle controller marks its conditions Unknown, taints it `node.kubernetes.io/unreachable`
 //! (NoSchedule and NoExecute), and its pods, tolerating that for 2 s, are evicted and replaced by
-//! their ReplicaSet on the nodes that remain. Cordoning adds the `unschedulable` taint and
+//! their ReplicaSet on the nodes that remain; once the Node is deleted, the pod garbage collector
+//! removes the pods left Terminating on it. Cordoning adds the `unschedulable` taint and
 //! uncordoning removes it.
 
 mod common;
@@ -185,4 +186,15 @@ fn a_lost_node_is_tainted_and_its_pods_move() {
     assert!(evicted.contains("Marking for deletion Pod default/app-"), "{evicted}");
     // The nodes that stayed are untouched.
     assert!(!taints(&c, "sim-node-0").contains("unreachable"));
+
+    // The evicted pods wait Terminating for a node that will not confirm; deleting the Node lets
+    // the pod garbage collector force-delete them (40 s after it notices, on its 20 s round).
+    let stuck = c.k(&["get", "pods", "-o", "wide"]);
+    assert!(stuck.contains("Terminating") && stuck.contains("doomed-0"), "{stuck}");
+    c.k(&["delete", "node", "doomed-0"]);
+    let collected = eventually(Duration::from_secs(100), || {
+        (!c.k(&["get", "pods", "-o", "wide"]).contains("doomed-0")).then_some(())
+    });
+    assert!(collected.is_some(), "{}", c.k(&["get", "pods", "-o", "wide"]));
+    assert_eq!(running_pods_by_node(&c).len(), 3);
 }

@@ -43,6 +43,34 @@ spec:
       - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
 "#;
 
+/// `skiff sim` with `nodes` nodes named `PREFIX0...` in `zone`.
+fn sim(c: &Cluster, prefix: &str, nodes: usize, zone: &str) -> Sim {
+    let child = Command::new(skiff_bin())
+        .args(["sim", "--nodes", &nodes.to_string(), "--name-prefix", prefix])
+        .args([
+            "--labels",
+            &format!("topology.kubernetes.io/zone={zone}"),
+            "--kubeconfig",
+        ])
+        .arg(&c.kubeconfig)
+        .env("HOME", c.home.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start skiff sim");
+    Sim(child)
+}
+
+fn ready_status(c: &Cluster, node: &str) -> String {
+    c.k(&[
+        "get",
+        "node",
+        node,
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+    ])
+}
+
 fn running_pods_by_node(c: &Cluster) -> Vec<(String, String)> {
     let out = c.k(&[
         "get",
@@ -197,4 +225,185 @@ fn a_lost_node_is_tainted_and_its_pods_move() {
     });
     assert!(collected.is_some(), "{}", c.k(&["get", "pods", "-o", "wide"]));
     assert_eq!(running_pods_by_node(&c).len(), 3);
+}
+
+/// A zone that loses most of its nodes at once is in a partial disruption: in a zone this small
+/// (not over --large-cluster-size-threshold) no node of it is tainted NoExecute, so nothing is
+/// evicted, while a zone that loses one node of two (Normal) has it tainted as usual.
+#[test]
+fn a_zone_mostly_down_is_not_emptied() {
+    let c = Cluster::start(&[
+        "--no-agent",
+        "--node-monitor-period",
+        "1s",
+        "--node-monitor-grace-period",
+        "15s",
+    ]);
+    let _z1_stays = sim(&c, "z1-stays-", 1, "z1");
+    let mut z1_lost = sim(&c, "z1-lost-", 3, "z1");
+    let _z2_stays = sim(&c, "z2-stays-", 1, "z2");
+    let mut z2_lost = sim(&c, "z2-lost-", 1, "z2");
+    let ready = eventually(Duration::from_secs(30), || {
+        (c.k(&["get", "nodes"]).matches(" Ready ").count() == 6).then_some(())
+    });
+    assert!(ready.is_some(), "{}", c.k(&["get", "nodes"]));
+    for lost in [&mut z1_lost, &mut z2_lost] {
+        let _ = lost.0.kill();
+        let _ = lost.0.wait();
+    }
+    let unknown = eventually(Duration::from_secs(40), || {
+        ["z1-lost-0", "z1-lost-1", "z1-lost-2", "z2-lost-0"]
+            .iter()
+            .all(|n| ready_status(&c, n) == "Unknown")
+            .then_some(())
+    });
+    assert!(unknown.is_some(), "{}\n{}", c.k(&["get", "nodes"]), tail(&c.log(), 30));
+    let tainted = eventually(Duration::from_secs(20), || {
+        taints(&c, "z2-lost-0")
+            .contains("node.kubernetes.io/unreachable:NoExecute")
+            .then_some(())
+    });
+    assert!(tainted.is_some(), "z2-lost-0: {}", taints(&c, "z2-lost-0"));
+    // Some seconds more: z1's lost nodes only keep new pods away.
+    std::thread::sleep(Duration::from_secs(5));
+    for node in ["z1-lost-0", "z1-lost-1", "z1-lost-2"] {
+        let t = taints(&c, node);
+        assert!(t.contains("node.kubernetes.io/unreachable:NoSchedule"), "{node}: {t}");
+        assert!(
+            !t.contains("NoExecute"),
+            "{node} was tainted NoExecute in a partial disruption: {t}"
+        );
+    }
+    assert!(c.log().contains("zone state changed"), "{}", tail(&c.log(), 30));
+}
+
+/// A `skiff agent` process for node `name` with its data in `dir`, logging to `dir/agent.log`.
+fn start_agent(c: &Cluster, name: &str, dir: &std::path::Path) -> Sim {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("agent.log"))
+        .expect("agent log");
+    let child = Command::new(skiff_bin())
+        .args(["agent", "--node-name", name, "--kubeconfig"])
+        .arg(&c.kubeconfig)
+        .arg("--data-dir")
+        .arg(dir)
+        .env("SKIFF_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start skiff agent");
+    Sim(child)
+}
+
+/// Removes the node's containers when the test ends, however it ends.
+struct Containers(String);
+
+impl Drop for Containers {
+    fn drop(&mut self) {
+        common::node::remove_node_containers(&self.0);
+    }
+}
+
+/// The real node agent killed and started again within its pods' toleration (the 300 s every pod
+/// gets): the node goes Unknown and is tainted meanwhile, the taints go when it reports again, and
+/// its pod is never evicted: the same pod and the same container run on. (A simulated node stays
+/// up: were every node down, upstream's disruption mode would taint none.)
+#[test]
+fn a_node_agent_back_in_time_keeps_its_pods() {
+    let c = Cluster::start(&[
+        "--no-agent",
+        "--sim-nodes",
+        "1",
+        "--node-monitor-period",
+        "1s",
+        "--node-monitor-grace-period",
+        "15s",
+    ]);
+    let name = format!("e2e-back-{}", std::process::id());
+    let _containers = Containers(name.clone());
+    let dir = tempfile::tempdir().expect("agent data dir");
+    let agent_log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    let mut agent = start_agent(&c, &name, dir.path());
+    common::node::wait_node_ready(&c, &name, agent_log);
+    c.apply(
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: keeper\nspec:\n  nodeName: {name}\n  containers:\n  - name: main\n    image: busybox:latest\n    imagePullPolicy: Never\n    command: [sleep, '3600']\n"
+        ),
+        &[],
+    );
+    let state = || {
+        c.k(&[
+            "get",
+            "pod",
+            "keeper",
+            "-o",
+            "jsonpath={.metadata.uid} {.status.containerStatuses[0].containerID} {.status.phase} {.status.conditions[?(@.type==\"Ready\")].status} {.metadata.deletionTimestamp}",
+        ])
+        .trim()
+        .to_string()
+    };
+    let before = eventually(Duration::from_secs(60), || {
+        let s = state();
+        s.ends_with(" Running True").then_some(s)
+    })
+    .unwrap_or_else(|| panic!("{}\n{}", c.k(&["describe", "pod", "keeper"]), tail(&agent_log(), 30)));
+
+    let _ = agent.0.kill();
+    let _ = agent.0.wait();
+    let lost = eventually(Duration::from_secs(40), || {
+        let t = taints(&c, &name);
+        (ready_status(&c, &name) == "Unknown"
+            && t.contains("node.kubernetes.io/unreachable:NoSchedule")
+            && t.contains("node.kubernetes.io/unreachable:NoExecute"))
+        .then_some(())
+    });
+    assert!(
+        lost.is_some(),
+        "{}\n{}",
+        c.k(&["get", "node", &name, "-o", "yaml"]),
+        tail(&c.log(), 30)
+    );
+    // Its pod is marked not Ready, and stays: it tolerates the taint for 300 s.
+    let not_ready = eventually(Duration::from_secs(10), || {
+        state().ends_with(" Running False").then_some(())
+    });
+    assert!(not_ready.is_some(), "{}", state());
+
+    let _agent = start_agent(&c, &name, dir.path());
+    let back = eventually(Duration::from_secs(40), || {
+        (ready_status(&c, &name) == "True" && !taints(&c, &name).contains("unreachable")).then_some(())
+    });
+    assert!(
+        back.is_some(),
+        "{} / {}\n{}",
+        ready_status(&c, &name),
+        taints(&c, &name),
+        tail(&agent_log(), 30)
+    );
+    let after = eventually(Duration::from_secs(30), || {
+        let s = state();
+        s.ends_with(" Running True").then_some(s)
+    });
+    assert_eq!(
+        after.as_deref(),
+        Some(before.as_str()),
+        "the pod was not kept as it was: {}",
+        state()
+    );
+    // Its eviction was scheduled for 300 s, and cancelled with the taint.
+    let evictions = c.k(&[
+        "get",
+        "events",
+        "--field-selector",
+        "reason=TaintManagerEviction",
+        "-o",
+        "custom-columns=MSG:.message",
+    ]);
+    assert!(!evictions.contains("Marking for deletion"), "{evictions}");
+    assert!(
+        evictions.contains("Cancelling deletion of Pod default/keeper"),
+        "{evictions}"
+    );
 }

@@ -21,6 +21,7 @@ pub mod dns;
 pub mod docker;
 pub mod env;
 pub mod events;
+pub mod eviction;
 pub mod images;
 pub mod node;
 pub mod pods;
@@ -70,6 +71,8 @@ pub struct AgentConfig {
     pub cluster_domain: String,
     /// Whether this agent runs the service proxy and cluster DNS.
     pub services: service_network::ServiceNetworkConfig,
+    /// The kubelet's `--eviction-hard` thresholds (upstream's defaults).
+    pub eviction_hard: Vec<eviction::Threshold>,
 }
 
 impl AgentConfig {
@@ -84,6 +87,8 @@ impl AgentConfig {
             cluster_dns: Vec::new(),
             cluster_domain: "cluster.local".into(),
             services: Default::default(),
+            // The defaults parse (a unit test says so); none would mean no pressure reported.
+            eviction_hard: eviction::parse_thresholds(eviction::DEFAULT_EVICTION_HARD).unwrap_or_default(),
         }
     }
 
@@ -205,10 +210,25 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
             }
         }
     };
+    let (pressure_tx, pressure_rx) = tokio::sync::watch::channel(eviction::Pressure::default());
+    let image_root = match docker.info().await {
+        Ok(info) => info.docker_root_dir.map(PathBuf::from),
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the engine's root dir: imagefs is measured on the data dir");
+            None
+        }
+    };
+    tokio::spawn(eviction::run(
+        cfg.eviction_hard.clone(),
+        cfg.data_dir.clone(),
+        image_root,
+        pressure_tx,
+    ));
     tokio::spawn(node::heartbeat(
         client.clone(),
         facts.clone(),
         node.metadata.uid.clone(),
+        pressure_rx,
     ));
     let network = service_network::start(&client, &docker, &node, node_ip, &cfg.cluster_domain, cfg.services).await;
     // The kubelet's --cluster-dns when given, else this node's own cluster DNS.

@@ -149,7 +149,12 @@ fn ki(bytes: i128) -> Quantity {
 }
 
 /// The Node's status as this agent reports it.
-pub fn node_status(facts: &NodeFacts, now: jiff::Timestamp, previous: Option<&NodeStatus>) -> NodeStatus {
+pub fn node_status(
+    facts: &NodeFacts,
+    now: jiff::Timestamp,
+    previous: Option<&NodeStatus>,
+    pressure: crate::eviction::Pressure,
+) -> NodeStatus {
     let mut capacity = BTreeMap::new();
     capacity.insert("cpu".to_string(), Quantity(facts.cpus.to_string()));
     capacity.insert("memory".to_string(), ki(facts.memory_bytes));
@@ -182,24 +187,51 @@ pub fn node_status(facts: &NodeFacts, now: jiff::Timestamp, previous: Option<&No
         capacity: Some(capacity),
         allocatable: Some(allocatable),
         conditions: Some(vec![
-            condition(
-                "MemoryPressure",
-                "False",
-                "KubeletHasSufficientMemory",
-                "kubelet has sufficient memory available",
-            ),
-            condition(
-                "DiskPressure",
-                "False",
-                "KubeletHasNoDiskPressure",
-                "kubelet has no disk pressure",
-            ),
-            condition(
-                "PIDPressure",
-                "False",
-                "KubeletHasSufficientPID",
-                "kubelet has sufficient PID available",
-            ),
+            if pressure.memory {
+                condition(
+                    "MemoryPressure",
+                    "True",
+                    "KubeletHasInsufficientMemory",
+                    "kubelet has insufficient memory available",
+                )
+            } else {
+                condition(
+                    "MemoryPressure",
+                    "False",
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                )
+            },
+            if pressure.disk {
+                condition(
+                    "DiskPressure",
+                    "True",
+                    "KubeletHasDiskPressure",
+                    "kubelet has disk pressure",
+                )
+            } else {
+                condition(
+                    "DiskPressure",
+                    "False",
+                    "KubeletHasNoDiskPressure",
+                    "kubelet has no disk pressure",
+                )
+            },
+            if pressure.pid {
+                condition(
+                    "PIDPressure",
+                    "True",
+                    "KubeletHasInsufficientPID",
+                    "kubelet has insufficient PID available",
+                )
+            } else {
+                condition(
+                    "PIDPressure",
+                    "False",
+                    "KubeletHasSufficientPID",
+                    "kubelet has sufficient PID available",
+                )
+            },
             condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
         ]),
         addresses: Some(vec![
@@ -267,13 +299,17 @@ pub async fn register(client: &kube::Client, facts: &NodeFacts) -> anyhow::Resul
         }
         Err(e) => return Err(e).context("registering the node"),
     }
-    update_status(client, facts).await
+    update_status(client, facts, Default::default()).await
 }
 
-pub async fn update_status(client: &kube::Client, facts: &NodeFacts) -> anyhow::Result<Node> {
+pub async fn update_status(
+    client: &kube::Client,
+    facts: &NodeFacts,
+    pressure: crate::eviction::Pressure,
+) -> anyhow::Result<Node> {
     let api: Api<Node> = Api::all(client.clone());
     let current = api.get(&facts.name).await.context("reading the node")?;
-    let status = node_status(facts, jiff::Timestamp::now(), current.status.as_ref());
+    let status = node_status(facts, jiff::Timestamp::now(), current.status.as_ref(), pressure);
     let patch = serde_json::json!({ "status": status });
     api.patch_status(&facts.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -340,20 +376,36 @@ pub async fn renew_lease(client: &kube::Client, facts: &NodeFacts, node_uid: Opt
     Ok(())
 }
 
-/// Renews the lease every 10 s and refreshes the node status every minute, forever.
-/// When the Node object disappears (deleted by hand or by a controller), it is registered again.
-pub async fn heartbeat(client: kube::Client, facts: NodeFacts, node_uid: Option<String>) {
+/// Renews the lease every 10 s and refreshes the node status every minute, and at once when the
+/// node's pressure conditions change, forever. When the Node object disappears (deleted by hand or
+/// by a controller), it is registered again.
+pub async fn heartbeat(
+    client: kube::Client,
+    facts: NodeFacts,
+    node_uid: Option<String>,
+    mut pressure: tokio::sync::watch::Receiver<crate::eviction::Pressure>,
+) {
     let mut node_uid = node_uid;
     let mut lease_tick = tokio::time::interval(LEASE_RENEW);
     let mut last_status = tokio::time::Instant::now();
+    let mut pressure_open = true;
     loop {
-        lease_tick.tick().await;
-        if let Err(e) = renew_lease(&client, &facts, node_uid.as_deref()).await {
-            tracing::warn!(error = %format!("{e:#}"), "renewing the node lease");
+        let mut changed = false;
+        tokio::select! {
+            _ = lease_tick.tick() => {
+                if let Err(e) = renew_lease(&client, &facts, node_uid.as_deref()).await {
+                    tracing::warn!(error = %format!("{e:#}"), "renewing the node lease");
+                }
+            }
+            result = pressure.changed(), if pressure_open => match result {
+                Ok(()) => changed = true,
+                Err(_) => pressure_open = false,
+            },
         }
-        if last_status.elapsed() >= STATUS_EVERY {
+        if changed || last_status.elapsed() >= STATUS_EVERY {
             last_status = tokio::time::Instant::now();
-            match update_status(&client, &facts).await {
+            let now_pressure = *pressure.borrow_and_update();
+            match update_status(&client, &facts, now_pressure).await {
                 Ok(_) => {}
                 Err(e) if is_not_found(&e) => match register(&client, &facts).await {
                     Ok(node) => {
@@ -402,7 +454,7 @@ mod tests {
     #[test]
     fn status_reports_capacity_and_ready() {
         let now = jiff::Timestamp::from_second(1000).unwrap();
-        let s = node_status(&facts(), now, None);
+        let s = node_status(&facts(), now, None, Default::default());
         let cap = s.capacity.as_ref().unwrap();
         assert_eq!(cap["cpu"].0, "2");
         assert_eq!(cap["memory"].0, "4194304Ki");
@@ -426,7 +478,12 @@ mod tests {
         assert_eq!(info.container_runtime_version, "docker://20.10.24");
         // Transition times survive a refresh.
         let later = jiff::Timestamp::from_second(2000).unwrap();
-        let again = node_status(&facts(), later, Some(&node_status(&facts(), now, None)));
+        let again = node_status(
+            &facts(),
+            later,
+            Some(&node_status(&facts(), now, None, Default::default())),
+            Default::default(),
+        );
         let ready = again
             .conditions
             .unwrap()

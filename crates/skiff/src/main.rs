@@ -39,7 +39,7 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
         #[command(flatten)]
-        services: ServiceNetworkArgs,
+        agent: AgentArgs,
     },
     /// Register simulated nodes (as kwok does).
     Sim(SimArgs),
@@ -97,14 +97,18 @@ struct ServerArgs {
     #[arg(long)]
     advertise_address: Option<std::net::IpAddr>,
     #[command(flatten)]
-    services: ServiceNetworkArgs,
+    agent: AgentArgs,
     #[command(flatten)]
     node_lifecycle: NodeLifecycleArgs,
 }
 
-/// The node agent's Service roles.
-#[derive(clap::Args, Clone, Copy)]
-struct ServiceNetworkArgs {
+/// The node agent's flags: its Service roles and the kubelet's eviction thresholds.
+#[derive(clap::Args, Clone)]
+struct AgentArgs {
+    /// Hard eviction thresholds (SIGNAL<QUANTITY,...), against which the node reports
+    /// MemoryPressure, DiskPressure and PIDPressure.
+    #[arg(long, default_value = skiff_agent::eviction::DEFAULT_EVICTION_HARD)]
+    eviction_hard: String,
     /// Do not run the service proxy (kube-proxy's role) on this node.
     #[arg(long)]
     disable_kube_proxy: bool,
@@ -113,8 +117,12 @@ struct ServiceNetworkArgs {
     disable_cluster_dns: bool,
 }
 
-impl ServiceNetworkArgs {
-    fn config(self) -> skiff_agent::service_network::ServiceNetworkConfig {
+impl AgentArgs {
+    fn thresholds(&self) -> anyhow::Result<Vec<skiff_agent::eviction::Threshold>> {
+        skiff_agent::eviction::parse_thresholds(&self.eviction_hard).context("parsing --eviction-hard")
+    }
+
+    fn config(&self) -> skiff_agent::service_network::ServiceNetworkConfig {
         skiff_agent::service_network::ServiceNetworkConfig {
             proxy: !self.disable_kube_proxy,
             dns: !self.disable_cluster_dns,
@@ -273,7 +281,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             kubeconfig,
             node_name,
             data_dir,
-            services,
+            agent,
         } => {
             let client = client::kube_client(&kubeconfig).await?;
             let mut cfg =
@@ -282,7 +290,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 cfg.node_name = n;
             }
             cfg.kubeconfig = Some(kubeconfig);
-            cfg.services = services.config();
+            cfg.services = agent.config();
+            cfg.eviction_hard = agent.thresholds()?;
             skiff_agent::run(client, cfg).await
         }
         Command::Sim(a) => {
@@ -405,7 +414,8 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                     cfg.node_name = n.clone();
                 }
                 cfg.cluster_ca_pem = Some(running.state.pki.ca_cert_pem.clone());
-                cfg.services = args.services.config();
+                cfg.services = args.agent.config();
+                cfg.eviction_hard = args.agent.thresholds()?;
                 tasks.spawn(async move { skiff_agent::run(c, cfg).await.context("node agent") });
             }
             Err(e) => tracing::warn!(error = %e, "no Docker Engine reachable: running without a local node"),

@@ -407,3 +407,60 @@ fn a_node_agent_back_in_time_keeps_its_pods() {
         "{evictions}"
     );
 }
+
+/// The agent measures the host against its eviction thresholds: with one the host cannot meet
+/// (`memory.available<1000Ti`), the node reports MemoryPressure, the node lifecycle controller
+/// taints it `node.kubernetes.io/memory-pressure:NoSchedule`, and a new pod is not scheduled there.
+#[test]
+fn a_node_under_memory_pressure_says_so_and_takes_no_new_pods() {
+    let n = common::node::Node::start("pressure", &["--eviction-hard", "memory.available<1000Ti"]);
+    let c = &n.c;
+    let pressure = eventually(Duration::from_secs(40), || {
+        let status = c.k(&[
+            "get",
+            "node",
+            &n.name,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"MemoryPressure\")].status}/{.status.conditions[?(@.type==\"MemoryPressure\")].reason}",
+        ]);
+        (status == "True/KubeletHasInsufficientMemory").then_some(())
+    });
+    assert!(
+        pressure.is_some(),
+        "{}\n{}",
+        c.k(&["describe", "node", &n.name]),
+        tail(&c.log(), 30)
+    );
+    let disk = c.k(&[
+        "get",
+        "node",
+        &n.name,
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"DiskPressure\")].status}",
+    ]);
+    assert_eq!(disk, "False", "only the memory threshold was set");
+    let tainted = eventually(Duration::from_secs(20), || {
+        taints(c, &n.name)
+            .contains("node.kubernetes.io/memory-pressure:NoSchedule")
+            .then_some(())
+    });
+    assert!(tainted.is_some(), "{}", taints(c, &n.name));
+    c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: newcomer\nspec:\n  containers:\n  - name: c\n    image: busybox:latest\n    imagePullPolicy: Never\n",
+        &[],
+    );
+    let refused = eventually(Duration::from_secs(20), || {
+        let events = c.k(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=newcomer",
+            "-o",
+            "custom-columns=MSG:.message",
+        ]);
+        events
+            .contains("1 node(s) had untolerated taint {node.kubernetes.io/memory-pressure: }")
+            .then_some(events)
+    });
+    assert!(refused.is_some(), "{}", c.k(&["describe", "pod", "newcomer"]));
+}

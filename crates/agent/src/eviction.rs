@@ -10,12 +10,26 @@
 //! containers); `nodefs` is the filesystem of the agent's data dir, `imagefs` the Docker Engine's
 //! root dir; `pid.available` is `kernel.pid_max` less the processes running.
 //!
-//! Not done yet: evicting pods under pressure (the kubelet's ranking and its `Evicted` status).
+//! While a threshold is crossed, one pod is evicted per round (the kubelet's hard eviction, no
+//! grace period), chosen as upstream ranks them: first the pods whose usage of the starved
+//! resource exceeds their requests (BestEffort pods request nothing), then the lowest priority,
+//! then the largest use above requests (memory from the engine's statistics; a disk's use is not
+//! measured per pod, so under disk pressure pods without an ephemeral-storage request come first).
+//! Pods of priority 2,000,000,000 and above (system-critical) are left alone. An evicted pod's
+//! containers are killed and it ends `Failed` with reason `Evicted`, the kubelet's message and the
+//! `DisruptionTarget` condition (`TerminationByKubelet`); its controller replaces it elsewhere.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
+use parking_lot::Mutex;
 use tokio::sync::watch;
 
 /// How often the signals are measured (the kubelet's housekeeping interval).
@@ -272,13 +286,197 @@ pub fn observe(nodefs: &Path, imagefs: Option<&Path>) -> Observations {
     Observations(out)
 }
 
-/// Measures the node every [`MONITORING_INTERVAL`] and publishes its pressure conditions on
-/// `pressure` (a change wakes the node status writer).
+/// Pods evicted by this agent: uid to the message their status carries (the pod worker reports
+/// them `Failed`, reason `Evicted`).
+pub type Evicted = Arc<Mutex<HashMap<String, String>>>;
+
+/// Pods at or above this priority are never evicted (`system-cluster-critical` and up).
+const CRITICAL_PRIORITY: i32 = 2_000_000_000;
+
+/// What evicting needs of the node agent.
+#[derive(Clone)]
+pub struct Evictor {
+    pub client: kube::Client,
+    pub docker: bollard::Docker,
+    pub node: String,
+    pub recorder: crate::events::Recorder,
+    pub evicted: Evicted,
+}
+
+/// The resource a signal starves, as the eviction message names it.
+fn resource(signal: Signal) -> &'static str {
+    match signal {
+        Signal::MemoryAvailable => "memory",
+        Signal::NodeFsAvailable | Signal::ImageFsAvailable => "ephemeral-storage",
+        Signal::NodeFsInodesFree | Signal::ImageFsInodesFree => "inodes",
+        Signal::PidAvailable => "pids",
+    }
+}
+
+fn requests(pod: &Pod, resource: &str) -> u64 {
+    pod.spec
+        .as_ref()
+        .map(|s| {
+            s.containers
+                .iter()
+                .filter_map(|c| c.resources.as_ref()?.requests.as_ref()?.get(resource))
+                .filter_map(|q| crate::quantity::parse_value(&q.0))
+                .map(|v| u64::try_from(v).unwrap_or(0))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// A pod as ranked for eviction.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    pub pod: Pod,
+    /// Its use of the starved resource, when measured.
+    pub usage: Option<u64>,
+}
+
+/// Upstream's ranking (`rankMemoryPressure` and kin): candidates' indexes, the first to go first.
+pub fn rank(candidates: &[Candidate], resource: &str) -> Vec<usize> {
+    let key = |c: &Candidate| {
+        let requested = requests(&c.pod, resource);
+        let exceeds = match c.usage {
+            Some(used) => used > requested,
+            // Not measured: a pod that requested nothing counts as over its request.
+            None => requested == 0,
+        };
+        let priority = c.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+        let above = c.usage.unwrap_or(0).saturating_sub(requested);
+        (!exceeds, priority, std::cmp::Reverse(above))
+    };
+    let mut order: Vec<usize> = (0..candidates.len()).collect();
+    order.sort_by_key(|i| key(&candidates[*i]));
+    order
+}
+
+fn ki(bytes: u64) -> String {
+    format!("{}Ki", bytes / 1024)
+}
+
+/// The kubelet's eviction message.
+pub fn message(threshold: &Threshold, observed: Option<Observation>, candidate: &Candidate) -> String {
+    let resource = resource(threshold.signal);
+    let bytes = matches!(resource, "memory" | "ephemeral-storage");
+    let show = |v: u64| if bytes { ki(v) } else { v.to_string() };
+    let quantity = match (threshold.quantity, observed) {
+        (Quantity::Absolute(v), _) => show(v),
+        (Quantity::Percent(p), Some(o)) => show((o.capacity as f64 * p) as u64),
+        (Quantity::Percent(p), None) => format!("{}%", p * 100.0),
+    };
+    let available = observed.map(|o| show(o.available)).unwrap_or_else(|| "unknown".into());
+    let mut text =
+        format!("The node was low on resource: {resource}. Threshold quantity: {quantity}, available: {available}. ");
+    if let (Some(used), Some(spec)) = (candidate.usage, candidate.pod.spec.as_ref())
+        && let Some(container) = spec.containers.first()
+        && spec.containers.len() == 1
+    {
+        let requested = requests(&candidate.pod, resource);
+        text.push_str(&format!(
+            "Container {} was using {}, request is {}, has larger consumption of {resource}. ",
+            container.name,
+            show(used),
+            if requested == 0 {
+                "0".to_string()
+            } else {
+                show(requested)
+            },
+        ));
+    }
+    text
+}
+
+/// A container's memory working set (usage less inactive file pages, as cAdvisor counts it).
+async fn memory_working_set(docker: &bollard::Docker, id: &str) -> Option<u64> {
+    let options = bollard::query_parameters::StatsOptionsBuilder::new()
+        .stream(false)
+        .one_shot(true)
+        .build();
+    let stats = docker.stats(id, Some(options)).next().await?.ok()?;
+    let memory = stats.memory_stats?;
+    let usage = memory.usage?;
+    let inactive = memory
+        .stats
+        .as_ref()
+        .and_then(|s| s.get("inactive_file"))
+        .copied()
+        .unwrap_or(0);
+    Some(usage.saturating_sub(inactive))
+}
+
+impl Evictor {
+    /// Evicts one pod for the crossed `threshold`; `false` when none could be.
+    async fn evict_one(&self, threshold: &Threshold, observed: Option<Observation>) -> anyhow::Result<bool> {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let pods = api
+            .list(&ListParams::default().fields(&format!("spec.nodeName={}", self.node)))
+            .await
+            .context("listing this node's pods")?
+            .items;
+        let evicted = self.evicted.lock().clone();
+        let resource = resource(threshold.signal);
+        let mut candidates = Vec::new();
+        for pod in pods {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let phase = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .unwrap_or("Pending");
+            let critical = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0) >= CRITICAL_PRIORITY;
+            if evicted.contains_key(&uid)
+                || critical
+                || pod.metadata.deletion_timestamp.is_some()
+                || matches!(phase, "Succeeded" | "Failed")
+            {
+                continue;
+            }
+            let usage = if resource == "memory" {
+                let runtime = crate::docker::pod_runtime(&self.docker, &self.node, &uid).await?;
+                let mut total = None;
+                for c in &runtime.containers {
+                    if let Some(ws) = memory_working_set(&self.docker, &c.id).await {
+                        total = Some(total.unwrap_or(0) + ws);
+                    }
+                }
+                total
+            } else {
+                None
+            };
+            candidates.push(Candidate { pod, usage });
+        }
+        let Some(&first) = rank(&candidates, resource).first() else {
+            return Ok(false);
+        };
+        let chosen = &candidates[first];
+        let text = message(threshold, observed, chosen);
+        let uid = chosen.pod.metadata.uid.clone().unwrap_or_default();
+        tracing::warn!(pod = ?chosen.pod.metadata.name, signal = threshold.signal.name(), "evicting a pod");
+        self.evicted.lock().insert(uid.clone(), text.clone());
+        self.recorder.pod_event(&chosen.pod, None, "Warning", "Evicted", text);
+        // Its worker wakes on the deaths and reports it Failed.
+        let runtime = crate::docker::pod_runtime(&self.docker, &self.node, &uid).await?;
+        for c in runtime.containers.iter().chain(runtime.sandboxes.iter()) {
+            if let Err(e) = crate::docker::kill(&self.docker, &c.id).await {
+                tracing::debug!(container = %c.id, error = %format!("{e:#}"), "killing an evicted pod's container");
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Measures the node every [`MONITORING_INTERVAL`], publishes its pressure conditions on
+/// `pressure` (a change wakes the node status writer) and, with an `evictor`, evicts one pod per
+/// round while a threshold is crossed.
 pub async fn run(
     thresholds: Vec<Threshold>,
     nodefs: PathBuf,
     imagefs: Option<PathBuf>,
     pressure: watch::Sender<Pressure>,
+    evictor: Option<Evictor>,
 ) {
     let mut tracker = PressureTracker::new(PRESSURE_TRANSITION_PERIOD);
     let mut tick = tokio::time::interval(MONITORING_INTERVAL);
@@ -306,6 +504,13 @@ pub async fn run(
             *p = now_in_force;
             changed
         });
+        if let (Some(evictor), Some(threshold)) = (&evictor, crossed.first()) {
+            match evictor.evict_one(threshold, observations.get(threshold.signal)).await {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!(signal = threshold.signal.name(), "no pod left to evict"),
+                Err(e) => tracing::warn!(error = %format!("{e:#}"), "evicting a pod"),
+            }
+        }
     }
 }
 
@@ -380,6 +585,62 @@ mod tests {
             tracker.observe(&none, start + Duration::from_secs(301)),
             Pressure::default()
         );
+    }
+
+    fn candidate(name: &str, requests_memory: Option<&str>, priority: i32, usage: Option<u64>) -> Candidate {
+        let resources = match requests_memory {
+            Some(m) => serde_json::json!({"requests": {"memory": m}}),
+            None => serde_json::json!({}),
+        };
+        Candidate {
+            pod: serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "uid": name},
+                "spec": {"priority": priority, "containers": [{"name": "c", "resources": resources}]},
+            }))
+            .expect("a Pod"),
+            usage,
+        }
+    }
+
+    #[test]
+    fn pods_are_ranked_as_upstream_ranks_them_under_memory_pressure() {
+        let mib = 1 << 20;
+        let pods = vec![
+            candidate("burstable-under", Some("1Gi"), 0, Some(10 * mib)),
+            candidate("besteffort-small", None, 0, Some(mib)),
+            candidate("burstable-over", Some("1Mi"), 0, Some(50 * mib)),
+            candidate("besteffort-important", None, 1000, Some(100 * mib)),
+        ];
+        let order: Vec<&str> = rank(&pods, "memory")
+            .into_iter()
+            .filter_map(|i| pods[i].pod.metadata.name.as_deref())
+            .collect();
+        // Over their requests first (lowest priority first, then the most above requests).
+        assert_eq!(
+            order,
+            [
+                "burstable-over",
+                "besteffort-small",
+                "besteffort-important",
+                "burstable-under"
+            ]
+        );
+        let threshold = parse_thresholds("memory.available<100Mi").expect("t")[0];
+        let observed = Observation {
+            available: 50 * mib,
+            capacity: 1 << 34,
+        };
+        assert_eq!(
+            message(&threshold, Some(observed), &pods[1]),
+            "The node was low on resource: memory. Threshold quantity: 102400Ki, available: 51200Ki. \
+             Container c was using 1024Ki, request is 0, has larger consumption of memory. "
+        );
+        // Unmeasured (disk): pods that requested nothing first.
+        let disk = vec![
+            candidate("requested", None, 0, None),
+            candidate("nothing", None, 0, None),
+        ];
+        assert_eq!(rank(&disk, "ephemeral-storage").len(), 2);
     }
 
     #[test]

@@ -218,11 +218,20 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
             None
         }
     };
+    let evicted: eviction::Evicted = Default::default();
+    let evictor = eviction::Evictor {
+        client: client.clone(),
+        docker: docker.clone(),
+        node: cfg.node_name.clone(),
+        recorder: events::Recorder::new(client.clone(), &cfg.node_name),
+        evicted: evicted.clone(),
+    };
     tokio::spawn(eviction::run(
         cfg.eviction_hard.clone(),
         cfg.data_dir.clone(),
         image_root,
         pressure_tx,
+        Some(evictor),
     ));
     tokio::spawn(node::heartbeat(
         client.clone(),
@@ -250,6 +259,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         images: Default::default(),
         dns: resolv_conf::NodeDns::for_host(cluster_dns, &cfg.cluster_domain),
         hairpin_bridge: network.hairpin_bridge.clone(),
+        evicted,
     });
     let result = pods::run(ctx).await;
     drop(network);

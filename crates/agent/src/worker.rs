@@ -53,6 +53,8 @@ pub struct Ctx {
     pub dns: crate::resolv_conf::NodeDns,
     /// The pod bridge whose ports go in hairpin mode as sandboxes start (when the proxy runs).
     pub hairpin_bridge: Option<String>,
+    /// Pods the eviction manager evicted, with their message.
+    pub evicted: crate::eviction::Evicted,
 }
 
 impl Ctx {
@@ -512,6 +514,24 @@ impl PodWorker {
             status.phase = Some("Failed".into());
             status.reason = Some("DeadlineExceeded".into());
             status.message = Some(DEADLINE_MESSAGE.into());
+        }
+        if let Some(message) = self.ctx.evicted.lock().get(&self.uid).cloned() {
+            status.phase = Some("Failed".into());
+            status.reason = Some("Evicted".into());
+            status.message = Some(message.clone());
+            let conditions = status.conditions.get_or_insert_with(Vec::new);
+            if !conditions.iter().any(|c| c.type_ == "DisruptionTarget") {
+                conditions.push(k8s_openapi::api::core::v1::PodCondition {
+                    type_: "DisruptionTarget".into(),
+                    status: "True".into(),
+                    reason: Some("TerminationByKubelet".into()),
+                    message: Some(message),
+                    last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        jiff::Timestamp::now(),
+                    )),
+                    ..Default::default()
+                });
+            }
         }
         // A terminal phase never changes again (upstream refuses the transition).
         if let Some(old) = pod.status.as_ref()

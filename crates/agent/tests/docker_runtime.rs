@@ -194,6 +194,7 @@ impl Harness {
                 host_resolv_conf: "nameserver 192.0.2.53\nsearch corp.example\n".into(),
             },
             hairpin_bridge: None,
+            evicted: Default::default(),
         });
         Harness {
             ctx,

@@ -464,3 +464,63 @@ fn a_node_under_memory_pressure_says_so_and_takes_no_new_pods() {
     });
     assert!(refused.is_some(), "{}", c.k(&["describe", "pod", "newcomer"]));
 }
+
+/// Under memory pressure the agent evicts one pod per round in upstream's order: the BestEffort
+/// pod (over its zero request) before the Burstable one within its request. An evicted pod ends
+/// Failed, reason Evicted, with the kubelet's message, the DisruptionTarget condition and an event.
+#[test]
+fn memory_pressure_evicts_best_effort_pods_first() {
+    let n = common::node::Node::start("evict", &["--eviction-hard", "memory.available<1000Ti"]);
+    let c = &n.c;
+    let pod = |name: &str, resources: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {}\n  containers:\n  - name: c\n    image: busybox:latest\n    imagePullPolicy: Never\n    command: [sleep, '3600']\n{resources}",
+            n.name
+        )
+    };
+    let burstable = "    resources:\n      requests:\n        memory: 1Gi\n";
+    c.apply(
+        &format!("{}\n---\n{}", pod("besteffort", ""), pod("burstable", burstable)),
+        &[],
+    );
+    let state = |name: &str| c.k(&["get", "pod", name, "-o", "jsonpath={.status.phase}/{.status.reason}"]);
+    let first = eventually(Duration::from_secs(40), || {
+        (state("besteffort") == "Failed/Evicted").then_some(())
+    });
+    assert!(
+        first.is_some(),
+        "{}\n{}",
+        c.k(&["describe", "pod", "besteffort"]),
+        tail(&c.log(), 30)
+    );
+    assert_ne!(state("burstable"), "Failed/Evicted", "the Burstable pod went first");
+    let message = c.k(&["get", "pod", "besteffort", "-o", "jsonpath={.status.message}"]);
+    assert!(
+        message.starts_with("The node was low on resource: memory. Threshold quantity: ")
+            && message.contains("Container c was using ")
+            && message.contains("request is 0, has larger consumption of memory."),
+        "{message}"
+    );
+    let condition = c.k(&[
+        "get",
+        "pod",
+        "besteffort",
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"DisruptionTarget\")].reason}",
+    ]);
+    assert_eq!(condition, "TerminationByKubelet");
+    let events = c.k(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=besteffort,reason=Evicted",
+        "-o",
+        "name",
+    ]);
+    assert!(!events.trim().is_empty(), "no Evicted event");
+    // The pressure stays: the next round takes the Burstable pod.
+    let second = eventually(Duration::from_secs(40), || {
+        (state("burstable") == "Failed/Evicted").then_some(())
+    });
+    assert!(second.is_some(), "{}", c.k(&["describe", "pod", "burstable"]));
+}

@@ -135,6 +135,28 @@ pub async fn list_node_containers(docker: &Docker, node: &str) -> anyhow::Result
 }
 
 /// Lists the containers of one pod.
+/// The bytes the pod's containers wrote to their writable layers (the engine's `SizeRw`).
+pub async fn pod_writable_layers(docker: &Docker, node: &str, uid: &str) -> anyhow::Result<u64> {
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![format!("{LABEL_NODE}={node}"), format!("{LABEL_POD_UID}={uid}")],
+    )]);
+    let options = ListContainersOptionsBuilder::default()
+        .all(true)
+        .size(true)
+        .filters(&filters)
+        .build();
+    let list = docker
+        .list_containers(Some(options))
+        .await
+        .context("listing pod containers with their sizes")?;
+    Ok(list
+        .iter()
+        .filter_map(|c| c.size_rw)
+        .map(|s| u64::try_from(s).unwrap_or(0))
+        .sum())
+}
+
 pub async fn pod_runtime(docker: &Docker, node: &str, uid: &str) -> anyhow::Result<PodRuntime> {
     let filters = HashMap::from([(
         "label".to_string(),

@@ -13,8 +13,8 @@
 //! While a threshold is crossed, one pod is evicted per round (the kubelet's hard eviction, no
 //! grace period), chosen as upstream ranks them: first the pods whose usage of the starved
 //! resource exceeds their requests (BestEffort pods request nothing), then the lowest priority,
-//! then the largest use above requests (memory from the engine's statistics; a disk's use is not
-//! measured per pod, so under disk pressure pods without an ephemeral-storage request come first).
+//! then the largest use above requests (memory from the engine's statistics; on disk pressure
+//! a pod's ephemeral storage is its containers' writable layers and its disk-backed emptyDir volumes).
 //! Pods of priority 2,000,000,000 and above (system-critical) are left alone. An evicted pod's
 //! containers are killed and it ends `Failed` with reason `Evicted`, the kubelet's message and the
 //! `DisruptionTarget` condition (`TerminationByKubelet`); its controller replaces it elsewhere.
@@ -301,6 +301,8 @@ pub struct Evictor {
     pub node: String,
     pub recorder: crate::events::Recorder,
     pub evicted: Evicted,
+    /// The agent's data dir (pods' emptyDir volumes live under it).
+    pub data_dir: PathBuf,
 }
 
 /// The resource a signal starves, as the eviction message names it.
@@ -389,6 +391,34 @@ pub fn message(threshold: &Threshold, observed: Option<Observation>, candidate: 
     text
 }
 
+/// The bytes of the files under `dir`, not following symlinks nor entering other filesystems.
+pub fn tree_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(root) = std::fs::symlink_metadata(dir) else {
+        return 0;
+    };
+    let device = root.dev();
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&path) else {
+            continue;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.dev() != device {
+                continue;
+            }
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if meta.is_file() {
+                total += meta.blocks() * 512;
+            }
+        }
+    }
+    total
+}
+
 /// A container's memory working set (usage less inactive file pages, as cAdvisor counts it).
 async fn memory_working_set(docker: &bollard::Docker, id: &str) -> Option<u64> {
     let options = bollard::query_parameters::StatsOptionsBuilder::new()
@@ -434,17 +464,28 @@ impl Evictor {
             {
                 continue;
             }
-            let usage = if resource == "memory" {
-                let runtime = crate::docker::pod_runtime(&self.docker, &self.node, &uid).await?;
-                let mut total = None;
-                for c in &runtime.containers {
-                    if let Some(ws) = memory_working_set(&self.docker, &c.id).await {
-                        total = Some(total.unwrap_or(0) + ws);
+            let usage = match resource {
+                "memory" => {
+                    let runtime = crate::docker::pod_runtime(&self.docker, &self.node, &uid).await?;
+                    let mut total = None;
+                    for c in &runtime.containers {
+                        if let Some(ws) = memory_working_set(&self.docker, &c.id).await {
+                            total = Some(total.unwrap_or(0) + ws);
+                        }
                     }
+                    total
                 }
-                total
-            } else {
-                None
+                // Writable layers and disk-backed emptyDir volumes, as the kubelet counts
+                // ephemeral storage (the walk stays inside the volumes' own filesystem).
+                "ephemeral-storage" => {
+                    let layers = crate::docker::pod_writable_layers(&self.docker, &self.node, &uid).await?;
+                    let dir = crate::volumes::pod_dir(&self.data_dir, &uid)
+                        .join("volumes")
+                        .join("kubernetes.io~empty-dir");
+                    let volumes = tokio::task::spawn_blocking(move || tree_bytes(&dir)).await.unwrap_or(0);
+                    Some(layers + volumes)
+                }
+                _ => None,
             };
             candidates.push(Candidate { pod, usage });
         }
@@ -641,6 +682,16 @@ mod tests {
             candidate("nothing", None, 0, None),
         ];
         assert_eq!(rank(&disk, "ephemeral-storage").len(), 2);
+    }
+
+    #[test]
+    fn tree_bytes_counts_files_below_a_directory() {
+        let dir = tempfile::tempdir().expect("a dir");
+        std::fs::create_dir_all(dir.path().join("a/b")).expect("dirs");
+        std::fs::write(dir.path().join("a/b/f"), vec![1u8; 64 * 1024]).expect("a file");
+        std::os::unix::fs::symlink("/", dir.path().join("a/root")).expect("a symlink");
+        let bytes = tree_bytes(dir.path());
+        assert!((64 * 1024..1024 * 1024).contains(&bytes), "{bytes}");
     }
 
     #[test]

@@ -225,6 +225,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         node: cfg.node_name.clone(),
         recorder: events::Recorder::new(client.clone(), &cfg.node_name),
         evicted: evicted.clone(),
+        data_dir: cfg.data_dir.clone(),
     };
     tokio::spawn(eviction::run(
         cfg.eviction_hard.clone(),

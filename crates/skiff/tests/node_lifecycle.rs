@@ -524,3 +524,61 @@ fn memory_pressure_evicts_best_effort_pods_first() {
     });
     assert!(second.is_some(), "{}", c.k(&["describe", "pod", "burstable"]));
 }
+
+/// Under disk pressure the pod using the most ephemeral storage (its writable layer here) goes
+/// first, with the kubelet's message naming ephemeral-storage.
+#[test]
+fn disk_pressure_evicts_the_largest_writer_first() {
+    let n = common::node::Node::start("diskevict", &["--eviction-hard", "nodefs.available<100%"]);
+    let c = &n.c;
+    let pod = |name: &str, script: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {}\n  containers:\n  - name: c\n    image: busybox:latest\n    imagePullPolicy: Never\n    command: [sh, -c, '{script}']\n",
+            n.name
+        )
+    };
+    // The writer first, until it has written (or is already evicted), then the quiet one.
+    c.apply(
+        &pod(
+            "writer",
+            "dd if=/dev/zero of=/big bs=1M count=32 2>/dev/null; touch /done; sleep 3600",
+        ),
+        &[],
+    );
+    let written = eventually(Duration::from_secs(30), || {
+        let out = c.kubectl(&["exec", "writer", "--", "ls", "/done"]);
+        let phase = c.k(&["get", "pod", "writer", "-o", "jsonpath={.status.phase}"]);
+        (out.status.success() || phase == "Failed").then_some(())
+    });
+    assert!(written.is_some(), "{}", c.k(&["describe", "pod", "writer"]));
+    c.apply(&pod("quiet", "sleep 3600"), &[]);
+    let state = |name: &str| c.k(&["get", "pod", name, "-o", "jsonpath={.status.phase}/{.status.reason}"]);
+    let disk = eventually(Duration::from_secs(30), || {
+        (c.k(&[
+            "get",
+            "node",
+            &n.name,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"DiskPressure\")].status}",
+        ]) == "True")
+            .then_some(())
+    });
+    assert!(disk.is_some(), "{}", c.k(&["describe", "node", &n.name]));
+    let first = eventually(Duration::from_secs(60), || {
+        let (w, q) = (state("writer"), state("quiet"));
+        (w == "Failed/Evicted" || q == "Failed/Evicted").then_some((w, q))
+    });
+    let Some((writer, quiet)) = first else {
+        panic!(
+            "nothing evicted:\n{}\n{}",
+            c.k(&["get", "pods", "-o", "wide"]),
+            tail(&c.log(), 30)
+        );
+    };
+    assert_eq!(writer, "Failed/Evicted", "the quiet pod went first ({quiet})");
+    let message = c.k(&["get", "pod", "writer", "-o", "jsonpath={.status.message}"]);
+    assert!(
+        message.starts_with("The node was low on resource: ephemeral-storage."),
+        "{message}"
+    );
+}

@@ -134,13 +134,17 @@ pub async fn list_node_containers(docker: &Docker, node: &str) -> anyhow::Result
     Ok(pods)
 }
 
-/// Lists the containers of one pod.
-/// The bytes the pod's containers wrote to their writable layers (the engine's `SizeRw`).
-pub async fn pod_writable_layers(docker: &Docker, node: &str, uid: &str) -> anyhow::Result<u64> {
-    let filters = HashMap::from([(
+/// The label filter selecting one pod's containers on this node.
+fn pod_filters(node: &str, uid: &str) -> HashMap<String, Vec<String>> {
+    HashMap::from([(
         "label".to_string(),
         vec![format!("{LABEL_NODE}={node}"), format!("{LABEL_POD_UID}={uid}")],
-    )]);
+    )])
+}
+
+/// The bytes the pod's containers wrote to their writable layers (the engine's `SizeRw`).
+pub async fn pod_writable_layers(docker: &Docker, node: &str, uid: &str) -> anyhow::Result<u64> {
+    let filters = pod_filters(node, uid);
     let options = ListContainersOptionsBuilder::default()
         .all(true)
         .size(true)
@@ -157,11 +161,9 @@ pub async fn pod_writable_layers(docker: &Docker, node: &str, uid: &str) -> anyh
         .sum())
 }
 
+/// Lists the containers of one pod.
 pub async fn pod_runtime(docker: &Docker, node: &str, uid: &str) -> anyhow::Result<PodRuntime> {
-    let filters = HashMap::from([(
-        "label".to_string(),
-        vec![format!("{LABEL_NODE}={node}"), format!("{LABEL_POD_UID}={uid}")],
-    )]);
+    let filters = pod_filters(node, uid);
     let options = ListContainersOptionsBuilder::default()
         .all(true)
         .filters(&filters)

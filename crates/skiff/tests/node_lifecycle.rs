@@ -465,6 +465,13 @@ fn a_node_under_memory_pressure_says_so_and_takes_no_new_pods() {
     assert!(refused.is_some(), "{}", c.k(&["describe", "pod", "newcomer"]));
 }
 
+/// A busybox pod bound to `node` running `script`, with `resources` (YAML under the container).
+fn pinned_pod(node: &str, name: &str, script: &str, resources: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n  containers:\n  - name: c\n    image: busybox:latest\n    imagePullPolicy: Never\n    command: [sh, -c, '{script}']\n{resources}"
+    )
+}
+
 /// Under memory pressure the agent evicts one pod per round in upstream's order: the BestEffort
 /// pod (over its zero request) before the Burstable one within its request. An evicted pod ends
 /// Failed, reason Evicted, with the kubelet's message, the DisruptionTarget condition and an event.
@@ -472,12 +479,7 @@ fn a_node_under_memory_pressure_says_so_and_takes_no_new_pods() {
 fn memory_pressure_evicts_best_effort_pods_first() {
     let n = common::node::Node::start("evict", &["--eviction-hard", "memory.available<1000Ti"]);
     let c = &n.c;
-    let pod = |name: &str, resources: &str| {
-        format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {}\n  containers:\n  - name: c\n    image: busybox:latest\n    imagePullPolicy: Never\n    command: [sleep, '3600']\n{resources}",
-            n.name
-        )
-    };
+    let pod = |name: &str, resources: &str| pinned_pod(&n.name, name, "sleep 3600", resources);
     let burstable = "    resources:\n      requests:\n        memory: 1Gi\n";
     c.apply(
         &format!("{}\n---\n{}", pod("besteffort", ""), pod("burstable", burstable)),
@@ -531,12 +533,7 @@ fn memory_pressure_evicts_best_effort_pods_first() {
 fn disk_pressure_evicts_the_largest_writer_first() {
     let n = common::node::Node::start("diskevict", &["--eviction-hard", "nodefs.available<100%"]);
     let c = &n.c;
-    let pod = |name: &str, script: &str| {
-        format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {}\n  containers:\n  - name: c\n    image: busybox:latest\n    imagePullPolicy: Never\n    command: [sh, -c, '{script}']\n",
-            n.name
-        )
-    };
+    let pod = |name: &str, script: &str| pinned_pod(&n.name, name, script, "");
     // The writer first, until it has written (or is already evicted), then the quiet one.
     c.apply(
         &pod(

@@ -83,6 +83,8 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
         proxy: false,
         dns: false,
     };
+    // No disk thresholds: how full the shared host disk is must not evict the test's pod.
+    cfg.eviction_hard = skiff_agent::eviction::parse_thresholds("memory.available<100Mi").expect("a threshold");
     let agent = tokio::spawn(skiff_agent::run(client.clone(), cfg));
 
     let nodes: Api<Node> = Api::all(client.clone());

@@ -285,7 +285,14 @@ fn start_agent(c: &Cluster, name: &str, dir: &std::path::Path) -> Sim {
         .open(dir.join("agent.log"))
         .expect("agent log");
     let child = Command::new(skiff_bin())
-        .args(["agent", "--node-name", name, "--kubeconfig"])
+        .args([
+            "agent",
+            "--node-name",
+            name,
+            "--eviction-hard",
+            common::TEST_EVICTION_HARD,
+            "--kubeconfig",
+        ])
         .arg(&c.kubeconfig)
         .arg("--data-dir")
         .arg(dir)

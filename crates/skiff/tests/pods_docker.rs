@@ -420,6 +420,8 @@ fn standalone_agent_joins_and_serves_streams() {
         .arg(&name)
         .arg("--data-dir")
         .arg(dir.path())
+        .arg("--eviction-hard")
+        .arg(common::TEST_EVICTION_HARD)
         .env("SKIFF_LOG", "info")
         .stdout(std::process::Stdio::null())
         .stderr(log)

@@ -42,6 +42,12 @@ pub fn proxy_table(range: &str) -> String {
     format!("skiff-{}", range.replace(['.', '/'], "-"))
 }
 
+/// The eviction thresholds of test nodes, as kind configures its nodes: upstream's memory
+/// threshold, none on disk. The disk is the host's, shared with everything else on the machine;
+/// how full it happens to be must not evict a test's pods.
+pub const TEST_EVICTION_HARD: &str =
+    "memory.available<100Mi,nodefs.available<0%,nodefs.inodesFree<0%,imagefs.available<0%,imagefs.inodesFree<0%";
+
 pub fn skiff_bin() -> &'static str {
     env!("CARGO_BIN_EXE_skiff")
 }
@@ -54,6 +60,9 @@ impl Cluster {
         let port = free_port();
         let kubeconfig = dir.path().join("kubeconfig");
         let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        if !extra.contains(&"--eviction-hard") {
+            args.extend(["--eviction-hard".to_string(), TEST_EVICTION_HARD.to_string()]);
+        }
         let mut service_range = None;
         // Also without an agent of its own: a test may start `skiff agent` against it.
         if !extra.contains(&"--service-cluster-ip-range") {

@@ -48,22 +48,8 @@ pub enum BenchCommand {
     /// The node agent's Service roles: EndpointSlice change to rule in force at N Services, and
     /// cluster DNS answers per second and latency. Runs in a network namespace of its own (root).
     Services {
-        #[arg(long, default_value_t = 1000)]
-        services: usize,
-        #[arg(long, default_value_t = 3)]
-        endpoints: usize,
-        /// EndpointSlice changes timed, one at a time.
-        #[arg(long, default_value_t = 200)]
-        changes: usize,
-        /// Seconds of each DNS load.
-        #[arg(long, default_value_t = 5)]
-        dns_seconds: u64,
-        /// Outstanding queries of the saturating DNS load.
-        #[arg(long, default_value_t = 64)]
-        dns_in_flight: usize,
-        /// Queries per second of the paced DNS load (its latency is the figure).
-        #[arg(long, default_value_t = 30_000)]
-        dns_rate: u64,
+        #[command(flatten)]
+        options: crate::bench_services::ServicesBench,
         #[arg(long)]
         json: bool,
     },
@@ -212,25 +198,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Startup { pods, image, json } => bench_startup(pods, &image, json).await,
         BenchCommand::Api { pods, clients, json } => bench_api(pods, clients, json).await,
-        BenchCommand::Services {
-            services,
-            endpoints,
-            changes,
-            dns_seconds,
-            dns_in_flight,
-            dns_rate,
-            json,
-        } => {
-            let cfg = crate::bench_services::ServicesBench {
-                services,
-                endpoints,
-                changes,
-                dns_seconds,
-                dns_in_flight,
-                dns_rate,
-            };
-            crate::bench_services::bench_services(cfg, json).await
-        }
+        BenchCommand::Services { options, json } => crate::bench_services::bench_services(options, json).await,
         BenchCommand::Scheduling {
             nodes,
             pods,

@@ -32,13 +32,24 @@ use skiff_agent::proxy::{NodeInfo, Proxier, ProxierConfig, ProxyOptions};
 
 use crate::bench::{ChildServer, percentile, print_result, wait_ready};
 
-#[derive(Clone, Debug)]
+/// `skiff bench services` options.
+#[derive(clap::Args, Clone, Debug)]
 pub struct ServicesBench {
+    #[arg(long, default_value_t = 1000)]
     pub services: usize,
+    #[arg(long, default_value_t = 3)]
     pub endpoints: usize,
+    /// EndpointSlice changes timed, one at a time.
+    #[arg(long, default_value_t = 200)]
     pub changes: usize,
+    /// Seconds of each DNS load.
+    #[arg(long, default_value_t = 5)]
     pub dns_seconds: u64,
+    /// Outstanding queries of the saturating DNS load.
+    #[arg(long, default_value_t = 64)]
     pub dns_in_flight: usize,
+    /// Queries per second of the paced DNS load (its latency is the figure).
+    #[arg(long, default_value_t = 30_000)]
     pub dns_rate: u64,
 }
 

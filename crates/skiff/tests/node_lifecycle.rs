@@ -193,24 +193,9 @@ fn a_lost_node_is_tainted_and_its_pods_move() {
         (pods.len() == 3 && pods.iter().all(|(_, n)| n.starts_with("sim-node-"))).then_some(pods)
     });
     assert!(moved.is_some(), "{}", c.k(&["get", "pods", "-o", "wide"]));
-    let events = c.k(&[
-        "get",
-        "events",
-        "-A",
-        "--field-selector",
-        "reason=NodeNotReady",
-        "-o",
-        "custom-columns=MSG:.message",
-    ]);
+    let events = c.event_messages("reason=NodeNotReady");
     assert!(events.contains("Node doomed-0 status is now: NodeNotReady"), "{events}");
-    let evicted = c.k(&[
-        "get",
-        "events",
-        "--field-selector",
-        "reason=TaintManagerEviction",
-        "-o",
-        "custom-columns=MSG:.message",
-    ]);
+    let evicted = c.event_messages("reason=TaintManagerEviction");
     assert!(evicted.contains("Marking for deletion Pod default/app-"), "{evicted}");
     // The nodes that stayed are untouched.
     assert!(!taints(&c, "sim-node-0").contains("unreachable"));
@@ -400,14 +385,7 @@ fn a_node_agent_back_in_time_keeps_its_pods() {
         state()
     );
     // Its eviction was scheduled for 300 s, and cancelled with the taint.
-    let evictions = c.k(&[
-        "get",
-        "events",
-        "--field-selector",
-        "reason=TaintManagerEviction",
-        "-o",
-        "custom-columns=MSG:.message",
-    ]);
+    let evictions = c.event_messages("reason=TaintManagerEviction");
     assert!(!evictions.contains("Marking for deletion"), "{evictions}");
     assert!(
         evictions.contains("Cancelling deletion of Pod default/keeper"),
@@ -457,14 +435,7 @@ fn a_node_under_memory_pressure_says_so_and_takes_no_new_pods() {
         &[],
     );
     let refused = eventually(Duration::from_secs(20), || {
-        let events = c.k(&[
-            "get",
-            "events",
-            "--field-selector",
-            "involvedObject.name=newcomer",
-            "-o",
-            "custom-columns=MSG:.message",
-        ]);
+        let events = c.event_messages("involvedObject.name=newcomer");
         events
             .contains("1 node(s) had untolerated taint {node.kubernetes.io/memory-pressure: }")
             .then_some(events)

@@ -36,14 +36,7 @@ fn wait_running(c: &Cluster, names: &[&str]) {
 }
 
 fn events(c: &Cluster) -> String {
-    c.k(&[
-        "get",
-        "events",
-        "--field-selector",
-        "reason=TaintManagerEviction",
-        "-o",
-        "custom-columns=MSG:.message",
-    ])
+    c.event_messages("reason=TaintManagerEviction")
 }
 
 #[test]

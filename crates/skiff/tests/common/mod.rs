@@ -232,6 +232,19 @@ impl Cluster {
         serde_json::from_str(&out).expect("kubectl json")
     }
 
+    /// The messages of the events (in every namespace) that `selector` selects, one a line.
+    pub fn event_messages(&self, selector: &str) -> String {
+        self.k(&[
+            "get",
+            "events",
+            "-A",
+            "--field-selector",
+            selector,
+            "-o",
+            "custom-columns=MSG:.message",
+        ])
+    }
+
     pub fn path(&self) -> &Path {
         self.dir.path()
     }

@@ -1,0 +1,1 @@
+//! The default roles and bindings every cluster starts with, as upstream's `bootstrappolicy`.

@@ -1,0 +1,4 @@
+//! Role-based access control without I/O: policy rules and how they match a request, the
+//! authorizer over a snapshot of Roles and bindings, and upstream's bootstrap policy.
+
+pub mod bootstrap;

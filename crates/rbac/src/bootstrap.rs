@@ -1,5 +1,6 @@
 //! The default roles and bindings every cluster starts with, as upstream's `bootstrappolicy`
-//! (Kubernetes 1.33 with its feature gates at their defaults).
+//! (Kubernetes 1.33 with its feature gates at their defaults), and whether one rule set covers
+//! another (upstream's `validation.Covers`).
 //!
 //! Every object is a `serde_json::Value` in the form the API serves (`rbac.authorization.k8s.io/v1`),
 //! without `uid`, `resourceVersion` or `creationTimestamp`: the caller adds those when it stores
@@ -1094,4 +1095,113 @@ pub fn role_bindings() -> Vec<Value> {
             &[Sa(KUBE_SYSTEM, "bootstrap-signer")],
         ),
     ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Coverage of one rule set by another (upstream's `validation.Covers`).
+
+/// A rule's lists, as borrowed strings.
+#[derive(Debug, Default)]
+struct Parsed<'a> {
+    verbs: Vec<&'a str>,
+    groups: Vec<&'a str>,
+    resources: Vec<&'a str>,
+    names: Vec<&'a str>,
+    urls: Vec<&'a str>,
+}
+
+fn strings<'a>(rule: &'a Value, key: &str) -> Vec<&'a str> {
+    rule.get(key)
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+impl<'a> Parsed<'a> {
+    fn of(rule: &'a Value) -> Self {
+        Parsed {
+            verbs: strings(rule, "verbs"),
+            groups: strings(rule, "apiGroups"),
+            resources: strings(rule, "resources"),
+            names: strings(rule, "resourceNames"),
+            urls: strings(rule, "nonResourceURLs"),
+        }
+    }
+}
+
+/// Breaks a rule into rules of one verb, group, resource and (if any) resource name each, and
+/// rules of one verb and one non-resource URL each.
+fn breakdown(rule: &Value) -> Vec<Value> {
+    let p = Parsed::of(rule);
+    let mut out = vec![];
+    for group in &p.groups {
+        for resource in &p.resources {
+            for verb in &p.verbs {
+                let one = || json!({ "verbs": [verb], "apiGroups": [group], "resources": [resource] });
+                if p.names.is_empty() {
+                    out.push(one());
+                }
+                for name in &p.names {
+                    let mut r = one();
+                    r["resourceNames"] = json!([name]);
+                    out.push(r);
+                }
+            }
+        }
+    }
+    for url in &p.urls {
+        for verb in &p.verbs {
+            out.push(json!({ "verbs": [verb], "nonResourceURLs": [url] }));
+        }
+    }
+    out
+}
+
+fn has_all(set: &[&str], wanted: &[&str]) -> bool {
+    wanted.iter().all(|w| set.contains(w))
+}
+
+/// Whether `owned` resources cover `wanted` ones, `*` covering all and `*/x` every `r/x`.
+fn resources_cover(owned: &[&str], wanted: &[&str]) -> bool {
+    if owned.contains(&"*") || has_all(owned, wanted) {
+        return true;
+    }
+    wanted.iter().all(|path| {
+        owned.contains(path)
+            || path
+                .split_once('/')
+                .is_some_and(|(_, sub)| owned.iter().any(|o| o.strip_prefix("*/") == Some(sub)))
+    })
+}
+
+/// Whether one owned URL covers a wanted one: equal, or a prefix ending in `*`.
+fn url_covers(owned: &str, wanted: &str) -> bool {
+    owned == wanted || (owned.ends_with('*') && wanted.starts_with(owned.trim_end_matches('*')))
+}
+
+/// Whether an owner rule covers a broken-down rule (upstream's `ruleCovers`).
+fn rule_covers(owner: &Parsed, sub: &Parsed) -> bool {
+    let verbs = owner.verbs.contains(&"*") || has_all(&owner.verbs, &sub.verbs);
+    let groups = owner.groups.contains(&"*") || has_all(&owner.groups, &sub.groups);
+    let resources = resources_cover(&owner.resources, &sub.resources);
+    let urls = sub.urls.iter().all(|u| owner.urls.iter().any(|o| url_covers(o, u)));
+    let names = owner.names.is_empty() || (!sub.names.is_empty() && has_all(&owner.names, &sub.names));
+    verbs && groups && resources && names && urls
+}
+
+/// Whether the `owner` rules allow everything the `requested` rules allow, as upstream's
+/// `validation.Covers`: each requested rule is broken down into rules of one verb, group,
+/// resource and resource name (or one verb and non-resource URL), and the broken-down rules no
+/// single owner rule covers are returned.
+pub fn covers(owner: &[Value], requested: &[Value]) -> (bool, Vec<Value>) {
+    let owners: Vec<Parsed> = owner.iter().map(Parsed::of).collect();
+    let uncovered: Vec<Value> = requested
+        .iter()
+        .flat_map(breakdown)
+        .filter(|sub| {
+            let sub = Parsed::of(sub);
+            !owners.iter().any(|o| rule_covers(o, &sub))
+        })
+        .collect();
+    (uncovered.is_empty(), uncovered)
 }

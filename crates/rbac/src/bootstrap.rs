@@ -1,6 +1,6 @@
 //! The default roles and bindings every cluster starts with, as upstream's `bootstrappolicy`
-//! (Kubernetes 1.33 with its feature gates at their defaults), and whether one rule set covers
-//! another (upstream's `validation.Covers`).
+//! (Kubernetes 1.33 with its feature gates at their defaults), and the start-up reconciliation
+//! that brings stored copies of them up to date (`pkg/registry/rbac/reconciliation`).
 //!
 //! Every object is a `serde_json::Value` in the form the API serves (`rbac.authorization.k8s.io/v1`),
 //! without `uid`, `resourceVersion` or `creationTimestamp`: the caller adds those when it stores
@@ -1204,4 +1204,198 @@ pub fn covers(owner: &[Value], requested: &[Value]) -> (bool, Vec<Value>) {
         })
         .collect();
     (uncovered.is_empty(), uncovered)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reconciliation (upstream's `pkg/registry/rbac/reconciliation`, as the API server runs it at
+// start-up: writes confirmed, extra permissions and subjects kept).
+
+/// What reconciling one bootstrap object against the stored one calls for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reconcile {
+    /// Nothing to write: up to date, or opted out with `autoupdate: "false"`.
+    Unchanged,
+    /// Nothing is stored: create this object.
+    Create(Value),
+    /// Write this object: the stored one (its uid, resourceVersion and creationTimestamp kept)
+    /// with the missing labels, annotations, rules, selectors or subjects added.
+    Update(Value),
+    /// A binding whose roleRef differs, which the API does not let change: delete the stored one,
+    /// then create this one.
+    Recreate(Value),
+}
+
+fn meta_map<'a>(obj: &'a Value, key: &str) -> Option<&'a Map<String, Value>> {
+    obj.get("metadata")?.get(key)?.as_object()
+}
+
+fn protected(existing: &Value) -> bool {
+    meta_map(existing, "annotations").and_then(|a| a.get(AUTO_UPDATE_ANNOTATION)) == Some(&json!("false"))
+}
+
+/// Adds to `result` the labels and annotations of `expected` that `existing` lacks; a key both
+/// set keeps the stored value (upstream's `merge(expected, existing)`). Returns whether any was added.
+fn merge_metadata(result: &mut Value, existing: &Value, expected: &Value) -> bool {
+    let mut changed = false;
+    for key in ["annotations", "labels"] {
+        let Some(wanted) = meta_map(expected, key) else {
+            continue;
+        };
+        let mut merged = meta_map(existing, key).cloned().unwrap_or_default();
+        let before = merged.len();
+        for (k, v) in wanted {
+            merged.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        if merged.len() != before || meta_map(existing, key).is_none() {
+            result["metadata"][key] = Value::Object(merged);
+            changed = true;
+        }
+    }
+    changed
+}
+
+fn array<'a>(obj: &'a Value, key: &str) -> &'a [Value] {
+    obj.get(key)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+/// A label selector with empty or null parts dropped, for comparisons that treat those as absent.
+fn normalized_selector(selector: &Value) -> Value {
+    let mut out = Map::new();
+    for key in ["matchLabels", "matchExpressions"] {
+        match selector.get(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) if m.is_empty() => {}
+            Some(Value::Array(a)) if a.is_empty() => {}
+            Some(v) => {
+                out.insert(key.into(), v.clone());
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+/// Upstream's reconciliation of a Role or ClusterRole with the stored one: missing labels and
+/// annotations are added (stored values win), expected rules not [`covers`]-ed by the stored
+/// rules are appended as broken-down rules, and missing aggregation selectors are appended. A
+/// stored role opted out with `autoupdate: "false"` is left alone. The rules of an aggregated
+/// role are the aggregation controller's to write, so none are added to one; an aggregation rule
+/// the expected role lacks is removed, as upstream does.
+pub fn reconcile_role(existing: Option<&Value>, expected: &Value) -> Reconcile {
+    let Some(existing) = existing else {
+        return Reconcile::Create(expected.clone());
+    };
+    if protected(existing) {
+        return Reconcile::Unchanged;
+    }
+    let mut result = existing.clone();
+    let mut changed = merge_metadata(&mut result, existing, expected);
+
+    let expected_aggregation = expected.get("aggregationRule").filter(|v| !v.is_null());
+    if expected_aggregation.is_none() {
+        let (_, missing) = covers(array(existing, "rules"), array(expected, "rules"));
+        if !missing.is_empty() {
+            let mut rules = array(existing, "rules").to_vec();
+            rules.extend(missing);
+            result["rules"] = Value::Array(rules);
+            changed = true;
+        }
+    }
+
+    let existing_aggregation = existing.get("aggregationRule").filter(|v| !v.is_null());
+    match (expected_aggregation, existing_aggregation) {
+        (None, Some(_)) => {
+            result
+                .as_object_mut()
+                .expect("a role is an object")
+                .remove("aggregationRule");
+            changed = true;
+        }
+        (Some(wanted), _) => {
+            let have: Vec<Value> = existing_aggregation
+                .map(|a| {
+                    array(a, "clusterRoleSelectors")
+                        .iter()
+                        .map(normalized_selector)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let missing: Vec<Value> = array(wanted, "clusterRoleSelectors")
+                .iter()
+                .filter(|s| !have.contains(&normalized_selector(s)))
+                .cloned()
+                .collect();
+            if !missing.is_empty() {
+                let mut selectors = existing_aggregation
+                    .map(|a| array(a, "clusterRoleSelectors").to_vec())
+                    .unwrap_or_default();
+                selectors.extend(missing);
+                result["aggregationRule"] = json!({ "clusterRoleSelectors": selectors });
+                changed = true;
+            }
+        }
+        (None, None) => {}
+    }
+
+    if changed {
+        Reconcile::Update(result)
+    } else {
+        Reconcile::Unchanged
+    }
+}
+
+/// A subject as upstream compares them: all four fields, a missing one being empty.
+fn subject_key(subject: &Value) -> [&str; 4] {
+    ["kind", "apiGroup", "name", "namespace"].map(|k| subject.get(k).and_then(Value::as_str).unwrap_or(""))
+}
+
+fn role_ref_key(binding: &Value) -> [&str; 3] {
+    ["apiGroup", "kind", "name"].map(|k| {
+        binding
+            .get("roleRef")
+            .and_then(|r| r.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    })
+}
+
+/// Upstream's reconciliation of a RoleBinding or ClusterRoleBinding with the stored one: a
+/// differing roleRef (immutable in the API) calls for [`Reconcile::Recreate`]; otherwise missing
+/// labels and annotations (stored values win) and missing subjects are added. A stored binding
+/// opted out with `autoupdate: "false"` is left alone.
+pub fn reconcile_binding(existing: Option<&Value>, expected: &Value) -> Reconcile {
+    let Some(existing) = existing else {
+        return Reconcile::Create(expected.clone());
+    };
+    if protected(existing) {
+        return Reconcile::Unchanged;
+    }
+    if role_ref_key(existing) != role_ref_key(expected) {
+        return Reconcile::Recreate(expected.clone());
+    }
+    let mut result = existing.clone();
+    let mut changed = merge_metadata(&mut result, existing, expected);
+
+    let have: Vec<[&str; 4]> = array(existing, "subjects").iter().map(subject_key).collect();
+    let mut missing: Vec<Value> = vec![];
+    for subject in array(expected, "subjects") {
+        let key = subject_key(subject);
+        if !have.contains(&key) && !missing.iter().any(|m| subject_key(m) == key) {
+            missing.push(subject.clone());
+        }
+    }
+    if !missing.is_empty() {
+        let mut subjects = array(existing, "subjects").to_vec();
+        subjects.extend(missing);
+        result["subjects"] = Value::Array(subjects);
+        changed = true;
+    }
+
+    if changed {
+        Reconcile::Update(result)
+    } else {
+        Reconcile::Unchanged
+    }
 }

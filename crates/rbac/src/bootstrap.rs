@@ -1,11 +1,14 @@
 //! The default roles and bindings every cluster starts with, as upstream's `bootstrappolicy`
-//! (Kubernetes 1.33 with its feature gates at their defaults), and the start-up reconciliation
-//! that brings stored copies of them up to date (`pkg/registry/rbac/reconciliation`).
+//! (Kubernetes 1.33 with its feature gates at their defaults), the start-up reconciliation that
+//! brings stored copies of them up to date (`pkg/registry/rbac/reconciliation`), and the
+//! coverage check of one rule set by another it rests on (`validation.Covers`, see [`covers`]).
 //!
 //! Every object is a `serde_json::Value` in the form the API serves (`rbac.authorization.k8s.io/v1`),
 //! without `uid`, `resourceVersion` or `creationTimestamp`: the caller adds those when it stores
 //! them. As upstream's rule builder does, each rule's verbs, groups, resources, names and URLs are
-//! sorted, while the rules themselves keep upstream's order.
+//! sorted, while the rules themselves keep upstream's order. The aggregated `admin`, `edit` and
+//! `view` carry `"rules": null`, as upstream creates them; the aggregation controller fills them.
+//! The policy tables are laid out by hand (`rustfmt::skip`) so that a rule reads as one line.
 //!
 //! Parts of upstream's policy that its 1.33 defaults switch off are left out: the rules and roles
 //! behind `DynamicResourceAllocation`, `ClusterTrustBundle`,

@@ -141,6 +141,21 @@ impl StatusError {
         StatusError::new(403, "Forbidden", message)
     }
 
+    /// Upstream's `NewForbidden`: `pods "x" is forbidden: ERR`, `pods is forbidden: ERR` without
+    /// a name, `forbidden: ERR` without a resource.
+    pub fn forbidden_resource(group: &str, resource: &str, name: &str, err: &str) -> Self {
+        if resource.is_empty() && group.is_empty() {
+            return StatusError::forbidden(format!("forbidden: {err}"));
+        }
+        let q = qualified(group, resource);
+        let message = if name.is_empty() {
+            format!("{q} is forbidden: {err}")
+        } else {
+            format!("{q} \"{name}\" is forbidden: {err}")
+        };
+        StatusError::forbidden(message).with_details(group, resource, name)
+    }
+
     /// 410 for a resourceVersion or continue token that is too old.
     pub fn expired(message: impl Into<String>) -> Self {
         StatusError::new(410, "Expired", message)

@@ -13,7 +13,8 @@ use skiff_api::StatusError;
 
 use crate::body::{self, Output};
 use crate::request::{ResourceRequest, Route, route};
-use crate::{ApiState, discovery, objects, openapi, watch};
+use crate::tls::Identity;
+use crate::{ApiState, authz, discovery, objects, openapi, watch};
 
 pub type Params = HashMap<String, String>;
 
@@ -24,11 +25,23 @@ pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> R
     let params: Params = Query::<Params>::try_from_uri(&parts.uri)
         .map(|q| q.0)
         .unwrap_or_default();
-    let r = route(&path);
-    let public = matches!(r, Route::Health(_) | Route::Version);
-    if !public && state.authenticate(&parts.headers, &parts.extensions).await.is_none() {
+    let Some(user) = state.authenticate(&parts.headers, &parts.extensions).await else {
         return body::error_response(&StatusError::unauthorized());
+    };
+    let user = match crate::impersonation::resolve(&state.authz, &*state.store, user, &parts.headers).await {
+        Ok(user) => user,
+        Err(e) => {
+            let _ = body::read_limited(body).await;
+            return body::error_response(&e);
+        }
+    };
+    let attributes = authz::attributes(&parts.method, &path, &params);
+    if let Err(e) = state.authz.check(&*state.store, &user, &attributes).await {
+        // Read what the client sends first, so it gets the 403 rather than a reset.
+        let _ = body::read_limited(body).await;
+        return body::error_response(&e);
     }
+    let r = route(&path);
     let method = parts.method.clone();
     let headers = parts.headers.clone();
     match r {
@@ -66,6 +79,7 @@ pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> R
                 params,
                 headers,
                 method,
+                user,
             };
             match crate::proxy::handle(&ctx, parts).await {
                 Ok(resp) => resp,
@@ -77,14 +91,23 @@ pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> R
                 Ok(b) => b,
                 Err(e) => return body::error_response(&e),
             };
+            let rbac_write = method != Method::GET && authz::is_rbac(rr.resource.group, rr.resource.plural);
             let ctx = Ctx {
                 state: state.clone(),
                 rr,
                 params,
                 headers,
                 method,
+                user,
             };
-            match dispatch(ctx, bytes).await {
+            let result = dispatch(ctx, bytes).await;
+            if rbac_write {
+                // The new grants hold before the client hears its write succeeded.
+                if let Err(e) = state.authz.refresh(&*state.store).await {
+                    tracing::error!(error = %e, "rebuilding the RBAC snapshot failed");
+                }
+            }
+            match result {
                 Ok(resp) => resp,
                 Err(e) => {
                     if e.code >= 500 {
@@ -152,6 +175,8 @@ pub struct Ctx {
     pub params: Params,
     pub headers: HeaderMap,
     pub method: Method,
+    /// The authenticated caller.
+    pub user: Identity,
 }
 
 impl Ctx {
@@ -163,6 +188,7 @@ impl Ctx {
             params: self.params.clone(),
             headers: self.headers.clone(),
             method: self.method.clone(),
+            user: self.user.clone(),
         }
     }
 
@@ -194,6 +220,9 @@ async fn dispatch(ctx: Ctx, bytes: Bytes) -> Result<Response, StatusError> {
         return Err(StatusError::method_not_allowed(
             "the server does not allow this method on the requested resource",
         ));
+    }
+    if crate::reviews::is_review(res.group) {
+        return crate::reviews::handle(&ctx, bytes).await;
     }
     if !rr.subresource.is_empty() {
         return crate::subresources::handle(ctx, bytes).await;

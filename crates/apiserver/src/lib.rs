@@ -5,11 +5,15 @@
 //! component reaches the data through the HTTP API (in-process through [`client`]).
 
 pub mod allocator;
+pub mod authz;
 pub mod body;
+pub mod bootstrap;
 pub mod coalesce;
 pub mod discovery;
 pub mod handlers;
+pub mod impersonation;
 pub mod kubernetesservice;
+pub mod node_authorizer;
 pub mod objects;
 pub mod openapi;
 pub mod pki;
@@ -18,6 +22,7 @@ pub mod proxy;
 pub mod raw;
 pub mod read;
 pub mod request;
+pub mod reviews;
 pub mod server;
 pub mod serviceaccount;
 pub mod subresources;
@@ -26,4 +31,4 @@ pub mod token_request;
 pub mod watch;
 pub mod write;
 
-pub use server::{ApiState, Running, ServerOptions, client, start};
+pub use server::{ApiState, Running, ServerOptions, client, client_as, controller_client, identities, start};

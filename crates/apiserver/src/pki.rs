@@ -4,7 +4,12 @@
 //! - `ca.crt` / `ca.key`: a self-signed CA (10 years), the root every component trusts;
 //! - `apiserver.crt` / `apiserver.key`: the serving certificate for `127.0.0.1`, `::1`,
 //!   `localhost`, the host name and any extra names given;
-//! - `admin.crt` / `admin.key`: a client certificate `CN=skiff-admin, O=system:masters`;
+//! - `admin.crt` / `admin.key`: the administrator's client certificate
+//!   `CN=skiff-admin, O=skiff:cluster-admins`, a group the bootstrap policy binds to
+//!   `cluster-admin` (as kubeadm's `admin.conf`), so RBAC governs it like any user;
+//! - `super-admin.crt` / `super-admin.key`: the break-glass certificate
+//!   `CN=skiff-super-admin, O=system:masters`, which no authorizer is asked about (kubeadm's
+//!   `super-admin.conf`);
 //! - `sa.key`: the ECDSA P-256 key (PKCS#8) that signs service account tokens (kubeadm's
 //!   `sa.key`), independent of the CA: a new CA does not invalidate issued tokens.
 //!
@@ -37,8 +42,12 @@ const RENEW_BEFORE_SECONDS: i64 = 30 * 24 * 3600;
 
 /// User name of the administrator's client certificate.
 pub const ADMIN_USER: &str = "skiff-admin";
-/// Group of the administrator (bound to cluster-admin upstream).
-pub const ADMIN_GROUP: &str = "system:masters";
+/// Group of the administrator, bound to `cluster-admin` by the bootstrap policy.
+pub const ADMIN_GROUP: &str = "skiff:cluster-admins";
+/// User name of the break-glass certificate.
+pub const SUPER_ADMIN_USER: &str = "skiff-super-admin";
+/// The group no authorizer is asked about.
+pub const SUPER_ADMIN_GROUP: &str = "system:masters";
 
 /// The CA and the certificates the API server needs, all PEM encoded.
 #[derive(Clone)]
@@ -49,6 +58,8 @@ pub struct Pki {
     pub serving_key_pem: String,
     pub admin_cert_pem: String,
     pub admin_key_pem: String,
+    pub super_admin_cert_pem: String,
+    pub super_admin_key_pem: String,
     /// The service account token signing key (PKCS#8 PEM).
     pub service_account_key_pem: String,
 }
@@ -67,6 +78,8 @@ struct Paths {
     serving_key: PathBuf,
     admin_cert: PathBuf,
     admin_key: PathBuf,
+    super_admin_cert: PathBuf,
+    super_admin_key: PathBuf,
     service_account_key: PathBuf,
 }
 
@@ -80,6 +93,8 @@ impl Paths {
             serving_key: pki.join("apiserver.key"),
             admin_cert: pki.join("admin.crt"),
             admin_key: pki.join("admin.key"),
+            super_admin_cert: pki.join("super-admin.crt"),
+            super_admin_key: pki.join("super-admin.key"),
             service_account_key: pki.join("sa.key"),
         }
     }
@@ -126,8 +141,16 @@ pub fn load_or_create(dir: &Path, hostnames: &[String]) -> anyhow::Result<Pki> {
         &paths.admin_key,
         ca_created,
         &ca_subject,
-        |_| true,
+        |cert| names_user(cert, ADMIN_USER, ADMIN_GROUP),
         || issue_client(&issuer, ADMIN_USER, &[ADMIN_GROUP]),
+    )?;
+    let (super_admin_cert_pem, super_admin_key_pem) = load_or_issue(
+        &paths.super_admin_cert,
+        &paths.super_admin_key,
+        ca_created,
+        &ca_subject,
+        |cert| names_user(cert, SUPER_ADMIN_USER, SUPER_ADMIN_GROUP),
+        || issue_client(&issuer, SUPER_ADMIN_USER, &[SUPER_ADMIN_GROUP]),
     )?;
     let service_account_key_pem = match read_opt(&paths.service_account_key)? {
         Some(key) => key,
@@ -148,6 +171,8 @@ pub fn load_or_create(dir: &Path, hostnames: &[String]) -> anyhow::Result<Pki> {
         serving_key_pem,
         admin_cert_pem,
         admin_key_pem,
+        super_admin_cert_pem,
+        super_admin_key_pem,
         service_account_key_pem,
     })
 }
@@ -304,6 +329,15 @@ fn load_or_issue(
     write_file(cert_path, cert.as_bytes(), 0o644)?;
     tracing::info!(path = %cert_path.display(), "issued certificate");
     Ok((cert, key))
+}
+
+/// Whether a client certificate is `CN=user, O=group` (an administrator certificate of an
+/// earlier version, in another group, is issued again).
+fn names_user(cert: &x509_parser::certificate::X509Certificate<'_>, user: &str, group: &str) -> bool {
+    let subject = cert.subject();
+    let cn: Vec<&str> = subject.iter_common_name().filter_map(|a| a.as_str().ok()).collect();
+    let o: Vec<&str> = subject.iter_organization().filter_map(|a| a.as_str().ok()).collect();
+    cn == [user] && o == [group]
 }
 
 fn covers_names(cert: &x509_parser::certificate::X509Certificate<'_>, names: &[String]) -> bool {
@@ -480,13 +514,18 @@ mod tests {
             &paths.ca_key,
             &paths.serving_key,
             &paths.admin_key,
+            &paths.super_admin_key,
             &paths.service_account_key,
         ] {
             assert_eq!(mode(key), 0o600, "{}", key.display());
         }
         assert_eq!(
             x509_names(&first.admin_cert_pem),
-            (vec!["skiff-admin".into()], vec!["system:masters".into()])
+            (vec!["skiff-admin".into()], vec!["skiff:cluster-admins".into()])
+        );
+        assert_eq!(
+            x509_names(&first.super_admin_cert_pem),
+            (vec!["skiff-super-admin".into()], vec!["system:masters".into()])
         );
 
         let der = parse_pem_cert(&first.serving_cert_pem).unwrap();

@@ -13,6 +13,7 @@ use serde_json::json;
 use skiff_store::Store;
 
 use crate::allocator::ServiceRanges;
+use crate::authz::{self, Authorizer};
 use crate::pki::{self, Pki};
 use crate::serviceaccount::{self, TokenError, TokenSigner};
 use crate::tls::{self, Identity, TokenAuth};
@@ -26,6 +27,8 @@ pub struct ApiState {
     pub service_accounts: TokenSigner,
     /// Where Services' ClusterIPs and NodePorts come from.
     pub service_ranges: ServiceRanges,
+    /// The authorizer chain and its RBAC snapshot.
+    pub authz: Authorizer,
 }
 
 impl ApiState {
@@ -38,34 +41,48 @@ impl ApiState {
             pki,
             service_accounts,
             service_ranges: ServiceRanges::default(),
+            authz: Authorizer::default(),
         })
     }
 
-    /// A state over a memory store with fresh certificates and tokens in `dir`, and its
-    /// administrator's bearer token (for the router's tests).
+    /// A state over a memory store with fresh certificates in `dir`, and a bearer token of
+    /// `system:masters` (for the router's tests, which exercise what follows authorization).
     #[cfg(test)]
     pub fn for_tests(dir: &std::path::Path) -> (Arc<ApiState>, String) {
+        let token = format!("{}", uuid::Uuid::new_v4().simple());
+        let tokens = TokenAuth::parse(&format!("{token},skiff-super-admin,1,\"system:masters\"\n")).expect("tokens");
         let state = Arc::new(
             ApiState::new(
                 skiff_store::MemoryStore::new(),
-                TokenAuth::load_or_create(dir).expect("tokens"),
+                tokens,
                 pki::load_or_create(dir, &[]).expect("pki"),
             )
             .expect("state"),
         );
-        let token = state.tokens.admin_token().expect("admin token").to_string();
         (state, token)
     }
 
     /// The caller: a verified client certificate (set by the TLS layer or the in-process
     /// client), else a bearer token: a static one, or a service account token this server
-    /// issued.
+    /// issued. A request without credentials is `system:anonymous`; one whose token is not
+    /// accepted is `None` (401), as upstream's authenticator chain. Every authenticated user is
+    /// in `system:authenticated`.
     pub async fn authenticate(&self, headers: &HeaderMap, ext: &http::Extensions) -> Option<Identity> {
+        let mut id = self.authenticate_credentials(headers, ext).await?;
+        if id.user != authz::ANONYMOUS && !id.groups.iter().any(|g| g == authz::AUTHENTICATED) {
+            id.groups.push(authz::AUTHENTICATED.to_string());
+        }
+        Some(id)
+    }
+
+    async fn authenticate_credentials(&self, headers: &HeaderMap, ext: &http::Extensions) -> Option<Identity> {
         if let Some(Some(id)) = ext.get::<Option<Identity>>() {
             return Some(id.clone());
         }
-        let auth = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
-        let token = tls::bearer_token(auth)?;
+        let Some(auth) = headers.get(http::header::AUTHORIZATION) else {
+            return Some(Identity::new(authz::ANONYMOUS, &[authz::UNAUTHENTICATED]));
+        };
+        let token = tls::bearer_token(auth.to_str().ok()?)?;
         if let Some(id) = self.tokens.authenticate(token) {
             return Some(id);
         }
@@ -116,6 +133,8 @@ pub struct Running {
     pub state: Arc<ApiState>,
     pub addr: SocketAddr,
     pub kubeconfig: PathBuf,
+    /// The `system:masters` kubeconfig (mode 0600).
+    pub super_admin_kubeconfig: PathBuf,
     pub url: String,
 }
 
@@ -161,6 +180,9 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
     state.service_ranges = opts.service_ranges;
     let state = Arc::new(state);
     ensure_namespaces(&state).await.context("creating initial namespaces")?;
+    crate::bootstrap::reconcile(&state)
+        .await
+        .context("reconciling the bootstrap RBAC policy")?;
 
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(opts.bind, opts.port))
         .await
@@ -178,6 +200,17 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         .pki
         .write_kubeconfig(&kubeconfig, &url, &state.pki.admin_cert_pem, &state.pki.admin_key_pem)
         .context("writing kubeconfig")?;
+    // The break-glass kubeconfig: `system:masters`, which no authorizer is asked about.
+    let super_admin_kubeconfig = opts.data_dir.join("super-admin.kubeconfig");
+    state
+        .pki
+        .write_kubeconfig(
+            &super_admin_kubeconfig,
+            &url,
+            &state.pki.super_admin_cert_pem,
+            &state.pki.super_admin_key_pem,
+        )
+        .context("writing the super-admin kubeconfig")?;
     tokio::spawn(tls::serve_tls(listener, tls_config, router(state.clone())));
     tokio::spawn(compactor(state.store.clone()));
     // The OpenAPI documents are built on first use: an idle server does not hold them.
@@ -185,6 +218,7 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         state,
         addr,
         kubeconfig,
+        super_admin_kubeconfig,
         url,
     })
 }
@@ -283,12 +317,15 @@ async fn compactor(store: Arc<dyn Store>) {
     }
 }
 
-/// A kube client that calls this server in-process (no sockets), as `system:masters`.
+/// A kube client that calls this server in-process (no sockets) as a member of
+/// `system:masters`, for start-up work and tests. Skiff's own parts use [`client_as`] with
+/// their upstream identities.
 pub fn client(state: Arc<ApiState>) -> kube::Client {
-    let identity = Identity {
-        user: "system:skiff".to_string(),
-        groups: vec!["system:masters".to_string()],
-    };
+    client_as(state, Identity::new("system:skiff", &[authz::MASTERS]))
+}
+
+/// A kube client that calls this server in-process (no sockets) as `identity`.
+pub fn client_as(state: Arc<ApiState>, identity: Identity) -> kube::Client {
     let router = router(state);
     let service = tower::ServiceBuilder::new()
         .map_request(move |mut req: http::Request<kube::client::Body>| {
@@ -297,4 +334,67 @@ pub fn client(state: Arc<ApiState>) -> kube::Client {
         })
         .service(router);
     kube::Client::new(service, "default")
+}
+
+/// A kube client for one controller, calling in-process as upstream's controller manager does
+/// with `--use-service-account-credentials`: its lists and watches (upstream's shared
+/// informers) as `system:kube-controller-manager`, everything else as the controller's own
+/// service account `kube-system/NAME`.
+pub fn controller_client(state: Arc<ApiState>, name: &str) -> kube::Client {
+    let informers = identities::controller_manager();
+    let own = identities::controller(name);
+    let router = router(state);
+    let service = tower::ServiceBuilder::new()
+        .map_request(move |mut req: http::Request<kube::client::Body>| {
+            let params: crate::handlers::Params =
+                axum::extract::Query::<crate::handlers::Params>::try_from_uri(req.uri())
+                    .map(|q| q.0)
+                    .unwrap_or_default();
+            let verb = authz::attributes(req.method(), req.uri().path(), &params).verb;
+            let identity = if matches!(verb.as_str(), "list" | "watch") {
+                informers.clone()
+            } else {
+                own.clone()
+            };
+            req.extensions_mut().insert(Some(identity));
+            req.map(axum::body::Body::new)
+        })
+        .service(router);
+    kube::Client::new(service, "default")
+}
+
+/// Upstream's identities of the control plane's parts.
+pub mod identities {
+    use crate::serviceaccount;
+    use crate::tls::Identity;
+
+    /// The scheduler: `system:kube-scheduler`.
+    pub fn scheduler() -> Identity {
+        Identity::new("system:kube-scheduler", &[])
+    }
+
+    /// A controller: the service account `kube-system/NAME`, as upstream's controller manager
+    /// with `--use-service-account-credentials`.
+    pub fn controller(name: &str) -> Identity {
+        Identity {
+            user: serviceaccount::user_name("kube-system", name),
+            groups: serviceaccount::groups("kube-system"),
+            ..Default::default()
+        }
+    }
+
+    /// The controller manager itself (its shared informers list and watch everything).
+    pub fn controller_manager() -> Identity {
+        Identity::new("system:kube-controller-manager", &[])
+    }
+
+    /// A node agent: `system:node:NAME` in `system:nodes`.
+    pub fn node(name: &str) -> Identity {
+        Identity::new(&format!("system:node:{name}"), &["system:nodes"])
+    }
+
+    /// The simulator of many nodes (as kwok, which runs as one client for all its nodes).
+    pub fn node_simulator() -> Identity {
+        Identity::new("skiff:node-simulator", &[])
+    }
 }

@@ -390,9 +390,29 @@ impl TokenSigner {
             // A pod-bound token only records its node; a node-bound one needs the node.
             check_bound(store, "nodes", "node", "", node, deleted_before).await?;
         }
+        // Upstream's extra attributes of a service account user.
+        let mut extra = std::collections::BTreeMap::new();
+        let mut put = |k: &str, v: &str| {
+            if !v.is_empty() {
+                extra.insert(format!("authentication.kubernetes.io/{k}"), vec![v.to_string()]);
+            }
+        };
+        if let Some(pod) = &k.pod {
+            put("pod-name", &pod.name);
+            put("pod-uid", &pod.uid);
+        }
+        if let Some(node) = &k.node {
+            put("node-name", &node.name);
+            put("node-uid", &node.uid);
+        }
+        if !claims.jti.is_empty() {
+            put("credential-id", &format!("JTI={}", claims.jti));
+        }
         Ok(Identity {
             user: user_name(namespace, sa_name),
+            uid: k.serviceaccount.uid.clone(),
             groups: groups(namespace),
+            extra,
         })
     }
 }

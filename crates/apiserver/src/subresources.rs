@@ -514,6 +514,7 @@ async fn evict(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
         params,
         headers: ctx.headers.clone(),
         method: Method::DELETE,
+        user: ctx.user.clone(),
     };
     write::delete_object(&pctx, &opts).await?;
     let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});

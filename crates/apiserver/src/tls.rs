@@ -26,11 +26,35 @@ use crate::pki::{ADMIN_GROUP, ADMIN_USER, Pki};
 /// How long a client may take to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// An authenticated user: the certificate's CN (or token's user) and its groups (O).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An authenticated user, as upstream's `user.Info`: the certificate's CN (or token's user),
+/// its uid, its groups (a certificate's O) and extra attributes (a service account token's
+/// pod and credential id).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Identity {
     pub user: String,
+    pub uid: String,
     pub groups: Vec<String>,
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl Identity {
+    /// A user with groups and no uid or extra.
+    pub fn new(user: &str, groups: &[&str]) -> Identity {
+        Identity {
+            user: user.to_string(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+}
+
+impl skiff_rbac::Subject for Identity {
+    fn name(&self) -> &str {
+        &self.user
+    }
+    fn groups(&self) -> &[String] {
+        &self.groups
+    }
 }
 
 /// The rustls configuration for the API server's HTTPS port.
@@ -79,7 +103,11 @@ pub fn identity_from_cert(der: &[u8]) -> Option<Identity> {
         .filter_map(|o| o.as_str().ok())
         .map(str::to_string)
         .collect();
-    Some(Identity { user, groups })
+    Some(Identity {
+        user,
+        groups,
+        ..Default::default()
+    })
 }
 
 /// Concurrent streams one HTTP/2 connection may carry.
@@ -180,7 +208,7 @@ impl std::fmt::Debug for TokenAuth {
 
 impl TokenAuth {
     /// Loads `dir/tokens.csv`; on first start writes it (mode 0600) with one administrator
-    /// token (user `skiff-admin`, group `system:masters`).
+    /// token (user `skiff-admin`, group `skiff:cluster-admins`).
     pub fn load_or_create(dir: &Path) -> anyhow::Result<TokenAuth> {
         let path = dir.join("tokens.csv");
         if !path.exists() {
@@ -231,7 +259,9 @@ impl TokenAuth {
                 .unwrap_or_default();
             let identity = Identity {
                 user: record[1].clone(),
+                uid: record[2].clone(),
                 groups,
+                ..Default::default()
             };
             if auth.tokens.contains_key(&token) {
                 tracing::warn!(line = line_no, "duplicate token in token file");
@@ -254,7 +284,7 @@ impl TokenAuth {
         self.authenticate(bearer_token(authorization)?)
     }
 
-    /// The first token whose user is in `system:masters`, for writing an admin kubeconfig.
+    /// The first token whose user is in the administrators' group.
     pub fn admin_token(&self) -> Option<&str> {
         self.admin_token.as_deref()
     }
@@ -336,12 +366,15 @@ mod tests {
     #[test]
     fn token_file() {
         let auth =
-            TokenAuth::parse("t1,alice,1,\"dev, ops\"\nt2,bob,2\n\n,nobody,3\nt3,root,4,\"system:masters\"\n").unwrap();
+            TokenAuth::parse("t1,alice,1,\"dev, ops\"\nt2,bob,2\n\n,nobody,3\nt3,root,4,\"skiff:cluster-admins\"\n")
+                .unwrap();
         assert_eq!(
             auth.authenticate("t1"),
             Some(Identity {
                 user: "alice".into(),
-                groups: vec!["dev".into(), "ops".into()]
+                uid: "1".into(),
+                groups: vec!["dev".into(), "ops".into()],
+                ..Default::default()
             })
         );
         assert_eq!(auth.authenticate("t2").unwrap().groups, Vec::<String>::new());
@@ -363,7 +396,7 @@ mod tests {
         assert_eq!(token.len(), 64);
         let id = first.authenticate(&token).unwrap();
         assert_eq!(id.user, "skiff-admin");
-        assert_eq!(id.groups, vec!["system:masters"]);
+        assert_eq!(id.groups, vec!["skiff:cluster-admins"]);
         let second = TokenAuth::load_or_create(dir.path()).unwrap();
         assert_eq!(second.admin_token(), Some(token.as_str()));
         use std::os::unix::fs::PermissionsExt;
@@ -384,18 +417,12 @@ mod tests {
         let pki = pki::load_or_create(dir.path(), &[]).unwrap();
         assert_eq!(
             identity_from_cert(&der_of(&pki.admin_cert_pem)),
-            Some(Identity {
-                user: "skiff-admin".into(),
-                groups: vec!["system:masters".into()]
-            })
+            Some(Identity::new("skiff-admin", &["skiff:cluster-admins"]))
         );
         let (node_cert, _) = pki.issue_client_cert("system:node:n1", &["system:nodes"]).unwrap();
         assert_eq!(
             identity_from_cert(&der_of(&node_cert)),
-            Some(Identity {
-                user: "system:node:n1".into(),
-                groups: vec!["system:nodes".into()]
-            })
+            Some(Identity::new("system:node:n1", &["system:nodes"]))
         );
         let (plain, _) = pki.issue_client_cert("jane", &[]).unwrap();
         assert_eq!(
@@ -487,7 +514,7 @@ mod tests {
         );
         let (alpn, body) = get(addr, admin).await.unwrap();
         assert_eq!(alpn, b"h2");
-        assert_eq!(body, "skiff-admin|system:masters");
+        assert_eq!(body, "skiff-admin|skiff:cluster-admins");
 
         // A node certificate, over HTTP/1.1.
         let (cert, key) = pki.issue_client_cert("system:node:n1", &["system:nodes"]).unwrap();
@@ -575,7 +602,7 @@ mod tests {
         assert!(out.status.success(), "kubectl failed: {stderr}");
         assert_eq!(
             stdout.trim(),
-            "skiff-admin|system:masters HTTP/2.0 /anything",
+            "skiff-admin|skiff:cluster-admins HTTP/2.0 /anything",
             "{stderr}"
         );
     }

@@ -334,9 +334,14 @@ mod tests {
         assert_eq!(expires.as_second() - created.as_second(), 3600);
         let token = v["status"]["token"].as_str().expect("token").to_string();
 
-        // The token authenticates (here: may read), and a changed one does not.
-        let (code, _) = call(&state, &token, "GET", "/api/v1/namespaces/default/pods", "").await;
-        assert_eq!(code, 200);
+        // The token authenticates (as its service account, which no role allows to list pods:
+        // 403, not 401), and a changed one does not.
+        let (code, v) = call(&state, &token, "GET", "/api/v1/namespaces/default/pods", "").await;
+        assert_eq!(code, 403, "{v}");
+        assert_eq!(
+            v["message"],
+            "pods is forbidden: User \"system:serviceaccount:default:bot\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
+        );
         let claims = state
             .service_accounts
             .verify(&token, jiff::Timestamp::now().as_second())

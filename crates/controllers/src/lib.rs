@@ -1,6 +1,7 @@
 //! Controllers, one file per controller named as upstream's: they talk to the API only
 //! (list + watch + write), never to the store.
 
+pub mod clusterroleaggregation;
 pub mod controller_utils;
 pub mod cronjob;
 pub mod daemonset;
@@ -47,6 +48,8 @@ pub struct ControllersConfig {
     pub nodelifecycle: Option<nodelifecycle::NodeLifecycleConfig>,
     /// Pods of gone nodes, excess terminated pods; `None`: not run.
     pub podgc: Option<podgc::PodGcConfig>,
+    /// Aggregated ClusterRoles (admin, edit, view) collect the rules of the roles labelled for them.
+    pub clusterroleaggregation: bool,
     /// The cluster CA (PEM) to publish as `kube-root-ca.crt` in every namespace; None: not published.
     pub root_ca_pem: Option<String>,
 }
@@ -68,6 +71,7 @@ impl Default for ControllersConfig {
             endpoints: true,
             servicelb: true,
             tainteviction: true,
+            clusterroleaggregation: true,
             nodelifecycle: Some(Default::default()),
             podgc: Some(Default::default()),
             root_ca_pem: None,
@@ -76,74 +80,82 @@ impl Default for ControllersConfig {
 }
 
 /// Run the enabled controllers until one fails.
-pub async fn run(client: kube::Client, cfg: ControllersConfig) -> anyhow::Result<()> {
+/// Runs the enabled controllers. Each calls the API server as its own identity, as upstream's
+/// `--use-service-account-credentials`: `clients(NAME)` is the client of the service account
+/// `kube-system/NAME` whose `system:controller:NAME` role the bootstrap policy binds.
+pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig) -> anyhow::Result<()> {
     let mut set = tokio::task::JoinSet::new();
     if cfg.garbage_collector {
-        let c = client.clone();
+        let c = clients("generic-garbage-collector");
         set.spawn(async move { garbagecollector::run(c).await });
     }
     if cfg.namespace {
-        let c = client.clone();
+        let c = clients("namespace-controller");
         set.spawn(async move { namespace::run(c).await });
     }
     if cfg.replicaset {
-        let c = client.clone();
+        let c = clients("replicaset-controller");
         set.spawn(async move { replicaset::run(c).await });
     }
     if cfg.deployment {
-        let c = client.clone();
+        let c = clients("deployment-controller");
         set.spawn(async move { deployment::run(c).await });
     }
     if cfg.daemonset {
-        let c = client.clone();
+        let c = clients("daemon-set-controller");
         set.spawn(async move { daemonset::run(c).await });
     }
     if cfg.job {
-        let c = client.clone();
+        let c = clients("job-controller");
         set.spawn(async move { job::run(c).await });
     }
     if cfg.statefulset {
-        let c = client.clone();
+        let c = clients("statefulset-controller");
         set.spawn(async move { statefulset::run(c).await });
     }
     if cfg.cronjob {
-        let c = client.clone();
+        let c = clients("cronjob-controller");
         set.spawn(async move { cronjob::run(c).await });
     }
     if cfg.persistentvolume {
-        let c = client.clone();
+        let c = clients("persistent-volume-binder");
         set.spawn(async move { persistentvolume::run(c).await });
     }
     if cfg.serviceaccounts {
-        let c = client.clone();
+        let c = clients("service-account-controller");
         set.spawn(async move { serviceaccounts::run(c).await });
     }
     if cfg.endpointslice {
-        let c = client.clone();
+        let c = clients("endpointslice-controller");
         set.spawn(async move { endpointslice::run(c).await });
     }
     if cfg.endpoints {
-        let c = client.clone();
+        let c = clients("endpoint-controller");
         set.spawn(async move { endpoints::run(c).await });
     }
     if let Some(config) = cfg.nodelifecycle {
-        let c = client.clone();
+        let c = clients("node-controller");
         set.spawn(async move { nodelifecycle::run(c, config).await });
     }
     if let Some(config) = cfg.podgc {
-        let c = client.clone();
+        let c = clients("pod-garbage-collector");
         set.spawn(async move { podgc::run(c, config).await });
     }
     if cfg.tainteviction {
-        let c = client.clone();
+        // Upstream's taint eviction controller calls as the node controller (no role of its own).
+        let c = clients("node-controller");
         set.spawn(async move { tainteviction::run(c).await });
     }
     if cfg.servicelb {
-        let c = client.clone();
+        let c = clients("service-lb-controller");
         set.spawn(async move { servicelb::run(c).await });
     }
+    if cfg.clusterroleaggregation {
+        let c = clients("clusterrole-aggregation-controller");
+        set.spawn(async move { clusterroleaggregation::run(c).await });
+    }
     if let Some(pem) = cfg.root_ca_pem {
-        let c = client.clone();
+        let c = clients("root-ca-cert-publisher");
         set.spawn(async move { rootcacertpublisher::run(c, pem).await });
     }
     match set.join_next().await {

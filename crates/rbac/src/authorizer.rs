@@ -191,7 +191,7 @@ impl Policy {
             }
         };
         let mut policy = Policy::default();
-        let mut add = |index: &mut Index, b: &BindingObject, kind: &str| {
+        let add = |index: &mut Index, b: &BindingObject, kind: &str| {
             let ns = b.metadata.namespace.as_str();
             let rules = resolve(ns, &b.role_ref);
             let binding_name = if kind == "RoleBinding" {

@@ -34,6 +34,9 @@ pub struct Attributes {
     pub name: String,
     /// The request path (what non-resource rules match).
     pub path: String,
+    /// The field selector of a list or watch, as given (the Node authorizer allows a node to
+    /// list the pods with `spec.nodeName` its own).
+    pub field_selector: String,
 }
 
 impl Attributes {

@@ -378,10 +378,16 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     println!("skiff: API server listening on {}", running.url);
     println!("skiff: kubeconfig written to {}", running.kubeconfig.display());
     println!("skiff: export KUBECONFIG={}", running.kubeconfig.display());
-    let client = skiff_apiserver::client(running.state.clone());
+    // Each part calls the API server in-process as its upstream identity, with what RBAC
+    // grants that identity and nothing more.
+    let client_as = {
+        let state = running.state.clone();
+        move |identity| skiff_apiserver::client_as(state.clone(), identity)
+    };
     let mut tasks = tokio::task::JoinSet::new();
     if !args.no_controllers {
-        let c = client.clone();
+        let state = running.state.clone();
+        let clients = move |name: &str| skiff_apiserver::controller_client(state.clone(), name);
         let cfg = skiff_controllers::ControllersConfig {
             root_ca_pem: Some(running.state.pki.ca_cert_pem.clone()),
             nodelifecycle: Some(args.node_lifecycle.config()),
@@ -391,14 +397,14 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             }),
             ..Default::default()
         };
-        tasks.spawn(async move { skiff_controllers::run(c, cfg).await.context("controllers") });
+        tasks.spawn(async move { skiff_controllers::run(clients, cfg).await.context("controllers") });
     }
     if !args.no_scheduler {
-        let c = client.clone();
+        let c = client_as(skiff_apiserver::identities::scheduler());
         tasks.spawn(async move { skiff_scheduler::run(c, Default::default()).await.context("scheduler") });
     }
     if args.sim_nodes > 0 {
-        let c = client.clone();
+        let c = client_as(skiff_apiserver::identities::node_simulator());
         let cfg = skiff_agent::sim::SimConfig {
             nodes: args.sim_nodes,
             ..Default::default()
@@ -408,11 +414,11 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     if !args.no_agent {
         match skiff_agent::docker::connect().await {
             Ok(_) => {
-                let c = client.clone();
                 let mut cfg = skiff_agent::AgentConfig::for_this_host(data_dir.join("agent"));
                 if let Some(n) = &args.node_name {
                     cfg.node_name = n.clone();
                 }
+                let c = client_as(skiff_apiserver::identities::node(&cfg.node_name));
                 cfg.cluster_ca_pem = Some(running.state.pki.ca_cert_pem.clone());
                 cfg.services = args.agent.config();
                 cfg.eviction_hard = args.agent.thresholds()?;

@@ -1,0 +1,112 @@
+//! Skiff's own additions to the bootstrap policy, for what its parts do beyond upstream's:
+//! the administrators' group, the scheduler's explanation annotation, ServiceLB, and the node
+//! agent's proxy and cluster DNS roles (which upstream runs as kube-proxy and CoreDNS).
+//! Labelled and annotated as upstream's bootstrap objects, so they are reconciled the same way.
+
+use serde_json::{Value, json};
+
+fn meta(name: &str) -> Value {
+    json!({
+        "name": name,
+        "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+        "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"},
+    })
+}
+
+fn cluster_role(name: &str, rules: Value) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": meta(name),
+        "rules": rules,
+    })
+}
+
+fn binding(name: &str, role: &str, subject: Value) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": meta(name),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [subject],
+    })
+}
+
+fn group(name: &str) -> Value {
+    json!({"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": name})
+}
+
+fn user(name: &str) -> Value {
+    json!({"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": name})
+}
+
+fn service_account(name: &str) -> Value {
+    json!({"kind": "ServiceAccount", "name": name, "namespace": "kube-system"})
+}
+
+/// The administrators' group of the admin kubeconfig (kubeadm's `kubeadm:cluster-admins`).
+pub const CLUSTER_ADMINS_GROUP: &str = "skiff:cluster-admins";
+/// The simulated nodes' client (kwok's: one client acts for every simulated node).
+pub const NODE_SIMULATOR_USER: &str = "skiff:node-simulator";
+/// The ServiceLB controller's service account in kube-system.
+pub const SERVICE_LB_CONTROLLER: &str = "service-lb-controller";
+
+const EVENTS: [&str; 3] = ["create", "patch", "update"];
+const READ: [&str; 3] = ["get", "list", "watch"];
+
+pub fn cluster_roles() -> Vec<Value> {
+    vec![
+        // The scheduler records each attempt's verdicts on the pod (`skiff explain pod`).
+        // It also resolves priorities from PriorityClasses itself.
+        cluster_role(
+            "skiff:kube-scheduler",
+            json!([
+                {"verbs": ["patch"], "apiGroups": [""], "resources": ["pods"]},
+                {"verbs": READ, "apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"]},
+            ]),
+        ),
+        // k3s' ServiceLB: a LoadBalancer Service's ingress is its nodes' addresses.
+        cluster_role(
+            "skiff:controller:service-lb-controller",
+            json!([
+                {"verbs": READ, "apiGroups": [""], "resources": ["services", "nodes"]},
+                {"verbs": ["patch", "update"], "apiGroups": [""], "resources": ["services/status"]},
+                {"verbs": EVENTS, "apiGroups": ["", "events.k8s.io"], "resources": ["events"]},
+            ]),
+        ),
+        // The agent's cluster DNS reads what CoreDNS reads and publishes where it listens as
+        // the EndpointSlice `kube-system/kube-dns-NODE`.
+        cluster_role(
+            "skiff:node-dns",
+            json!([
+                {"verbs": ["list", "watch"], "apiGroups": [""], "resources": ["services", "namespaces"]},
+                {"verbs": ["list", "watch"], "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"]},
+                {"verbs": ["get", "create", "update", "patch", "delete"], "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"]},
+                // The proxy reads the service range from the `kubernetes` ServiceCIDR.
+                {"verbs": ["get"], "apiGroups": ["networking.k8s.io"], "resources": ["servicecidrs"]},
+            ]),
+        ),
+    ]
+}
+
+pub fn cluster_role_bindings() -> Vec<Value> {
+    vec![
+        binding("skiff:cluster-admins", "cluster-admin", group(CLUSTER_ADMINS_GROUP)),
+        binding(
+            "skiff:kube-scheduler",
+            "skiff:kube-scheduler",
+            user("system:kube-scheduler"),
+        ),
+        binding(
+            "skiff:controller:service-lb-controller",
+            "skiff:controller:service-lb-controller",
+            service_account(SERVICE_LB_CONTROLLER),
+        ),
+        // Each agent is also its node's kube-proxy (upstream binds this role to the
+        // `system:kube-proxy` user) and DNS server.
+        binding("skiff:node-proxier", "system:node-proxier", group("system:nodes")),
+        binding("skiff:node-dns", "skiff:node-dns", group("system:nodes")),
+        // The node simulator acts for every simulated node with the nodes' role.
+        binding("skiff:node-simulator", "system:node", user(NODE_SIMULATOR_USER)),
+    ]
+}

@@ -325,7 +325,40 @@ pub static RESOURCES: &[Resource] = &[
     ),
 ];
 
-/// The groups served, in discovery order, with their single version.
+/// Upstream's `GroupPriorityMinimum` of each named group kube-apiserver 1.33 serves (the
+/// aggregator's `apiVersionPriorities`): `/apis` lists groups from the highest down.
+const GROUP_PRIORITIES: &[(&str, u32)] = &[
+    ("apps", 17800),
+    ("events.k8s.io", 17750),
+    ("authentication.k8s.io", 17700),
+    ("authorization.k8s.io", 17600),
+    ("autoscaling", 17500),
+    ("batch", 17400),
+    ("certificates.k8s.io", 17300),
+    ("networking.k8s.io", 17200),
+    ("policy", 17100),
+    ("rbac.authorization.k8s.io", 17000),
+    ("storage.k8s.io", 16800),
+    ("admissionregistration.k8s.io", 16700),
+    ("apiextensions.k8s.io", 16700),
+    ("scheduling.k8s.io", 16600),
+    ("coordination.k8s.io", 16500),
+    ("node.k8s.io", 16300),
+    ("discovery.k8s.io", 16200),
+    ("resource.k8s.io", 16200),
+    ("flowcontrol.apiserver.k8s.io", 16100),
+];
+
+/// A group's priority; a group upstream does not list goes last.
+fn group_priority(group: &str) -> u32 {
+    GROUP_PRIORITIES
+        .iter()
+        .find(|(g, _)| *g == group)
+        .map_or(0, |(_, p)| *p)
+}
+
+/// The named groups served, in upstream's discovery order: by priority, highest first, then
+/// by name (the aggregator sorts its APIServices so).
 pub fn groups() -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
     for r in RESOURCES {
@@ -333,6 +366,7 @@ pub fn groups() -> Vec<&'static str> {
             out.push(r.group);
         }
     }
+    out.sort_by(|a, b| group_priority(b).cmp(&group_priority(a)).then(a.cmp(b)));
     out
 }
 
@@ -361,5 +395,24 @@ mod tests {
         assert!(lookup("", "v1", "nope").is_none());
         assert_eq!(lookup_kind("", "Pod").map(|r| r.plural), Some("pods"));
         assert!(groups().contains(&"batch"));
+    }
+
+    #[test]
+    fn groups_in_upstream_order() {
+        // As kube-apiserver 1.33 lists them under /apis (less the groups Skiff does not serve).
+        assert_eq!(
+            groups(),
+            [
+                "apps",
+                "events.k8s.io",
+                "batch",
+                "networking.k8s.io",
+                "policy",
+                "storage.k8s.io",
+                "scheduling.k8s.io",
+                "coordination.k8s.io",
+                "discovery.k8s.io",
+            ]
+        );
     }
 }

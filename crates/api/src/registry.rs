@@ -45,6 +45,23 @@ impl Resource {
     pub fn has_subresource(&self, sub: &str) -> bool {
         self.subresources.contains(&sub)
     }
+
+    /// Whether the resource only takes creates and stores nothing: the legacy `bindings` and
+    /// the access and token reviews, which upstream answers and forgets.
+    pub fn is_create_only(&self) -> bool {
+        matches!(
+            (self.group, self.plural),
+            ("", "bindings")
+                | ("authentication.k8s.io", "tokenreviews" | "selfsubjectreviews")
+                | (
+                    "authorization.k8s.io",
+                    "subjectaccessreviews"
+                        | "selfsubjectaccessreviews"
+                        | "selfsubjectrulesreviews"
+                        | "localsubjectaccessreviews"
+                )
+        )
+    }
 }
 
 const ALL: &[&str] = &["all"];
@@ -269,6 +286,116 @@ pub static RESOURCES: &[Resource] = &[
         &["status"]
     ),
     res!(
+        "authentication.k8s.io",
+        "v1",
+        "SelfSubjectReview",
+        "selfsubjectreviews",
+        "selfsubjectreview",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "authentication.k8s.io",
+        "v1",
+        "TokenReview",
+        "tokenreviews",
+        "tokenreview",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "authorization.k8s.io",
+        "v1",
+        "LocalSubjectAccessReview",
+        "localsubjectaccessreviews",
+        "localsubjectaccessreview",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectAccessReview",
+        "selfsubjectaccessreviews",
+        "selfsubjectaccessreview",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+        "selfsubjectrulesreview",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "authorization.k8s.io",
+        "v1",
+        "SubjectAccessReview",
+        "subjectaccessreviews",
+        "subjectaccessreview",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        "clusterrolebinding",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+        "clusterrole",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+        "rolebinding",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "Role",
+        "roles",
+        "role",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
         "storage.k8s.io",
         "v1",
         "StorageClass",
@@ -405,14 +532,46 @@ mod tests {
             [
                 "apps",
                 "events.k8s.io",
+                "authentication.k8s.io",
+                "authorization.k8s.io",
                 "batch",
                 "networking.k8s.io",
                 "policy",
+                "rbac.authorization.k8s.io",
                 "storage.k8s.io",
                 "scheduling.k8s.io",
                 "coordination.k8s.io",
                 "discovery.k8s.io",
             ]
         );
+    }
+
+    #[test]
+    fn rbac_and_review_resources() {
+        for (plural, kind, namespaced) in [
+            ("roles", "Role", true),
+            ("rolebindings", "RoleBinding", true),
+            ("clusterroles", "ClusterRole", false),
+            ("clusterrolebindings", "ClusterRoleBinding", false),
+        ] {
+            let r = lookup("rbac.authorization.k8s.io", "v1", plural).expect(plural);
+            assert_eq!((r.kind, r.namespaced), (kind, namespaced));
+            assert!(r.short_names.is_empty() && r.categories.is_empty());
+            assert!(!r.is_create_only());
+        }
+        for (group, plural, namespaced) in [
+            ("authorization.k8s.io", "subjectaccessreviews", false),
+            ("authorization.k8s.io", "selfsubjectaccessreviews", false),
+            ("authorization.k8s.io", "selfsubjectrulesreviews", false),
+            ("authorization.k8s.io", "localsubjectaccessreviews", true),
+            ("authentication.k8s.io", "tokenreviews", false),
+            ("authentication.k8s.io", "selfsubjectreviews", false),
+            ("", "bindings", true),
+        ] {
+            let r = lookup(group, "v1", plural).expect(plural);
+            assert_eq!(r.namespaced, namespaced, "{plural}");
+            assert!(r.is_create_only(), "{plural}");
+        }
+        assert!(!lookup("", "v1", "pods").expect("pods").is_create_only());
     }
 }

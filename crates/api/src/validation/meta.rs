@@ -306,6 +306,15 @@ pub(crate) fn validate_label_selector_with(
     }
 }
 
+/// Whether upstream's `metav1.LabelSelectorAsSelector` refuses the selector: a label key or
+/// value that is not valid, an unknown operator, or values that do not fit the operator. These
+/// are exactly what [`validate_label_selector`] reports.
+pub(crate) fn label_selector_is_invalid(sel: Option<&Value>) -> bool {
+    let mut errs = Vec::new();
+    validate_label_selector(sel, &Path::new(""), &mut errs);
+    !errs.is_empty()
+}
+
 /// upstream's `ValidateObjectMeta` for a top-level object.
 pub(crate) fn validate_object_meta(
     meta: Option<&Value>,
@@ -544,6 +553,9 @@ mod tests {
         let mut errs = Vec::new();
         validate_label_selector_with(Some(&sel), true, &Path::new("s"), &mut errs);
         assert_eq!(errs.len(), 1);
+        assert!(label_selector_is_invalid(Some(&sel)));
+        assert!(!label_selector_is_invalid(Some(&json!({"matchLabels": {"a": "b"}}))));
+        assert!(!label_selector_is_invalid(None));
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Defaulting of objects on create and update, as upstream's `SetDefaults_*` functions
-//! (core/v1, apps/v1, batch/v1, scheduling/v1, storage/v1) plus the parts of upstream's admission and
-//! create strategies that users see on every object: the default service account, priority,
-//! the `DefaultTolerationSeconds` tolerations, a Job's generated selector, a Namespace's
-//! finalizer and a Pod's QoS class.
+//! (core/v1, apps/v1, batch/v1, scheduling/v1, storage/v1, rbac/v1) plus the parts of
+//! upstream's admission and create strategies that users see on every object: the default
+//! service account, priority, the `DefaultTolerationSeconds` tolerations, a Job's generated
+//! selector, a Namespace's finalizer and a Pod's QoS class.
 //!
 //! Objects are JSON; defaulting never fails: a field of an unexpected type is left alone for
 //! validation to report, and unknown fields are kept.
@@ -41,6 +41,7 @@ pub fn apply_defaults(res: &Resource, obj: &mut Value) {
                 default_str(m, "preemptionPolicy", "PreemptLowerPriority");
             }
         }
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => default_role_binding(obj),
         ("storage.k8s.io", "StorageClass") => {
             // upstream's storage/v1 `SetDefaults_StorageClass`: only nil pointers are defaulted,
             // so an explicit "" stays for validation to judge.
@@ -852,10 +853,75 @@ fn default_cronjob(obj: &mut Value) {
     }
 }
 
+// ---- rbac.authorization.k8s.io ----------------------------------------------------------------
+
+/// The API group of roles and bindings.
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+/// upstream's rbac/v1 `SetDefaults_RoleBinding` / `SetDefaults_ClusterRoleBinding`: the role
+/// reference's group; and `SetDefaults_Subject` on every subject: users and groups are of the
+/// RBAC group, service accounts of the core group ("", which JSON leaves out).
+fn default_role_binding(obj: &mut Value) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    // roleRef is a struct, not a pointer, upstream: a binding always has one to default.
+    if let Some(role_ref) = child(root, "roleRef") {
+        default_str(role_ref, "apiGroup", RBAC_GROUP);
+    }
+    for_each_object(array(root, "subjects"), |subject| {
+        if matches!(str_of(subject, "kind"), "User" | "Group") {
+            default_str(subject, "apiGroup", RBAC_GROUP);
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::registry::lookup_kind;
+
+    #[test]
+    fn role_binding_defaults() {
+        for kind in ["RoleBinding", "ClusterRoleBinding"] {
+            let b = defaulted(
+                RBAC_GROUP,
+                kind,
+                json!({
+                    "metadata": {"name": "b"},
+                    "roleRef": {"kind": "ClusterRole", "name": "view"},
+                    "subjects": [
+                        {"kind": "User", "name": "alice"},
+                        {"kind": "Group", "name": "devs", "apiGroup": ""},
+                        {"kind": "ServiceAccount", "name": "bot", "namespace": "ci"},
+                        {"kind": "User", "name": "bob", "apiGroup": "example.com"},
+                        {"kind": "Robot", "name": "r2"}
+                    ]
+                }),
+            );
+            assert_eq!(b["roleRef"]["apiGroup"], RBAC_GROUP, "{kind}");
+            assert_eq!(b["subjects"][0]["apiGroup"], RBAC_GROUP);
+            assert_eq!(b["subjects"][1]["apiGroup"], RBAC_GROUP);
+            assert!(
+                b["subjects"][2].get("apiGroup").is_none(),
+                "service accounts stay in \"\""
+            );
+            assert_eq!(b["subjects"][3]["apiGroup"], "example.com", "a set group stays");
+            assert!(b["subjects"][4].get("apiGroup").is_none(), "unknown kinds are left");
+        }
+        // A binding without a role reference gets one holding the group, as Go's zero struct.
+        let b = defaulted(RBAC_GROUP, "RoleBinding", json!({"metadata": {"name": "b"}}));
+        assert_eq!(b["roleRef"], json!({"apiGroup": RBAC_GROUP}));
+        let b = defaulted(
+            RBAC_GROUP,
+            "ClusterRoleBinding",
+            json!({"roleRef": {"apiGroup": "other.io", "kind": "ClusterRole", "name": "x"}}),
+        );
+        assert_eq!(b["roleRef"]["apiGroup"], "other.io");
+        // Roles have no defaults.
+        let r = json!({"metadata": {"name": "r"}, "rules": [{"verbs": ["get"]}]});
+        assert_eq!(defaulted(RBAC_GROUP, "Role", r.clone()), r);
+    }
 
     fn defaulted(group: &str, kind: &str, mut v: Value) -> Value {
         let res = lookup_kind(group, kind).expect("resource");

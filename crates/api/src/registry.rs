@@ -45,6 +45,23 @@ impl Resource {
     pub fn has_subresource(&self, sub: &str) -> bool {
         self.subresources.contains(&sub)
     }
+
+    /// Whether the resource only takes creates and stores nothing: the legacy `bindings` and
+    /// the access and token reviews, which upstream answers and forgets.
+    pub fn is_create_only(&self) -> bool {
+        matches!(
+            (self.group, self.plural),
+            ("", "bindings")
+                | ("authentication.k8s.io", "tokenreviews" | "selfsubjectreviews")
+                | (
+                    "authorization.k8s.io",
+                    "subjectaccessreviews"
+                        | "selfsubjectaccessreviews"
+                        | "selfsubjectrulesreviews"
+                        | "localsubjectaccessreviews"
+                )
+        )
+    }
 }
 
 const ALL: &[&str] = &["all"];
@@ -269,6 +286,116 @@ pub static RESOURCES: &[Resource] = &[
         &["status"]
     ),
     res!(
+        "authentication.k8s.io",
+        "v1",
+        "SelfSubjectReview",
+        "selfsubjectreviews",
+        "selfsubjectreview",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "authentication.k8s.io",
+        "v1",
+        "TokenReview",
+        "tokenreviews",
+        "tokenreview",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "authorization.k8s.io",
+        "v1",
+        "LocalSubjectAccessReview",
+        "localsubjectaccessreviews",
+        "localsubjectaccessreview",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectAccessReview",
+        "selfsubjectaccessreviews",
+        "selfsubjectaccessreview",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+        "selfsubjectrulesreview",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "authorization.k8s.io",
+        "v1",
+        "SubjectAccessReview",
+        "subjectaccessreviews",
+        "subjectaccessreview",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        "clusterrolebinding",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+        "clusterrole",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+        "rolebinding",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "Role",
+        "roles",
+        "role",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
         "storage.k8s.io",
         "v1",
         "StorageClass",
@@ -325,7 +452,40 @@ pub static RESOURCES: &[Resource] = &[
     ),
 ];
 
-/// The groups served, in discovery order, with their single version.
+/// Upstream's `GroupPriorityMinimum` of each named group kube-apiserver 1.33 serves (the
+/// aggregator's `apiVersionPriorities`): `/apis` lists groups from the highest down.
+const GROUP_PRIORITIES: &[(&str, u32)] = &[
+    ("apps", 17800),
+    ("events.k8s.io", 17750),
+    ("authentication.k8s.io", 17700),
+    ("authorization.k8s.io", 17600),
+    ("autoscaling", 17500),
+    ("batch", 17400),
+    ("certificates.k8s.io", 17300),
+    ("networking.k8s.io", 17200),
+    ("policy", 17100),
+    ("rbac.authorization.k8s.io", 17000),
+    ("storage.k8s.io", 16800),
+    ("admissionregistration.k8s.io", 16700),
+    ("apiextensions.k8s.io", 16700),
+    ("scheduling.k8s.io", 16600),
+    ("coordination.k8s.io", 16500),
+    ("node.k8s.io", 16300),
+    ("discovery.k8s.io", 16200),
+    ("resource.k8s.io", 16200),
+    ("flowcontrol.apiserver.k8s.io", 16100),
+];
+
+/// A group's priority; a group upstream does not list goes last.
+fn group_priority(group: &str) -> u32 {
+    GROUP_PRIORITIES
+        .iter()
+        .find(|(g, _)| *g == group)
+        .map_or(0, |(_, p)| *p)
+}
+
+/// The named groups served, in upstream's discovery order: by priority, highest first, then
+/// by name (the aggregator sorts its APIServices so).
 pub fn groups() -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
     for r in RESOURCES {
@@ -333,6 +493,7 @@ pub fn groups() -> Vec<&'static str> {
             out.push(r.group);
         }
     }
+    out.sort_by(|a, b| group_priority(b).cmp(&group_priority(a)).then(a.cmp(b)));
     out
 }
 
@@ -361,5 +522,56 @@ mod tests {
         assert!(lookup("", "v1", "nope").is_none());
         assert_eq!(lookup_kind("", "Pod").map(|r| r.plural), Some("pods"));
         assert!(groups().contains(&"batch"));
+    }
+
+    #[test]
+    fn groups_in_upstream_order() {
+        // As kube-apiserver 1.33 lists them under /apis (less the groups Skiff does not serve).
+        assert_eq!(
+            groups(),
+            [
+                "apps",
+                "events.k8s.io",
+                "authentication.k8s.io",
+                "authorization.k8s.io",
+                "batch",
+                "networking.k8s.io",
+                "policy",
+                "rbac.authorization.k8s.io",
+                "storage.k8s.io",
+                "scheduling.k8s.io",
+                "coordination.k8s.io",
+                "discovery.k8s.io",
+            ]
+        );
+    }
+
+    #[test]
+    fn rbac_and_review_resources() {
+        for (plural, kind, namespaced) in [
+            ("roles", "Role", true),
+            ("rolebindings", "RoleBinding", true),
+            ("clusterroles", "ClusterRole", false),
+            ("clusterrolebindings", "ClusterRoleBinding", false),
+        ] {
+            let r = lookup("rbac.authorization.k8s.io", "v1", plural).expect(plural);
+            assert_eq!((r.kind, r.namespaced), (kind, namespaced));
+            assert!(r.short_names.is_empty() && r.categories.is_empty());
+            assert!(!r.is_create_only());
+        }
+        for (group, plural, namespaced) in [
+            ("authorization.k8s.io", "subjectaccessreviews", false),
+            ("authorization.k8s.io", "selfsubjectaccessreviews", false),
+            ("authorization.k8s.io", "selfsubjectrulesreviews", false),
+            ("authorization.k8s.io", "localsubjectaccessreviews", true),
+            ("authentication.k8s.io", "tokenreviews", false),
+            ("authentication.k8s.io", "selfsubjectreviews", false),
+            ("", "bindings", true),
+        ] {
+            let r = lookup(group, "v1", plural).expect(plural);
+            assert_eq!(r.namespaced, namespaced, "{plural}");
+            assert!(r.is_create_only(), "{plural}");
+        }
+        assert!(!lookup("", "v1", "pods").expect("pods").is_create_only());
     }
 }

@@ -84,6 +84,61 @@ fn build() -> Schemas {
             "PriorityClass",
             api::scheduling::v1::PriorityClass
         ),
+        ("rbac.authorization.k8s.io", "v1", "Role", api::rbac::v1::Role),
+        (
+            "rbac.authorization.k8s.io",
+            "v1",
+            "RoleBinding",
+            api::rbac::v1::RoleBinding
+        ),
+        (
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRole",
+            api::rbac::v1::ClusterRole
+        ),
+        (
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRoleBinding",
+            api::rbac::v1::ClusterRoleBinding
+        ),
+        (
+            "authorization.k8s.io",
+            "v1",
+            "SubjectAccessReview",
+            api::authorization::v1::SubjectAccessReview
+        ),
+        (
+            "authorization.k8s.io",
+            "v1",
+            "SelfSubjectAccessReview",
+            api::authorization::v1::SelfSubjectAccessReview
+        ),
+        (
+            "authorization.k8s.io",
+            "v1",
+            "SelfSubjectRulesReview",
+            api::authorization::v1::SelfSubjectRulesReview
+        ),
+        (
+            "authorization.k8s.io",
+            "v1",
+            "LocalSubjectAccessReview",
+            api::authorization::v1::LocalSubjectAccessReview
+        ),
+        (
+            "authentication.k8s.io",
+            "v1",
+            "TokenReview",
+            api::authentication::v1::TokenReview
+        ),
+        (
+            "authentication.k8s.io",
+            "v1",
+            "SelfSubjectReview",
+            api::authentication::v1::SelfSubjectReview
+        ),
         ("autoscaling", "v1", "Scale", api::autoscaling::v1::Scale),
         (
             "authentication.k8s.io",
@@ -243,6 +298,81 @@ mod tests {
         });
         let def = definition_for("", "v1", "Pod").expect("pod");
         assert_eq!(unknown_fields(def, &pod), vec!["spec.foo", "spec.containers[0].bar"]);
+    }
+
+    #[test]
+    fn rbac_and_review_kinds_have_schemas() {
+        for (group, kind, def) in [
+            ("rbac.authorization.k8s.io", "Role", "io.k8s.api.rbac.v1.Role"),
+            (
+                "rbac.authorization.k8s.io",
+                "RoleBinding",
+                "io.k8s.api.rbac.v1.RoleBinding",
+            ),
+            (
+                "rbac.authorization.k8s.io",
+                "ClusterRole",
+                "io.k8s.api.rbac.v1.ClusterRole",
+            ),
+            (
+                "rbac.authorization.k8s.io",
+                "ClusterRoleBinding",
+                "io.k8s.api.rbac.v1.ClusterRoleBinding",
+            ),
+            (
+                "authorization.k8s.io",
+                "SubjectAccessReview",
+                "io.k8s.api.authorization.v1.SubjectAccessReview",
+            ),
+            (
+                "authorization.k8s.io",
+                "SelfSubjectAccessReview",
+                "io.k8s.api.authorization.v1.SelfSubjectAccessReview",
+            ),
+            (
+                "authorization.k8s.io",
+                "SelfSubjectRulesReview",
+                "io.k8s.api.authorization.v1.SelfSubjectRulesReview",
+            ),
+            (
+                "authorization.k8s.io",
+                "LocalSubjectAccessReview",
+                "io.k8s.api.authorization.v1.LocalSubjectAccessReview",
+            ),
+            (
+                "authentication.k8s.io",
+                "TokenReview",
+                "io.k8s.api.authentication.v1.TokenReview",
+            ),
+            (
+                "authentication.k8s.io",
+                "SelfSubjectReview",
+                "io.k8s.api.authentication.v1.SelfSubjectReview",
+            ),
+        ] {
+            assert_eq!(definition_for(group, "v1", kind), Some(def));
+        }
+        // Strict field validation reaches into subjects, the role reference and rules.
+        let binding = serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "b", "namespace": "d"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r", "x": 1},
+            "subjects": [{"kind": "User", "name": "u", "uid": "1"}]
+        });
+        assert_eq!(
+            unknown_fields("io.k8s.api.rbac.v1.RoleBinding", &binding),
+            vec!["roleRef.x", "subjects[0].uid"]
+        );
+        let role = serde_json::json!({"rules": [{"verbs": ["get"], "resource": ["pods"]}]});
+        assert_eq!(
+            unknown_fields("io.k8s.api.rbac.v1.Role", &role),
+            vec!["rules[0].resource"]
+        );
+        let sar = serde_json::json!({"spec": {"user": "u", "resourceAttributes": {"verb": "get", "nope": 1}}});
+        assert_eq!(
+            unknown_fields("io.k8s.api.authorization.v1.SubjectAccessReview", &sar),
+            vec!["spec.resourceAttributes.nope"]
+        );
     }
 
     #[test]

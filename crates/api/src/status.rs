@@ -89,20 +89,26 @@ impl StatusError {
         )
     }
 
-    /// 422: `Pod "x" is invalid: <errors>`; `kind` is the Kind ("Pod"), as upstream.
+    /// 422: `Pod "x" is invalid: <errors>`; `kind` is the Kind ("Pod"), as upstream. The
+    /// message names each distinct error once (upstream's `ErrorList.ToAggregate`), the causes
+    /// list every one.
     pub fn invalid(group: &str, kind: &str, name: &str, errs: &[FieldError]) -> Self {
         let qualified_kind = if group.is_empty() {
             kind.to_string()
         } else {
             format!("{kind}.{group}")
         };
-        let list = if errs.len() == 1 {
-            errs[0].to_string()
+        let mut messages: Vec<String> = Vec::with_capacity(errs.len());
+        for e in errs {
+            let m = e.to_string();
+            if !messages.contains(&m) {
+                messages.push(m);
+            }
+        }
+        let list = if messages.len() == 1 {
+            messages.swap_remove(0)
         } else {
-            format!(
-                "[{}]",
-                errs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")
-            )
+            format!("[{}]", messages.join(", "))
         };
         let mut e = StatusError::new(
             422,
@@ -410,6 +416,29 @@ mod tests {
             j["details"]["causes"][0]["field"],
             "spec.containers[0].resources.requests"
         );
+    }
+
+    #[test]
+    fn invalid_message_names_repeated_errors_once() {
+        let twice = FieldError::required("subjects[0].name", "");
+        let other = FieldError::invalid("roleRef", &json!("x"), "cannot change roleRef");
+        let e = StatusError::invalid(
+            "rbac.authorization.k8s.io",
+            "RoleBinding",
+            "b",
+            &[twice.clone(), twice.clone()],
+        );
+        assert_eq!(
+            e.message,
+            "RoleBinding.rbac.authorization.k8s.io \"b\" is invalid: subjects[0].name: Required value"
+        );
+        assert_eq!(e.details.causes.len(), 2, "every error is a cause");
+        let e = StatusError::invalid("", "Pod", "p", &[twice.clone(), other, twice]);
+        assert_eq!(
+            e.message,
+            "Pod \"p\" is invalid: [subjects[0].name: Required value, roleRef: Invalid value: \"x\": cannot change roleRef]"
+        );
+        assert_eq!(e.details.causes.len(), 3);
     }
 
     #[test]

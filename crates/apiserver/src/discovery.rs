@@ -60,10 +60,13 @@ pub struct Subresource {
     pub verbs: &'static [&'static str],
 }
 
-/// The verbs of a resource, as upstream serves them.
+/// The verbs of a resource, as upstream serves them: bindings and the access and token
+/// reviews only take creates.
 pub fn verbs(r: &Resource) -> &'static [&'static str] {
+    if r.is_create_only() {
+        return CREATE_ONLY;
+    }
     match (r.group, r.plural) {
-        ("", "bindings") => CREATE_ONLY,
         ("", "namespaces") => NAMESPACE_VERBS,
         _ => ALL_VERBS,
     }
@@ -249,10 +252,13 @@ fn legacy_resource(r: &Resource) -> Value {
     if !r.categories.is_empty() {
         m.insert("categories".into(), strings(r.categories));
     }
-    m.insert(
-        "storageVersionHash".into(),
-        json!(storage_version_hash(r.group, r.version, r.kind)),
-    );
+    // Upstream hashes the storage version of stored resources only.
+    if !r.is_create_only() {
+        m.insert(
+            "storageVersionHash".into(),
+            json!(storage_version_hash(r.group, r.version, r.kind)),
+        );
+    }
     Value::Object(m)
 }
 
@@ -430,9 +436,13 @@ mod tests {
             assert_eq!(e["singularName"], r.singular);
             assert_eq!(e["namespaced"], r.namespaced, "{}", r.plural);
             assert_eq!(verb_list(e), verbs(r).to_vec());
-            let hash = e["storageVersionHash"].as_str().expect("hash");
-            assert_eq!(hash.len(), 12);
-            assert_eq!(hash, storage_version_hash(r.group, r.version, r.kind));
+            if r.is_create_only() {
+                assert!(e.get("storageVersionHash").is_none(), "{}", r.plural);
+            } else {
+                let hash = e["storageVersionHash"].as_str().expect("hash");
+                assert_eq!(hash.len(), 12);
+                assert_eq!(hash, storage_version_hash(r.group, r.version, r.kind));
+            }
             for s in r.subresources {
                 let sub = entry(&list, &format!("{}/{}", r.plural, s));
                 assert_eq!(sub["namespaced"], r.namespaced);
@@ -493,6 +503,94 @@ mod tests {
         assert_eq!(scale["kind"], "Scale");
         assert_eq!(verb_list(scale), vec!["get", "patch", "update"]);
         assert_eq!(entry(&apps, "deployments")["shortNames"], json!(["deploy"]));
+    }
+
+    #[test]
+    fn rbac_and_review_groups_as_upstream() {
+        let rbac = api_resource_list("rbac.authorization.k8s.io", "v1").expect("rbac");
+        assert_eq!(
+            names(&rbac),
+            ["clusterrolebindings", "clusterroles", "rolebindings", "roles"]
+        );
+        for (name, kind, namespaced) in [
+            ("clusterrolebindings", "ClusterRoleBinding", false),
+            ("clusterroles", "ClusterRole", false),
+            ("rolebindings", "RoleBinding", true),
+            ("roles", "Role", true),
+        ] {
+            let e = entry(&rbac, name);
+            assert_eq!(e["kind"], kind);
+            assert_eq!(e["namespaced"], namespaced);
+            assert_eq!(verb_list(e), ALL_VERBS.to_vec());
+            assert!(e.get("shortNames").is_none() && e.get("categories").is_none());
+            assert_eq!(
+                e["storageVersionHash"],
+                storage_version_hash("rbac.authorization.k8s.io", "v1", kind)
+            );
+        }
+
+        let authz = api_resource_list("authorization.k8s.io", "v1").expect("authorization");
+        assert_eq!(
+            names(&authz),
+            [
+                "localsubjectaccessreviews",
+                "selfsubjectaccessreviews",
+                "selfsubjectrulesreviews",
+                "subjectaccessreviews"
+            ]
+        );
+        assert_eq!(entry(&authz, "localsubjectaccessreviews")["namespaced"], true);
+        let authn = api_resource_list("authentication.k8s.io", "v1").expect("authentication");
+        assert_eq!(names(&authn), ["selfsubjectreviews", "tokenreviews"]);
+        for list in [&authz, &authn] {
+            for e in list["resources"].as_array().expect("resources") {
+                assert_eq!(verb_list(e), vec!["create"], "{}", e["name"]);
+                // Nothing is stored, so there is no storage version to hash.
+                assert!(e.get("storageVersionHash").is_none(), "{}", e["name"]);
+            }
+        }
+        let core = api_resource_list("", "v1").expect("core");
+        assert!(entry(&core, "bindings").get("storageVersionHash").is_none());
+
+        // /apis and the aggregated document list groups in upstream's priority order, each
+        // preferring its only version.
+        let legacy: Vec<Value> = api_group_list()["groups"].as_array().expect("groups").clone();
+        let order: Vec<&str> = legacy.iter().map(|g| g["name"].as_str().expect("name")).collect();
+        assert_eq!(order, registry::groups());
+        let pos = |g: &str| order.iter().position(|x| *x == g).expect(g);
+        assert!(pos("apps") < pos("events.k8s.io"));
+        assert!(pos("events.k8s.io") < pos("authentication.k8s.io"));
+        assert!(pos("authentication.k8s.io") < pos("authorization.k8s.io"));
+        assert!(pos("authorization.k8s.io") < pos("batch"));
+        assert!(pos("policy") < pos("rbac.authorization.k8s.io"));
+        assert!(pos("rbac.authorization.k8s.io") < pos("storage.k8s.io"));
+        let rbac_group = api_group_doc("rbac.authorization.k8s.io").expect("rbac group");
+        assert_eq!(
+            rbac_group["preferredVersion"],
+            json!({"groupVersion": "rbac.authorization.k8s.io/v1", "version": "v1"})
+        );
+        let aggregated = aggregated_discovery(false);
+        let agg_order: Vec<&str> = aggregated["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|g| g["metadata"]["name"].as_str().expect("name"))
+            .collect();
+        assert_eq!(agg_order, order);
+        let sar = aggregated["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .find(|g| g["metadata"]["name"] == "authorization.k8s.io")
+            .and_then(|g| g["versions"][0]["resources"].as_array())
+            .and_then(|rs| rs.iter().find(|r| r["resource"] == "subjectaccessreviews"))
+            .expect("subjectaccessreviews");
+        assert_eq!(sar["verbs"], json!(["create"]));
+        assert_eq!(sar["scope"], "Cluster");
+        assert_eq!(
+            sar["responseKind"],
+            json!({"group": "authorization.k8s.io", "version": "v1", "kind": "SubjectAccessReview"})
+        );
     }
 
     #[test]

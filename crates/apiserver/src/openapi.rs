@@ -1377,8 +1377,88 @@ mod tests {
             }
             // explain finds the kind through a GET operation on its collection or item path.
             let get = ops(&doc, "get", discovery::response_kind(r));
-            assert!(!get.is_empty() || r.plural == "bindings", "{} has no get", r.kind);
+            // Create-only resources (bindings, the reviews) have nothing to read.
+            assert!(!get.is_empty() || r.is_create_only(), "{} has no get", r.kind);
         }
+    }
+
+    #[test]
+    fn rbac_and_review_documents() {
+        let rbac = v3_document("apis/rbac.authorization.k8s.io/v1").expect("rbac");
+        let item = &rbac["paths"]["/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings/{name}"];
+        assert_eq!(
+            item["patch"]["operationId"],
+            "patchRbacAuthorizationV1NamespacedRoleBinding"
+        );
+        assert_eq!(
+            item["put"]["operationId"],
+            "replaceRbacAuthorizationV1NamespacedRoleBinding"
+        );
+        let crb = &rbac["paths"]["/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"];
+        assert_eq!(crb["get"]["operationId"], "listRbacAuthorizationV1ClusterRoleBinding");
+        let schemas = &rbac["components"]["schemas"];
+        for def in [
+            "io.k8s.api.rbac.v1.Role",
+            "io.k8s.api.rbac.v1.RoleList",
+            "io.k8s.api.rbac.v1.ClusterRoleBindingList",
+            "io.k8s.api.rbac.v1.Subject",
+            "io.k8s.api.rbac.v1.PolicyRule",
+            "io.k8s.api.rbac.v1.AggregationRule",
+        ] {
+            assert!(schemas.get(def).is_some(), "{def}");
+        }
+
+        // The reviews are created and nothing else: one POST each, no list, no item path.
+        let authz = v3_document("apis/authorization.k8s.io/v1").expect("authorization");
+        let paths = authz["paths"].as_object().expect("paths");
+        for (path, id) in [
+            (
+                "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                "createAuthorizationV1SubjectAccessReview",
+            ),
+            (
+                "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                "createAuthorizationV1SelfSubjectAccessReview",
+            ),
+            (
+                "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+                "createAuthorizationV1SelfSubjectRulesReview",
+            ),
+            (
+                "/apis/authorization.k8s.io/v1/namespaces/{namespace}/localsubjectaccessreviews",
+                "createAuthorizationV1NamespacedLocalSubjectAccessReview",
+            ),
+        ] {
+            let item = paths.get(path).unwrap_or_else(|| panic!("{path}"));
+            assert_eq!(item["post"]["operationId"], id);
+            for method in ["get", "put", "patch", "delete"] {
+                assert!(item.get(method).is_none(), "{path} {method}");
+            }
+        }
+        assert!(paths.keys().all(|p| !p.ends_with("{name}")), "no item paths");
+        assert!(
+            authz["components"]["schemas"]
+                .get("io.k8s.api.authorization.v1.SubjectAccessReviewList")
+                .is_none()
+        );
+        let authn = v3_document("apis/authentication.k8s.io/v1").expect("authentication");
+        for (path, id) in [
+            (
+                "/apis/authentication.k8s.io/v1/tokenreviews",
+                "createAuthenticationV1TokenReview",
+            ),
+            (
+                "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                "createAuthenticationV1SelfSubjectReview",
+            ),
+        ] {
+            assert_eq!(authn["paths"][path]["post"]["operationId"], id);
+        }
+        assert!(
+            authn["components"]["schemas"]
+                .get("io.k8s.api.authentication.v1.TokenReview")
+                .is_some()
+        );
     }
 
     #[test]

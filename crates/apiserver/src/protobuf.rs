@@ -870,6 +870,131 @@ mod tests {
     }
 
     #[test]
+    fn rbac_and_review_kinds() {
+        use k8s_pb::api::authorization::v1 as authz;
+        use k8s_pb::api::rbac::v1 as rbac;
+        let binding = rbac::RoleBinding {
+            metadata: Some(meta::ObjectMeta {
+                namespace: Some("dev".into()),
+                ..meta("readers")
+            }),
+            subjects: vec![
+                rbac::Subject {
+                    kind: Some("User".into()),
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    name: Some("alice".into()),
+                    namespace: Some(String::new()),
+                },
+                rbac::Subject {
+                    kind: Some("ServiceAccount".into()),
+                    api_group: Some(String::new()),
+                    name: Some("bot".into()),
+                    namespace: Some("ci".into()),
+                },
+            ],
+            role_ref: Some(rbac::RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                kind: Some("ClusterRole".into()),
+                name: Some("view".into()),
+            }),
+        };
+        assert_eq!(
+            decode(&envelope(
+                "rbac.authorization.k8s.io/v1",
+                "RoleBinding",
+                binding.encode_to_vec()
+            ))
+            .unwrap(),
+            json!({
+                "kind": "RoleBinding",
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "metadata": {"name": "readers", "namespace": "dev"},
+                "subjects": [
+                    {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"},
+                    {"kind": "ServiceAccount", "name": "bot", "namespace": "ci"},
+                ],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            })
+        );
+
+        let role = rbac::ClusterRole {
+            metadata: Some(meta("reader")),
+            rules: vec![rbac::PolicyRule {
+                verbs: vec!["get".into(), "list".into()],
+                api_groups: vec![String::new()],
+                resources: vec!["pods".into()],
+                ..Default::default()
+            }],
+            aggregation_rule: None,
+        };
+        assert_eq!(
+            decode(&envelope(
+                "rbac.authorization.k8s.io/v1",
+                "ClusterRole",
+                role.encode_to_vec()
+            ))
+            .unwrap(),
+            json!({
+                "kind": "ClusterRole",
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "metadata": {"name": "reader"},
+                "rules": [{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}],
+            })
+        );
+
+        // What `kubectl auth can-i list pods -n dev` sends.
+        let review = authz::SelfSubjectAccessReview {
+            metadata: Some(meta("")),
+            spec: Some(authz::SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(authz::ResourceAttributes {
+                    namespace: Some("dev".into()),
+                    verb: Some("list".into()),
+                    group: Some(String::new()),
+                    version: Some(String::new()),
+                    resource: Some("pods".into()),
+                    subresource: Some(String::new()),
+                    name: Some(String::new()),
+                    ..Default::default()
+                }),
+                non_resource_attributes: None,
+            }),
+            status: Some(authz::SubjectAccessReviewStatus {
+                allowed: Some(false),
+                denied: Some(false),
+                reason: Some(String::new()),
+                evaluation_error: Some(String::new()),
+            }),
+        };
+        assert_eq!(
+            decode(&envelope(
+                "authorization.k8s.io/v1",
+                "SelfSubjectAccessReview",
+                review.encode_to_vec()
+            ))
+            .unwrap(),
+            json!({
+                "kind": "SelfSubjectAccessReview",
+                "apiVersion": "authorization.k8s.io/v1",
+                "metadata": {},
+                "spec": {"resourceAttributes": {"namespace": "dev", "verb": "list", "resource": "pods"}},
+                "status": {"allowed": false},
+            })
+        );
+        for (api_version, kind) in [
+            ("authorization.k8s.io/v1", "SubjectAccessReview"),
+            ("authorization.k8s.io/v1", "LocalSubjectAccessReview"),
+            ("authorization.k8s.io/v1", "SelfSubjectRulesReview"),
+            ("authentication.k8s.io/v1", "TokenReview"),
+            ("authentication.k8s.io/v1", "SelfSubjectReview"),
+            ("rbac.authorization.k8s.io/v1", "Role"),
+            ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+        ] {
+            let empty = decode(&envelope(api_version, kind, Vec::new())).unwrap();
+            assert_eq!(empty["kind"], kind);
+        }
+    }
+
+    #[test]
     fn kubectl_bodies_match_its_json() {
         for (command, body, expected) in KUBECTL_BODIES {
             let body = hex::decode(body).unwrap();

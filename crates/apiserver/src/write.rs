@@ -1342,6 +1342,150 @@ mod tests {
         assert!(no_new_finalizers(&alive, &added).is_none());
     }
 
+    /// Create, read and update RoleBindings through the router, as kubectl does.
+    #[tokio::test]
+    async fn role_bindings_are_defaulted_and_keep_their_role_ref() {
+        use axum::body::Body;
+        use http::Request;
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+
+        let dir = tempfile::tempdir().expect("dir");
+        let (state, token) = crate::server::ApiState::for_tests(dir.path());
+        let call = |method: &'static str, uri: &'static str, content_type: &'static str, body: String| {
+            let state = state.clone();
+            let token = token.clone();
+            async move {
+                let req = Request::builder()
+                    .method(method)
+                    .uri(uri)
+                    .header("authorization", format!("Bearer {token}"))
+                    .header("content-type", content_type)
+                    .body(Body::from(body))
+                    .expect("request");
+                let resp = crate::server::router(state).oneshot(req).await.expect("response");
+                let code = resp.status().as_u16();
+                let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+                (code, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+            }
+        };
+        const JSON: &str = "application/json";
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}});
+        let (code, v) = call("POST", "/api/v1/namespaces", JSON, ns.to_string()).await;
+        assert_eq!(code, 201, "{v}");
+
+        const BINDINGS: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings";
+        const READERS: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings/readers";
+        // What `kubectl create rolebinding readers --clusterrole=view --user=alice` sends.
+        let binding = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "readers"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [{"kind": "User", "name": "alice"}, {"kind": "ServiceAccount", "name": "bot", "namespace": "ci"}]
+        });
+        let (code, created) = call("POST", BINDINGS, JSON, binding.to_string()).await;
+        assert_eq!(code, 201, "{created}");
+        assert_eq!(created["subjects"][0]["apiGroup"], "rbac.authorization.k8s.io");
+        assert!(created["subjects"][1].get("apiGroup").is_none());
+        assert_eq!(created["metadata"]["namespace"], "default");
+
+        let (code, got) = call("GET", READERS, JSON, String::new()).await;
+        assert_eq!(code, 200, "{got}");
+        assert_eq!(got["roleRef"]["name"], "view");
+        let (code, list) = call("GET", BINDINGS, JSON, String::new()).await;
+        assert_eq!(code, 200, "{list}");
+        assert_eq!(list["kind"], "RoleBindingList");
+        assert_eq!(list["items"].as_array().map(Vec::len), Some(1));
+
+        // Subjects may change; the role reference may not.
+        let mut edited = got.clone();
+        edited["subjects"] = json!([{"kind": "Group", "name": "devs"}]);
+        let (code, v) = call("PUT", READERS, JSON, edited.to_string()).await;
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["subjects"][0]["apiGroup"], "rbac.authorization.k8s.io");
+
+        let mut changed = v.clone();
+        changed["roleRef"]["name"] = json!("edit");
+        let (code, e) = call("PUT", READERS, JSON, changed.to_string()).await;
+        assert_eq!(code, 422, "{e}");
+        assert_eq!(e["reason"], "Invalid");
+        assert_eq!(
+            e["message"],
+            "RoleBinding.rbac.authorization.k8s.io \"readers\" is invalid: roleRef: Invalid value: rbac.RoleRef{APIGroup:\"rbac.authorization.k8s.io\", Kind:\"ClusterRole\", Name:\"edit\"}: cannot change roleRef"
+        );
+        // kubectl prints `The RoleBinding "readers" is invalid: roleRef: ...` from these details.
+        assert_eq!(e["details"]["kind"], "RoleBinding");
+        assert_eq!(e["details"]["group"], "rbac.authorization.k8s.io");
+        assert_eq!(e["details"]["name"], "readers");
+        assert_eq!(e["details"]["causes"][0]["field"], "roleRef");
+        assert_eq!(e["details"]["causes"][0]["reason"], "FieldValueInvalid");
+        let patch = json!({"roleRef": {"kind": "Role", "name": "view"}}).to_string();
+        let (code, e) = call("PATCH", READERS, "application/merge-patch+json", patch).await;
+        assert_eq!(code, 422, "{e}");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap_or("")
+                .ends_with("Kind:\"Role\", Name:\"view\"}: cannot change roleRef"),
+            "{e}"
+        );
+        let (_, still) = call("GET", READERS, JSON, String::new()).await;
+        assert_eq!(still["roleRef"]["name"], "view");
+
+        // A ClusterRoleBinding takes only ClusterRoles, and namespaced service accounts.
+        let crb = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "admins"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": "bot"}]
+        });
+        let (code, e) = call(
+            "POST",
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            JSON,
+            crb.to_string(),
+        )
+        .await;
+        assert_eq!(code, 422, "{e}");
+        assert_eq!(
+            e["message"],
+            "ClusterRoleBinding.rbac.authorization.k8s.io \"admins\" is invalid: [roleRef.kind: Unsupported value: \"Role\": supported values: \"ClusterRole\", subjects[0].namespace: Required value]"
+        );
+
+        // Roles list as the default table: the name and when it was created.
+        let role = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "pod-reader"},
+            "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]
+        });
+        let (code, v) = call(
+            "POST",
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            JSON,
+            role.to_string(),
+        )
+        .await;
+        assert_eq!(code, 201, "{v}");
+        let req = Request::builder()
+            .uri("/apis/rbac.authorization.k8s.io/v1/clusterroles")
+            .header("authorization", format!("Bearer {token}"))
+            .header(
+                "accept",
+                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+            )
+            .body(Body::empty())
+            .expect("request");
+        let resp = crate::server::router(state.clone())
+            .oneshot(req)
+            .await
+            .expect("response");
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        let table: Value = serde_json::from_slice(&bytes).expect("table");
+        assert_eq!(table["columnDefinitions"][1]["name"], "Created At");
+        assert_eq!(table["rows"][0]["cells"][0], "pod-reader");
+        assert_eq!(table["rows"][0]["cells"][1], v["metadata"]["creationTimestamp"]);
+    }
+
     #[test]
     fn updates_finish_a_deletion_only_without_pending_grace() {
         let res = pods();

@@ -14,12 +14,13 @@ pub fn api_resource(r: &Resource) -> ApiResource {
     }
 }
 
-/// Resources holding objects that can own or be owned (skips virtual ones like bindings and
-/// the events.k8s.io view of events).
+/// Resources holding objects that can own or be owned (skips the create-only ones, bindings
+/// and the access and token reviews, which cannot be listed, and the events.k8s.io view of
+/// events).
 pub fn stored_resources() -> impl Iterator<Item = &'static Resource> {
     skiff_api::registry::RESOURCES
         .iter()
-        .filter(|r| r.plural != "bindings" && r.group != "events.k8s.io")
+        .filter(|r| !r.is_create_only() && r.group != "events.k8s.io")
 }
 
 /// An API handle for a resource, in one namespace or across all.
@@ -28,5 +29,30 @@ pub fn api(client: &kube::Client, r: &Resource, namespace: Option<&str>) -> Api<
     match namespace {
         Some(ns) if r.namespaced => Api::namespaced_with(client.clone(), ns, &ar),
         _ => Api::all_with(client.clone(), &ar),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_resources_leave_out_what_cannot_be_listed() {
+        let plurals: Vec<&str> = stored_resources().map(|r| r.plural).collect();
+        for gone in [
+            "bindings",
+            "subjectaccessreviews",
+            "localsubjectaccessreviews",
+            "selfsubjectaccessreviews",
+            "selfsubjectrulesreviews",
+            "tokenreviews",
+            "selfsubjectreviews",
+        ] {
+            assert!(!plurals.contains(&gone), "{gone}");
+        }
+        for kept in ["pods", "roles", "rolebindings", "clusterroles", "clusterrolebindings"] {
+            assert!(plurals.contains(&kept), "{kept}");
+        }
+        assert!(stored_resources().all(|r| r.group != "events.k8s.io"));
     }
 }

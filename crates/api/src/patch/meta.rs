@@ -2,7 +2,7 @@
 //! `listMapKeys`) for the served types, keyed by schema definition and property.
 //!
 //! The table follows the Go struct tags and `+listType` / `+listMapKey` markers of
-//! `k8s.io/api/{core,apps,batch,policy}/v1` and `k8s.io/apimachinery/pkg/apis/meta/v1`.
+//! `k8s.io/api/{core,apps,batch,policy,rbac}/v1` and `k8s.io/apimachinery/pkg/apis/meta/v1`.
 //! Lists that are not named here have no patch strategy (a strategic merge patch replaces
 //! them) and are atomic for server-side apply.
 
@@ -22,6 +22,7 @@ const APPS: &str = "io.k8s.api.apps.v1.";
 const BATCH: &str = "io.k8s.api.batch.v1.";
 const POLICY: &str = "io.k8s.api.policy.v1.";
 const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.";
+const RBAC: &str = "io.k8s.api.rbac.v1.";
 
 /// `patchStrategy:"merge" patchMergeKey:KEY` with `+listType=map +listMapKey=KEYS`.
 const fn merge_map(key: &'static str, keys: &'static [&'static str]) -> ListMeta {
@@ -225,6 +226,17 @@ fn batch(ty: &str, prop: &str) -> Option<ListMeta> {
     Some(meta)
 }
 
+/// Every list of rbac/v1 is `+listType=atomic`, without a patch strategy.
+fn rbac(ty: &str, prop: &str) -> Option<ListMeta> {
+    match (ty, prop) {
+        ("Role" | "ClusterRole", "rules")
+        | ("RoleBinding" | "ClusterRoleBinding", "subjects")
+        | ("AggregationRule", "clusterRoleSelectors")
+        | ("PolicyRule", "verbs" | "apiGroups" | "resources" | "resourceNames" | "nonResourceURLs") => Some(ATOMIC),
+        _ => None,
+    }
+}
+
 fn meta_v1(ty: &str, prop: &str) -> Option<ListMeta> {
     let meta = match (ty, prop) {
         ("ObjectMeta", "finalizers") => MERGE_SET,
@@ -252,6 +264,8 @@ pub fn list_meta(def: &str, prop: &str) -> Option<ListMeta> {
             ("PodDisruptionBudgetStatus", "conditions") => Some(CONDITIONS),
             _ => None,
         }
+    } else if let Some(ty) = def.strip_prefix(RBAC) {
+        rbac(ty, prop)
     } else if let Some(ty) = def.strip_prefix(META) {
         meta_v1(ty, prop)
     } else {
@@ -264,6 +278,9 @@ pub fn list_meta(def: &str, prop: &str) -> Option<ListMeta> {
 pub fn is_atomic_struct(def: &str) -> bool {
     if let Some(ty) = def.strip_prefix(META) {
         return ty == "LabelSelector";
+    }
+    if let Some(ty) = def.strip_prefix(RBAC) {
+        return matches!(ty, "RoleRef" | "Subject");
     }
     let Some(ty) = def.strip_prefix(CORE) else {
         return false;
@@ -327,6 +344,28 @@ mod tests {
         let o =
             list_meta("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "ownerReferences").expect("ownerReferences");
         assert_eq!(o.patch_merge_key, Some("uid"));
+    }
+
+    #[test]
+    fn rbac_references_are_atomic() {
+        // `+structType=atomic` on rbac/v1 RoleRef and Subject: an applier owns them whole.
+        assert!(is_atomic_struct("io.k8s.api.rbac.v1.RoleRef"));
+        assert!(is_atomic_struct("io.k8s.api.rbac.v1.Subject"));
+        assert!(!is_atomic_struct("io.k8s.api.rbac.v1.PolicyRule"));
+        // Their lists are atomic with no patch strategy: a patch replaces them, apply owns them whole.
+        for (def, prop) in [
+            ("io.k8s.api.rbac.v1.RoleBinding", "subjects"),
+            ("io.k8s.api.rbac.v1.ClusterRoleBinding", "subjects"),
+            ("io.k8s.api.rbac.v1.Role", "rules"),
+            ("io.k8s.api.rbac.v1.ClusterRole", "rules"),
+            ("io.k8s.api.rbac.v1.AggregationRule", "clusterRoleSelectors"),
+            ("io.k8s.api.rbac.v1.PolicyRule", "nonResourceURLs"),
+        ] {
+            assert_eq!(list_meta(def, prop), Some(ATOMIC), "{def} {prop}");
+        }
+        let subjects = crate::schema::property("io.k8s.api.rbac.v1.RoleBinding", "subjects").expect("subjects");
+        assert_eq!(subjects["x-kubernetes-list-type"], "atomic");
+        assert!(subjects.get("x-kubernetes-patch-strategy").is_none());
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod apps;
 mod core;
 mod format;
 mod networking;
+mod rbac;
 mod storage;
 
 use jiff::Timestamp;
@@ -104,6 +105,10 @@ enum Printer {
     EndpointSlice,
     IPAddress,
     ServiceCIDR,
+    RoleBinding,
+    ClusterRoleBinding,
+    /// Upstream's default table (`rest.NewDefaultTableConvertor`): Role, ClusterRole.
+    CreatedAt,
     Default,
 }
 
@@ -134,6 +139,9 @@ fn printer_for(res: &Resource) -> Printer {
         ("discovery.k8s.io", "EndpointSlice") => Printer::EndpointSlice,
         ("networking.k8s.io", "IPAddress") => Printer::IPAddress,
         ("networking.k8s.io", "ServiceCIDR") => Printer::ServiceCIDR,
+        ("rbac.authorization.k8s.io", "RoleBinding") => Printer::RoleBinding,
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => Printer::ClusterRoleBinding,
+        ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => Printer::CreatedAt,
         _ => Printer::Default,
     }
 }
@@ -165,6 +173,9 @@ fn columns(printer: Printer) -> &'static [Column] {
         Printer::EndpointSlice => networking::ENDPOINTSLICE_COLUMNS,
         Printer::IPAddress => networking::IPADDRESS_COLUMNS,
         Printer::ServiceCIDR => networking::SERVICECIDR_COLUMNS,
+        Printer::RoleBinding => rbac::ROLEBINDING_COLUMNS,
+        Printer::ClusterRoleBinding => rbac::CLUSTERROLEBINDING_COLUMNS,
+        Printer::CreatedAt => rbac::ROLE_COLUMNS,
         Printer::Default => DEFAULT_COLUMNS,
     }
 }
@@ -205,6 +216,8 @@ pub fn row_cells(res: &Resource, obj: &Value, now: Timestamp) -> Vec<Value> {
         Printer::EndpointSlice => networking::endpointslice(obj, now),
         Printer::IPAddress => networking::ipaddress(obj, now),
         Printer::ServiceCIDR => networking::servicecidr(obj, now),
+        Printer::RoleBinding | Printer::ClusterRoleBinding => rbac::binding(obj, now),
+        Printer::CreatedAt => rbac::created_at(obj),
         Printer::Default => vec![json!(format::name(obj)), json!(format::age(obj, now))],
     }
 }

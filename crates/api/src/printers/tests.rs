@@ -803,3 +803,105 @@ fn endpointslices_ipaddresses_and_servicecidrs() {
     let cidr = json!({"metadata": {"name": "kubernetes"}, "spec": {"cidrs": ["10.96.0.0/12"]}});
     assert_eq!(cells("networking.k8s.io", "servicecidrs", &cidr)[1], "10.96.0.0/12");
 }
+
+#[test]
+fn roles_print_as_the_default_table() {
+    for plural in ["roles", "clusterroles"] {
+        assert_eq!(names("rbac.authorization.k8s.io", plural), ["Name", "Created At"]);
+        let defs = column_definitions(res("rbac.authorization.k8s.io", plural));
+        assert_eq!(defs[0]["format"], "name");
+        assert_eq!(defs[1]["type"], "date");
+        assert_eq!(defs[1]["description"], AGE_DESC);
+        assert_eq!(defs[1]["priority"], 0);
+        let role = json!({"metadata": {"name": "pod-reader", "creationTimestamp": "2024-05-01T11:00:00Z"},
+                          "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]});
+        assert_eq!(
+            cells("rbac.authorization.k8s.io", plural, &role),
+            vec![json!("pod-reader"), json!("2024-05-01T11:00:00Z")]
+        );
+        // Fractions and offsets are dropped to whole seconds in UTC; no time is Go's zero time.
+        let odd = json!({"metadata": {"name": "x", "creationTimestamp": "2024-05-01T13:30:05.25+02:00"}});
+        assert_eq!(
+            cells("rbac.authorization.k8s.io", plural, &odd)[1],
+            "2024-05-01T11:30:05Z"
+        );
+        let none = json!({"metadata": {"name": "x"}});
+        assert_eq!(
+            cells("rbac.authorization.k8s.io", plural, &none)[1],
+            "0001-01-01T00:00:00Z"
+        );
+    }
+}
+
+#[test]
+fn role_binding_rows() {
+    for (plural, word) in [
+        ("rolebindings", "roleBinding"),
+        ("clusterrolebindings", "clusterRoleBinding"),
+    ] {
+        assert_eq!(
+            names("rbac.authorization.k8s.io", plural),
+            ["Name", "Role", "Age", "Users", "Groups", "ServiceAccounts"]
+        );
+        let defs = column_definitions(res("rbac.authorization.k8s.io", plural));
+        let priorities: Vec<i64> = defs.iter().map(|d| d["priority"].as_i64().unwrap()).collect();
+        assert_eq!(priorities, [0, 0, 0, 1, 1, 1]);
+        assert_eq!(defs[3]["description"], format!("Users in the {word}"));
+        assert_eq!(defs[4]["description"], format!("Groups in the {word}"));
+        assert_eq!(defs[5]["description"], format!("ServiceAccounts in the {word}"));
+        assert!(
+            defs[1]["description"]
+                .as_str()
+                .unwrap()
+                .ends_with("If the RoleRef cannot be resolved, the Authorizer must return an error.")
+        );
+
+        let b = json!({
+            "metadata": {"name": "readers", "creationTimestamp": "2024-05-01T11:50:00Z"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [
+                {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"},
+                {"kind": "ServiceAccount", "name": "bot", "namespace": "ci"},
+                {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "devs"},
+                {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "bob"},
+                {"kind": "ServiceAccount", "name": "default"},
+                {"kind": "Robot", "name": "r2"}
+            ]
+        });
+        assert_eq!(
+            cells("rbac.authorization.k8s.io", plural, &b),
+            vec![
+                json!("readers"),
+                json!("ClusterRole/view"),
+                json!("10m"),
+                json!("alice, bob"),
+                json!("devs"),
+                json!("ci/bot, /default"),
+            ]
+        );
+        let bare = json!({"metadata": {"name": "b"}});
+        assert_eq!(
+            cells("rbac.authorization.k8s.io", plural, &bare),
+            vec![
+                json!("b"),
+                json!("/"),
+                json!("<unknown>"),
+                json!(""),
+                json!(""),
+                json!("")
+            ]
+        );
+    }
+    assert!(
+        column_definitions(res("rbac.authorization.k8s.io", "rolebindings"))[1]["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("RoleRef can reference a Role in the current namespace or a ClusterRole")
+    );
+    assert!(
+        column_definitions(res("rbac.authorization.k8s.io", "clusterrolebindings"))[1]["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("RoleRef can only reference a ClusterRole in the global namespace.")
+    );
+}

@@ -253,9 +253,22 @@ fn validate_annotations(ann: Option<&Value>, p: &Path, errs: &mut Vec<FieldError
 
 /// upstream's `ValidateLabelSelector` (metav1).
 pub fn validate_label_selector(sel: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>) {
+    validate_label_selector_with(sel, false, p, errs);
+}
+
+/// upstream's `ValidateLabelSelector` with `AllowInvalidLabelValueInSelector`: an update may
+/// keep the invalid expression values its stored object already has. `matchLabels` first,
+/// then each expression.
+pub(crate) fn validate_label_selector_with(
+    sel: Option<&Value>,
+    allow_invalid_values: bool,
+    p: &Path,
+    errs: &mut Vec<FieldError>,
+) {
     let Some(sel) = sel.filter(|s| !s.is_null()) else {
         return;
     };
+    validate_labels(field(Some(sel), "matchLabels"), &p.child("matchLabels"), errs);
     for (i, e) in arr_at(Some(sel), "matchExpressions").iter().enumerate() {
         let ep = p.child("matchExpressions").index(i);
         let values = arr_at(Some(e), "values");
@@ -282,13 +295,24 @@ pub fn validate_label_selector(sel: Option<&Value>, p: &Path, errs: &mut Vec<Fie
             _ => errs.push(invalid(&ep.child("operator"), &op, "not a valid selector operator")),
         }
         validate_label_name(str_at(Some(e), "key"), &ep.child("key"), errs);
+        if allow_invalid_values {
+            continue;
+        }
         for (vi, v) in values.iter().enumerate() {
             for msg in is_valid_label_value(v.as_str().unwrap_or("")) {
                 errs.push(invalid(&ep.child("values").index(vi), v, &msg));
             }
         }
     }
-    validate_labels(field(Some(sel), "matchLabels"), &p.child("matchLabels"), errs);
+}
+
+/// Whether upstream's `metav1.LabelSelectorAsSelector` refuses the selector: a label key or
+/// value that is not valid, an unknown operator, or values that do not fit the operator. These
+/// are exactly what [`validate_label_selector`] reports.
+pub(crate) fn label_selector_is_invalid(sel: Option<&Value>) -> bool {
+    let mut errs = Vec::new();
+    validate_label_selector(sel, &Path::new(""), &mut errs);
+    !errs.is_empty()
 }
 
 /// upstream's `ValidateObjectMeta` for a top-level object.
@@ -511,6 +535,27 @@ mod tests {
                 "spec.selector.matchExpressions[2].operator: Invalid value: \"Gt\": not a valid selector operator",
             ]
         );
+    }
+
+    #[test]
+    fn label_selector_checks_labels_before_expressions() {
+        let sel = json!({
+            "matchLabels": {"bad key": "v"},
+            "matchExpressions": [{"key": "k", "operator": "In", "values": ["-bad"]}]
+        });
+        let mut errs = Vec::new();
+        validate_label_selector(Some(&sel), &Path::new("s"), &mut errs);
+        let e: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].starts_with("s.matchLabels: Invalid value: \"bad key\": name part"));
+        assert!(e[1].starts_with("s.matchExpressions[0].values[0]: Invalid value: \"-bad\": a valid label"));
+        // Allowing invalid values (an update of an object stored with them) skips only those.
+        let mut errs = Vec::new();
+        validate_label_selector_with(Some(&sel), true, &Path::new("s"), &mut errs);
+        assert_eq!(errs.len(), 1);
+        assert!(label_selector_is_invalid(Some(&sel)));
+        assert!(!label_selector_is_invalid(Some(&json!({"matchLabels": {"a": "b"}}))));
+        assert!(!label_selector_is_invalid(None));
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //!   cron schedule parser), PodDisruptionBudget.
 //! - `core`: Service, Node taints, Secret, ConfigMap, PersistentVolumeClaim, PriorityClass.
 //! - `storage`: StorageClass.
+//! - `rbac`: Role, ClusterRole, RoleBinding, ClusterRoleBinding (their metadata included, as
+//!   upstream's strategies validate it in their own order on update).
 //!
 //! Values inside messages are rendered as upstream's `field.Error` renders them, including
 //! Go's `%#v` of structs where upstream passes a struct (selectors, strategies, taints).
@@ -20,6 +22,7 @@
 mod core;
 mod meta;
 mod pod;
+mod rbac;
 mod storage;
 mod workloads;
 
@@ -46,6 +49,10 @@ pub fn validate(res: &Resource, obj: &Value, old: Option<&Value>) -> Vec<FieldEr
     });
     let old = old_defaulted.as_ref();
     let mut errs = Vec::new();
+    if res.group == "rbac.authorization.k8s.io" {
+        rbac::validate(res.kind, res.namespaced, obj, old, &mut errs);
+        return errs;
+    }
     let name_fn = name_validator(res);
     meta::validate_object_meta(obj.get("metadata"), res.namespaced, name_fn, &mut errs);
     if let Some(old) = old {
@@ -224,7 +231,8 @@ pub(crate) fn go_quote(v: &Value) -> String {
     }
 }
 
-fn go_string_slice(v: Option<&Value>) -> String {
+/// Go's `%#v` of a `[]string`.
+pub(crate) fn go_string_slice(v: Option<&Value>) -> String {
     match v.and_then(Value::as_array) {
         None => "[]string(nil)".to_string(),
         Some(a) => format!("[]string{{{}}}", a.iter().map(go_quote).collect::<Vec<_>>().join(", ")),
@@ -476,6 +484,22 @@ mod tests {
                 json!({"metadata": {"name": "node-1", "labels": {"kubernetes.io/hostname": "node-1"}},
                 "spec": {"taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]},
                 "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"}}}),
+            ),
+            (
+                "rbac.authorization.k8s.io",
+                "RoleBinding",
+                json!({"kind": "RoleBinding", "apiVersion": "rbac.authorization.k8s.io/v1",
+                "metadata": {"name": "readers", "namespace": "default", "creationTimestamp": null},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+                "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"},
+                             {"kind": "ServiceAccount", "name": "bot", "namespace": "default"}]}),
+            ),
+            (
+                "rbac.authorization.k8s.io",
+                "ClusterRole",
+                json!({"kind": "ClusterRole", "apiVersion": "rbac.authorization.k8s.io/v1",
+                "metadata": {"name": "pod-reader", "creationTimestamp": null},
+                "rules": [{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}]}),
             ),
         ];
         for (group, kind, obj) in cases {

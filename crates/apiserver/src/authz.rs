@@ -329,7 +329,6 @@ mod tests {
             assert!(!a.resource_request, "{p}");
             assert_eq!((a.verb.as_str(), a.path.as_str()), ("get", p));
         }
-        assert!(attrs(Method::GET, "/apis/apps/v1").resource_request == false);
     }
 
     #[test]

@@ -337,9 +337,9 @@ pub fn client_as(state: Arc<ApiState>, identity: Identity) -> kube::Client {
 }
 
 /// A kube client for one controller, calling in-process as upstream's controller manager does
-/// with `--use-service-account-credentials`: its lists and watches (upstream's shared
-/// informers) as `system:kube-controller-manager`, everything else as the controller's own
-/// service account `kube-system/NAME`.
+/// with `--use-service-account-credentials`: its reads (upstream's shared informers and the
+/// listers on them) as `system:kube-controller-manager`, its writes as the controller's own
+/// service account `kube-system/NAME`, whose role the bootstrap policy binds.
 pub fn controller_client(state: Arc<ApiState>, name: &str) -> kube::Client {
     let informers = identities::controller_manager();
     let own = identities::controller(name);
@@ -351,7 +351,7 @@ pub fn controller_client(state: Arc<ApiState>, name: &str) -> kube::Client {
                     .map(|q| q.0)
                     .unwrap_or_default();
             let verb = authz::attributes(req.method(), req.uri().path(), &params).verb;
-            let identity = if matches!(verb.as_str(), "list" | "watch") {
+            let identity = if matches!(verb.as_str(), "get" | "list" | "watch") {
                 informers.clone()
             } else {
                 own.clone()

@@ -431,6 +431,7 @@ async fn evict(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     let mut checked = false;
     for _ in 0..8 {
         let (pod, _) = ctx.current().await?;
+        crate::noderestriction::admit_eviction(ctx, &pod)?;
         if can_ignore_budget(&pod) {
             checked = true;
             break;

@@ -96,6 +96,12 @@ pub async fn create(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
         Some(r) => bound_object(ctx, name, r).await?,
         None => Bound::Nothing,
     };
+    // NodeRestriction: a node asks only for tokens bound to its own pods.
+    let bound_pod_node = match &bound {
+        Bound::Pod { node, .. } => Some(json!({"spec": {"nodeName": node.as_ref().map(|n| n.name.clone())}})),
+        _ => None,
+    };
+    crate::noderestriction::admit_token(ctx, &req, bound_pod_node.as_ref())?;
 
     // Pod-bound tokens of the kubelet's default lifetime, for the API server, live a year
     // and are flagged stale after the hour they asked for.

@@ -409,6 +409,8 @@ async fn create_stored(
     }
     reset_status_on_create(res, obj);
     admit(res, obj, None)?;
+    crate::escalation::admit(ctx, obj, None).await?;
+    crate::noderestriction::admit(ctx, obj, None)?;
     manage_fields(ctx, None, obj, operation);
     let key = objects::key(res, &ctx.rr.namespace, &name);
     if ctx.dry_run() {
@@ -736,6 +738,8 @@ pub async fn finish_update(
         return Err(StatusError::invalid(res.group, res.kind, objects::name(&new), &[e]));
     }
     admit(res, &mut new, Some(old))?;
+    crate::escalation::admit(ctx, &new, Some(old)).await?;
+    crate::noderestriction::admit(ctx, &new, Some(old))?;
     manage_fields(ctx, Some(old), &mut new, operation);
     let key = ctx.key();
     if delete_during_update(res, old, &new) {
@@ -1057,6 +1061,7 @@ pub async fn delete_object(ctx: &Ctx, opts: &DeleteOpts) -> Result<(Written, Sta
     }
     for _ in 0..8 {
         let (obj, rev) = ctx.current().await?;
+        crate::noderestriction::admit_delete(ctx, &obj)?;
         if let Some(uid) = &opts.uid
             && uid != objects::uid(&obj)
         {

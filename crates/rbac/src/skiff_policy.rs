@@ -65,6 +65,12 @@ pub fn cluster_roles() -> Vec<Value> {
                 {"verbs": READ, "apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"]},
             ]),
         ),
+        // Skiff's controllers read single objects where upstream's read their informers'
+        // caches (which the controller manager lists and watches: it may already see all).
+        cluster_role(
+            "skiff:kube-controller-manager",
+            json!([{"verbs": ["get"], "apiGroups": ["*"], "resources": ["*"]}]),
+        ),
         // k3s' ServiceLB: a LoadBalancer Service's ingress is its nodes' addresses.
         cluster_role(
             "skiff:controller:service-lb-controller",
@@ -96,6 +102,11 @@ pub fn cluster_role_bindings() -> Vec<Value> {
             "skiff:kube-scheduler",
             "skiff:kube-scheduler",
             user("system:kube-scheduler"),
+        ),
+        binding(
+            "skiff:kube-controller-manager",
+            "skiff:kube-controller-manager",
+            user("system:kube-controller-manager"),
         ),
         binding(
             "skiff:controller:service-lb-controller",

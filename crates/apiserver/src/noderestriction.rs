@@ -1,0 +1,233 @@
+//! Upstream's NodeRestriction admission plugin: what the Node authorizer lets every node do, this
+//! limits to the node's own objects, with upstream's messages. A node creates only mirror pods
+//! bound to itself, updates the status of and deletes only its own pods, modifies only its own
+//! Node (not its taints, not `node-restriction.kubernetes.io/` labels) and Lease, and requests
+//! service account tokens only bound to its own pods. Skiff's addition: a node writes only its
+//! own cluster DNS EndpointSlice, `kube-system/kube-dns-NODE`.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+use skiff_api::StatusError;
+
+use crate::handlers::Ctx;
+use crate::node_authorizer;
+
+const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+const NODE_RESTRICTION_DOMAIN: &str = "node-restriction.kubernetes.io";
+
+fn forbidden(msg: String) -> StatusError {
+    StatusError::forbidden(msg)
+}
+
+fn node_name_of_pod(pod: &Value) -> &str {
+    pod.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("")
+}
+
+/// Checks a create (`old` None) or update of `obj` by a node.
+pub fn admit(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<(), StatusError> {
+    let Some(node) = node_authorizer::node_name(&ctx.user) else {
+        return Ok(());
+    };
+    let res = ctx.rr.resource;
+    let sub = ctx.rr.subresource.as_str();
+    let name = crate::objects::name(obj);
+    match (res.group, res.plural, sub) {
+        ("", "pods", "") if old.is_none() => {
+            let mirror = obj
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(MIRROR_ANNOTATION))
+                .is_some();
+            if !mirror {
+                return Err(forbidden(format!(
+                    "pod does not have \"{MIRROR_ANNOTATION}\" annotation, node \"{node}\" can only create mirror pods"
+                )));
+            }
+            if node_name_of_pod(obj) != node {
+                return Err(forbidden(format!(
+                    "node \"{node}\" can only create pods with spec.nodeName set to itself"
+                )));
+            }
+            Ok(())
+        }
+        ("", "pods", "status") => {
+            let bound = old.map(node_name_of_pod).unwrap_or_else(|| node_name_of_pod(obj));
+            if bound != node {
+                return Err(forbidden(format!(
+                    "node \"{node}\" can only update pod status for pods with spec.nodeName set to itself"
+                )));
+            }
+            Ok(())
+        }
+        ("", "nodes", _) => {
+            if name != node {
+                return Err(forbidden(format!(
+                    "node \"{node}\" is not allowed to modify node \"{name}\""
+                )));
+            }
+            let labels = |o: Option<&Value>| -> Vec<(String, String)> {
+                o.and_then(|o| o.pointer("/metadata/labels"))
+                    .and_then(Value::as_object)
+                    .map(|m| {
+                        m.iter()
+                            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            let old_labels = labels(old);
+            let forbidden_labels: BTreeSet<String> = labels(Some(obj))
+                .into_iter()
+                .filter(|(k, v)| {
+                    let changed = !old_labels.iter().any(|(ok, ov)| ok == k && ov == v);
+                    restricted_domain(k) || (changed && is_kubernetes_label(k) && !is_kubelet_label(k))
+                })
+                .map(|(k, _)| k)
+                .collect();
+            if !forbidden_labels.is_empty() {
+                let list: Vec<String> = forbidden_labels.into_iter().collect();
+                let verb = if old.is_none() {
+                    "set the following labels"
+                } else {
+                    "modify labels"
+                };
+                return Err(forbidden(format!(
+                    "node \"{node}\" is not allowed to {verb}: {}",
+                    list.join(", ")
+                )));
+            }
+            if let Some(old) = old
+                && old.pointer("/spec/taints") != obj.pointer("/spec/taints")
+                && !(taints_empty(old) && taints_empty(obj))
+            {
+                return Err(forbidden(format!("node \"{node}\" is not allowed to modify taints")));
+            }
+            Ok(())
+        }
+        ("coordination.k8s.io", "leases", _) => {
+            if name != node {
+                return Err(forbidden(
+                    "can only access node lease with the same name as the requesting node".into(),
+                ));
+            }
+            Ok(())
+        }
+        ("discovery.k8s.io", "endpointslices", _) => {
+            let own = format!("kube-dns-{node}");
+            if ctx.rr.namespace != "kube-system" || name != own {
+                return Err(forbidden(format!(
+                    "node \"{node}\" can only write the EndpointSlice kube-system/{own}"
+                )));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks a node's delete of a pod or EndpointSlice.
+pub fn admit_delete(ctx: &Ctx, obj: &Value) -> Result<(), StatusError> {
+    let Some(node) = node_authorizer::node_name(&ctx.user) else {
+        return Ok(());
+    };
+    match (ctx.rr.resource.group, ctx.rr.resource.plural) {
+        ("", "pods") if node_name_of_pod(obj) != node => Err(forbidden(format!(
+            "node \"{node}\" can only delete pods with spec.nodeName set to itself"
+        ))),
+        ("discovery.k8s.io", "endpointslices") | ("", "nodes") | ("coordination.k8s.io", "leases") => {
+            admit(ctx, obj, Some(obj))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks a node's eviction of a pod.
+pub fn admit_eviction(ctx: &Ctx, pod: &Value) -> Result<(), StatusError> {
+    match node_authorizer::node_name(&ctx.user) {
+        Some(node) if node_name_of_pod(pod) != node => Err(forbidden(format!(
+            "node \"{node}\" can only evict pods with spec.nodeName set to itself"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Checks a node's TokenRequest: bound to a pod on this node.
+pub fn admit_token(ctx: &Ctx, request: &Value, bound_pod: Option<&Value>) -> Result<(), StatusError> {
+    let Some(node) = node_authorizer::node_name(&ctx.user) else {
+        return Ok(());
+    };
+    let kind = request.pointer("/spec/boundObjectRef/kind").and_then(Value::as_str);
+    match (kind, bound_pod) {
+        (None, _) => Err(forbidden("node requested token not bound to a pod".to_string())),
+        (Some(k), _) if k != "Pod" => Err(forbidden(format!(
+            "node requested token bound to an object of kind {k}, not a pod"
+        ))),
+        (Some(_), Some(pod)) if node_name_of_pod(pod) != node => Err(forbidden(
+            "node requested token bound to a pod scheduled on a different node".to_string(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn taints_empty(node: &Value) -> bool {
+    node.pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .is_none_or(|t| t.is_empty())
+}
+
+fn domain(label: &str) -> &str {
+    label.split_once('/').map(|(d, _)| d).unwrap_or("")
+}
+
+fn restricted_domain(label: &str) -> bool {
+    let d = domain(label);
+    d == NODE_RESTRICTION_DOMAIN || d.ends_with(&format!(".{NODE_RESTRICTION_DOMAIN}"))
+}
+
+fn is_kubernetes_label(label: &str) -> bool {
+    let d = domain(label);
+    d == "kubernetes.io" || d.ends_with(".kubernetes.io") || d == "k8s.io" || d.ends_with(".k8s.io")
+}
+
+/// The labels a kubelet may set on its Node (upstream's `kubeletapis.IsKubeletLabel`).
+fn is_kubelet_label(label: &str) -> bool {
+    const LABELS: &[&str] = &[
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+    ];
+    if LABELS.contains(&label) {
+        return true;
+    }
+    let d = domain(label);
+    ["kubelet.kubernetes.io", "node.kubernetes.io"]
+        .iter()
+        .any(|ns| d == *ns || d.ends_with(&format!(".{ns}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubelet_labels() {
+        assert!(is_kubelet_label("kubernetes.io/hostname"));
+        assert!(is_kubelet_label(
+            "node.kubernetes.io/exclude-from-external-load-balancers"
+        ));
+        assert!(!is_kubelet_label("node-role.kubernetes.io/control-plane"));
+        assert!(restricted_domain("node-restriction.kubernetes.io/pool"));
+        assert!(restricted_domain("x.node-restriction.kubernetes.io/pool"));
+        assert!(!restricted_domain("example.com/pool"));
+        assert!(is_kubernetes_label("node-role.kubernetes.io/worker"));
+        assert!(!is_kubernetes_label("example.com/x"));
+    }
+}

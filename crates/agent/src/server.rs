@@ -108,6 +108,21 @@ pub async fn serve(addr: SocketAddr, ca_pem: &str, sans: Vec<String>, state: Ser
                         return;
                     }
                 };
+                // Only the API server's own client certificate is served; any other the cluster
+                // CA signed (a user's, a node's) is answered 403 whatever it asks.
+                let user = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .and_then(|c| common_name(c))
+                    .unwrap_or_default();
+                let app = if user == API_SERVER_CLIENT {
+                    app
+                } else {
+                    tracing::info!(%peer, user, "refused a client that is not the API server");
+                    refusal(user)
+                };
                 let service = hyper_util::service::TowerToHyperService::new(app);
                 let conn = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
@@ -122,6 +137,38 @@ pub async fn serve(addr: SocketAddr, ca_pem: &str, sans: Vec<String>, state: Ser
     Ok(Endpoint {
         addr: bound,
         cert_sha256,
+    })
+}
+
+/// The client certificate's CN the API server calls agents with (kubeadm's
+/// `apiserver-kubelet-client`); `skiff_apiserver::pki` issues it and refuses the name to users.
+pub const API_SERVER_CLIENT: &str = "kube-apiserver-kubelet-client";
+
+/// The CN of a DER certificate.
+fn common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert.subject().iter_common_name().next()?.as_str().ok()?.to_string();
+    Some(cn)
+}
+
+/// A router answering every request 403 in the kubelet's words.
+fn refusal(user: String) -> Router {
+    Router::new().fallback(move |req: axum::extract::Request| {
+        let user = user.clone();
+        async move {
+            let verb = match *req.method() {
+                http::Method::GET | http::Method::HEAD => "get",
+                http::Method::POST => "create",
+                http::Method::PUT => "update",
+                http::Method::PATCH => "patch",
+                http::Method::DELETE => "delete",
+                _ => "",
+            };
+            (
+                http::StatusCode::FORBIDDEN,
+                format!("Forbidden (user={user}, verb={verb}, resource=nodes, subresource=proxy)"),
+            )
+        }
     })
 }
 

@@ -1158,6 +1158,8 @@ struct Pki {
     ca_pem: String,
     client_cert_pem: String,
     client_key_pem: String,
+    user_cert_pem: String,
+    user_key_pem: String,
 }
 
 fn pki() -> Pki {
@@ -1174,10 +1176,16 @@ fn pki() -> Pki {
         .distinguished_name
         .push(DnType::CommonName, "kube-apiserver-kubelet-client");
     let client_cert = client_params.signed_by(&client_key, &issuer).unwrap();
+    let user_key = KeyPair::generate().unwrap();
+    let mut user_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    user_params.distinguished_name.push(DnType::CommonName, "jane");
+    let user_cert = user_params.signed_by(&user_key, &issuer).unwrap();
     Pki {
         ca_pem: ca_cert.pem(),
         client_cert_pem: client_cert.pem(),
         client_key_pem: client_key.serialize_pem(),
+        user_cert_pem: user_cert.pem(),
+        user_key_pem: user_key.serialize_pem(),
     }
 }
 
@@ -1402,6 +1410,24 @@ async fn https_endpoint_serves_logs_and_exec_to_ca_signed_clients() {
         .request_text(http::Request::get("/healthz").body(Vec::new()).unwrap())
         .await;
     assert!(denied.is_err(), "a client without a certificate is rejected");
+
+    // A certificate the same CA signed for anyone but the API server is refused: the agent is
+    // no way around the API server's authorization.
+    let user = agent_client(addr, Some((&pki.user_cert_pem, &pki.user_key_pem))).await;
+    let refused = user
+        .request_text(
+            http::Request::get("/containerLogs/default/talk/c")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .expect_err("a user certificate is refused");
+    assert!(
+        refused
+            .to_string()
+            .contains("Forbidden (user=jane, verb=get, resource=nodes, subresource=proxy)"),
+        "{refused}"
+    );
 
     h.finish(tx, task).await;
 }

@@ -20,9 +20,19 @@ pub async fn admit(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<(), St
     }
     let name = crate::objects::name(obj);
     let namespace = ctx.rr.namespace.as_str();
+    // Changes to what the garbage collector needs (owners, finalizers) are always allowed.
+    if old.is_some_and(|o| only_gc_fields_changed(o, obj)) {
+        return Ok(());
+    }
     match res.plural {
         "roles" | "clusterroles" => {
-            if res.plural == "clusterroles" && obj.get("aggregationRule").is_some_and(|a| !a.is_null()) {
+            let escalate = Attributes::resource("escalate", res.group, res.plural, namespace, name);
+            if allowed(ctx, &escalate).await {
+                return Ok(());
+            }
+            no_escalation(ctx, res, name, namespace, &rules_of(obj))?;
+            let aggregated = |o: Option<&Value>| o.and_then(|o| o.get("aggregationRule")).is_some_and(|a| !a.is_null());
+            if res.plural == "clusterroles" && (aggregated(Some(obj)) || aggregated(old)) {
                 // An aggregated role may gather anything: it takes every permission.
                 let everything = [
                     json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}),
@@ -36,28 +46,14 @@ pub async fn admit(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<(), St
                     ));
                 }
             }
-            if old.is_some_and(|o| o.get("rules") == obj.get("rules")) {
-                return Ok(());
-            }
-            let escalate = Attributes::resource("escalate", res.group, res.plural, namespace, name);
-            if allowed(ctx, &escalate).await {
-                return Ok(());
-            }
-            let rules = rules_of(obj);
-            no_escalation(ctx, res, name, namespace, &rules)
+            Ok(())
         }
         _ => {
             let role_ref = obj.get("roleRef").cloned().unwrap_or(Value::Null);
-            if old.is_some_and(|o| o.get("roleRef") == Some(&role_ref)) {
-                return Ok(());
-            }
             let kind = role_ref.get("kind").and_then(Value::as_str).unwrap_or("");
             let role_name = role_ref.get("name").and_then(Value::as_str).unwrap_or("");
-            let (plural, role_ns) = match kind {
-                "Role" => ("roles", namespace),
-                _ => ("clusterroles", namespace),
-            };
-            let bind = Attributes::resource("bind", authz::RBAC_GROUP, plural, role_ns, role_name);
+            let plural = if kind == "Role" { "roles" } else { "clusterroles" };
+            let bind = Attributes::resource("bind", authz::RBAC_GROUP, plural, namespace, role_name);
             if allowed(ctx, &bind).await {
                 return Ok(());
             }
@@ -67,6 +63,21 @@ pub async fn admit(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<(), St
             no_escalation(ctx, res, name, namespace, &rules)
         }
     }
+}
+
+/// Upstream's `IsOnlyMutatingGCFields`: the objects differ at most in their owner references
+/// and finalizers (and what the server maintains: resourceVersion, managedFields).
+fn only_gc_fields_changed(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(md) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            for k in ["ownerReferences", "finalizers", "resourceVersion", "managedFields"] {
+                md.remove(k);
+            }
+        }
+        v
+    };
+    strip(old) == strip(new)
 }
 
 async fn allowed(ctx: &Ctx, a: &Attributes) -> bool {

@@ -46,7 +46,7 @@ pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> R
     let headers = parts.headers.clone();
     match r {
         Route::Version => body::value_response(StatusCode::OK, &discovery::version_info()),
-        Route::Health(name) => health(&state, name).await,
+        Route::Health(name) => health(&state, name, &path, params.contains_key("verbose")).await,
         Route::CoreDiscovery => discovery_response(&headers, true),
         Route::GroupsDiscovery => discovery_response(&headers, false),
         Route::Group(g) => match discovery::api_group_doc(&g) {
@@ -131,21 +131,62 @@ fn not_found_path() -> Response {
     body::error_response(&e)
 }
 
-async fn health(state: &ApiState, name: &str) -> Response {
-    match state.store.current_revision().await {
-        Ok(_) => {
-            let mut r = Response::new(Body::from("ok"));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-            r
+/// The checks `/readyz`, `/livez` and `/healthz` run, as upstream names them. The post-start
+/// hooks have all run before the server accepts a connection.
+const HEALTH_CHECKS: &[&str] = &[
+    "ping",
+    "log",
+    "etcd",
+    "poststarthook/rbac/bootstrap-roles",
+    "poststarthook/scheduling/bootstrap-system-priority-classes",
+    "poststarthook/bootstrap-controller",
+];
+
+async fn health(state: &ApiState, name: &str, path: &str, verbose: bool) -> Response {
+    let text = |code: StatusCode, body: String| {
+        let mut r = Response::new(Body::from(body));
+        *r.status_mut() = code;
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        r
+    };
+    let store = state.store.current_revision().await;
+    if name == "check" {
+        // `/readyz/CHECK`: one check.
+        let check = path.splitn(3, '/').nth(2).unwrap_or("").trim_end_matches('/');
+        if !HEALTH_CHECKS.contains(&check) {
+            return text(StatusCode::NOT_FOUND, "404 page not found\n".into());
         }
+        return match (check, &store) {
+            ("etcd", Err(e)) => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("internal server error: {e}\n"),
+            ),
+            _ => text(StatusCode::OK, "ok".into()),
+        };
+    }
+    match store {
+        Ok(_) if verbose => {
+            let mut body: String = HEALTH_CHECKS.iter().map(|c| format!("[+]{c} ok\n")).collect();
+            body.push_str(&format!("{name} check passed\n"));
+            text(StatusCode::OK, body)
+        }
+        Ok(_) => text(StatusCode::OK, "ok".into()),
         Err(e) => {
             tracing::warn!(check = name, error = %e, "health check failed");
-            let mut r = Response::new(Body::from(format!("[-]etcd failed: {e}\n{name} check failed")));
-            *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-            r
+            let body: String = HEALTH_CHECKS
+                .iter()
+                .map(|c| match *c {
+                    "etcd" => "[-]etcd failed: reason withheld\n".to_string(),
+                    c => format!("[+]{c} ok\n"),
+                })
+                .collect();
+            text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("{body}{name} check failed\n"),
+            )
         }
     }
 }

@@ -10,6 +10,9 @@
 //! - `super-admin.crt` / `super-admin.key`: the break-glass certificate
 //!   `CN=skiff-super-admin, O=system:masters`, which no authorizer is asked about (kubeadm's
 //!   `super-admin.conf`);
+//! - `apiserver-kubelet-client.crt` / `.key`: `CN=kube-apiserver-kubelet-client`, the certificate
+//!   the API server calls node agents with (logs, exec, attach, port-forward); agents answer no
+//!   other, so no user reaches a pod through an agent without the API server's authorization;
 //! - `sa.key`: the ECDSA P-256 key (PKCS#8) that signs service account tokens (kubeadm's
 //!   `sa.key`), independent of the CA: a new CA does not invalidate issued tokens.
 //!
@@ -48,6 +51,8 @@ pub const ADMIN_GROUP: &str = "skiff:cluster-admins";
 pub const SUPER_ADMIN_USER: &str = "skiff-super-admin";
 /// The group no authorizer is asked about.
 pub const SUPER_ADMIN_GROUP: &str = "system:masters";
+/// The user of the certificate the API server calls node agents with (the only one they serve).
+pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
 
 /// The CA and the certificates the API server needs, all PEM encoded.
 #[derive(Clone)]
@@ -60,6 +65,8 @@ pub struct Pki {
     pub admin_key_pem: String,
     pub super_admin_cert_pem: String,
     pub super_admin_key_pem: String,
+    pub kubelet_client_cert_pem: String,
+    pub kubelet_client_key_pem: String,
     /// The service account token signing key (PKCS#8 PEM).
     pub service_account_key_pem: String,
 }
@@ -80,6 +87,8 @@ struct Paths {
     admin_key: PathBuf,
     super_admin_cert: PathBuf,
     super_admin_key: PathBuf,
+    kubelet_client_cert: PathBuf,
+    kubelet_client_key: PathBuf,
     service_account_key: PathBuf,
 }
 
@@ -95,6 +104,8 @@ impl Paths {
             admin_key: pki.join("admin.key"),
             super_admin_cert: pki.join("super-admin.crt"),
             super_admin_key: pki.join("super-admin.key"),
+            kubelet_client_cert: pki.join("apiserver-kubelet-client.crt"),
+            kubelet_client_key: pki.join("apiserver-kubelet-client.key"),
             service_account_key: pki.join("sa.key"),
         }
     }
@@ -152,6 +163,14 @@ pub fn load_or_create(dir: &Path, hostnames: &[String]) -> anyhow::Result<Pki> {
         |cert| names_user(cert, SUPER_ADMIN_USER, SUPER_ADMIN_GROUP),
         || issue_client(&issuer, SUPER_ADMIN_USER, &[SUPER_ADMIN_GROUP]),
     )?;
+    let (kubelet_client_cert_pem, kubelet_client_key_pem) = load_or_issue(
+        &paths.kubelet_client_cert,
+        &paths.kubelet_client_key,
+        ca_created,
+        &ca_subject,
+        |cert| names_user(cert, KUBELET_CLIENT_USER, ADMIN_GROUP),
+        || issue_client(&issuer, KUBELET_CLIENT_USER, &[ADMIN_GROUP]),
+    )?;
     let service_account_key_pem = match read_opt(&paths.service_account_key)? {
         Some(key) => key,
         None => {
@@ -173,6 +192,8 @@ pub fn load_or_create(dir: &Path, hostnames: &[String]) -> anyhow::Result<Pki> {
         admin_key_pem,
         super_admin_cert_pem,
         super_admin_key_pem,
+        kubelet_client_cert_pem,
+        kubelet_client_key_pem,
         service_account_key_pem,
     })
 }
@@ -211,6 +232,58 @@ impl Pki {
 }
 
 /// The kubeconfig text for `write_kubeconfig`.
+/// A kubeconfig for a new client certificate `CN=user, O=group` from the CA under `dir`, for the
+/// server at `server_url` (default: the one in `dir/kubeconfig`). Names only the API server or
+/// the break-glass certificate may carry are refused, and `system:masters` with them.
+pub fn user_kubeconfig(
+    dir: &Path,
+    server_url: Option<&str>,
+    user: &str,
+    group: Option<&str>,
+) -> anyhow::Result<String> {
+    if user.is_empty() {
+        bail!("a user name is required");
+    }
+    if [KUBELET_CLIENT_USER, SUPER_ADMIN_USER].contains(&user) {
+        bail!("{user:?} is reserved for the API server's own certificates");
+    }
+    if group == Some(SUPER_ADMIN_GROUP) {
+        bail!(
+            "{SUPER_ADMIN_GROUP} is never authorized, only trusted: use {} for break-glass access",
+            dir.join("super-admin.kubeconfig").display()
+        );
+    }
+    if user.starts_with("system:node:") && group != Some("system:nodes") {
+        bail!("{user:?} is a node's name: use `skiff kubeconfig node NAME`");
+    }
+    let paths = Paths::new(dir);
+    let ca_cert_pem =
+        fs::read_to_string(&paths.ca_cert).with_context(|| format!("reading {}", paths.ca_cert.display()))?;
+    let ca_key_pem =
+        fs::read_to_string(&paths.ca_key).with_context(|| format!("reading {}", paths.ca_key.display()))?;
+    let ca_key = KeyPair::from_pem(&ca_key_pem).context("parsing the CA key")?;
+    let issuer = Issuer::from_ca_cert_pem(&ca_cert_pem, ca_key).context("parsing the CA certificate")?;
+    let groups: Vec<&str> = group.into_iter().collect();
+    let (cert, key) = issue_client(&issuer, user, &groups)?;
+    let server = match server_url {
+        Some(s) => s.to_string(),
+        None => server_of(&dir.join("kubeconfig"))?,
+    };
+    kubeconfig_yaml(&ca_cert_pem, &server, &cert, &key)
+}
+
+/// The `server:` of a kubeconfig this module wrote.
+fn server_of(kubeconfig: &Path) -> anyhow::Result<String> {
+    let text = fs::read_to_string(kubeconfig)
+        .with_context(|| format!("reading {} (or give --server)", kubeconfig.display()))?;
+    let line = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server:"))
+        .with_context(|| format!("no server in {}", kubeconfig.display()))?;
+    let v: String = serde_json::from_str(line.trim()).unwrap_or_else(|_| line.trim().to_string());
+    Ok(v)
+}
+
 fn kubeconfig_yaml(
     ca_cert_pem: &str,
     server_url: &str,
@@ -515,6 +588,7 @@ mod tests {
             &paths.serving_key,
             &paths.admin_key,
             &paths.super_admin_key,
+            &paths.kubelet_client_key,
             &paths.service_account_key,
         ] {
             assert_eq!(mode(key), 0o600, "{}", key.display());

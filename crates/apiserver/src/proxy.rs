@@ -201,10 +201,11 @@ type TlsStream = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
 
 async fn connect(state: &ApiState, t: &Target, alpn_http1: bool) -> Result<TlsStream, StatusError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(state.pki.admin_cert_pem.as_bytes())
-        .filter_map(Result::ok)
-        .collect();
-    let key = PrivateKeyDer::from_pem_slice(state.pki.admin_key_pem.as_bytes())
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(state.pki.kubelet_client_cert_pem.as_bytes())
+            .filter_map(Result::ok)
+            .collect();
+    let key = PrivateKeyDer::from_pem_slice(state.pki.kubelet_client_key_pem.as_bytes())
         .map_err(|e| StatusError::internal(format!("reading the proxy client key: {e}")))?;
     let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()

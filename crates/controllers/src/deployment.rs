@@ -11,8 +11,7 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStat
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use serde_json::json;
+use kube::api::{DeleteParams, ListParams, PostParams};
 
 use crate::controller_utils::{self as cu, Recorder, WorkQueue};
 
@@ -539,11 +538,13 @@ impl Syncer<'_> {
         if annotation(&self.d.metadata, REVISION) == Some(revision) {
             return Ok(());
         }
-        let patch = json!({"metadata": {"annotations": {REVISION: revision}}});
-        let updated = self
-            .d_api
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+        // An update, as upstream's (its role may update deployments, not patch them).
+        let mut copy = self.d.clone();
+        copy.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(REVISION.to_string(), revision.to_string());
+        let updated = self.d_api.replace(&self.name, &PostParams::default(), &copy).await?;
         self.d.metadata = updated.metadata;
         Ok(())
     }

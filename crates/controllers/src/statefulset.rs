@@ -451,13 +451,10 @@ async fn own_claims_by_pod(ctx: &Ctx, set: &StatefulSet, pod: &Pod) -> anyhow::R
         }
         refs.retain(|r| Some(&r.uid) != set.metadata.uid.as_ref());
         refs.push(owner.clone());
-        let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": claim.metadata.uid}});
-        api.patch(
-            &cname,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await?;
+        // An update, as upstream's (its role may update claims, not patch them).
+        let mut updated = claim.clone();
+        updated.metadata.owner_references = Some(refs);
+        api.replace(&cname, &kube::api::PostParams::default(), &updated).await?;
     }
     Ok(())
 }

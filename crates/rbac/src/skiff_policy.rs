@@ -80,10 +80,12 @@ pub fn cluster_roles() -> Vec<Value> {
                 {"verbs": EVENTS, "apiGroups": ["", "events.k8s.io"], "resources": ["events"]},
             ]),
         ),
-        // The agent's cluster DNS reads what CoreDNS reads and publishes where it listens as
-        // the EndpointSlice `kube-system/kube-dns-NODE`.
+        // The agent's proxy reads Services, their EndpointSlices and the service range (what
+        // kube-proxy reads, without kube-proxy's read of every Node); its cluster DNS reads what
+        // CoreDNS reads and publishes where it listens as the EndpointSlice
+        // `kube-system/kube-dns-NODE` (NodeRestriction holds each node to its own).
         cluster_role(
-            "skiff:node-dns",
+            "skiff:node",
             json!([
                 {"verbs": ["list", "watch"], "apiGroups": [""], "resources": ["services", "namespaces"]},
                 {"verbs": ["list", "watch"], "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"]},
@@ -113,10 +115,8 @@ pub fn cluster_role_bindings() -> Vec<Value> {
             "skiff:controller:service-lb-controller",
             service_account(SERVICE_LB_CONTROLLER),
         ),
-        // Each agent is also its node's kube-proxy (upstream binds this role to the
-        // `system:kube-proxy` user) and DNS server.
-        binding("skiff:node-proxier", "system:node-proxier", group("system:nodes")),
-        binding("skiff:node-dns", "skiff:node-dns", group("system:nodes")),
+        // Each agent is also its node's service proxy and DNS server.
+        binding("skiff:node", "skiff:node", group("system:nodes")),
         // The node simulator acts for every simulated node with the nodes' role.
         binding("skiff:node-simulator", "system:node", user(NODE_SIMULATOR_USER)),
     ]

@@ -60,6 +60,37 @@ enum Command {
     /// Local images (no registry is needed).
     #[command(subcommand)]
     Images(ImagesCommand),
+    /// Issue a kubeconfig with a client certificate from the cluster CA (printed to stdout).
+    #[command(subcommand)]
+    Kubeconfig(KubeconfigCommand),
+}
+
+#[derive(Subcommand)]
+enum KubeconfigCommand {
+    /// A user (CN=NAME), optionally in a group (O=GROUP); RBAC decides what it may do.
+    User {
+        name: String,
+        #[arg(long)]
+        group: Option<String>,
+        #[command(flatten)]
+        target: KubeconfigTarget,
+    },
+    /// A node agent's identity: `system:node:NAME` in `system:nodes`, for `skiff agent`.
+    Node {
+        name: String,
+        #[command(flatten)]
+        target: KubeconfigTarget,
+    },
+}
+
+#[derive(clap::Args)]
+struct KubeconfigTarget {
+    /// The server's data dir, which holds the CA (default ~/.skiff).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// The API server's URL (default: the admin kubeconfig's).
+    #[arg(long)]
+    server: Option<String>,
 }
 
 #[derive(clap::Args, Clone)]
@@ -336,6 +367,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(b) => bench::run(b).await,
+        Command::Kubeconfig(k) => {
+            let (user, group, target) = match k {
+                KubeconfigCommand::User { name, group, target } => (name, group, target),
+                KubeconfigCommand::Node { name, target } => {
+                    (format!("system:node:{name}"), Some("system:nodes".to_string()), target)
+                }
+            };
+            let dir = target.data_dir.unwrap_or_else(default_data_dir);
+            let text = skiff_apiserver::pki::user_kubeconfig(&dir, target.server.as_deref(), &user, group.as_deref())?;
+            print!("{text}");
+            Ok(())
+        }
         Command::Images(ImagesCommand::Build) => {
             let docker = skiff_agent::docker::connect().await?;
             skiff_agent::build_local_images(&docker).await

@@ -40,20 +40,34 @@ fn version_discovery_and_api_resources() {
 }
 
 #[test]
-fn unauthenticated_requests_get_401() {
+fn anonymous_requests_are_forbidden_and_bad_credentials_get_401() {
     let c = Cluster::start(CONTROL_PLANE);
-    let out = std::process::Command::new("curl")
-        .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}"])
-        .arg(format!("https://127.0.0.1:{}/api/v1/namespaces/default/pods", c.port))
-        .output()
-        .expect("curl");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "401");
-    let ok = std::process::Command::new("curl")
-        .args(["-sk"])
-        .arg(format!("https://127.0.0.1:{}/readyz", c.port))
-        .output()
-        .expect("curl");
-    assert_eq!(String::from_utf8_lossy(&ok.stdout), "ok");
+    let curl = |path: &str, extra: &[&str]| {
+        let out = std::process::Command::new("curl")
+            .args(["-sk", "-w", "\n%{http_code}"])
+            .args(extra)
+            .arg(format!("https://127.0.0.1:{}{path}", c.port))
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    // Without credentials a request is system:anonymous, which RBAC allows only health,
+    // version and nothing else (upstream's default `--anonymous-auth`).
+    let anonymous = curl("/api/v1/namespaces/default/pods", &[]);
+    assert!(anonymous.ends_with("\n403"), "{anonymous}");
+    assert!(
+        anonymous.contains(
+            r#"pods is forbidden: User \"system:anonymous\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""#
+        ),
+        "{anonymous}"
+    );
+    assert_eq!(curl("/readyz", &[]), "ok\n200");
+    // A token that authenticates nobody is 401, not anonymous.
+    let bad = curl(
+        "/api/v1/namespaces/default/pods",
+        &["-H", "Authorization: Bearer nonsense"],
+    );
+    assert!(bad.ends_with("\n401"), "{bad}");
 }
 
 const DEPLOY: &str = r#"

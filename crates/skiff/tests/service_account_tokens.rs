@@ -214,6 +214,22 @@ fn create_token_authenticates_as_the_service_account() {
     assert_eq!(exp - iat, 3600, "an hour unless asked otherwise");
 
     let kubeconfig = anonymous_kubeconfig(&c);
+    // The token authenticates: the request is the service account's, which may do what RBAC
+    // grants it, nothing yet (403, not 401).
+    let out = get_pods_with(&c, &kubeconfig, &token);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("pods is forbidden: User \"system:serviceaccount:default:bot\" cannot list resource \"pods\""),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.k(&[
+        "create",
+        "rolebinding",
+        "bot-edit",
+        "--clusterrole=edit",
+        "--serviceaccount=default:bot",
+    ]);
     let out = get_pods_with(&c, &kubeconfig, &token);
     assert!(
         out.status.success(),
@@ -221,7 +237,6 @@ fn create_token_authenticates_as_the_service_account() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("No resources found in default namespace."));
-    // Every authenticated user may write, the service account too.
     let out = kubectl_with(&c, &kubeconfig, &["--token", &token, "create", "configmap", "from-bot"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
@@ -334,6 +349,13 @@ fn tokens_bound_to_a_pod() {
     );
 
     let kubeconfig = anonymous_kubeconfig(&c);
+    c.k(&[
+        "create",
+        "rolebinding",
+        "bot-view",
+        "--clusterrole=view",
+        "--serviceaccount=default:bot",
+    ]);
     let out = get_pods_with(&c, &kubeconfig, token);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // Once the pod is gone, so is the token's validity.
@@ -410,6 +432,13 @@ fn projected_tokens_on_a_node() {
     );
     assert_eq!(claims["kubernetes.io"]["node"]["name"], n.name.as_str());
     let kubeconfig = anonymous_kubeconfig(c);
+    c.k(&[
+        "create",
+        "rolebinding",
+        "bot-view",
+        "--clusterrole=view",
+        "--serviceaccount=default:bot",
+    ]);
     let out = get_pods_with(c, &kubeconfig, &token);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 

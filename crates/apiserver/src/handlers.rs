@@ -18,16 +18,25 @@ use crate::{ApiState, authz, discovery, objects, openapi, watch};
 
 pub type Params = HashMap<String, String>;
 
-/// The one entry point for every request.
+/// The one entry point for every request: audited, with its `Audit-Id` on the response.
 pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> Response {
+    let mut audit = crate::audit_request::AuditCtx::new(&req);
+    let response = serve(&state, req, &mut audit).await;
+    audit.finish(&state, response).await
+}
+
+async fn serve(state: &Arc<ApiState>, req: Request<Body>, audit: &mut crate::audit_request::AuditCtx) -> Response {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let params: Params = Query::<Params>::try_from_uri(&parts.uri)
         .map(|q| q.0)
         .unwrap_or_default();
+    let attributes = authz::attributes(&parts.method, &path, &params);
     let Some(user) = state.authenticate(&parts.headers, &parts.extensions).await else {
+        audit.begin(state, Identity::default(), attributes);
         return body::error_response(&StatusError::unauthorized());
     };
+    audit.begin(state, user.clone(), attributes.clone());
     let user = match crate::impersonation::resolve(&state.authz, &*state.store, user, &parts.headers).await {
         Ok(user) => user,
         Err(e) => {
@@ -35,18 +44,21 @@ pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> R
             return body::error_response(&e);
         }
     };
-    let attributes = authz::attributes(&parts.method, &path, &params);
-    if let Err(e) = state.authz.check(&*state.store, &user, &attributes).await {
+    audit.impersonating(&user);
+    let (decision, reason) = state.authz.authorize(&*state.store, &user, &attributes).await;
+    let allowed = decision == skiff_rbac::Decision::Allow;
+    audit.decision(allowed, &reason);
+    if !allowed {
         // Read what the client sends first, so it gets the 403 rather than a reset.
         let _ = body::read_limited(body).await;
-        return body::error_response(&e);
+        return body::error_response(&authz::forbidden(&user, &attributes, &reason));
     }
     let r = route(&path);
     let method = parts.method.clone();
     let headers = parts.headers.clone();
     match r {
         Route::Version => body::value_response(StatusCode::OK, &discovery::version_info()),
-        Route::Health(name) => health(&state, name, &path, params.contains_key("verbose")).await,
+        Route::Health(name) => health(state, name, &path, params.contains_key("verbose")).await,
         Route::CoreDiscovery => discovery_response(&headers, true),
         Route::GroupsDiscovery => discovery_response(&headers, false),
         Route::Group(g) => match discovery::api_group_doc(&g) {
@@ -91,6 +103,7 @@ pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> R
                 Ok(b) => b,
                 Err(e) => return body::error_response(&e),
             };
+            audit.request_body(&bytes);
             let rbac_write = method != Method::GET && authz::is_rbac(rr.resource.group, rr.resource.plural);
             let ctx = Ctx {
                 state: state.clone(),

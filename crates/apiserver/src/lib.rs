@@ -5,6 +5,8 @@
 //! component reaches the data through the HTTP API (in-process through [`client`]).
 
 pub mod allocator;
+pub mod audit;
+pub mod audit_request;
 pub mod authz;
 pub mod body;
 pub mod bootstrap;

@@ -29,6 +29,8 @@ pub struct ApiState {
     pub service_ranges: ServiceRanges,
     /// The authorizer chain and its RBAC snapshot.
     pub authz: Authorizer,
+    /// The audit policy and log.
+    pub audit: crate::audit::Auditor,
 }
 
 impl ApiState {
@@ -42,6 +44,7 @@ impl ApiState {
             service_accounts,
             service_ranges: ServiceRanges::default(),
             authz: Authorizer::default(),
+            audit: crate::audit::Auditor::disabled(),
         })
     }
 
@@ -112,6 +115,8 @@ pub struct ServerOptions {
     pub service_ranges: ServiceRanges,
     /// Where nodes reach the API server (the `kubernetes` Service's endpoint); 127.0.0.1 if unset.
     pub advertise_address: Option<IpAddr>,
+    /// The audit policy and log; `log_path` unset means DATA_DIR/audit/audit.log.
+    pub audit: crate::audit::AuditOptions,
 }
 
 impl ServerOptions {
@@ -124,6 +129,13 @@ impl ServerOptions {
             hostnames: Vec::new(),
             service_ranges: ServiceRanges::default(),
             advertise_address: None,
+            audit: crate::audit::AuditOptions {
+                policy_file: None,
+                log_path: None,
+                max_age_days: 0,
+                max_backups: 10,
+                max_size_mb: 100,
+            },
         }
     }
 }
@@ -178,6 +190,11 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
     let tls_config = tls::server_config(&pki).context("configuring TLS")?;
     let mut state = ApiState::new(store, tokens, pki).context("preparing the service account token signer")?;
     state.service_ranges = opts.service_ranges;
+    let mut audit = opts.audit.clone();
+    if audit.log_path.is_none() {
+        audit.log_path = Some(opts.data_dir.join("audit").join("audit.log"));
+    }
+    state.audit = crate::audit::Auditor::start(&audit).context("starting the audit log")?;
     let state = Arc::new(state);
     ensure_namespaces(&state).await.context("creating initial namespaces")?;
     crate::bootstrap::reconcile(&state)

@@ -131,6 +131,30 @@ struct ServerArgs {
     agent: AgentArgs,
     #[command(flatten)]
     node_lifecycle: NodeLifecycleArgs,
+    #[command(flatten)]
+    audit: AuditArgs,
+}
+
+/// Upstream's audit flags. The log is on by default, under the data dir.
+#[derive(clap::Args, Clone)]
+struct AuditArgs {
+    /// An audit.k8s.io/v1 Policy (default: Metadata for every request but health checks and
+    /// node heartbeats).
+    #[arg(long)]
+    audit_policy_file: Option<PathBuf>,
+    /// Where the audit log goes: a file, `-` for standard output, empty for none
+    /// (default DATA_DIR/audit/audit.log).
+    #[arg(long)]
+    audit_log_path: Option<PathBuf>,
+    /// Days rotated audit logs are kept (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxage: u64,
+    /// Rotated audit logs kept (0: no limit).
+    #[arg(long, default_value_t = 10)]
+    audit_log_maxbackup: usize,
+    /// Megabytes an audit log grows to before it is rotated (0: never).
+    #[arg(long, default_value_t = 100)]
+    audit_log_maxsize: u64,
 }
 
 /// The node agent's flags: its Service roles and the kubelet's eviction thresholds.
@@ -417,6 +441,13 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         &args.service_node_port_range,
     )?;
     opts.advertise_address = Some(args.advertise_address.unwrap_or_else(skiff_agent::node::detect_host_ip));
+    opts.audit = skiff_apiserver::audit::AuditOptions {
+        policy_file: args.audit.audit_policy_file.clone(),
+        log_path: args.audit.audit_log_path.clone(),
+        max_age_days: args.audit.audit_log_maxage,
+        max_backups: args.audit.audit_log_maxbackup,
+        max_size_mb: args.audit.audit_log_maxsize,
+    };
     let running = skiff_apiserver::start(opts).await?;
     println!("skiff: API server listening on {}", running.url);
     println!("skiff: kubeconfig written to {}", running.kubeconfig.display());

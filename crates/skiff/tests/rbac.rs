@@ -517,3 +517,50 @@ fn bootstrap_policy_comes_back_at_start_unless_opted_out() {
         );
     }
 }
+
+#[test]
+fn refused_requests_are_audited_and_secret_values_never_are() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.k(&[
+        "create",
+        "secret",
+        "generic",
+        "s",
+        "--from-literal=password=AUDIT-NEVER-SEES-THIS",
+    ]);
+    c.k_err(&["get", "secrets", "--as", "jane"]);
+    // Every response names its audit event.
+    let out = Command::new("curl")
+        .args(["-sk", "-D", "-", "-o", "/dev/null"])
+        .arg(format!("https://127.0.0.1:{}/version", c.port))
+        .output()
+        .expect("curl");
+    let headers = stdout(&out).to_ascii_lowercase();
+    assert!(headers.lines().any(|l| l.starts_with("audit-id: ")), "{headers}");
+
+    let log_path = c.path().join("audit").join("audit.log");
+    let refused = eventually(Duration::from_secs(5), || {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        log.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("one JSON event a line"))
+            .find(|e| e["impersonatedUser"]["username"] == "jane" && e["responseStatus"]["code"] == 403)
+    })
+    .expect("the refused request is in the audit log");
+    assert_eq!(refused["apiVersion"], "audit.k8s.io/v1");
+    assert_eq!(refused["kind"], "Event");
+    assert_eq!(refused["stage"], "ResponseComplete");
+    assert_eq!(refused["verb"], "list");
+    assert_eq!(refused["user"]["username"], "skiff-admin");
+    assert_eq!(refused["objectRef"]["resource"], "secrets");
+    assert_eq!(refused["responseStatus"]["reason"], "Forbidden");
+    assert_eq!(refused["annotations"]["authorization.k8s.io/decision"], "forbid");
+    let log = std::fs::read_to_string(&log_path).expect("audit log");
+    assert!(log.contains("\"resource\":\"secrets\""), "the create is logged");
+    assert!(
+        !log.contains("AUDIT-NEVER-SEES-THIS"),
+        "no secret value in the audit log"
+    );
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode("AUDIT-NEVER-SEES-THIS");
+    assert!(!log.contains(&b64));
+}

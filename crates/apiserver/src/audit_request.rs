@@ -1,0 +1,240 @@
+//! One request's audit trail, as upstream's `WithAudit` filter: the level by the policy once the
+//! caller is known, the authorizer's decision as annotations, and the events of its stages
+//! (long-running requests, watches and streams, have `ResponseStarted` when their headers go
+//! out and `ResponseComplete` when they end). Every response carries its `Audit-Id`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderValue, Request};
+use http_body_util::BodyExt;
+use skiff_rbac::Attributes;
+
+use crate::ApiState;
+use crate::audit::{Level, Record, Stage};
+use crate::tls::Identity;
+
+const AUDIT_ID: &str = "audit-id";
+
+pub struct AuditCtx {
+    audit_id: String,
+    received: jiff::Timestamp,
+    request_uri: String,
+    source_ip: Option<String>,
+    user_agent: Option<String>,
+    level: Level,
+    omit: Vec<Stage>,
+    user: Identity,
+    impersonated: Option<Identity>,
+    attributes: Option<Attributes>,
+    annotations: Vec<(&'static str, String)>,
+    request_body: Option<Bytes>,
+    long_running: bool,
+}
+
+impl AuditCtx {
+    pub fn new(req: &Request<Body>) -> AuditCtx {
+        // A client's own Audit-Id is kept, as upstream keeps it.
+        let audit_id = req
+            .headers()
+            .get(AUDIT_ID)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty() && v.len() <= 128)
+            .map(str::to_string)
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        AuditCtx {
+            audit_id,
+            received: jiff::Timestamp::now(),
+            request_uri: req
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str().to_string())
+                .unwrap_or_default(),
+            source_ip: req
+                .extensions()
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip().to_string()),
+            user_agent: req
+                .headers()
+                .get(http::header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+            level: Level::None,
+            omit: Vec::new(),
+            user: Identity::default(),
+            impersonated: None,
+            attributes: None,
+            annotations: Vec::new(),
+            request_body: None,
+            long_running: false,
+        }
+    }
+
+    /// The caller is known: the policy decides the level.
+    pub fn begin(&mut self, state: &ApiState, user: Identity, attributes: Attributes) {
+        if !state.audit.enabled() {
+            return;
+        }
+        let (level, omit) = state.audit.policy().level(&user, &attributes);
+        self.level = level;
+        if level == Level::None {
+            return;
+        }
+        self.omit = omit;
+        self.long_running = attributes.verb == "watch"
+            || (attributes.resource == "pods"
+                && matches!(
+                    attributes.subresource.as_str(),
+                    "exec" | "attach" | "portforward" | "log"
+                ));
+        self.user = user;
+        self.attributes = Some(attributes);
+        let record = self.record(Stage::RequestReceived, 0, None, None);
+        self.emit(state, record);
+    }
+
+    pub fn impersonating(&mut self, user: &Identity) {
+        if self.level > Level::None && *user != self.user {
+            self.impersonated = Some(user.clone());
+        }
+    }
+
+    pub fn decision(&mut self, allowed: bool, reason: &str) {
+        if self.level > Level::None {
+            self.annotations.push((
+                "authorization.k8s.io/decision",
+                if allowed { "allow" } else { "forbid" }.to_string(),
+            ));
+            self.annotations
+                .push(("authorization.k8s.io/reason", reason.to_string()));
+        }
+    }
+
+    pub fn request_body(&mut self, bytes: &Bytes) {
+        if self.level >= Level::Request {
+            self.request_body = Some(bytes.clone());
+        }
+    }
+
+    fn record(&self, stage: Stage, code: u16, failure: Option<(String, String)>, response: Option<Bytes>) -> Record {
+        Record {
+            level: self.level,
+            stage,
+            audit_id: self.audit_id.clone(),
+            request_uri: self.request_uri.clone(),
+            verb: self.attributes.as_ref().map(|a| a.verb.clone()).unwrap_or_default(),
+            user: self.user.clone(),
+            impersonated: self.impersonated.clone(),
+            source_ip: self.source_ip.clone(),
+            user_agent: self.user_agent.clone(),
+            attributes: self.attributes.clone(),
+            code,
+            failure,
+            received: self.received,
+            stage_time: jiff::Timestamp::now(),
+            annotations: self.annotations.clone(),
+            request_body: self.request_body.clone(),
+            response_body: response,
+        }
+    }
+
+    fn emit(&self, state: &ApiState, record: Record) {
+        if !self.omit.contains(&record.stage) {
+            state.audit.emit(record);
+        }
+    }
+
+    /// Records the response and returns it with its `Audit-Id`.
+    pub async fn finish(self, state: &Arc<ApiState>, response: Response) -> Response {
+        let (mut parts, body) = response.into_parts();
+        if let Ok(v) = HeaderValue::from_str(&self.audit_id) {
+            parts.headers.insert(AUDIT_ID, v);
+        }
+        if self.level == Level::None {
+            return Response::from_parts(parts, body);
+        }
+        let code = parts.status.as_u16();
+        let keep_body = code >= 400 || (self.level == Level::RequestResponse && !self.long_running);
+        let (body, bytes) = if keep_body {
+            match body.collect().await {
+                Ok(collected) => {
+                    let bytes = collected.to_bytes();
+                    (Body::from(bytes.clone()), Some(bytes))
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading a response for the audit log failed");
+                    (Body::empty(), None)
+                }
+            }
+        } else {
+            (body, None)
+        };
+        let failure = (code >= 400)
+            .then(|| {
+                bytes
+                    .as_ref()
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
+            })
+            .flatten()
+            .map(|status| {
+                let field = |k: &str| status.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string();
+                (field("reason"), field("message"))
+            });
+        let response_body = bytes.filter(|_| self.level == Level::RequestResponse);
+        if self.long_running && code < 400 {
+            let started = self.record(Stage::ResponseStarted, code, None, None);
+            self.emit(state, started);
+            let complete = self.record(Stage::ResponseComplete, code, None, None);
+            let guard = (!self.omit.contains(&Stage::ResponseComplete)).then(|| (state.clone(), complete));
+            return Response::from_parts(
+                parts,
+                Body::new(Audited {
+                    inner: body,
+                    on_end: guard,
+                }),
+            );
+        }
+        let record = self.record(Stage::ResponseComplete, code, failure, response_body);
+        self.emit(state, record);
+        Response::from_parts(parts, body)
+    }
+}
+
+/// A long-running response's body: its `ResponseComplete` event is written when it ends.
+struct Audited {
+    inner: Body,
+    on_end: Option<(Arc<ApiState>, Record)>,
+}
+
+impl http_body::Body for Audited {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Audited {
+    fn drop(&mut self) {
+        if let Some((state, mut record)) = self.on_end.take() {
+            record.stage_time = jiff::Timestamp::now();
+            state.audit.emit(record);
+        }
+    }
+}

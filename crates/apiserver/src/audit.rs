@@ -445,10 +445,12 @@ impl LogFile {
         };
         line.push(b'\n');
         let max = self.opts.max_size_mb.saturating_mul(1024 * 1024);
-        if !self.stdout && max > 0 && self.size + line.len() as u64 > max {
-            if let Err(e) = self.rotate() {
-                tracing::warn!(error = %format!("{e:#}"), "rotating the audit log failed");
-            }
+        if !self.stdout
+            && max > 0
+            && self.size + line.len() as u64 > max
+            && let Err(e) = self.rotate()
+        {
+            tracing::warn!(error = %format!("{e:#}"), "rotating the audit log failed");
         }
         match self.out.write_all(&line) {
             Ok(()) => self.size += line.len() as u64,
@@ -498,7 +500,7 @@ impl LogFile {
             })
             .filter_map(|e| Some((e.path(), e.metadata().ok()?.modified().ok()?)))
             .collect();
-        backups.sort_by(|a, b| b.1.cmp(&a.1));
+        backups.sort_by_key(|b| std::cmp::Reverse(b.1));
         let max_age = Duration::from_secs(self.opts.max_age_days * 24 * 3600);
         for (i, (path, modified)) in backups.iter().enumerate() {
             let too_many = self.opts.max_backups > 0 && i >= self.opts.max_backups;

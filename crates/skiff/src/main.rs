@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Start the control plane (API server, scheduler, controllers) and a local node.
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// Run the scheduler alone against an API server.
     Scheduler {
         #[arg(long)]
@@ -327,7 +327,7 @@ fn parse_labels(s: &str) -> anyhow::Result<std::collections::BTreeMap<String, St
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Server(args) => server(args).await,
+        Command::Server(args) => server(*args).await,
         Command::Scheduler { kubeconfig } => {
             let client = client::kube_client_h2(&kubeconfig).await?;
             skiff_scheduler::run(client, Default::default()).await

@@ -258,6 +258,15 @@ impl Policy {
         (Decision::NoOpinion, format!("RBAC: {}", aggregate(&errors)))
     }
 
+    /// The grant and the rule in it that allow the request, if RBAC allows it.
+    pub fn allowing_rule(&self, user: &dyn Subject, a: &Attributes) -> Option<(String, PolicyRule)> {
+        self.grants(user, &a.namespace).find_map(|grant| {
+            let rules = grant.rules.as_ref().ok()?;
+            let rule = rules.iter().find(|r| r.allows(a))?;
+            Some((grant.source.to_string(), rule.clone()))
+        })
+    }
+
     /// Every rule that applies to `user` in `namespace` (cluster-wide ones included), and the
     /// errors met on the way, as upstream's `RulesFor`.
     pub fn rules_for(&self, user: &dyn Subject, namespace: &str) -> (Vec<PolicyRule>, Vec<String>) {

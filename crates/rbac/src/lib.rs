@@ -5,6 +5,7 @@ pub mod authorizer;
 pub mod bootstrap;
 pub mod rule;
 pub mod skiff_policy;
+pub mod why;
 
 pub use authorizer::{Decision, Objects, Policy, Subject};
 pub use rule::{Attributes, PolicyRule};

@@ -1,5 +1,6 @@
 //! `skiff`: Kubernetes in one binary. This file only wires the command line to the crates.
 
+mod auth_why;
 mod bench;
 mod bench_services;
 mod client;
@@ -63,6 +64,29 @@ enum Command {
     /// Issue a kubeconfig with a client certificate from the cluster CA (printed to stdout).
     #[command(subcommand)]
     Kubeconfig(KubeconfigCommand),
+    /// Questions about authorization.
+    #[command(subcommand)]
+    Auth(AuthCommand),
+}
+
+#[derive(Subcommand)]
+enum AuthCommand {
+    /// Why USER may or may not VERB RESOURCE: the binding and rule that allow it, or the smallest
+    /// grant that would, as kubectl commands. RESOURCE is `pods`, `deployments.apps`,
+    /// `pods/log`, or a path such as `/metrics`.
+    Why {
+        #[arg(long = "as")]
+        user: String,
+        #[arg(long = "as-group")]
+        groups: Vec<String>,
+        verb: String,
+        resource: String,
+        name: Option<String>,
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -391,6 +415,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(b) => bench::run(b).await,
+        Command::Auth(AuthCommand::Why {
+            user,
+            groups,
+            verb,
+            resource,
+            name,
+            namespace,
+            kubeconfig,
+        }) => {
+            let path = kubeconfig.unwrap_or_else(|| default_data_dir().join("kubeconfig"));
+            let client = client::kube_client(&path).await?;
+            let query = auth_why::Query {
+                user,
+                groups,
+                verb,
+                resource,
+                name,
+                namespace,
+            };
+            auth_why::run(client, query).await
+        }
         Command::Kubeconfig(k) => {
             let (user, group, target) = match k {
                 KubeconfigCommand::User { name, group, target } => (name, group, target),

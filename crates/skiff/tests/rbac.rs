@@ -564,3 +564,54 @@ fn refused_requests_are_audited_and_secret_values_never_are() {
     let b64 = base64::engine::general_purpose::STANDARD.encode("AUDIT-NEVER-SEES-THIS");
     assert!(!log.contains(&b64));
 }
+
+/// `skiff auth why` as the test cluster's admin.
+fn why(c: &Cluster, args: &[&str]) -> String {
+    let out = Command::new(skiff_bin())
+        .args(["auth", "why", "--kubeconfig"])
+        .arg(&c.kubeconfig)
+        .args(args)
+        .output()
+        .expect("skiff auth why");
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out)
+}
+
+#[test]
+fn auth_why_names_the_rule_or_the_smallest_grant() {
+    let c = Cluster::start(CONTROL_PLANE);
+    let no = why(&c, &["--as", "jane", "delete", "pods", "-n", "default"]);
+    assert!(no.starts_with("no: User \"jane\" delete pods"), "{no}");
+    let commands: Vec<&str> = no
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("kubectl create role"))
+        .take(2)
+        .collect();
+    assert_eq!(
+        commands,
+        vec![
+            "kubectl create role jane-delete-pods --verb=delete --resource=pods -n default",
+            "kubectl create rolebinding jane-delete-pods --role=jane-delete-pods --user=jane -n default",
+        ],
+        "{no}"
+    );
+    assert!(no.contains("--clusterrole=edit --user=jane -n default"), "{no}");
+    // The suggested commands do what they say, and nothing more.
+    for cmd in &commands {
+        let args: Vec<&str> = cmd.split_whitespace().skip(1).collect();
+        c.k(&args);
+    }
+    let yes = why(&c, &["--as", "jane", "delete", "pods", "-n", "default"]);
+    assert!(
+        yes.contains(
+            "allowed by RoleBinding \"jane-delete-pods/default\" of Role \"jane-delete-pods\" to User \"jane\""
+        ),
+        "{yes}"
+    );
+    assert!(
+        yes.contains("through the rule {APIGroups:[\"\"], Resources:[\"pods\"], Verbs:[\"delete\"]}"),
+        "{yes}"
+    );
+    assert_eq!(can_i(&c, &["create", "pods", "--as", "jane"]), ("no".into(), 1));
+}

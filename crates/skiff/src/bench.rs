@@ -19,6 +19,10 @@ pub enum BenchCommand {
         clients: usize,
         #[arg(long)]
         json: bool,
+        /// Create the pods as this user, allowed by a RoleBinding to `edit` in the namespace
+        /// (default: the administrator, bound to cluster-admin by a ClusterRoleBinding).
+        #[arg(long)]
+        as_user: Option<String>,
     },
     /// Scheduling throughput on upstream's scheduler_perf shapes.
     Scheduling {
@@ -118,6 +122,25 @@ impl Drop for ChildServer {
     }
 }
 
+/// A client of `user`, whom a RoleBinding to `edit` in `default` allows to create pods there.
+async fn user_client(server: &ChildServer, admin: &kube::Client, user: &str) -> anyhow::Result<kube::Client> {
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": format!("{user}-edit")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }))?;
+    kube::Api::<RoleBinding>::namespaced(admin.clone(), "default")
+        .create(&Default::default(), &binding)
+        .await
+        .context("binding the bench user to edit")?;
+    let dir = server.kubeconfig.parent().context("the server's data dir")?;
+    let text = skiff_apiserver::pki::user_kubeconfig(dir, None, user, None)?;
+    let path = dir.join(format!("{user}.kubeconfig"));
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    crate::client::kube_client(&path).await
+}
+
 /// A `skiff agent` child process joining the cluster of a kubeconfig as node `node`, with a
 /// temporary data dir. Killed on drop; its containers keep running (the agent never stops
 /// containers when it exits), so whoever starts it removes them.
@@ -197,7 +220,12 @@ pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Startup { pods, image, json } => bench_startup(pods, &image, json).await,
-        BenchCommand::Api { pods, clients, json } => bench_api(pods, clients, json).await,
+        BenchCommand::Api {
+            pods,
+            clients,
+            json,
+            as_user,
+        } => bench_api(pods, clients, json, as_user).await,
         BenchCommand::Services { options, json } => crate::bench_services::bench_services(options, json).await,
         BenchCommand::Scheduling {
             nodes,
@@ -259,10 +287,14 @@ pub(crate) fn print_result(v: &serde_json::Value, as_json: bool) {
     }
 }
 
-async fn bench_api(pods: usize, clients: usize, as_json: bool) -> anyhow::Result<()> {
+async fn bench_api(pods: usize, clients: usize, as_json: bool, as_user: Option<String>) -> anyhow::Result<()> {
     let server = ChildServer::start(&["--no-agent", "--no-scheduler", "--no-controllers"]).await?;
     let client = server.client().await?;
     wait_ready(&client).await?;
+    let client = match &as_user {
+        Some(user) => user_client(&server, &client, user).await?,
+        None => client,
+    };
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss = rss_mb(server.pid());
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -319,6 +351,7 @@ async fn bench_api(pods: usize, clients: usize, as_json: bool) -> anyhow::Result
     let result = json!({
         "pods": pods,
         "clients": clients,
+        "user": as_user.as_deref().unwrap_or("skiff-admin"),
         "creates_per_second": (pods as f64 / elapsed).round(),
         "p50_ms": round2(percentile(&lat, 0.50)),
         "p99_ms": round2(percentile(&lat, 0.99)),

@@ -278,7 +278,7 @@ fn start_agent(c: &Cluster, name: &str, dir: &std::path::Path) -> Sim {
             common::TEST_EVICTION_HARD,
             "--kubeconfig",
         ])
-        .arg(&c.kubeconfig)
+        .arg(common::node_kubeconfig(c, name))
         .arg("--data-dir")
         .arg(dir)
         .env("SKIFF_LOG", "info")

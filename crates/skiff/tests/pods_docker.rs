@@ -415,7 +415,7 @@ fn standalone_agent_joins_and_serves_streams() {
     let child = Command::new(common::skiff_bin())
         .arg("agent")
         .arg("--kubeconfig")
-        .arg(&c.kubeconfig)
+        .arg(common::node_kubeconfig(&c, &name))
         .arg("--node-name")
         .arg(&name)
         .arg("--data-dir")

@@ -290,3 +290,167 @@ async fn token_review(ctx: &Ctx, obj: &Value) -> Result<Value, StatusError> {
         None => json!({"authenticated": false, "user": {}, "error": "invalid bearer token"}),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::body::Body;
+    use http::Request;
+    use http_body_util::BodyExt;
+    use serde_json::{Value, json};
+    use tower::ServiceExt;
+
+    use crate::server::{ApiState, router};
+
+    async fn post(state: &Arc<ApiState>, token: &str, uri: &str, body: Value) -> (u16, Value) {
+        let req = Request::builder()
+            .method("POST")
+            .uri(uri)
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .expect("request");
+        let resp = router(state.clone()).oneshot(req).await.expect("response");
+        let code = resp.status().as_u16();
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    const SAR: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+
+    #[tokio::test]
+    async fn reviews_are_answered_and_never_stored() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (state, token) = ApiState::for_tests(dir.path());
+        crate::bootstrap::reconcile(&state).await.expect("bootstrap policy");
+        let review =
+            |spec: Value| json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec});
+
+        // The administrators' group is bound to cluster-admin; a stranger to nothing.
+        let (code, v) = post(
+            &state,
+            &token,
+            SAR,
+            review(json!({"user": "x", "groups": ["skiff:cluster-admins"],
+            "resourceAttributes": {"verb": "delete", "resource": "nodes"}})),
+        )
+        .await;
+        assert_eq!(code, 201, "{v}");
+        assert_eq!(v["status"]["allowed"], true);
+        assert_eq!(
+            v["status"]["reason"],
+            "RBAC: allowed by ClusterRoleBinding \"skiff:cluster-admins\" of ClusterRole \"cluster-admin\" to Group \"skiff:cluster-admins\""
+        );
+        let (_, v) = post(
+            &state,
+            &token,
+            SAR,
+            review(json!({"user": "jane",
+            "resourceAttributes": {"verb": "list", "resource": "pods", "namespace": "default"}})),
+        )
+        .await;
+        assert_eq!(v["status"], json!({"allowed": false}));
+        // Everyone may discover the API.
+        let (_, v) = post(
+            &state,
+            &token,
+            SAR,
+            review(json!({"user": "jane", "groups": ["system:authenticated"],
+            "nonResourceAttributes": {"verb": "get", "path": "/apis/apps/v1"}})),
+        )
+        .await;
+        assert_eq!(v["status"]["allowed"], true);
+
+        // Upstream's validation.
+        let (code, v) = post(
+            &state,
+            &token,
+            SAR,
+            review(json!({"resourceAttributes": {"verb": "get"}})),
+        )
+        .await;
+        assert_eq!(code, 422, "{v}");
+        assert_eq!(
+            v["message"],
+            "SubjectAccessReview.authorization.k8s.io \"\" is invalid: spec.user: Invalid value: \"\": at least one of user or group must be specified"
+        );
+        let (code, v) = post(&state, &token, SAR, review(json!({"user": "u"}))).await;
+        assert_eq!(code, 422);
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("exactly one of nonResourceAttributes or resourceAttributes must be specified"),
+            "{v}"
+        );
+        let local = "/apis/authorization.k8s.io/v1/namespaces/default/localsubjectaccessreviews";
+        let (code, v) = post(
+            &state,
+            &token,
+            local,
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "LocalSubjectAccessReview",
+            "spec": {"user": "u", "resourceAttributes": {"verb": "get", "resource": "pods", "namespace": "other"}}}),
+        )
+        .await;
+        assert_eq!(code, 422);
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("must match metadata.namespace"),
+            "{v}"
+        );
+
+        // Reviews are not stored: there is nothing to list.
+        let req = Request::builder()
+            .uri(SAR)
+            .header("authorization", format!("Bearer {token}"))
+            .body(Body::empty())
+            .expect("request");
+        let resp = router(state.clone()).oneshot(req).await.expect("response");
+        assert_eq!(resp.status().as_u16(), 405);
+
+        // TokenReview: the static token is the break-glass user; nonsense is not authenticated.
+        let tr =
+            |t: &str| json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": t}});
+        let (code, v) = post(
+            &state,
+            &token,
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            tr(&token),
+        )
+        .await;
+        assert_eq!(code, 201, "{v}");
+        assert_eq!(v["status"]["authenticated"], true);
+        assert_eq!(v["status"]["user"]["username"], "skiff-super-admin");
+        let (_, v) = post(
+            &state,
+            &token,
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            tr("nonsense"),
+        )
+        .await;
+        assert_eq!(v["status"]["authenticated"], false);
+
+        // SelfSubjectReview and SelfSubjectRulesReview describe the caller.
+        let (_, v) = post(
+            &state,
+            &token,
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
+        )
+        .await;
+        assert_eq!(
+            v["status"]["userInfo"]["groups"],
+            json!(["system:masters", "system:authenticated"])
+        );
+        let (_, v) = post(&state, &token, "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview", "spec": {"namespace": "default"}})).await;
+        assert_eq!(
+            v["status"]["resourceRules"][0],
+            json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})
+        );
+        assert_eq!(v["status"]["incomplete"], false);
+    }
+}

@@ -82,27 +82,34 @@ struct Grant {
     rules: Result<Arc<[PolicyRule]>, Arc<str>>,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Key {
     /// A user name (service accounts are matched by their user name).
     User(String),
     Group(String),
 }
 
-/// The grants of one scope (cluster-wide or one namespace), by subject.
+/// The grants of one scope (cluster-wide or one namespace), by subject: looked up by the
+/// caller's names without allocating.
 #[derive(Default, Debug)]
 struct Index {
-    by_subject: HashMap<Key, Vec<Grant>>,
+    by_user: HashMap<String, Vec<Grant>>,
+    by_group: HashMap<String, Vec<Grant>>,
 }
 
 impl Index {
     fn grants<'a>(&'a self, user: &'a dyn Subject) -> impl Iterator<Item = &'a Grant> + 'a {
-        let by_user = self.by_subject.get(&Key::User(user.name().to_string()));
-        let by_groups = user
-            .groups()
-            .iter()
-            .filter_map(|g| self.by_subject.get(&Key::Group(g.clone())));
+        let by_user = self.by_user.get(user.name());
+        let by_groups = user.groups().iter().filter_map(|g| self.by_group.get(g.as_str()));
         by_user.into_iter().chain(by_groups).flatten()
+    }
+
+    fn add(&mut self, key: Key, grant: Grant) {
+        let (map, name) = match key {
+            Key::User(n) => (&mut self.by_user, n),
+            Key::Group(n) => (&mut self.by_group, n),
+        };
+        map.entry(name).or_default().push(grant);
     }
 }
 
@@ -207,10 +214,13 @@ impl Policy {
                     b.role_ref.name,
                     describe_subject(s, ns)
                 );
-                index.by_subject.entry(key).or_default().push(Grant {
-                    source: source.into(),
-                    rules: rules.clone(),
-                });
+                index.add(
+                    key,
+                    Grant {
+                        source: source.into(),
+                        rules: rules.clone(),
+                    },
+                );
             }
         };
         for v in &objects.cluster_role_bindings {

@@ -244,6 +244,14 @@ impl Authorizer {
     }
 }
 
+/// A GET of a pod's exec, attach or port-forward: a WebSocket upgrade into the pod.
+pub fn is_stream_upgrade(a: &Attributes) -> bool {
+    a.verb == "get"
+        && a.api_group.is_empty()
+        && a.resource == "pods"
+        && matches!(a.subresource.as_str(), "exec" | "attach" | "portforward")
+}
+
 /// Whether a write to this resource changes what RBAC allows.
 pub fn is_rbac(group: &str, plural: &str) -> bool {
     group == RBAC_GROUP

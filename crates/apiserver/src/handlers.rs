@@ -46,12 +46,23 @@ async fn serve(state: &Arc<ApiState>, req: Request<Body>, audit: &mut crate::aud
     };
     audit.impersonating(&user);
     let (decision, reason) = state.authz.authorize(&*state.store, &user, &attributes).await;
-    let allowed = decision == skiff_rbac::Decision::Allow;
-    audit.decision(allowed, &reason);
+    let mut allowed = decision == skiff_rbac::Decision::Allow;
+    let (mut refused, mut why) = (attributes.clone(), reason.clone());
+    // A WebSocket GET of exec, attach or port-forward also needs `create`, as upstream's
+    // AuthorizePodWebsocketUpgradeCreatePermission: the verb kubectl's POST always needed.
+    if allowed && authz::is_stream_upgrade(&attributes) {
+        let mut create = attributes.clone();
+        create.verb = "create".into();
+        let (d, r) = state.authz.authorize(&*state.store, &user, &create).await;
+        if d != skiff_rbac::Decision::Allow {
+            (allowed, refused, why) = (false, create, r);
+        }
+    }
+    audit.decision(allowed, if allowed { &reason } else { &why });
     if !allowed {
         // Read what the client sends first, so it gets the 403 rather than a reset.
         let _ = body::read_limited(body).await;
-        return body::error_response(&authz::forbidden(&user, &attributes, &reason));
+        return body::error_response(&authz::forbidden(&user, &refused, &why));
     }
     let r = route(&path);
     let method = parts.method.clone();

@@ -133,7 +133,7 @@ impl ServerOptions {
                 policy_file: None,
                 log_path: None,
                 max_age_days: 0,
-                max_backups: 10,
+                max_backups: 5,
                 max_size_mb: 100,
             },
         }

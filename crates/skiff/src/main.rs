@@ -174,7 +174,7 @@ struct AuditArgs {
     #[arg(long, default_value_t = 0)]
     audit_log_maxage: u64,
     /// Rotated audit logs kept (0: no limit).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 5)]
     audit_log_maxbackup: usize,
     /// Megabytes an audit log grows to before it is rotated (0: never).
     #[arg(long, default_value_t = 100)]

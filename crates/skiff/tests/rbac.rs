@@ -615,3 +615,19 @@ fn auth_why_names_the_rule_or_the_smallest_grant() {
     );
     assert_eq!(can_i(&c, &["create", "pods", "--as", "jane"]), ("no".into(), 1));
 }
+
+#[test]
+fn exec_needs_create_whatever_the_transport() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: box}\nspec:\n  containers: [{name: c, image: busybox:latest}]\n",
+        &[],
+    );
+    c.k(&["create", "role", "peek", "--verb=get", "--resource=pods,pods/exec"]);
+    c.k(&["create", "rolebinding", "jane-peek", "--role=peek", "--user=jane"]);
+    let err = c.k_err(&["exec", "box", "--as", "jane", "--", "true"]);
+    assert!(
+        err.contains("pods \"box\" is forbidden: User \"jane\" cannot create resource \"pods/exec\" in API group \"\" in the namespace \"default\""),
+        "{err}"
+    );
+}

@@ -26,9 +26,14 @@ pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> R
         .unwrap_or_default();
     let r = route(&path);
     let public = matches!(r, Route::Health(_) | Route::Version);
-    if !public && state.authenticate(&parts.headers, &parts.extensions).await.is_none() {
-        return body::error_response(&StatusError::unauthorized());
-    }
+    let caller = if public {
+        None
+    } else {
+        match state.authenticate(&parts.headers, &parts.extensions).await {
+            Some(caller) => Some(caller),
+            None => return body::error_response(&StatusError::unauthorized()),
+        }
+    };
     let method = parts.method.clone();
     let headers = parts.headers.clone();
     match r {
@@ -54,6 +59,13 @@ pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> R
             }
             None => not_found_path(),
         },
+        Route::SecretsEncrypt(op) => {
+            let _ = body::read_limited(body).await;
+            match &caller {
+                Some(caller) => crate::encryption::serve(&state, caller, &method, &path, &op).await,
+                None => body::error_response(&StatusError::unauthorized()),
+            }
+        }
         Route::UnknownResource(_) | Route::NotFound => {
             // Read what the client sends first, so it gets the 404 rather than a reset.
             let _ = body::read_limited(body).await;

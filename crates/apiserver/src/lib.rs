@@ -8,6 +8,7 @@ pub mod allocator;
 pub mod body;
 pub mod coalesce;
 pub mod discovery;
+pub mod encryption;
 pub mod handlers;
 pub mod kubernetesservice;
 pub mod objects;

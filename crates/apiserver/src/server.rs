@@ -13,6 +13,7 @@ use serde_json::json;
 use skiff_store::Store;
 
 use crate::allocator::ServiceRanges;
+use crate::encryption::{self, Encryption};
 use crate::pki::{self, Pki};
 use crate::serviceaccount::{self, TokenError, TokenSigner};
 use crate::tls::{self, Identity, TokenAuth};
@@ -26,6 +27,8 @@ pub struct ApiState {
     pub service_accounts: TokenSigner,
     /// Where Services' ClusterIPs and NodePorts come from.
     pub service_ranges: ServiceRanges,
+    /// Encryption at rest of Secrets (`skiff secrets-encrypt`); `store` already encrypts.
+    pub encryption: Option<Arc<Encryption>>,
 }
 
 impl ApiState {
@@ -38,6 +41,7 @@ impl ApiState {
             pki,
             service_accounts,
             service_ranges: ServiceRanges::default(),
+            encryption: None,
         })
     }
 
@@ -95,6 +99,9 @@ pub struct ServerOptions {
     pub service_ranges: ServiceRanges,
     /// Where nodes reach the API server (the `kubernetes` Service's endpoint); 127.0.0.1 if unset.
     pub advertise_address: Option<IpAddr>,
+    /// `--encryption-provider-config`: upstream's EncryptionConfiguration for Secrets. Without
+    /// it the server generates one under the data dir at first start.
+    pub encryption_provider_config: Option<PathBuf>,
 }
 
 impl ServerOptions {
@@ -107,6 +114,7 @@ impl ServerOptions {
             hostnames: Vec::new(),
             service_ranges: ServiceRanges::default(),
             advertise_address: None,
+            encryption_provider_config: None,
         }
     }
 }
@@ -136,7 +144,12 @@ pub async fn start(opts: ServerOptions) -> anyhow::Result<Running> {
     start_with_store(opts, store).await
 }
 
+/// Serve over `store`, whose Secrets are encrypted at rest as the encryption configuration says.
 pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> anyhow::Result<Running> {
+    // An invalid configuration stops the start with upstream's error.
+    let loaded = encryption::load(&opts.data_dir, opts.encryption_provider_config.as_deref())?;
+    let generated_now = loaded.generated_now;
+    let (encryption, store) = Encryption::wrap(loaded, store);
     let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
     if let Ok(h) = hostname() {
         names.push(h);
@@ -159,7 +172,12 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
     let tls_config = tls::server_config(&pki).context("configuring TLS")?;
     let mut state = ApiState::new(store, tokens, pki).context("preparing the service account token signer")?;
     state.service_ranges = opts.service_ranges;
+    state.encryption = Some(encryption.clone());
     let state = Arc::new(state);
+    encryption
+        .start(generated_now)
+        .await
+        .context("encrypting the Secrets stored before encryption at rest was on")?;
     ensure_namespaces(&state).await.context("creating initial namespaces")?;
 
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(opts.bind, opts.port))

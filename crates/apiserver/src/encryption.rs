@@ -1101,6 +1101,7 @@ pub fn load(data_dir: &Path, given: Option<&Path>) -> anyhow::Result<Loaded> {
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
     if generated_now {
+        std::fs::create_dir_all(data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
         write_config(&path, &generated_config("key-1"))
             .with_context(|| format!("writing the encryption configuration {}", path.display()))?;
     }
@@ -1902,6 +1903,8 @@ mod tests {
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         let first = loaded.transformer;
         assert_eq!(first.writer(), ("secretbox".into(), Some("key-1".into())));
+        // A data dir that does not exist yet (start_with_store before anything else wrote to it).
+        assert!(load(&dir.path().join("not/yet"), None).unwrap().generated_now);
         let old = first.encrypt(AT, PLAIN).unwrap();
 
         let mut cfg = load_config(&path).unwrap();

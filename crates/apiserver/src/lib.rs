@@ -12,6 +12,7 @@ pub mod body;
 pub mod bootstrap;
 pub mod coalesce;
 pub mod discovery;
+pub mod encryption;
 pub mod escalation;
 pub mod handlers;
 pub mod impersonation;

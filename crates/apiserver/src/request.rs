@@ -31,6 +31,8 @@ pub enum Route {
     GroupVersion(String, String),
     OpenApiIndex,
     OpenApiDocument(String),
+    /// `/skiff/secrets-encrypt/OP` (Skiff's own, as k3s's `secrets-encrypt`).
+    SecretsEncrypt(String),
     Resource(ResourceRequest),
     /// A path under a known group-version whose resource does not exist.
     UnknownResource(String),
@@ -63,6 +65,9 @@ pub fn route(path: &str) -> Route {
     }
     if let Some(rest) = trimmed.strip_prefix("/openapi/v3/") {
         return Route::OpenApiDocument(rest.to_string());
+    }
+    if let Some(op) = trimmed.strip_prefix(crate::encryption::API_PATH) {
+        return Route::SecretsEncrypt(op.to_string());
     }
     let segs: Vec<&str> = trimmed.split('/').skip(1).collect();
     match segs.as_slice() {

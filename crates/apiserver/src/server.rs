@@ -14,6 +14,7 @@ use skiff_store::Store;
 
 use crate::allocator::ServiceRanges;
 use crate::authz::{self, Authorizer};
+use crate::encryption::{self, Encryption};
 use crate::pki::{self, Pki};
 use crate::serviceaccount::{self, TokenError, TokenSigner};
 use crate::tls::{self, Identity, TokenAuth};
@@ -31,6 +32,8 @@ pub struct ApiState {
     pub authz: Authorizer,
     /// The audit policy and log.
     pub audit: crate::audit::Auditor,
+    /// Encryption at rest of Secrets (`skiff secrets-encrypt`); `store` already encrypts.
+    pub encryption: Option<Arc<Encryption>>,
 }
 
 impl ApiState {
@@ -45,6 +48,7 @@ impl ApiState {
             service_ranges: ServiceRanges::default(),
             authz: Authorizer::default(),
             audit: crate::audit::Auditor::disabled(),
+            encryption: None,
         })
     }
 
@@ -117,6 +121,9 @@ pub struct ServerOptions {
     pub advertise_address: Option<IpAddr>,
     /// The audit policy and log; `log_path` unset means DATA_DIR/audit/audit.log.
     pub audit: crate::audit::AuditOptions,
+    /// `--encryption-provider-config`: upstream's EncryptionConfiguration for Secrets. Without
+    /// it the server generates one under the data dir at first start.
+    pub encryption_provider_config: Option<PathBuf>,
 }
 
 impl ServerOptions {
@@ -136,6 +143,7 @@ impl ServerOptions {
                 max_backups: 5,
                 max_size_mb: 100,
             },
+            encryption_provider_config: None,
         }
     }
 }
@@ -167,7 +175,12 @@ pub async fn start(opts: ServerOptions) -> anyhow::Result<Running> {
     start_with_store(opts, store).await
 }
 
+/// Serve over `store`, whose Secrets are encrypted at rest as the encryption configuration says.
 pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> anyhow::Result<Running> {
+    // An invalid configuration stops the start with upstream's error.
+    let loaded = encryption::load(&opts.data_dir, opts.encryption_provider_config.as_deref())?;
+    let generated_now = loaded.generated_now;
+    let (encryption, store) = Encryption::wrap(loaded, store);
     let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
     if let Ok(h) = hostname() {
         names.push(h);
@@ -195,7 +208,12 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         audit.log_path = Some(opts.data_dir.join("audit").join("audit.log"));
     }
     state.audit = crate::audit::Auditor::start(&audit).context("starting the audit log")?;
+    state.encryption = Some(encryption.clone());
     let state = Arc::new(state);
+    encryption
+        .start(generated_now)
+        .await
+        .context("encrypting the Secrets stored before encryption at rest was on")?;
     ensure_namespaces(&state).await.context("creating initial namespaces")?;
     crate::bootstrap::reconcile(&state)
         .await

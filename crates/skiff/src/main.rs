@@ -67,6 +67,14 @@ enum Command {
     /// Questions about authorization.
     #[command(subcommand)]
     Auth(AuthCommand),
+    /// Encryption at rest of Secrets on the running server (as k3s's secrets-encrypt).
+    SecretsEncrypt {
+        #[command(subcommand)]
+        command: SecretsEncryptCommand,
+        /// The administrator's kubeconfig (default ~/.skiff/kubeconfig).
+        #[arg(long, global = true)]
+        kubeconfig: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -117,6 +125,18 @@ struct KubeconfigTarget {
     server: Option<String>,
 }
 
+#[derive(Subcommand, Clone, Copy)]
+enum SecretsEncryptCommand {
+    /// The active provider and key, and how many Secrets are stored under each key.
+    Status,
+    /// Put a new key first in the generated configuration (the old ones stay, to decrypt) and
+    /// re-encrypt every Secret with it.
+    RotateKeys,
+    /// Rewrite every Secret with the configuration's first provider, then erase the store's
+    /// history up to that point from disk.
+    Reencrypt,
+}
+
 #[derive(clap::Args, Clone)]
 struct ServerArgs {
     /// Where the store, certificates and kubeconfig live (default ~/.skiff).
@@ -151,6 +171,10 @@ struct ServerArgs {
     /// The address nodes reach the API server on (default: this host's default-route address).
     #[arg(long)]
     advertise_address: Option<std::net::IpAddr>,
+    /// Upstream's EncryptionConfiguration for Secrets at rest (default: one generated in the
+    /// data dir at first start, encryption-config.yaml).
+    #[arg(long)]
+    encryption_provider_config: Option<PathBuf>,
     #[command(flatten)]
     agent: AgentArgs,
     #[command(flatten)]
@@ -448,6 +472,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{text}");
             Ok(())
         }
+        Command::SecretsEncrypt { command, kubeconfig } => {
+            use skiff_apiserver::encryption::Command as Op;
+            let path = kubeconfig.unwrap_or_else(|| default_data_dir().join("kubeconfig"));
+            let client = client::kube_client(&path).await?;
+            let op = match command {
+                SecretsEncryptCommand::Status => Op::Status,
+                SecretsEncryptCommand::RotateKeys => Op::RotateKeys,
+                SecretsEncryptCommand::Reencrypt => Op::Reencrypt,
+            };
+            print!("{}", skiff_apiserver::encryption::request(client, op).await?);
+            Ok(())
+        }
         Command::Images(ImagesCommand::Build) => {
             let docker = skiff_agent::docker::connect().await?;
             skiff_agent::build_local_images(&docker).await
@@ -493,6 +529,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         max_backups: args.audit.audit_log_maxbackup,
         max_size_mb: args.audit.audit_log_maxsize,
     };
+    opts.encryption_provider_config = args.encryption_provider_config.clone();
     let running = skiff_apiserver::start(opts).await?;
     println!("skiff: API server listening on {}", running.url);
     println!("skiff: kubeconfig written to {}", running.kubeconfig.display());

@@ -26,6 +26,7 @@ macro_rules! suite {
             contended_keys_lose_no_update,
             revisions_are_global_and_increasing,
             transactions_write_all_or_nothing,
+            erase_history_keeps_the_present,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
@@ -695,4 +696,36 @@ pub(crate) async fn transactions_write_all_or_nothing(store: Arc<dyn Store>) {
         ]
     );
     assert_quiet(&mut watch).await;
+}
+
+/// Erasing history keeps every current value and the revision counter; only reads before the
+/// erased point fail, and a watch from it sees what comes next.
+pub(crate) async fn erase_history_keeps_the_present(store: Arc<dyn Store>) {
+    write_history(&store).await;
+    let err = store.erase_history(7).await.unwrap_err();
+    assert!(matches!(err, StoreError::FutureRevision(7)), "{err:?}");
+    let mut live = store.watch("", 6).await.unwrap();
+    store.erase_history(6).await.unwrap();
+    assert_eq!(store.compacted_revision().await.unwrap(), 6);
+    assert_eq!(store.current_revision().await.unwrap(), 6);
+    let now = store.list("", ListOptions::default()).await.unwrap();
+    let values: Vec<_> = now.items.iter().map(|kv| (kv.key.as_str(), &kv.value[..])).collect();
+    assert_eq!(values, [("/w/a", &b"a2"[..]), ("/x/c", &b"c2"[..])]);
+    let err = store.watch("", 5).await.err().expect("watch below the erased point");
+    assert!(matches!(err, StoreError::Compacted { compacted: 6, .. }), "{err:?}");
+    let mut stream = store.watch("", 6).await.unwrap();
+    let c = store.get("/x/c").await.unwrap().unwrap();
+    store.update("/x/c", b"c3".to_vec(), c.mod_revision).await.unwrap();
+    for stream in [&mut stream, &mut live] {
+        match next_event(stream).await {
+            Event::Put { kv, prev: Some(prev) } => {
+                assert_eq!((kv.mod_revision, &kv.value[..]), (7, &b"c3"[..]));
+                assert_eq!(&prev.value[..], b"c2");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // Erasing again at the same point changes nothing.
+    store.erase_history(6).await.unwrap();
+    assert_eq!(store.get("/x/c").await.unwrap().unwrap().mod_revision, 7);
 }

@@ -150,4 +150,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// The oldest revision still available to list and watch from.
     async fn compacted_revision(&self) -> Result<Revision>;
+
+    /// Compacts history up to `revision`, as [`Store::compact`], also dropping the values that
+    /// the writes at `revision` itself replaced (only reads before it could reach them), and
+    /// leaves no copy of what it removed in the backend's files: afterwards an old value is gone
+    /// from disk, not only from reads. For rare operations such as re-encrypting Secrets: it
+    /// holds writes back while it runs.
+    async fn erase_history(&self, revision: Revision) -> Result<()>;
 }

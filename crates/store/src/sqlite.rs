@@ -13,6 +13,11 @@
 //! one, so the largest `id` is the current revision. A delete writes a tombstone row
 //! (`deleted = 1`) that carries the deleted value; `prev_revision` points at the row it supersedes
 //! (0 for a create). Table `meta` records `compact_rev`.
+//!
+//! The writer's connection runs with `secure_delete`: SQLite overwrites what a compaction deletes
+//! (and the pages it frees) with zeros. That leaves the copies page rebalancing left behind, and
+//! the WAL's old page images: [`Store::erase_history`] also rebuilds the database (VACUUM) and
+//! truncates the WAL, after which no removed value is anywhere in the files.
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -91,6 +96,10 @@ enum Request {
         revision: Revision,
         reply: oneshot::Sender<Result<()>>,
     },
+    Erase {
+        revision: Revision,
+        reply: oneshot::Sender<Result<()>>,
+    },
 }
 
 pub struct SqliteStore {
@@ -118,6 +127,11 @@ impl SqliteStore {
         );
         conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA busy_timeout=10000;")
             .context("set pragmas")?;
+        // Only deletes (compaction) pay for it: appends free nothing.
+        let secure_delete: i64 = conn
+            .query_row("PRAGMA secure_delete=ON", [], |r| r.get(0))
+            .context("turn secure_delete on")?;
+        anyhow::ensure!(secure_delete == 1, "sqlite refused secure_delete");
         // Every commit appends the pages it touched to the WAL; a checkpoint copies each page's
         // latest version back. Checkpoints run on a thread of their own (`checkpointer`), so the
         // writer never stops committing to copy tens of megabytes; this hook (which also turns
@@ -544,6 +558,16 @@ impl Writer {
                             compactions.push_back((revision, reply));
                         }
                     }
+                    Request::Erase { revision, reply } => {
+                        self.commit_writes(&mut writes);
+                        let current = self.state.read().revision();
+                        let result = if revision > current {
+                            Err(StoreError::FutureRevision(revision))
+                        } else {
+                            self.erase_history(revision)
+                        };
+                        let _ = reply.send(result);
+                    }
                 }
                 if taken < self.max_batch {
                     next = rx.try_recv().ok();
@@ -723,6 +747,63 @@ impl Writer {
         tracing::debug!(revision, superseded, tombstones, "compacted store history");
         Ok(())
     }
+
+    /// Compacts to `revision` in one go, drops the rows the writes at `revision` replaced,
+    /// rebuilds the database and truncates the WAL.
+    ///
+    /// `secure_delete` zeroes what a delete frees, but not every old copy: when SQLite rebalances
+    /// a page it moves cells to a sibling and leaves their old bytes in the page's unallocated
+    /// gap, where a later delete of the moved cell does not reach (the store's test finds such
+    /// copies). VACUUM writes every page anew from the live rows only; the WAL, which holds the
+    /// pages as they were, is then copied back and truncated.
+    fn erase_history(&mut self, revision: Revision) -> Result<()> {
+        let started = std::time::Instant::now();
+        while self.state.read().compacted() < revision {
+            self.compact_step(revision)?;
+        }
+        // A compaction keeps what a read at its revision needs: nothing reads before it, so
+        // neither the row the write at `revision` superseded nor a tombstone there is needed. The
+        // revision counter survives without that tombstone: `compact_rev` is its floor.
+        let tx = self.conn.transaction().context("begin erasing history")?;
+        let superseded = tx
+            .execute(
+                "DELETE FROM kv WHERE id = (SELECT prev_revision FROM kv WHERE id = ?1 AND prev_revision != 0)",
+                [revision],
+            )
+            .context("delete the row superseded at the compaction point")?;
+        let tombstone = tx
+            .execute("DELETE FROM kv WHERE id = ?1 AND deleted = 1", [revision])
+            .context("delete the tombstone at the compaction point")?;
+        tx.commit().context("commit erasing history")?;
+        self.conn.execute_batch("VACUUM").context("rebuild the database")?;
+        self.truncate_wal()?;
+        tracing::info!(
+            revision,
+            rows = superseded + tombstone,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "erased store history"
+        );
+        Ok(())
+    }
+
+    /// Copies the whole WAL into the database and truncates it to nothing. Readers inside a
+    /// transaction hold it back; they are short, so this waits for them (busy_timeout) and tries again.
+    fn truncate_wal(&mut self) -> Result<()> {
+        for _ in 0..50 {
+            let busy: i64 = self
+                .conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+                .context("checkpoint and truncate the WAL")?;
+            if busy == 0 {
+                WAL_PAGES.with(|p| p.set(0));
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Err(StoreError::Backend(anyhow::anyhow!(
+            "the WAL could not be truncated: readers kept it busy"
+        )))
+    }
 }
 
 #[async_trait]
@@ -796,6 +877,10 @@ impl Store for SqliteStore {
 
     async fn compacted_revision(&self) -> Result<Revision> {
         Ok(self.state.read().compacted())
+    }
+
+    async fn erase_history(&self, revision: Revision) -> Result<()> {
+        self.request(|reply| Request::Erase { revision, reply }).await
     }
 }
 
@@ -998,6 +1083,78 @@ mod tests {
             Event::Put { prev: Some(prev), .. } => assert_eq!(&prev.value[..], b"a2"),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Raw bytes of the database and its WAL and shared-memory files.
+    fn files_on_disk(dir: &tempfile::TempDir) -> Vec<(String, Vec<u8>)> {
+        ["state.db", "state.db-wal", "state.db-shm"]
+            .iter()
+            .filter_map(|f| Some((f.to_string(), std::fs::read(dir.path().join(f)).ok()?)))
+            .collect()
+    }
+
+    fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+        haystack.windows(needle.len()).any(|w| w == needle)
+    }
+
+    /// After `erase_history` no earlier value is anywhere in the files: not in rows compacted
+    /// away (zeroed by secure_delete, overflow pages of large values included), not in pages
+    /// the rows moved out of, not in the WAL.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn erased_history_leaves_no_copy_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_in(
+            &dir,
+            SqliteOptions {
+                checkpoint_pages: 16,
+                ..Default::default()
+            },
+        );
+        let old = |i: usize| {
+            // Every tenth value spills into overflow pages.
+            let pad = if i.is_multiple_of(10) { 6000 } else { 150 };
+            format!("{{\"v\":\"PLAIN-{i:03}-{}\"}}", "p".repeat(pad)).into_bytes()
+        };
+        for i in 0..400 {
+            store.create(&format!("/s/{i:03}"), old(i)).await.unwrap();
+            store.create(&format!("/o/{i:03}"), vec![b'o'; 100]).await.unwrap();
+        }
+        for i in 0..400 {
+            let key = format!("/s/{i:03}");
+            let kv = store.get(&key).await.unwrap().unwrap();
+            if i % 7 == 0 {
+                store.delete(&key, Some(kv.mod_revision)).await.unwrap();
+            } else {
+                let sealed = format!("sealed-{i:03}-{}", "s".repeat(i % 300)).into_bytes();
+                store.update(&key, sealed, kv.mod_revision).await.unwrap();
+            }
+        }
+        // Give the checkpointer time to copy the old pages into the database file as well.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(
+            files_on_disk(&dir).iter().any(|(_, bytes)| contains(bytes, b"PLAIN-")),
+            "the old values are on disk before"
+        );
+        let revision = store.current_revision().await.unwrap();
+        store.erase_history(revision).await.unwrap();
+        for (file, bytes) in files_on_disk(&dir) {
+            assert!(!contains(&bytes, b"PLAIN-"), "{file} still holds an old value");
+        }
+        assert_eq!(std::fs::metadata(dir.path().join("state.db-wal")).unwrap().len(), 0);
+        // The present survives, on disk too, and writes go on at the next revision.
+        drop(store);
+        let store = open_in(&dir, SqliteOptions::default());
+        assert_eq!(store.current_revision().await.unwrap(), revision);
+        assert_eq!(store.compacted_revision().await.unwrap(), revision);
+        let items = store.list("/s/", ListOptions::default()).await.unwrap().items;
+        assert_eq!(items.len(), 400 - 58);
+        assert!(items.iter().all(|kv| kv.value.starts_with(b"sealed-")));
+        assert_eq!(
+            store.list("/o/", ListOptions::default()).await.unwrap().items.len(),
+            400
+        );
+        let kv = store.create("/s/new", b"n".to_vec()).await.unwrap();
+        assert_eq!(kv.mod_revision, revision + 1);
     }
 
     /// Applies the same pseudo-random writes to both stores.

@@ -8,7 +8,6 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -235,10 +234,21 @@ pub struct Record {
     pub response_body: Option<Bytes>,
 }
 
-/// The audit backend: the policy and the writer thread's channel.
+/// Records waiting for the writer. Requests append without waking it; it drains the buffer
+/// every [`FLUSH_EVERY`], or at once when [`WAKE_AT`] records wait.
+#[derive(Default)]
+struct Buffer {
+    records: parking_lot::Mutex<Vec<Record>>,
+    ready: parking_lot::Condvar,
+}
+
+const FLUSH_EVERY: Duration = Duration::from_millis(100);
+const WAKE_AT: usize = 4096;
+
+/// The audit backend: the policy and the writer thread's buffer.
 pub struct Auditor {
     policy: Policy,
-    tx: Option<mpsc::Sender<Record>>,
+    buffer: Option<std::sync::Arc<Buffer>>,
 }
 
 impl Auditor {
@@ -251,7 +261,7 @@ impl Auditor {
                 rules: Vec::new(),
                 omit_stages: Vec::new(),
             }),
-            tx: None,
+            buffer: None,
         }
     }
 
@@ -265,30 +275,43 @@ impl Auditor {
             None => Policy::parse(DEFAULT_POLICY)?,
         };
         let Some(path) = opts.log_path.clone().filter(|p| !p.as_os_str().is_empty()) else {
-            return Ok(Auditor { policy, tx: None });
+            return Ok(Auditor { policy, buffer: None });
         };
         let mut log = LogFile::open(path, opts.clone())?;
-        let (tx, rx) = mpsc::channel::<Record>();
+        let buffer = std::sync::Arc::new(Buffer::default());
+        let b = buffer.clone();
         std::thread::Builder::new()
             .name("audit-log".into())
             .spawn(move || {
+                let mut batch = Vec::new();
+                let mut line = Vec::with_capacity(4096);
                 loop {
-                    match rx.recv_timeout(Duration::from_millis(200)) {
-                        Ok(record) => log.write(&event(&record)),
-                        Err(mpsc::RecvTimeoutError::Timeout) => log.flush(),
-                        Err(mpsc::RecvTimeoutError::Disconnected) => {
-                            log.flush();
-                            return;
+                    {
+                        let mut records = b.records.lock();
+                        if records.len() < WAKE_AT {
+                            b.ready.wait_for(&mut records, FLUSH_EVERY);
+                        }
+                        std::mem::swap(&mut *records, &mut batch);
+                    }
+                    for record in batch.drain(..) {
+                        line.clear();
+                        match serde_json::to_writer(&mut line, &EventLine(&record)) {
+                            Ok(()) => log.write(&mut line),
+                            Err(e) => tracing::warn!(error = %e, "encoding an audit event failed"),
                         }
                     }
+                    log.flush();
                 }
             })
             .context("starting the audit log writer")?;
-        Ok(Auditor { policy, tx: Some(tx) })
+        Ok(Auditor {
+            policy,
+            buffer: Some(buffer),
+        })
     }
 
     pub fn enabled(&self) -> bool {
-        self.tx.is_some()
+        self.buffer.is_some()
     }
 
     pub fn policy(&self) -> &Policy {
@@ -296,9 +319,12 @@ impl Auditor {
     }
 
     pub fn emit(&self, record: Record) {
-        if let Some(tx) = &self.tx {
-            // The writer only goes away with the process.
-            let _ = tx.send(record);
+        if let Some(b) = &self.buffer {
+            let mut records = b.records.lock();
+            records.push(record);
+            if records.len() == WAKE_AT {
+                b.ready.notify_one();
+            }
         }
     }
 }
@@ -320,6 +346,15 @@ fn user_info(u: &Identity) -> Value {
         m.insert("extra".into(), json!(u.extra));
     }
     Value::Object(m)
+}
+
+/// Serializes a record as its Event line.
+struct EventLine<'a>(&'a Record);
+
+impl serde::Serialize for EventLine<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        event(self.0).serialize(ser)
+    }
 }
 
 /// The `audit.k8s.io/v1` Event of a record.
@@ -435,14 +470,8 @@ impl LogFile {
         Ok((Box::new(std::io::BufWriter::new(f)), size))
     }
 
-    fn write(&mut self, event: &Value) {
-        let mut line = match serde_json::to_vec(event) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "encoding an audit event failed");
-                return;
-            }
-        };
+    /// Writes one encoded event and its newline.
+    fn write(&mut self, line: &mut Vec<u8>) {
         line.push(b'\n');
         let max = self.opts.max_size_mb.saturating_mul(1024 * 1024);
         if !self.stdout
@@ -452,7 +481,7 @@ impl LogFile {
         {
             tracing::warn!(error = %format!("{e:#}"), "rotating the audit log failed");
         }
-        match self.out.write_all(&line) {
+        match self.out.write_all(line) {
             Ok(()) => self.size += line.len() as u64,
             Err(e) => tracing::warn!(error = %e, "writing the audit log failed"),
         }
@@ -615,9 +644,9 @@ mod tests {
             max_size_mb: 1,
         };
         let mut log = LogFile::open(dir.path().join("audit.log"), opts).unwrap();
-        let big = json!({"pad": "x".repeat(300 * 1024)});
+        let big = serde_json::to_vec(&json!({"pad": "x".repeat(300 * 1024)})).unwrap();
         for _ in 0..12 {
-            log.write(&big);
+            log.write(&mut big.clone());
             std::thread::sleep(Duration::from_millis(5));
         }
         log.flush();

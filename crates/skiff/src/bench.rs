@@ -19,7 +19,7 @@ pub enum BenchCommand {
         clients: usize,
         #[arg(long)]
         json: bool,
-        /// Create the pods as this user, allowed by a RoleBinding to `edit` in the namespace
+        /// Create the pods as this user, allowed by a Role and RoleBinding in the namespace
         /// (default: the administrator, bound to cluster-admin by a ClusterRoleBinding).
         #[arg(long)]
         as_user: Option<String>,
@@ -122,18 +122,27 @@ impl Drop for ChildServer {
     }
 }
 
-/// A client of `user`, whom a RoleBinding to `edit` in `default` allows to create pods there.
+/// A client of `user`, whom a Role and RoleBinding in `default` allow to create and list pods
+/// there (the bench server runs no controllers, so aggregated roles such as `edit` have no rules).
 async fn user_client(server: &ChildServer, admin: &kube::Client, user: &str) -> anyhow::Result<kube::Client> {
-    use k8s_openapi::api::rbac::v1::RoleBinding;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "pod-writer"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list"]}],
+    }))?;
+    kube::Api::<Role>::namespaced(admin.clone(), "default")
+        .create(&Default::default(), &role)
+        .await
+        .context("creating the bench user's role")?;
     let binding: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": format!("{user}-edit")},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "metadata": {"name": format!("{user}-pod-writer")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-writer"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
     }))?;
     kube::Api::<RoleBinding>::namespaced(admin.clone(), "default")
         .create(&Default::default(), &binding)
         .await
-        .context("binding the bench user to edit")?;
+        .context("binding the bench user's role")?;
     let dir = server.kubeconfig.parent().context("the server's data dir")?;
     let text = skiff_apiserver::pki::user_kubeconfig(dir, None, user, None)?;
     let path = dir.join(format!("{user}.kubeconfig"));

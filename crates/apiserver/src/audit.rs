@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use skiff_rbac::Attributes;
 
 use crate::tls::Identity;
@@ -333,96 +333,127 @@ fn timestamp(t: jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()
 }
 
-fn user_info(u: &Identity) -> Value {
-    let mut m = Map::new();
-    m.insert("username".into(), json!(u.user));
-    if !u.uid.is_empty() {
-        m.insert("uid".into(), json!(u.uid));
+/// A user as an Event's `user` or `impersonatedUser`.
+struct UserInfo<'a>(&'a Identity);
+
+impl serde::Serialize for UserInfo<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let u = self.0;
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("username", &u.user)?;
+        if !u.uid.is_empty() {
+            m.serialize_entry("uid", &u.uid)?;
+        }
+        if !u.groups.is_empty() {
+            m.serialize_entry("groups", &u.groups)?;
+        }
+        if !u.extra.is_empty() {
+            m.serialize_entry("extra", &u.extra)?;
+        }
+        m.end()
     }
-    if !u.groups.is_empty() {
-        m.insert("groups".into(), json!(u.groups));
-    }
-    if !u.extra.is_empty() {
-        m.insert("extra".into(), json!(u.extra));
-    }
-    Value::Object(m)
 }
 
-/// Serializes a record as its Event line.
+/// An Event's `objectRef`.
+struct ObjectRef<'a>(&'a Attributes);
+
+impl serde::Serialize for ObjectRef<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let a = self.0;
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("resource", &a.resource)?;
+        for (k, v) in [("namespace", &a.namespace), ("name", &a.name)] {
+            if !v.is_empty() {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        if !a.api_group.is_empty() {
+            m.serialize_entry("apiGroup", &a.api_group)?;
+        }
+        m.serialize_entry("apiVersion", &a.api_version)?;
+        if !a.subresource.is_empty() {
+            m.serialize_entry("subresource", &a.subresource)?;
+        }
+        m.end()
+    }
+}
+
+/// An Event's `responseStatus`.
+struct ResponseStatus<'a>(&'a Record);
+
+impl serde::Serialize for ResponseStatus<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("metadata", &Map::new())?;
+        if let Some((reason, message)) = &self.0.failure {
+            m.serialize_entry("status", "Failure")?;
+            m.serialize_entry("message", message)?;
+            m.serialize_entry("reason", reason)?;
+        }
+        m.serialize_entry("code", &self.0.code)?;
+        m.end()
+    }
+}
+
+/// Serializes a record as its `audit.k8s.io/v1` Event, straight into the line.
 struct EventLine<'a>(&'a Record);
 
 impl serde::Serialize for EventLine<'_> {
     fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
-        event(self.0).serialize(ser)
+        use serde::ser::SerializeMap;
+        let r = self.0;
+        let mut e = ser.serialize_map(None)?;
+        e.serialize_entry("kind", "Event")?;
+        e.serialize_entry("apiVersion", "audit.k8s.io/v1")?;
+        e.serialize_entry("level", r.level.as_str())?;
+        e.serialize_entry("auditID", &r.audit_id)?;
+        e.serialize_entry("stage", r.stage.as_str())?;
+        e.serialize_entry("requestURI", &r.request_uri)?;
+        e.serialize_entry("verb", &r.verb)?;
+        e.serialize_entry("user", &UserInfo(&r.user))?;
+        if let Some(i) = &r.impersonated {
+            e.serialize_entry("impersonatedUser", &UserInfo(i))?;
+        }
+        if let Some(ip) = &r.source_ip {
+            e.serialize_entry("sourceIPs", &[ip])?;
+        }
+        if let Some(ua) = &r.user_agent {
+            e.serialize_entry("userAgent", ua)?;
+        }
+        if let Some(a) = r.attributes.as_ref().filter(|a| a.resource_request) {
+            e.serialize_entry("objectRef", &ObjectRef(a))?;
+        }
+        if r.stage != Stage::RequestReceived {
+            e.serialize_entry("responseStatus", &ResponseStatus(r))?;
+        }
+        let body = |b: &Option<Bytes>| b.as_ref().and_then(|b| serde_json::from_slice::<Value>(b).ok());
+        if r.level >= Level::Request
+            && let Some(v) = body(&r.request_body)
+        {
+            e.serialize_entry("requestObject", &v)?;
+        }
+        if r.level >= Level::RequestResponse
+            && let Some(v) = body(&r.response_body)
+        {
+            e.serialize_entry("responseObject", &v)?;
+        }
+        e.serialize_entry("requestReceivedTimestamp", &timestamp(r.received))?;
+        e.serialize_entry("stageTimestamp", &timestamp(r.stage_time))?;
+        if !r.annotations.is_empty() {
+            let a: std::collections::BTreeMap<&str, &str> =
+                r.annotations.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            e.serialize_entry("annotations", &a)?;
+        }
+        e.end()
     }
 }
 
-/// The `audit.k8s.io/v1` Event of a record.
+/// The `audit.k8s.io/v1` Event of a record, as a value.
 pub fn event(r: &Record) -> Value {
-    let mut e = Map::new();
-    e.insert("kind".into(), json!("Event"));
-    e.insert("apiVersion".into(), json!("audit.k8s.io/v1"));
-    e.insert("level".into(), json!(r.level.as_str()));
-    e.insert("auditID".into(), json!(r.audit_id));
-    e.insert("stage".into(), json!(r.stage.as_str()));
-    e.insert("requestURI".into(), json!(r.request_uri));
-    e.insert("verb".into(), json!(r.verb));
-    e.insert("user".into(), user_info(&r.user));
-    if let Some(i) = &r.impersonated {
-        e.insert("impersonatedUser".into(), user_info(i));
-    }
-    if let Some(ip) = &r.source_ip {
-        e.insert("sourceIPs".into(), json!([ip]));
-    }
-    if let Some(ua) = &r.user_agent {
-        e.insert("userAgent".into(), json!(ua));
-    }
-    if let Some(a) = r.attributes.as_ref().filter(|a| a.resource_request) {
-        let mut o = Map::new();
-        o.insert("resource".into(), json!(a.resource));
-        for (k, v) in [("namespace", &a.namespace), ("name", &a.name)] {
-            if !v.is_empty() {
-                o.insert(k.into(), json!(v));
-            }
-        }
-        if !a.api_group.is_empty() {
-            o.insert("apiGroup".into(), json!(a.api_group));
-        }
-        o.insert("apiVersion".into(), json!(a.api_version));
-        if !a.subresource.is_empty() {
-            o.insert("subresource".into(), json!(a.subresource));
-        }
-        e.insert("objectRef".into(), Value::Object(o));
-    }
-    if r.stage != Stage::RequestReceived {
-        let mut s = Map::new();
-        s.insert("metadata".into(), json!({}));
-        if let Some((reason, message)) = &r.failure {
-            s.insert("status".into(), json!("Failure"));
-            s.insert("message".into(), json!(message));
-            s.insert("reason".into(), json!(reason));
-        }
-        s.insert("code".into(), json!(r.code));
-        e.insert("responseStatus".into(), Value::Object(s));
-    }
-    let body = |b: &Option<Bytes>| b.as_ref().and_then(|b| serde_json::from_slice::<Value>(b).ok());
-    if r.level >= Level::Request
-        && let Some(v) = body(&r.request_body)
-    {
-        e.insert("requestObject".into(), v);
-    }
-    if r.level >= Level::RequestResponse
-        && let Some(v) = body(&r.response_body)
-    {
-        e.insert("responseObject".into(), v);
-    }
-    e.insert("requestReceivedTimestamp".into(), json!(timestamp(r.received)));
-    e.insert("stageTimestamp".into(), json!(timestamp(r.stage_time)));
-    if !r.annotations.is_empty() {
-        let a: Map<String, Value> = r.annotations.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
-        e.insert("annotations".into(), Value::Object(a));
-    }
-    Value::Object(e)
+    serde_json::to_value(EventLine(r)).unwrap_or(Value::Null)
 }
 
 /// The log file with lumberjack's rotation, as upstream's log backend.
@@ -545,6 +576,7 @@ impl LogFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn attrs(verb: &str, group: &str, resource: &str, ns: &str) -> Attributes {
         let mut a = Attributes::resource(verb, group, resource, ns, "x");

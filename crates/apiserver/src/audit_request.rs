@@ -79,11 +79,11 @@ impl AuditCtx {
     }
 
     /// The caller is known: the policy decides the level.
-    pub fn begin(&mut self, state: &ApiState, user: Identity, attributes: Attributes) {
+    pub fn begin(&mut self, state: &ApiState, user: &Identity, attributes: &Attributes) {
         if !state.audit.enabled() {
             return;
         }
-        let (level, omit) = state.audit.policy().level(&user, &attributes);
+        let (level, omit) = state.audit.policy().level(user, attributes);
         self.level = level;
         if level == Level::None {
             return;
@@ -95,10 +95,12 @@ impl AuditCtx {
                     attributes.subresource.as_str(),
                     "exec" | "attach" | "portforward" | "log"
                 ));
-        self.user = user;
-        self.attributes = Some(attributes);
-        let record = self.record(Stage::RequestReceived, 0, None, None);
-        self.emit(state, record);
+        self.user = user.clone();
+        self.attributes = Some(attributes.clone());
+        if !self.omit.contains(&Stage::RequestReceived) {
+            let record = self.record(Stage::RequestReceived, 0, None, None);
+            state.audit.emit(record);
+        }
     }
 
     pub fn impersonating(&mut self, user: &Identity) {
@@ -142,6 +144,35 @@ impl AuditCtx {
             stage_time: jiff::Timestamp::now(),
             annotations: self.annotations.clone(),
             request_body: self.request_body.clone(),
+            response_body: response,
+        }
+    }
+
+    /// The last record of a request, taking what the context holds.
+    fn into_record(
+        self,
+        stage: Stage,
+        code: u16,
+        failure: Option<(String, String)>,
+        response: Option<Bytes>,
+    ) -> Record {
+        Record {
+            level: self.level,
+            stage,
+            audit_id: self.audit_id,
+            request_uri: self.request_uri,
+            verb: self.attributes.as_ref().map(|a| a.verb.clone()).unwrap_or_default(),
+            user: self.user,
+            impersonated: self.impersonated,
+            source_ip: self.source_ip,
+            user_agent: self.user_agent,
+            attributes: self.attributes,
+            code,
+            failure,
+            received: self.received,
+            stage_time: jiff::Timestamp::now(),
+            annotations: self.annotations,
+            request_body: self.request_body,
             response_body: response,
         }
     }
@@ -202,8 +233,11 @@ impl AuditCtx {
                 }),
             );
         }
-        let record = self.record(Stage::ResponseComplete, code, failure, response_body);
-        self.emit(state, record);
+        if !self.omit.contains(&Stage::ResponseComplete) {
+            state
+                .audit
+                .emit(self.into_record(Stage::ResponseComplete, code, failure, response_body));
+        }
         Response::from_parts(parts, body)
     }
 }

@@ -33,10 +33,10 @@ async fn serve(state: &Arc<ApiState>, req: Request<Body>, audit: &mut crate::aud
         .unwrap_or_default();
     let attributes = authz::attributes(&parts.method, &path, &params);
     let Some(user) = state.authenticate(&parts.headers, &parts.extensions).await else {
-        audit.begin(state, Identity::default(), attributes);
+        audit.begin(state, &Identity::default(), &attributes);
         return body::error_response(&StatusError::unauthorized());
     };
-    audit.begin(state, user.clone(), attributes.clone());
+    audit.begin(state, &user, &attributes);
     let user = match crate::impersonation::resolve(&state.authz, &*state.store, user, &parts.headers).await {
         Ok(user) => user,
         Err(e) => {

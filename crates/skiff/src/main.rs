@@ -193,7 +193,7 @@ struct AuditArgs {
     /// Where the audit log goes: a file, `-` for standard output, empty for none
     /// (default DATA_DIR/audit/audit.log).
     #[arg(long)]
-    audit_log_path: Option<PathBuf>,
+    audit_log_path: Option<String>,
     /// Days rotated audit logs are kept (0: no limit).
     #[arg(long, default_value_t = 0)]
     audit_log_maxage: u64,
@@ -524,7 +524,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     opts.advertise_address = Some(args.advertise_address.unwrap_or_else(skiff_agent::node::detect_host_ip));
     opts.audit = skiff_apiserver::audit::AuditOptions {
         policy_file: args.audit.audit_policy_file.clone(),
-        log_path: args.audit.audit_log_path.clone(),
+        log_path: args.audit.audit_log_path.clone().map(PathBuf::from),
         max_age_days: args.audit.audit_log_maxage,
         max_backups: args.audit.audit_log_maxbackup,
         max_size_mb: args.audit.audit_log_maxsize,

@@ -631,3 +631,10 @@ fn exec_needs_create_whatever_the_transport() {
         "{err}"
     );
 }
+
+#[test]
+fn an_empty_audit_log_path_turns_auditing_off() {
+    let c = Cluster::start(&["--no-agent", "--no-scheduler", "--audit-log-path="]);
+    c.k(&["get", "pods"]);
+    assert!(!c.path().join("audit").exists());
+}

@@ -47,6 +47,11 @@ pub enum Stage {
 }
 
 impl Stage {
+    /// The stage's bit in a set of stages.
+    pub fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             Stage::RequestReceived => "RequestReceived",
@@ -134,16 +139,16 @@ impl Policy {
         Ok(p)
     }
 
-    /// The level and the stages left out for a request, by the first rule that matches it.
-    pub fn level(&self, user: &Identity, a: &Attributes) -> (Level, Vec<Stage>) {
+    /// The level and the stages left out (a set of [`Stage::bit`]s) for a request, by the first
+    /// rule that matches it.
+    pub fn level(&self, user: &Identity, a: &Attributes) -> (Level, u8) {
+        let bits = |stages: &[Stage]| stages.iter().fold(0u8, |m, s| m | s.bit());
         for r in &self.rules {
             if rule_matches(r, user, a) {
-                let mut omit = self.omit_stages.clone();
-                omit.extend(r.omit_stages.iter().copied());
-                return (r.level, omit);
+                return (r.level, bits(&self.omit_stages) | bits(&r.omit_stages));
             }
         }
-        (Level::None, Vec::new())
+        (Level::None, 0)
     }
 }
 
@@ -216,13 +221,13 @@ pub struct AuditOptions {
 pub struct Record {
     pub level: Level,
     pub stage: Stage,
-    pub audit_id: String,
-    pub request_uri: String,
+    pub audit_id: http::HeaderValue,
+    pub request_uri: http::Uri,
     pub verb: String,
     pub user: Identity,
     pub impersonated: Option<Identity>,
-    pub source_ip: Option<String>,
-    pub user_agent: Option<String>,
+    pub source_ip: Option<std::net::IpAddr>,
+    pub user_agent: Option<http::HeaderValue>,
     pub attributes: Option<Attributes>,
     pub code: u16,
     /// The Status of a failed request: (reason, message).
@@ -329,8 +334,9 @@ impl Auditor {
     }
 }
 
+/// RFC 3339 with microseconds, as upstream's `MicroTime`.
 fn timestamp(t: jiff::Timestamp) -> String {
-    t.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()
+    format!("{t:.6}")
 }
 
 /// A user as an Event's `user` or `impersonatedUser`.
@@ -409,18 +415,19 @@ impl serde::Serialize for EventLine<'_> {
         e.serialize_entry("kind", "Event")?;
         e.serialize_entry("apiVersion", "audit.k8s.io/v1")?;
         e.serialize_entry("level", r.level.as_str())?;
-        e.serialize_entry("auditID", &r.audit_id)?;
+        e.serialize_entry("auditID", r.audit_id.to_str().unwrap_or(""))?;
         e.serialize_entry("stage", r.stage.as_str())?;
-        e.serialize_entry("requestURI", &r.request_uri)?;
+        let uri = r.request_uri.path_and_query().map(|p| p.as_str()).unwrap_or("");
+        e.serialize_entry("requestURI", uri)?;
         e.serialize_entry("verb", &r.verb)?;
         e.serialize_entry("user", &UserInfo(&r.user))?;
         if let Some(i) = &r.impersonated {
             e.serialize_entry("impersonatedUser", &UserInfo(i))?;
         }
         if let Some(ip) = &r.source_ip {
-            e.serialize_entry("sourceIPs", &[ip])?;
+            e.serialize_entry("sourceIPs", &[ip.to_string()])?;
         }
-        if let Some(ua) = &r.user_agent {
+        if let Some(ua) = r.user_agent.as_ref().and_then(|v| v.to_str().ok()) {
             e.serialize_entry("userAgent", ua)?;
         }
         if let Some(a) = r.attributes.as_ref().filter(|a| a.resource_request) {
@@ -601,7 +608,7 @@ mod tests {
         assert_eq!(p.level(&node, &lease).0, Level::None);
         assert_eq!(p.level(&jane, &lease).0, Level::Metadata);
         let (_, omit) = p.level(&jane, &attrs("list", "", "pods", "default"));
-        assert_eq!(omit, vec![Stage::RequestReceived]);
+        assert_eq!(omit, Stage::RequestReceived.bit());
 
         let custom = Policy::parse(
             "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: RequestResponse\n  resources: [{group: \"\", resources: [\"pods/*\"]}]\n- level: Request\n  namespaces: [team]\n",
@@ -634,13 +641,13 @@ mod tests {
         let r = Record {
             level: Level::Metadata,
             stage: Stage::ResponseComplete,
-            audit_id: "id-1".into(),
-            request_uri: "/api/v1/namespaces/default/pods?limit=500".into(),
+            audit_id: http::HeaderValue::from_static("id-1"),
+            request_uri: "/api/v1/namespaces/default/pods?limit=500".parse().unwrap(),
             verb: "list".into(),
             user: Identity::new("jane", &["system:authenticated"]),
             impersonated: None,
-            source_ip: Some("127.0.0.1".into()),
-            user_agent: Some("kubectl".into()),
+            source_ip: Some("127.0.0.1".parse().unwrap()),
+            user_agent: Some(http::HeaderValue::from_static("kubectl")),
             attributes: Some(a),
             code: 403,
             failure: Some(("Forbidden".into(), "pods is forbidden".into())),

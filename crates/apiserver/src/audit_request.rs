@@ -21,13 +21,13 @@ use crate::tls::Identity;
 const AUDIT_ID: &str = "audit-id";
 
 pub struct AuditCtx {
-    audit_id: String,
+    audit_id: HeaderValue,
     received: jiff::Timestamp,
-    request_uri: String,
-    source_ip: Option<String>,
-    user_agent: Option<String>,
+    request_uri: http::Uri,
+    source_ip: Option<std::net::IpAddr>,
+    user_agent: Option<HeaderValue>,
     level: Level,
-    omit: Vec<Stage>,
+    omit: u8,
     user: Identity,
     impersonated: Option<Identity>,
     attributes: Option<Attributes>,
@@ -37,38 +37,34 @@ pub struct AuditCtx {
 }
 
 impl AuditCtx {
+    /// What an event needs of the request, kept as the request holds it (shared, not copied):
+    /// the writer turns it into text.
     pub fn new(req: &Request<Body>) -> AuditCtx {
         // A client's own Audit-Id is kept, as upstream keeps it.
         let audit_id = req
             .headers()
             .get(AUDIT_ID)
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty() && v.len() <= 128)
-            .map(str::to_string)
+            .filter(|v| !v.is_empty() && v.len() <= 128 && v.to_str().is_ok())
+            .cloned()
             .unwrap_or_else(|| {
                 // A v4 uuid from the thread's generator: no system call per request.
                 let bytes: [u8; 16] = rand::random();
-                uuid::Builder::from_random_bytes(bytes).into_uuid().to_string()
+                let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+                let id = uuid::Builder::from_random_bytes(bytes).into_uuid();
+                HeaderValue::from_bytes(id.hyphenated().encode_lower(&mut text).as_bytes())
+                    .unwrap_or(HeaderValue::from_static("00000000-0000-0000-0000-000000000000"))
             });
         AuditCtx {
             audit_id,
             received: jiff::Timestamp::now(),
-            request_uri: req
-                .uri()
-                .path_and_query()
-                .map(|p| p.as_str().to_string())
-                .unwrap_or_default(),
+            request_uri: req.uri().clone(),
             source_ip: req
                 .extensions()
                 .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-                .map(|c| c.0.ip().to_string()),
-            user_agent: req
-                .headers()
-                .get(http::header::USER_AGENT)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string),
+                .map(|c| c.0.ip()),
+            user_agent: req.headers().get(http::header::USER_AGENT).cloned(),
             level: Level::None,
-            omit: Vec::new(),
+            omit: 0,
             user: Identity::default(),
             impersonated: None,
             attributes: None,
@@ -96,10 +92,17 @@ impl AuditCtx {
                     "exec" | "attach" | "portforward" | "log"
                 ));
         self.user = user.clone();
-        self.attributes = Some(attributes.clone());
-        if !self.omit.contains(&Stage::RequestReceived) {
-            let record = self.record(Stage::RequestReceived, 0, None, None);
+        if self.omit & Stage::RequestReceived.bit() == 0 {
+            let mut record = self.record(Stage::RequestReceived, 0, None, None);
+            record.attributes = Some(attributes.clone());
             state.audit.emit(record);
+        }
+    }
+
+    /// The request's attributes, once the authorizers are done with them.
+    pub fn attributes(&mut self, attributes: Attributes) {
+        if self.level > Level::None {
+            self.attributes = Some(attributes);
         }
     }
 
@@ -178,7 +181,7 @@ impl AuditCtx {
     }
 
     fn emit(&self, state: &ApiState, record: Record) {
-        if !self.omit.contains(&record.stage) {
+        if self.omit & record.stage.bit() == 0 {
             state.audit.emit(record);
         }
     }
@@ -186,9 +189,7 @@ impl AuditCtx {
     /// Records the response and returns it with its `Audit-Id`.
     pub async fn finish(self, state: &Arc<ApiState>, response: Response) -> Response {
         let (mut parts, body) = response.into_parts();
-        if let Ok(v) = HeaderValue::from_str(&self.audit_id) {
-            parts.headers.insert(AUDIT_ID, v);
-        }
+        parts.headers.insert(AUDIT_ID, self.audit_id.clone());
         if self.level == Level::None {
             return Response::from_parts(parts, body);
         }
@@ -224,7 +225,7 @@ impl AuditCtx {
             let started = self.record(Stage::ResponseStarted, code, None, None);
             self.emit(state, started);
             let complete = self.record(Stage::ResponseComplete, code, None, None);
-            let guard = (!self.omit.contains(&Stage::ResponseComplete)).then(|| (state.clone(), complete));
+            let guard = (self.omit & Stage::ResponseComplete.bit() == 0).then(|| (state.clone(), complete));
             return Response::from_parts(
                 parts,
                 Body::new(Audited {
@@ -233,7 +234,7 @@ impl AuditCtx {
                 }),
             );
         }
-        if !self.omit.contains(&Stage::ResponseComplete) {
+        if self.omit & Stage::ResponseComplete.bit() == 0 {
             state
                 .audit
                 .emit(self.into_record(Stage::ResponseComplete, code, failure, response_body));

@@ -34,32 +34,38 @@ async fn serve(state: &Arc<ApiState>, req: Request<Body>, audit: &mut crate::aud
     let attributes = authz::attributes(&parts.method, &path, &params);
     let Some(user) = state.authenticate(&parts.headers, &parts.extensions).await else {
         audit.begin(state, &Identity::default(), &attributes);
+        audit.attributes(attributes);
         return body::error_response(&StatusError::unauthorized());
     };
     audit.begin(state, &user, &attributes);
     let user = match crate::impersonation::resolve(&state.authz, &*state.store, user, &parts.headers).await {
         Ok(user) => user,
         Err(e) => {
+            audit.attributes(attributes);
             let _ = body::read_limited(body).await;
             return body::error_response(&e);
         }
     };
     audit.impersonating(&user);
     let (decision, reason) = state.authz.authorize(&*state.store, &user, &attributes).await;
-    let mut allowed = decision == skiff_rbac::Decision::Allow;
-    let (mut refused, mut why) = (attributes.clone(), reason.clone());
+    // What was refused, and why.
+    let mut refusal = (decision != skiff_rbac::Decision::Allow).then(|| (attributes.clone(), reason.clone()));
     // A WebSocket GET of exec, attach or port-forward also needs `create`, as upstream's
     // AuthorizePodWebsocketUpgradeCreatePermission: the verb kubectl's POST always needed.
-    if allowed && authz::is_stream_upgrade(&attributes) {
+    if refusal.is_none() && authz::is_stream_upgrade(&attributes) {
         let mut create = attributes.clone();
         create.verb = "create".into();
         let (d, r) = state.authz.authorize(&*state.store, &user, &create).await;
         if d != skiff_rbac::Decision::Allow {
-            (allowed, refused, why) = (false, create, r);
+            refusal = Some((create, r));
         }
     }
-    audit.decision(allowed, if allowed { &reason } else { &why });
-    if !allowed {
+    audit.decision(
+        refusal.is_none(),
+        refusal.as_ref().map_or(reason.as_str(), |(_, why)| why.as_str()),
+    );
+    audit.attributes(attributes);
+    if let Some((refused, why)) = refusal {
         // Read what the client sends first, so it gets the 403 rather than a reset.
         let _ = body::read_limited(body).await;
         return body::error_response(&authz::forbidden(&user, &refused, &why));

@@ -138,7 +138,7 @@ impl AuditCtx {
             verb: self.attributes.as_ref().map(|a| a.verb.clone()).unwrap_or_default(),
             user: self.user.clone(),
             impersonated: self.impersonated.clone(),
-            source_ip: self.source_ip.clone(),
+            source_ip: self.source_ip,
             user_agent: self.user_agent.clone(),
             attributes: self.attributes.clone(),
             code,

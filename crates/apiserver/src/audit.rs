@@ -339,8 +339,8 @@ fn timestamp(t: jiff::Timestamp) -> String {
     format!("{t:.6}")
 }
 
-/// A user as an Event's `user` or `impersonatedUser`.
-struct UserInfo<'a>(&'a Identity);
+/// A user as an Event's `user` or `impersonatedUser` (upstream's `UserInfo`).
+pub struct UserInfo<'a>(pub &'a Identity);
 
 impl serde::Serialize for UserInfo<'_> {
     fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {

@@ -30,11 +30,11 @@ pub const UNAUTHENTICATED: &str = "system:unauthenticated";
 /// The API group of RBAC.
 pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
-/// The store prefixes of the four RBAC resources.
-const CLUSTER_ROLES: &str = "/registry/clusterroles.rbac.authorization.k8s.io/";
-const ROLES: &str = "/registry/roles.rbac.authorization.k8s.io/";
-const CLUSTER_ROLE_BINDINGS: &str = "/registry/clusterrolebindings.rbac.authorization.k8s.io/";
-const ROLE_BINDINGS: &str = "/registry/rolebindings.rbac.authorization.k8s.io/";
+/// An RBAC resource of the registry (`roles`, `clusterroles`, `rolebindings`, `clusterrolebindings`).
+pub fn rbac_resource(plural: &str) -> anyhow::Result<&'static skiff_api::Resource> {
+    skiff_api::registry::lookup(RBAC_GROUP, "v1", plural)
+        .ok_or_else(|| anyhow::anyhow!("the registry has no {plural}.{RBAC_GROUP}"))
+}
 
 /// Subresources of a namespace (`/api/v1/namespaces/NAME/SUB`), not resources inside it.
 const NAMESPACE_SUBRESOURCES: &[&str] = &["status", "finalize"];
@@ -123,13 +123,18 @@ fn is_true(v: &str) -> bool {
     matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
 }
 
-/// The name a field selector requires exactly (`metadata.name=x` or `metadata.name==x`).
-fn exact_name(selector: &str) -> Option<&str> {
+/// The value a field selector requires `field` to equal (`field=x` or `field==x`).
+pub fn field_value<'a>(selector: &'a str, field: &str) -> Option<&'a str> {
     selector.split(',').find_map(|term| {
-        let v = term.trim().strip_prefix("metadata.name")?;
-        let v = v.strip_prefix("==").or_else(|| v.strip_prefix('='))?;
-        (!v.is_empty() && !v.contains('/') && v != "." && v != ".." && !v.contains('%')).then_some(v)
+        let v = term.trim().strip_prefix(field)?;
+        v.strip_prefix("==").or_else(|| v.strip_prefix('='))
     })
+}
+
+/// The name a field selector requires exactly, when it is a valid path segment.
+fn exact_name(selector: &str) -> Option<&str> {
+    field_value(selector, "metadata.name")
+        .filter(|v| !v.is_empty() && !v.contains('/') && *v != "." && *v != ".." && !v.contains('%'))
 }
 
 /// Upstream's `forbiddenMessage` with the authorizers' reason appended.
@@ -181,8 +186,9 @@ impl Authorizer {
     pub async fn refresh(&self, store: &dyn Store) -> anyhow::Result<()> {
         let _serial = self.rebuild.lock().await;
         let mut lists: Vec<Vec<Value>> = Vec::with_capacity(4);
-        for prefix in [CLUSTER_ROLES, ROLES, CLUSTER_ROLE_BINDINGS, ROLE_BINDINGS] {
-            let listed = store.list(prefix, ListOptions::default()).await?;
+        for plural in ["clusterroles", "roles", "clusterrolebindings", "rolebindings"] {
+            let prefix = crate::objects::prefix(rbac_resource(plural)?, "");
+            let listed = store.list(&prefix, ListOptions::default()).await?;
             lists.push(
                 listed
                     .items

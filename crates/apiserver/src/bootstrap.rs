@@ -11,15 +11,6 @@ use skiff_store::StoreError;
 use crate::ApiState;
 use crate::objects;
 
-/// Store key of an RBAC object.
-fn key(plural: &str, obj: &Value) -> String {
-    let name = objects::name(obj);
-    match objects::namespace(obj) {
-        "" => format!("/registry/{plural}.rbac.authorization.k8s.io/{name}"),
-        ns => format!("/registry/{plural}.rbac.authorization.k8s.io/{ns}/{name}"),
-    }
-}
-
 /// Reconciles every bootstrap role and binding, then loads the authorizer's snapshot.
 pub async fn reconcile(state: &ApiState) -> anyhow::Result<()> {
     let roles = policy::cluster_roles()
@@ -47,7 +38,8 @@ async fn reconcile_one(
     expected: &Value,
     decide: fn(Option<&Value>, &Value) -> Reconcile,
 ) -> anyhow::Result<()> {
-    let key = key(plural, expected);
+    let res = crate::authz::rbac_resource(plural)?;
+    let key = objects::key(res, objects::namespace(expected), objects::name(expected));
     let current = state.store.get(&key).await?;
     let existing = current.as_ref().and_then(objects::decode_kv);
     match decide(existing.as_ref(), expected) {

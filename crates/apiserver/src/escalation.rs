@@ -3,11 +3,9 @@
 //! verb on it), and bind a role only when they hold its rules (or have the `bind` verb on it).
 //! Members of `system:masters` are exempt.
 
-use std::collections::BTreeMap;
-
 use serde_json::{Value, json};
 use skiff_api::{Resource, StatusError};
-use skiff_rbac::{Attributes, Decision};
+use skiff_rbac::{Attributes, Decision, why};
 
 use crate::authz;
 use crate::handlers::Ctx;
@@ -90,10 +88,12 @@ fn rules_of(obj: &Value) -> Vec<Value> {
 
 /// The rules of the role a binding refers to, or upstream's error when it does not exist.
 async fn referenced_rules(ctx: &Ctx, kind: &str, name: &str, namespace: &str) -> Result<Vec<Value>, String> {
-    let key = match kind {
-        "Role" => format!("/registry/roles.rbac.authorization.k8s.io/{namespace}/{name}"),
-        _ => format!("/registry/clusterroles.rbac.authorization.k8s.io/{name}"),
-    };
+    let plural = if kind == "Role" { "roles" } else { "clusterroles" };
+    let key = crate::objects::key(
+        crate::authz::rbac_resource(plural).map_err(|e| e.to_string())?,
+        namespace,
+        name,
+    );
     let singular = if kind == "Role" { "role" } else { "clusterrole" };
     let kv = ctx
         .state
@@ -118,13 +118,17 @@ fn no_escalation(ctx: &Ctx, res: &Resource, name: &str, namespace: &str, rules: 
     let Some((uncovered, errors)) = missing(ctx, namespace, rules) else {
         return Ok(());
     };
-    let mut lines: Vec<String> = compact(&uncovered).iter().map(compact_string).collect();
+    let uncovered: Vec<skiff_rbac::PolicyRule> = uncovered
+        .into_iter()
+        .filter_map(|r| serde_json::from_value(r).ok())
+        .collect();
+    let mut lines: Vec<String> = why::compact(&uncovered).iter().map(why::describe_rule).collect();
     lines.sort();
     lines.dedup();
     let mut msg = format!(
         "user {:?} (groups={}) is attempting to grant RBAC permissions not currently held:\n{}",
         ctx.user.user,
-        go_quoted(&ctx.user.groups),
+        why::go_quoted(&ctx.user.groups),
         lines.join("\n")
     );
     if !errors.is_empty() {
@@ -135,91 +139,4 @@ fn no_escalation(ctx: &Ctx, res: &Resource, name: &str, namespace: &str, rules: 
 
 fn forbidden(res: &Resource, name: &str, err: &str) -> StatusError {
     StatusError::forbidden_resource(res.group, res.plural, name, err)
-}
-
-fn strings(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
-        .unwrap_or_default()
-}
-
-/// Go's `%q` of a string slice: `["a" "b"]`.
-fn go_quoted(items: &[String]) -> String {
-    let quoted: Vec<String> = items.iter().map(|s| format!("{s:?}")).collect();
-    format!("[{}]", quoted.join(" "))
-}
-
-/// Upstream's `CompactRules`: simple rules (one group, one resource, no names) that differ only
-/// in their verbs are merged.
-fn compact(rules: &[Value]) -> Vec<Value> {
-    let mut merged: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    let mut order: Vec<(String, String)> = Vec::new();
-    let mut out = Vec::new();
-    for r in rules {
-        let groups = strings(r.get("apiGroups"));
-        let resources = strings(r.get("resources"));
-        let simple = groups.len() == 1
-            && resources.len() == 1
-            && strings(r.get("resourceNames")).is_empty()
-            && strings(r.get("nonResourceURLs")).is_empty();
-        if !simple {
-            out.push(r.clone());
-            continue;
-        }
-        let key = (groups[0].clone(), resources[0].clone());
-        let verbs = merged.entry(key.clone()).or_insert_with(|| {
-            order.push(key.clone());
-            Vec::new()
-        });
-        for v in strings(r.get("verbs")) {
-            if !verbs.contains(&v) {
-                verbs.push(v);
-            }
-        }
-    }
-    for key in order {
-        let verbs = merged.remove(&key).unwrap_or_default();
-        out.push(json!({"verbs": verbs, "apiGroups": [key.0], "resources": [key.1]}));
-    }
-    out
-}
-
-/// Upstream's `CompactString`: `{APIGroups:["apps"], Resources:["deployments"], Verbs:["get"]}`.
-fn compact_string(r: &Value) -> String {
-    let mut parts = Vec::new();
-    for (field, label) in [
-        ("apiGroups", "APIGroups"),
-        ("resources", "Resources"),
-        ("nonResourceURLs", "NonResourceURLs"),
-        ("resourceNames", "ResourceNames"),
-        ("verbs", "Verbs"),
-    ] {
-        let items = strings(r.get(field));
-        if !items.is_empty() {
-            parts.push(format!("{label}:{}", go_quoted(&items)));
-        }
-    }
-    format!("{{{}}}", parts.join(", "))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn compact_as_upstream() {
-        let rules = vec![
-            json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}),
-            json!({"verbs": ["list"], "apiGroups": [""], "resources": ["pods"]}),
-            json!({"verbs": ["get"], "nonResourceURLs": ["/metrics"]}),
-        ];
-        let lines: Vec<String> = compact(&rules).iter().map(compact_string).collect();
-        assert_eq!(
-            lines,
-            vec![
-                "{NonResourceURLs:[\"/metrics\"], Verbs:[\"get\"]}",
-                "{APIGroups:[\"\"], Resources:[\"pods\"], Verbs:[\"get\" \"list\"]}",
-            ]
-        );
-    }
 }

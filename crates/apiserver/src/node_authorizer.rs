@@ -150,7 +150,7 @@ async fn pod(store: &dyn Store, node: &str, a: &Attributes) -> Verdict {
     match (a.subresource.as_str(), a.verb.as_str()) {
         ("", "get") => get(store, node, Kind::Pod, a).await,
         ("", "list" | "watch") => {
-            if field_equals(&a.field_selector, "spec.nodeName") == Some(node) {
+            if crate::authz::field_value(&a.field_selector, "spec.nodeName") == Some(node) {
                 return allow();
             }
             if !a.name.is_empty() {
@@ -162,14 +162,6 @@ async fn pod(store: &dyn Store, node: &str, a: &Attributes) -> Verdict {
         ("", "create" | "delete") | ("status", "update" | "patch") | ("eviction", "create") => allow(),
         _ => no(""),
     }
-}
-
-/// The value a field selector requires `field` to equal.
-fn field_equals<'a>(selector: &'a str, field: &str) -> Option<&'a str> {
-    selector.split(',').find_map(|term| {
-        let v = term.trim().strip_prefix(field)?;
-        v.strip_prefix("==").or_else(|| v.strip_prefix('='))
-    })
 }
 
 async fn related(store: &dyn Store, node: &str, kind: Kind, a: &Attributes) -> Verdict {

@@ -63,19 +63,9 @@ enum Scope {
     Own,
 }
 
+/// A user as the reviews' `userInfo` (the same form as the audit log's).
 fn user_info(who: &Identity) -> Value {
-    let mut m = Map::new();
-    m.insert("username".into(), json!(who.user));
-    if !who.uid.is_empty() {
-        m.insert("uid".into(), json!(who.uid));
-    }
-    if !who.groups.is_empty() {
-        m.insert("groups".into(), json!(who.groups));
-    }
-    if !who.extra.is_empty() {
-        m.insert("extra".into(), json!(who.extra));
-    }
-    Value::Object(m)
+    serde_json::to_value(crate::audit::UserInfo(who)).unwrap_or(Value::Null)
 }
 
 fn str_of<'a>(v: &'a Value, k: &str) -> &'a str {
@@ -297,24 +287,13 @@ mod tests {
 
     use axum::body::Body;
     use http::Request;
-    use http_body_util::BodyExt;
     use serde_json::{Value, json};
     use tower::ServiceExt;
 
     use crate::server::{ApiState, router};
 
     async fn post(state: &Arc<ApiState>, token: &str, uri: &str, body: Value) -> (u16, Value) {
-        let req = Request::builder()
-            .method("POST")
-            .uri(uri)
-            .header("authorization", format!("Bearer {token}"))
-            .header("content-type", "application/json")
-            .body(Body::from(body.to_string()))
-            .expect("request");
-        let resp = router(state.clone()).oneshot(req).await.expect("response");
-        let code = resp.status().as_u16();
-        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
-        (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        state.call_for_tests(token, "POST", uri, &body.to_string()).await
     }
 
     const SAR: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";

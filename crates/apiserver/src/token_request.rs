@@ -258,13 +258,9 @@ async fn get(ctx: &Ctx, plural: &str, namespace: &str, name: &str) -> Result<Opt
 mod tests {
     use std::sync::Arc;
 
-    use axum::body::Body;
-    use http::Request;
-    use http_body_util::BodyExt;
     use serde_json::{Value, json};
-    use tower::ServiceExt;
 
-    use crate::server::{ApiState, router};
+    use crate::server::ApiState;
 
     const URI: &str = "/api/v1/namespaces/default/serviceaccounts/bot/token";
 
@@ -282,17 +278,7 @@ mod tests {
     }
 
     async fn call(state: &Arc<ApiState>, token: &str, method: &str, uri: &str, body: &str) -> (u16, Value) {
-        let req = Request::builder()
-            .method(method)
-            .uri(uri)
-            .header("authorization", format!("Bearer {token}"))
-            .header("content-type", "application/json")
-            .body(Body::from(body.to_string()))
-            .expect("request");
-        let resp = router(state.clone()).oneshot(req).await.expect("response");
-        let code = resp.status().as_u16();
-        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
-        (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        state.call_for_tests(token, method, uri, body).await
     }
 
     async fn create(state: &Arc<ApiState>, admin: &str, uri: &str, obj: Value) -> Value {

@@ -3,12 +3,43 @@
 
 use crate::rule::{Attributes, PolicyRule};
 
+/// Go's `%q` of a string slice: `["a" "b"]`.
+pub fn go_quoted(items: &[String]) -> String {
+    let q: Vec<String> = items.iter().map(|s| format!("{s:?}")).collect();
+    format!("[{}]", q.join(" "))
+}
+
+/// Upstream's `CompactRules`: simple rules (one group, one resource, no names) that differ only
+/// in their verbs are merged into one, in the order they first appear.
+pub fn compact(rules: &[PolicyRule]) -> Vec<PolicyRule> {
+    let simple = |r: &PolicyRule| {
+        r.api_groups.len() == 1
+            && r.resources.len() == 1
+            && r.resource_names.is_empty()
+            && r.non_resource_urls.is_empty()
+    };
+    let mut out: Vec<PolicyRule> = Vec::new();
+    for r in rules {
+        let same = out
+            .iter_mut()
+            .find(|o| simple(r) && simple(o) && o.api_groups == r.api_groups && o.resources == r.resources);
+        match same {
+            Some(o) => {
+                for v in &r.verbs {
+                    if !o.verbs.contains(v) {
+                        o.verbs.push(v.clone());
+                    }
+                }
+            }
+            None => out.push(r.clone()),
+        }
+    }
+    out
+}
+
 /// Upstream's `CompactString` of a rule: `{APIGroups:["apps"], Resources:["deployments"], Verbs:["get"]}`.
 pub fn describe_rule(r: &PolicyRule) -> String {
-    let quoted = |items: &[String]| {
-        let q: Vec<String> = items.iter().map(|s| format!("{s:?}")).collect();
-        format!("[{}]", q.join(" "))
-    };
+    let quoted = go_quoted;
     let mut parts = Vec::new();
     for (label, items) in [
         ("APIGroups", &r.api_groups),
@@ -142,6 +173,30 @@ mod tests {
         assert_eq!(
             describe_rule(&rule),
             "{APIGroups:[\"\"], Resources:[\"pods\"], Verbs:[\"get\" \"list\"]}"
+        );
+    }
+
+    #[test]
+    fn compact_as_upstream() {
+        let rule = |verb: &str, res: &[&str], urls: &[&str]| PolicyRule {
+            verbs: vec![verb.into()],
+            api_groups: if res.is_empty() { vec![] } else { vec!["".into()] },
+            resources: res.iter().map(|s| s.to_string()).collect(),
+            non_resource_urls: urls.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        let rules = [
+            rule("get", &["pods"], &[]),
+            rule("list", &["pods"], &[]),
+            rule("get", &[], &["/metrics"]),
+        ];
+        let lines: Vec<String> = compact(&rules).iter().map(describe_rule).collect();
+        assert_eq!(
+            lines,
+            vec![
+                "{APIGroups:[\"\"], Resources:[\"pods\"], Verbs:[\"get\" \"list\"]}",
+                "{NonResourceURLs:[\"/metrics\"], Verbs:[\"get\"]}",
+            ]
         );
     }
 }

@@ -29,20 +29,6 @@ fn can_i(c: &Cluster, args: &[&str]) -> (String, i32) {
     (stdout(&out).trim().to_string(), out.status.code().unwrap_or(-1))
 }
 
-/// A kubeconfig for `user` from `skiff kubeconfig user`.
-fn user_kubeconfig(c: &Cluster, user: &str, group: Option<&str>) -> PathBuf {
-    let mut cmd = Command::new(skiff_bin());
-    cmd.args(["kubeconfig", "user", user, "--data-dir"]).arg(c.path());
-    if let Some(g) = group {
-        cmd.args(["--group", g]);
-    }
-    let out = cmd.output().expect("skiff kubeconfig");
-    assert!(out.status.success(), "{}", stderr(&out));
-    let path = c.path().join(format!("{user}.kubeconfig"));
-    std::fs::write(&path, &out.stdout).expect("write kubeconfig");
-    path
-}
-
 fn kubectl_as(c: &Cluster, kubeconfig: &PathBuf, args: &[&str]) -> Output {
     Command::new("kubectl")
         .arg("--kubeconfig")
@@ -181,7 +167,7 @@ fn whoami_and_the_administrators() {
     );
 
     // A user issued by `skiff kubeconfig` is whatever RBAC says, impersonating nobody.
-    let jane = user_kubeconfig(&c, "jane", Some("devs"));
+    let jane = common::issued_kubeconfig(&c, &["user", "jane", "--group", "devs"], "jane.kubeconfig");
     let out = kubectl_as(&c, &jane, &["get", "pods"]);
     assert!(
         stderr(&out).contains("User \"jane\" cannot list resource \"pods\""),

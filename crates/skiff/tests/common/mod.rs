@@ -48,18 +48,26 @@ pub fn proxy_table(range: &str) -> String {
 pub const TEST_EVICTION_HARD: &str =
     "memory.available<100Mi,nodefs.available<0%,nodefs.inodesFree<0%,imagefs.available<0%,imagefs.inodesFree<0%";
 
+/// A kubeconfig from `skiff kubeconfig ARGS` (a user's or a node's), written to the data dir as
+/// `FILE`.
+pub fn issued_kubeconfig(c: &Cluster, args: &[&str], file: &str) -> PathBuf {
+    let out = Command::new(skiff_bin())
+        .arg("kubeconfig")
+        .args(args)
+        .arg("--data-dir")
+        .arg(c.path())
+        .output()
+        .expect("skiff kubeconfig");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let path = c.path().join(file);
+    std::fs::write(&path, &out.stdout).expect("write the kubeconfig");
+    path
+}
+
 /// A kubeconfig for node `name` (`system:node:NAME` in `system:nodes`), from `skiff kubeconfig
 /// node`: what a `skiff agent` joining the cluster runs with.
 pub fn node_kubeconfig(c: &Cluster, name: &str) -> PathBuf {
-    let out = Command::new(skiff_bin())
-        .args(["kubeconfig", "node", name, "--data-dir"])
-        .arg(c.path())
-        .output()
-        .expect("skiff kubeconfig node");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let path = c.path().join(format!("node-{name}.kubeconfig"));
-    std::fs::write(&path, &out.stdout).expect("write the node kubeconfig");
-    path
+    issued_kubeconfig(c, &["node", name], &format!("node-{name}.kubeconfig"))
 }
 
 pub fn skiff_bin() -> &'static str {

@@ -30,6 +30,7 @@ pub mod request;
 pub mod reviews;
 pub mod server;
 pub mod serviceaccount;
+pub mod storageobjectinuseprotection;
 pub mod subresources;
 pub mod tls;
 pub mod token_request;

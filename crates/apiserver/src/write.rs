@@ -412,6 +412,9 @@ async fn create_stored(
     crate::escalation::admit(ctx, obj, None).await?;
     crate::noderestriction::admit(ctx, obj, None)?;
     manage_fields(ctx, None, obj, operation);
+    // Mutating admission runs after the creator's fields are recorded, as upstream's create
+    // handler orders them: the finalizer is the system's, not the creator's.
+    crate::storageobjectinuseprotection::admit(res, &ctx.rr.subresource, obj);
     let key = objects::key(res, &ctx.rr.namespace, &name);
     if ctx.dry_run() {
         return Ok((std::mem::take(obj), warnings, None));
@@ -1348,6 +1351,63 @@ mod tests {
     }
 
     /// Create, read and update RoleBindings through the router, as kubectl does.
+    #[tokio::test]
+    async fn created_claims_and_volumes_are_protected_by_a_finalizer_of_the_system() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (state, token) = crate::server::ApiState::for_tests(dir.path());
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}});
+        let (code, v) = state
+            .call_for_tests(&token, "POST", "/api/v1/namespaces", &ns.to_string())
+            .await;
+        assert_eq!(code, 201, "{v}");
+        let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "finalizers": ["example.com/keep"]},
+            "spec": {"storageClassName": "", "accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}}}});
+        const CLAIMS: &str = "/api/v1/namespaces/default/persistentvolumeclaims";
+        let (code, dry) = state
+            .call_for_tests(&token, "POST", &format!("{CLAIMS}?dryRun=All"), &pvc.to_string())
+            .await;
+        assert_eq!(code, 201, "{dry}");
+        assert_eq!(
+            dry["metadata"]["finalizers"],
+            json!(["example.com/keep", "kubernetes.io/pvc-protection"])
+        );
+        let (code, created) = state.call_for_tests(&token, "POST", CLAIMS, &pvc.to_string()).await;
+        assert_eq!(code, 201, "{created}");
+        assert_eq!(
+            created["metadata"]["finalizers"],
+            json!(["example.com/keep", "kubernetes.io/pvc-protection"])
+        );
+        // The creator's managed fields hold the finalizer it sent, not the system's.
+        let fields = created["metadata"]["managedFields"][0]["fieldsV1"].to_string();
+        assert!(fields.contains("example.com/keep"), "{fields}");
+        assert!(!fields.contains("pvc-protection"), "{fields}");
+
+        let pv = json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv1"},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "hostPath": {"path": "/tmp/pv1"}}});
+        let (code, created) = state
+            .call_for_tests(&token, "POST", "/api/v1/persistentvolumes", &pv.to_string())
+            .await;
+        assert_eq!(code, 201, "{created}");
+        assert_eq!(
+            created["metadata"]["finalizers"],
+            json!(["kubernetes.io/pv-protection"])
+        );
+
+        // Deleting marks it; the finalizers hold it until they are removed.
+        let (code, deleting) = state
+            .call_for_tests(&token, "DELETE", "/api/v1/persistentvolumes/pv1", "")
+            .await;
+        assert_eq!(code, 200, "{deleting}");
+        assert!(deleting["metadata"]["deletionTimestamp"].is_string(), "{deleting}");
+        let (code, _) = state
+            .call_for_tests(&token, "GET", "/api/v1/persistentvolumes/pv1", "")
+            .await;
+        assert_eq!(code, 200);
+    }
+
     #[tokio::test]
     async fn role_bindings_are_defaulted_and_keep_their_role_ref() {
         use axum::body::Body;

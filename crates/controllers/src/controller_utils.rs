@@ -300,21 +300,32 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     F: Fn(&K) -> Vec<String> + Send + 'static,
 {
+    spawn_store_watch_events(api, queue, move |o: &K, _deleted: bool| map(o))
+}
+
+/// Like [`spawn_store_watch`], and `map` is told whether the object was deleted; the store
+/// already holds the event's outcome when `map` runs.
+pub fn spawn_store_watch_events<K, F>(api: Api<K>, queue: WorkQueue, mut map: F) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    F: FnMut(&K, bool) -> Vec<String> + Send + 'static,
+{
     let (reader, writer) = reflector::store();
     tokio::spawn(async move {
         let mut stream = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default())).boxed();
         while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::InitApply(o)) | Ok(watcher::Event::Delete(o)) => {
-                    for k in map(&o) {
-                        queue.add(k);
-                    }
-                }
-                Ok(_) => {}
+            let (o, deleted) = match ev {
+                Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::InitApply(o)) => (o, false),
+                Ok(watcher::Event::Delete(o)) => (o, true),
+                Ok(_) => continue,
                 Err(e) => {
                     tracing::debug!(error = %e, "owner watch error");
                     tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
                 }
+            };
+            for k in map(&o, deleted) {
+                queue.add(k);
             }
         }
     });

@@ -16,6 +16,9 @@ pub mod namespace;
 pub mod nodelifecycle;
 pub mod persistentvolume;
 pub mod podgc;
+pub mod protectionutil;
+pub mod pvcprotection;
+pub mod pvprotection;
 pub mod replicaset;
 pub mod resources;
 pub mod rootcacertpublisher;
@@ -37,6 +40,10 @@ pub struct ControllersConfig {
     pub statefulset: bool,
     pub cronjob: bool,
     pub persistentvolume: bool,
+    /// Claims being deleted keep their `kubernetes.io/pvc-protection` finalizer while pods use them.
+    pub pvc_protection: bool,
+    /// Volumes being deleted keep their `kubernetes.io/pv-protection` finalizer while Bound.
+    pub pv_protection: bool,
     pub serviceaccounts: bool,
     pub endpointslice: bool,
     pub endpoints: bool,
@@ -66,6 +73,8 @@ impl Default for ControllersConfig {
             statefulset: true,
             cronjob: true,
             persistentvolume: true,
+            pvc_protection: true,
+            pv_protection: true,
             serviceaccounts: true,
             endpointslice: true,
             endpoints: true,
@@ -120,6 +129,14 @@ pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig)
     if cfg.persistentvolume {
         let c = clients("persistent-volume-binder");
         set.spawn(async move { persistentvolume::run(c).await });
+    }
+    if cfg.pvc_protection {
+        let c = clients("pvc-protection-controller");
+        set.spawn(async move { pvcprotection::run(c).await });
+    }
+    if cfg.pv_protection {
+        let c = clients("pv-protection-controller");
+        set.spawn(async move { pvprotection::run(c).await });
     }
     if cfg.serviceaccounts {
         let c = clients("service-account-controller");

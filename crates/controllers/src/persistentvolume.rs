@@ -516,6 +516,14 @@ async fn sync_unbound_claim(ctx: &Ctx, claim: PersistentVolumeClaim) -> anyhow::
             bind(ctx, pv.clone(), claim).await?;
             return Ok(None);
         }
+        // No volume: a claim without a class gets the default one, if there is one now. Its
+        // update brings the claim back (its watch), to be synced with the class.
+        if assign_default_storage_class(ctx, &claim)
+            .await
+            .map_err(|e| anyhow::anyhow!("can't update PersistentVolumeClaim[{:?}]: {e:#}", claim_key(&claim)))?
+        {
+            return Ok(None);
+        }
         let class = claim_class(&claim).to_string();
         if delay_binding && !has_annotation(&claim.metadata, ANN_SELECTED_NODE) {
             emit_event_for_unbound_delay_binding_claim(ctx, &claim).await?;
@@ -593,6 +601,63 @@ async fn sync_bound_claim(ctx: &Ctx, claim: PersistentVolumeClaim) -> anyhow::Re
             update_claim_status_with_event(ctx, claim, CLAIM_LOST, "ClaimMisbound", msg).await
         }
     }
+}
+
+/// On a StorageClass: it is the default class (the beta annotation is still honoured).
+const ANN_IS_DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
+const ANN_BETA_IS_DEFAULT_CLASS: &str = "storageclass.beta.kubernetes.io/is-default-class";
+
+/// Upstream's `PersistentVolumeClaimHasClass`: the beta annotation or `storageClassName` is set,
+/// even to "" (which asks for no class).
+pub fn claim_has_class(claim: &PersistentVolumeClaim) -> bool {
+    has_annotation(&claim.metadata, ANN_BETA_STORAGE_CLASS)
+        || claim.spec.as_ref().is_some_and(|s| s.storage_class_name.is_some())
+}
+
+/// Upstream's `GetDefaultClass`: of the classes annotated as default, the newest, then the first
+/// by name.
+pub fn default_class(classes: &[StorageClass]) -> Option<&StorageClass> {
+    classes
+        .iter()
+        .filter(|c| {
+            [ANN_IS_DEFAULT_CLASS, ANN_BETA_IS_DEFAULT_CLASS]
+                .iter()
+                .any(|a| annotation(&c.metadata, a) == Some("true"))
+        })
+        .min_by(|a, b| {
+            let created = |c: &StorageClass| c.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            created(b)
+                .cmp(&created(a))
+                .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+        })
+}
+
+/// Upstream's `assignDefaultStorageClass` (the retroactive default StorageClass): an unbound
+/// claim created without a class, while no class was the default, gets the default class once
+/// there is one. Returns whether the claim was updated.
+async fn assign_default_storage_class(ctx: &Ctx, claim: &PersistentVolumeClaim) -> anyhow::Result<bool> {
+    if claim_has_class(claim) {
+        return Ok(false);
+    }
+    let classes = Api::<StorageClass>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let Some(class) = default_class(&classes).and_then(|c| c.metadata.name.clone()) else {
+        tracing::debug!(claim = %claim_key(claim), "can not assign storage class to claim: default storage class not found");
+        return Ok(false);
+    };
+    let mut updated = claim.clone();
+    updated.spec.get_or_insert_with(Default::default).storage_class_name = Some(class.clone());
+    claims_api(ctx, &updated)
+        .replace(
+            updated.metadata.name.as_deref().unwrap_or_default(),
+            &PostParams::default(),
+            &updated,
+        )
+        .await?;
+    tracing::info!(claim = %claim_key(claim), class, "assigned the default storage class to claim");
+    Ok(true)
 }
 
 /// Upstream's `IsDelayBindingMode`: the claim's class exists and waits for the first consumer.
@@ -1215,6 +1280,42 @@ mod tests {
         let mut no_cap = bound.clone();
         no_cap.spec.as_mut().unwrap().capacity = None;
         assert!(claim_status(&c, "Bound", Some(&no_cap)).is_err());
+    }
+
+    #[test]
+    fn the_newest_default_class_is_assigned_only_to_claims_without_a_class() {
+        let class = |name: &str, ann: Option<(&str, &str)>, created: i64| StorageClass {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                annotations: ann.map(|(k, v)| [(k.to_string(), v.to_string())].into()),
+                creation_timestamp: Some(Time(jiff::Timestamp::from_second(created).unwrap())),
+                ..Default::default()
+            },
+            provisioner: "example.com/p".into(),
+            ..Default::default()
+        };
+        let name = |c: Option<&StorageClass>| c.and_then(|c| c.metadata.name.clone());
+        assert_eq!(name(default_class(&[class("plain", None, 10)])), None);
+        let classes = [
+            class("old", Some((ANN_IS_DEFAULT_CLASS, "true")), 10),
+            class("not", Some((ANN_IS_DEFAULT_CLASS, "false")), 30),
+            class("beta", Some((ANN_BETA_IS_DEFAULT_CLASS, "true")), 20),
+            class("plain", None, 40),
+        ];
+        assert_eq!(name(default_class(&classes)).as_deref(), Some("beta"));
+        // Equally new: the first by name.
+        let tie = [
+            class("b", Some((ANN_IS_DEFAULT_CLASS, "true")), 10),
+            class("a", Some((ANN_IS_DEFAULT_CLASS, "true")), 10),
+        ];
+        assert_eq!(name(default_class(&tie)).as_deref(), Some("a"));
+
+        assert!(!claim_has_class(&pvc("c", "1Gi", &["ReadWriteOnce"], None)));
+        assert!(claim_has_class(&pvc("c", "1Gi", &["ReadWriteOnce"], Some(""))));
+        assert!(claim_has_class(&pvc("c", "1Gi", &["ReadWriteOnce"], Some("fast"))));
+        let mut annotated = pvc("c", "1Gi", &["ReadWriteOnce"], None);
+        set_annotation(&mut annotated.metadata, ANN_BETA_STORAGE_CLASS, "");
+        assert!(claim_has_class(&annotated));
     }
 
     #[test]

@@ -12,9 +12,10 @@ use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetSta
 use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodTemplateSpec, Volume,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::controller_utils::{self as cu, Recorder, WorkQueue};
 use crate::history;
@@ -26,6 +27,8 @@ pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 struct Ctx {
     client: kube::Client,
     recorder: Recorder,
+    /// The claims, as upstream's PVC lister: what the sets' ordinals have and how they are owned.
+    claims: Store<PersistentVolumeClaim>,
 }
 
 pub async fn run(client: kube::Client) -> anyhow::Result<()> {
@@ -37,11 +40,45 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
             d.spec.as_ref().map(|s| &s.selector)
         })
     });
+    // A claim that goes away may be what an ordinal waits for (a stale or deleting claim blocks
+    // its pod): its set looks again.
+    let s = store.clone();
+    let claims = cu::spawn_store_watch_events(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        queue.clone(),
+        move |c: &PersistentVolumeClaim, deleted| {
+            if !deleted {
+                return Vec::new();
+            }
+            s.state()
+                .iter()
+                .filter(|set| set.metadata.namespace == c.metadata.namespace && claim_belongs_to(c, set))
+                .flat_map(|set| cu::self_key(set.as_ref()))
+                .collect()
+        },
+    );
     let ctx = Ctx {
         recorder: Recorder::new(client.clone(), COMPONENT),
         client,
+        claims,
     };
     queue.run("statefulset", |key| sync(&ctx, key)).await
+}
+
+/// Whether the claim is named as one of the set's ordinals' claims (`<template>-<set>-<ordinal>`).
+fn claim_belongs_to(claim: &PersistentVolumeClaim, set: &StatefulSet) -> bool {
+    let name = claim.metadata.name.as_deref().unwrap_or_default();
+    let set_name = set.metadata.name.as_deref().unwrap_or_default();
+    set.spec
+        .iter()
+        .flat_map(|s| s.volume_claim_templates.iter().flatten())
+        .filter_map(|t| t.metadata.name.as_deref())
+        .any(|t| {
+            name.strip_prefix(t)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .and_then(|rest| ordinal_of(set_name, rest))
+                .is_some()
+        })
 }
 
 /// The ordinal of a pod of `set`, from its name `<set>-<ordinal>`.
@@ -279,14 +316,15 @@ struct ActInput<'a> {
     now: jiff::Timestamp,
 }
 
-/// Upstream's `updateStatefulSet` core: create / replace, then scale down, then update.
+/// Upstream's `updateStatefulSet` core: create / replace, then the condemned pods' claims, then
+/// scale down, then update. In monotonic mode (OrderedReady) the first replica that blocks ends
+/// the pass; in Parallel mode every replica is processed and only errors end it.
 async fn act(ctx: &Ctx, set: &StatefulSet, pods_api: &Api<Pod>, i: ActInput<'_>) -> anyhow::Result<()> {
     let spec = set.spec.clone().unwrap_or_default();
-    let set_name = set.metadata.name.clone().unwrap_or_default();
-    let mut acted = false;
+    let mut errors: Vec<anyhow::Error> = Vec::new();
     for (idx, slot) in i.slots.iter().enumerate() {
         let ord = i.start + idx as i32;
-        match slot {
+        let exit = match slot {
             None => {
                 let (template, rev) = if use_current_revision(set, ord, i.start) {
                     (i.current_template, i.current_name)
@@ -298,55 +336,36 @@ async fn act(ctx: &Ctx, set: &StatefulSet, pods_api: &Api<Pod>, i: ActInput<'_>)
                     s.template = template.clone();
                 }
                 let pod = new_pod(&versioned, template, ord, rev);
-                create_claims(ctx, set, ord).await?;
-                let pname = pod.metadata.name.clone().unwrap_or_default();
-                match pods_api.create(&PostParams::default(), &pod).await {
-                    Ok(_) => {
-                        let msg = format!("create Pod {pname} in StatefulSet {set_name} successful");
-                        ctx.recorder.event(set, "Normal", "SuccessfulCreate", &msg).await;
-                    }
-                    Err(e) if cu::is_already_exists(&e) => {}
-                    Err(e) => {
-                        let msg = format!(
-                            "create Pod {pname} in StatefulSet {set_name} failed error: {}",
-                            crate::replicaset::api_message(&e)
-                        );
-                        ctx.recorder.event(set, "Warning", "FailedCreate", &msg).await;
-                        return Err(e.into());
-                    }
-                }
-                acted = true;
-                if i.monotonic {
-                    return Ok(());
-                }
+                create_replica(ctx, set, pods_api, &pod, i.monotonic).await
             }
-            Some(p) => {
-                if matches!(cu::pod_phase(p), "Failed" | "Succeeded") && !cu::is_pod_terminating(p) {
-                    delete_pod(ctx, set, pods_api, p).await?;
-                    acted = true;
-                    if i.monotonic {
-                        return Ok(());
-                    }
-                    continue;
-                }
-                if i.monotonic && !is_healthy(p, i.min_ready, i.now) {
-                    return Ok(());
-                }
-                create_claims(ctx, set, ord).await?;
-            }
+            Some(p) => process_replica(ctx, set, pods_api, p, &i).await,
+        };
+        match exit {
+            Ok(true) if i.monotonic => return Ok(()),
+            Ok(_) => {}
+            Err(e) if i.monotonic => return Err(e),
+            Err(e) => errors.push(e),
         }
     }
-    if acted {
-        return Ok(());
+    if let Some(e) = errors.into_iter().next() {
+        return Err(e);
+    }
+    // The condemned pods' claims follow the retention policy before the pods go (whenScaled
+    // Delete: the pod becomes their owner, so they go with it).
+    for (_, p) in i.condemned {
+        if !claims_match_retention_policy(ctx, set, p) {
+            update_pod_claim_for_retention_policy(ctx, set, p).await?;
+        }
     }
     // Scale down, highest ordinal first.
     let first_unhealthy = i
         .slots
         .iter()
         .flatten()
-        .chain(i.condemned.iter().map(|(_, p)| p))
-        .find(|p| !is_healthy(p, i.min_ready, i.now))
+        .chain(i.condemned.iter().rev().map(|(_, p)| p))
+        .find(|p| !is_healthy_now(p))
         .and_then(|p| p.metadata.name.clone());
+    let mut acted = false;
     for (_, p) in i.condemned {
         if cu::is_pod_terminating(p) {
             if i.monotonic {
@@ -356,9 +375,6 @@ async fn act(ctx: &Ctx, set: &StatefulSet, pods_api: &Api<Pod>, i: ActInput<'_>)
         }
         if i.monotonic && !is_healthy(p, i.min_ready, i.now) && first_unhealthy != p.metadata.name {
             return Ok(());
-        }
-        if retention(set).1 == "Delete" {
-            own_claims_by_pod(ctx, set, p).await?;
         }
         delete_pod(ctx, set, pods_api, p).await?;
         acted = true;
@@ -388,28 +404,190 @@ async fn act(ctx: &Ctx, set: &StatefulSet, pods_api: &Api<Pod>, i: ActInput<'_>)
     Ok(())
 }
 
+/// Upstream's `isHealthy` (running, ready, not terminating), used to find the first unhealthy pod.
+fn is_healthy_now(p: &Pod) -> bool {
+    is_running_and_ready(p) && !cu::is_pod_terminating(p)
+}
+
+/// The part of upstream's `processReplica` for an ordinal without a pod: unless a claim still
+/// belongs to the ordinal's previous pod, create the claims, then the pod. Returns whether the
+/// pass stops here (monotonic).
+async fn create_replica(
+    ctx: &Ctx,
+    set: &StatefulSet,
+    pods_api: &Api<Pod>,
+    pod: &Pod,
+    monotonic: bool,
+) -> anyhow::Result<bool> {
+    if pod_claim_is_stale(ctx, set, pod) {
+        // A claim the condemned pod of this ordinal owned has not gone yet.
+        tracing::debug!(
+            pod = pod.metadata.name.as_deref().unwrap_or_default(),
+            "waiting for a stale claim to go"
+        );
+        return Ok(true);
+    }
+    create_stateful_pod(ctx, set, pods_api, pod).await?;
+    Ok(monotonic)
+}
+
+/// Upstream's `processReplica` for an existing pod; returns whether the pass stops here
+/// (monotonic).
+async fn process_replica(
+    ctx: &Ctx,
+    set: &StatefulSet,
+    pods_api: &Api<Pod>,
+    p: &Pod,
+    i: &ActInput<'_>,
+) -> anyhow::Result<bool> {
+    // Failed or Succeeded: deleted, and created again on a later pass once gone.
+    if matches!(cu::pod_phase(p), "Failed" | "Succeeded") {
+        if !cu::is_pod_terminating(p) {
+            delete_pod(ctx, set, pods_api, p).await?;
+        }
+        return Ok(true);
+    }
+    // A pending pod's missing claims (deleted meanwhile) are created again.
+    if cu::pod_phase(p) == "Pending" {
+        create_missing_persistent_volume_claims(ctx, set, p).await?;
+    }
+    if i.monotonic && (cu::is_pod_terminating(p) || !is_healthy(p, i.min_ready, i.now)) {
+        return Ok(true);
+    }
+    if !claims_match_retention_policy(ctx, set, p) {
+        update_stateful_pod(ctx, set, pods_api, p).await?;
+    }
+    Ok(false)
+}
+
 async fn delete_pod(ctx: &Ctx, set: &StatefulSet, pods_api: &Api<Pod>, p: &Pod) -> anyhow::Result<()> {
     let pname = p.metadata.name.clone().unwrap_or_default();
-    let set_name = set.metadata.name.clone().unwrap_or_default();
     match pods_api.delete(&pname, &DeleteParams::default()).await {
         Ok(_) => {
-            let msg = format!("delete Pod {pname} in StatefulSet {set_name} successful");
-            ctx.recorder.event(set, "Normal", "SuccessfulDelete", &msg).await;
+            record_pod_event(ctx, set, "delete", &pname, None).await;
             Ok(())
         }
         Err(e) if cu::is_not_found(&e) => Ok(()),
         Err(e) => {
-            let msg = format!(
-                "delete Pod {pname} in StatefulSet {set_name} failed error: {}",
-                crate::replicaset::api_message(&e)
-            );
-            ctx.recorder.event(set, "Warning", "FailedDelete", &msg).await;
+            record_pod_event(ctx, set, "delete", &pname, Some(&crate::replicaset::api_message(&e))).await;
             Err(e.into())
         }
     }
 }
 
-/// The PVC retention policy: (whenDeleted, whenScaled), `Retain` by default.
+/// Upstream's `recordPodEvent`: `Successful<Verb>` / `Failed<Verb>` on the set.
+async fn record_pod_event(ctx: &Ctx, set: &StatefulSet, verb: &str, pod: &str, err: Option<&str>) {
+    let set_name = set.metadata.name.as_deref().unwrap_or_default();
+    let title = title(verb);
+    match err {
+        None => {
+            let msg = format!("{verb} Pod {pod} in StatefulSet {set_name} successful");
+            ctx.recorder
+                .event(set, "Normal", &format!("Successful{title}"), &msg)
+                .await;
+        }
+        Some(e) => {
+            let msg = format!("{verb} Pod {pod} in StatefulSet {set_name} failed error: {e}");
+            ctx.recorder
+                .event(set, "Warning", &format!("Failed{title}"), &msg)
+                .await;
+        }
+    }
+}
+
+/// Upstream's `recordClaimEvent`.
+async fn record_claim_event(ctx: &Ctx, set: &StatefulSet, pod: &str, claim: &str, err: Option<&str>) {
+    let set_name = set.metadata.name.as_deref().unwrap_or_default();
+    match err {
+        None => {
+            let msg = format!("create Claim {claim} Pod {pod} in StatefulSet {set_name} success");
+            ctx.recorder.event(set, "Normal", "SuccessfulCreate", &msg).await;
+        }
+        Some(e) => {
+            let msg = format!("create Claim {claim} for Pod {pod} in StatefulSet {set_name} failed error: {e}");
+            ctx.recorder.event(set, "Warning", "FailedCreate", &msg).await;
+        }
+    }
+}
+
+fn title(verb: &str) -> String {
+    let mut c = verb.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
+/// Upstream's `utilerrors.NewAggregate(...).Error()`: one message alone, several in brackets
+/// (each once).
+fn aggregate(errs: &[String]) -> String {
+    let mut seen = std::collections::HashSet::new();
+    let unique: Vec<&str> = errs.iter().map(String::as_str).filter(|e| seen.insert(*e)).collect();
+    match unique.as_slice() {
+        [one] => one.to_string(),
+        many => format!("[{}]", many.join(", ")),
+    }
+}
+
+/// Upstream's `CreateStatefulPod`: the claims first (none may be being deleted), then the pod,
+/// then the claims' ownerReferences as the retention policy wants them.
+async fn create_stateful_pod(ctx: &Ctx, set: &StatefulSet, pods_api: &Api<Pod>, pod: &Pod) -> anyhow::Result<()> {
+    let pname = pod.metadata.name.clone().unwrap_or_default();
+    if let Err(e) = create_persistent_volume_claims(ctx, set, pod).await {
+        record_pod_event(ctx, set, "create", &pname, Some(&e)).await;
+        anyhow::bail!(e);
+    }
+    match pods_api.create(&PostParams::default(), pod).await {
+        Ok(_) => {}
+        // Seen by a later pass (as upstream, no event).
+        Err(e) if cu::is_already_exists(&e) => return Err(e.into()),
+        Err(e) => {
+            record_pod_event(ctx, set, "create", &pname, Some(&crate::replicaset::api_message(&e))).await;
+            return Err(e.into());
+        }
+    }
+    if let Err(e) = update_pod_claim_for_retention_policy(ctx, set, pod).await {
+        record_pod_event(ctx, set, "update", &pname, Some(&format!("{e:#}"))).await;
+        return Err(e);
+    }
+    record_pod_event(ctx, set, "create", &pname, None).await;
+    Ok(())
+}
+
+/// Upstream's `createMissingPersistentVolumeClaims`: for a pending pod.
+async fn create_missing_persistent_volume_claims(ctx: &Ctx, set: &StatefulSet, pod: &Pod) -> anyhow::Result<()> {
+    create_persistent_volume_claims(ctx, set, pod)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    if let Err(e) = update_pod_claim_for_retention_policy(ctx, set, pod).await {
+        let pname = pod.metadata.name.as_deref().unwrap_or_default();
+        record_pod_event(ctx, set, "update", pname, Some(&format!("{e:#}"))).await;
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Upstream's `UpdateStatefulPod`, for what this controller keeps up to date on a running pod:
+/// its claims' ownerReferences; the pod is then written back as upstream does.
+async fn update_stateful_pod(ctx: &Ctx, set: &StatefulSet, pods_api: &Api<Pod>, p: &Pod) -> anyhow::Result<()> {
+    let pname = p.metadata.name.clone().unwrap_or_default();
+    if let Err(e) = update_pod_claim_for_retention_policy(ctx, set, p).await {
+        record_pod_event(ctx, set, "update", &pname, Some(&format!("{e:#}"))).await;
+        return Err(e);
+    }
+    match pods_api.replace(&pname, &PostParams::default(), p).await {
+        Ok(_) => {
+            record_pod_event(ctx, set, "update", &pname, None).await;
+            Ok(())
+        }
+        Err(e) => {
+            record_pod_event(ctx, set, "update", &pname, Some(&crate::replicaset::api_message(&e))).await;
+            Err(e.into())
+        }
+    }
+}
+
+/// The PVC retention policy: (whenDeleted, whenScaled), `Retain` by default (upstream's
+/// `getPersistentVolumeClaimRetentionPolicy`).
 fn retention(set: &StatefulSet) -> (String, String) {
     let p = set
         .spec
@@ -417,97 +595,318 @@ fn retention(set: &StatefulSet) -> (String, String) {
         .and_then(|s| s.persistent_volume_claim_retention_policy.clone())
         .unwrap_or_default();
     (
-        p.when_deleted.unwrap_or_else(|| "Retain".into()),
-        p.when_scaled.unwrap_or_else(|| "Retain".into()),
+        p.when_deleted.unwrap_or_else(|| RETAIN.into()),
+        p.when_scaled.unwrap_or_else(|| RETAIN.into()),
     )
 }
 
-/// whenScaled Delete: a condemned pod's claims get the pod as their owner instead of the set, so
-/// they go with it.
-async fn own_claims_by_pod(ctx: &Ctx, set: &StatefulSet, pod: &Pod) -> anyhow::Result<()> {
-    let set_name = set.metadata.name.clone().unwrap_or_default();
-    let Some(ord) = pod.metadata.name.as_deref().and_then(|n| ordinal_of(&set_name, n)) else {
-        return Ok(());
-    };
-    let ns = set.metadata.namespace.clone().unwrap_or_default();
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-    let owner = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-        api_version: "v1".into(),
-        kind: "Pod".into(),
-        name: pod.metadata.name.clone().unwrap_or_default(),
-        uid: pod.metadata.uid.clone().unwrap_or_default(),
-        controller: None,
-        block_owner_deletion: None,
-    };
-    for t in set.spec.iter().flat_map(|s| s.volume_claim_templates.iter().flatten()) {
-        let cname = claim_name(t.metadata.name.as_deref().unwrap_or_default(), &set_name, ord);
-        let Some(claim) = api.get_opt(&cname).await? else {
-            continue;
-        };
-        // The pod replaces the set as owner (upstream's `updateClaimOwnerRefForSetAndPod`).
-        let mut refs = claim.metadata.owner_references.clone().unwrap_or_default();
-        if refs.iter().any(|r| r.uid == owner.uid) {
+const RETAIN: &str = "Retain";
+const DELETE: &str = "Delete";
+const SET_API_VERSION: &str = "apps/v1";
+const SET_KIND: &str = "StatefulSet";
+const POD_API_VERSION: &str = "v1";
+const POD_KIND: &str = "Pod";
+
+/// An owner as the ownerReference checks see it: (apiVersion, kind, name, uid).
+struct Owner<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    name: &'a str,
+    uid: &'a str,
+}
+
+impl<'a> Owner<'a> {
+    fn set(set: &'a StatefulSet) -> Self {
+        Owner {
+            api_version: SET_API_VERSION,
+            kind: SET_KIND,
+            name: set.metadata.name.as_deref().unwrap_or_default(),
+            uid: set.metadata.uid.as_deref().unwrap_or_default(),
+        }
+    }
+
+    fn pod(pod: &'a Pod) -> Self {
+        Owner {
+            api_version: POD_API_VERSION,
+            kind: POD_KIND,
+            name: pod.metadata.name.as_deref().unwrap_or_default(),
+            uid: pod.metadata.uid.as_deref().unwrap_or_default(),
+        }
+    }
+
+    /// Upstream's `matchesRef`: same group/version, kind and name (not uid).
+    fn matches(&self, r: &OwnerReference) -> bool {
+        r.api_version == self.api_version && r.kind == self.kind && r.name == self.name
+    }
+
+    /// Upstream's `metav1.NewControllerRef`.
+    fn controller_ref(&self) -> OwnerReference {
+        OwnerReference {
+            api_version: self.api_version.to_string(),
+            kind: self.kind.to_string(),
+            name: self.name.to_string(),
+            uid: self.uid.to_string(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }
+    }
+}
+
+fn owner_refs(claim: &PersistentVolumeClaim) -> &[OwnerReference] {
+    claim.metadata.owner_references.as_deref().unwrap_or_default()
+}
+
+/// Upstream's `hasOwnerRef`: a reference with the owner's uid, controller or not.
+fn has_owner_ref(claim: &PersistentVolumeClaim, owner: &Owner) -> bool {
+    owner_refs(claim).iter().any(|r| r.uid == owner.uid)
+}
+
+/// Upstream's `hasStaleOwnerRef`: the first reference naming the owner has another uid (a
+/// previous set or pod of that name).
+fn has_stale_owner_ref(claim: &PersistentVolumeClaim, owner: &Owner) -> bool {
+    owner_refs(claim)
+        .iter()
+        .find(|r| owner.matches(r))
+        .is_some_and(|r| r.uid != owner.uid)
+}
+
+/// Upstream's `hasUnexpectedController`: with a Delete policy, a controller of the claim that is
+/// neither the set nor the pod (or a set or pod of the same name with another uid).
+fn has_unexpected_controller(claim: &PersistentVolumeClaim, set: &StatefulSet, pod: &Pod) -> bool {
+    let (when_deleted, when_scaled) = retention(set);
+    if when_deleted == RETAIN && when_scaled == RETAIN {
+        return false;
+    }
+    let (s, p) = (Owner::set(set), Owner::pod(pod));
+    for r in owner_refs(claim) {
+        if s.matches(r) {
+            if r.uid != s.uid {
+                return true;
+            }
             continue;
         }
-        refs.retain(|r| Some(&r.uid) != set.metadata.uid.as_ref());
-        refs.push(owner.clone());
-        // An update, as upstream's (its role may update claims, not patch them).
-        let mut updated = claim.clone();
-        updated.metadata.owner_references = Some(refs);
-        api.replace(&cname, &kube::api::PostParams::default(), &updated).await?;
+        if p.matches(r) {
+            if r.uid != p.uid {
+                return true;
+            }
+            continue;
+        }
+        if r.controller == Some(true) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Upstream's `hasNonControllerOwner`: the set or pod owns the claim without controlling it.
+fn has_non_controller_owner(claim: &PersistentVolumeClaim, set: &StatefulSet, pod: &Pod) -> bool {
+    let (s, p) = (Owner::set(set), Owner::pod(pod));
+    owner_refs(claim)
+        .iter()
+        .any(|r| (r.uid == s.uid || r.uid == p.uid) && r.controller != Some(true))
+}
+
+/// Upstream's `podInOrdinalRange`.
+fn pod_in_ordinal_range(pod: &Pod, set: &StatefulSet) -> bool {
+    let set_name = set.metadata.name.as_deref().unwrap_or_default();
+    let Some(ord) = pod.metadata.name.as_deref().and_then(|n| ordinal_of(set_name, n)) else {
+        return false;
+    };
+    let spec = set.spec.as_ref();
+    let start = spec
+        .and_then(|s| s.ordinals.as_ref())
+        .and_then(|o| o.start)
+        .unwrap_or(0);
+    let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);
+    ord >= start && ord < start + replicas
+}
+
+/// Upstream's `isClaimOwnerUpToDate`: whether the claim's ownerReferences are what the retention
+/// policy wants for this pod: no reference (Retain/Retain), the set's (whenDeleted Delete), the
+/// pod's once it is scaled down (whenScaled Delete). Claims with stale references (a previous
+/// set or pod of the same name) are left alone.
+pub fn is_claim_owner_up_to_date(claim: &PersistentVolumeClaim, set: &StatefulSet, pod: &Pod) -> bool {
+    let (s, p) = (Owner::set(set), Owner::pod(pod));
+    if has_stale_owner_ref(claim, &s) || has_stale_owner_ref(claim, &p) {
+        return true;
+    }
+    if has_unexpected_controller(claim, set, pod) {
+        // Our own references are to be removed; otherwise nothing is to be added on top.
+        return !(has_owner_ref(claim, &s) || has_owner_ref(claim, &p));
+    }
+    if has_non_controller_owner(claim, set, pod) {
+        return false;
+    }
+    let scaled_down = !pod_in_ordinal_range(pod, set);
+    match retention(set) {
+        (d, w) if d == DELETE && w == RETAIN => has_owner_ref(claim, &s) && !has_owner_ref(claim, &p),
+        (d, w) if d == RETAIN && w == DELETE => !has_owner_ref(claim, &s) && scaled_down == has_owner_ref(claim, &p),
+        (d, w) if d == DELETE && w == DELETE => {
+            scaled_down != has_owner_ref(claim, &s) && scaled_down == has_owner_ref(claim, &p)
+        }
+        // Retain/Retain (and any unknown value, treated as Retain).
+        _ => !(has_owner_ref(claim, &s) || has_owner_ref(claim, &p)),
+    }
+}
+
+/// Upstream's `updateClaimOwnerRefForSetAndPod`: the claim's references to the set and pod
+/// replaced by what the retention policy wants (none at all when another controller owns it).
+pub fn update_claim_owner_refs(claim: &mut PersistentVolumeClaim, set: &StatefulSet, pod: &Pod) {
+    let unexpected = has_unexpected_controller(claim, set, pod);
+    let (s, p) = (Owner::set(set), Owner::pod(pod));
+    let mut refs: Vec<OwnerReference> = owner_refs(claim)
+        .iter()
+        .filter(|r| !s.matches(r) && !p.matches(r))
+        .cloned()
+        .collect();
+    if !unexpected {
+        let scaled_down = !pod_in_ordinal_range(pod, set);
+        let mut add = |owner: &Owner| {
+            if !refs.iter().any(|r| r.uid == owner.uid) {
+                refs.push(owner.controller_ref());
+            }
+        };
+        let (when_deleted, when_scaled) = retention(set);
+        let (deletes, scales) = (when_deleted == DELETE, when_scaled == DELETE);
+        // Retain/Retain (or an unknown value): no reference. Otherwise the pod owns the claim
+        // once scaled down (whenScaled Delete), the set while the pod is in range (whenDeleted
+        // Delete) or always (whenScaled Retain).
+        let known = [&when_deleted, &when_scaled]
+            .iter()
+            .all(|v| *v == RETAIN || *v == DELETE);
+        if !known {
+            tracing::error!(?when_deleted, ?when_scaled, "unknown policy, treating as Retain");
+        } else if scales && scaled_down {
+            add(&p);
+        } else if deletes && (when_scaled == RETAIN || (scales && !scaled_down)) {
+            add(&s);
+        }
+    }
+    claim.metadata.owner_references = (!refs.is_empty()).then_some(refs);
+}
+
+/// Upstream's `getPersistentVolumeClaims`: the pod's claims from the set's templates, named
+/// `<template>-<set>-<ordinal>`, labelled with the set's selector labels; keyed by template name.
+pub fn pod_claims(set: &StatefulSet, pod: &Pod) -> Vec<(String, PersistentVolumeClaim)> {
+    let set_name = set.metadata.name.clone().unwrap_or_default();
+    let Some(ord) = pod.metadata.name.as_deref().and_then(|n| ordinal_of(&set_name, n)) else {
+        return Vec::new();
+    };
+    let spec = set.spec.clone().unwrap_or_default();
+    let selector_labels = spec.selector.match_labels.clone().unwrap_or_default();
+    spec.volume_claim_templates
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| {
+            let template = t.metadata.name.clone().unwrap_or_default();
+            let mut claim = t;
+            claim.metadata.name = Some(claim_name(&template, &set_name, ord));
+            claim.metadata.namespace = set.metadata.namespace.clone();
+            let labels = claim.metadata.labels.get_or_insert_with(BTreeMap::new);
+            for (k, v) in &selector_labels {
+                labels.insert(k.clone(), v.clone());
+            }
+            if labels.is_empty() {
+                claim.metadata.labels = None;
+            }
+            claim.status = None;
+            (template, claim)
+        })
+        .collect()
+}
+
+fn cached_claim(ctx: &Ctx, ns: &str, name: &str) -> Option<PersistentVolumeClaim> {
+    ctx.claims.get(&ObjectRef::new(name).within(ns)).map(|c| (*c).clone())
+}
+
+/// Upstream's `ClaimsMatchRetentionPolicy`: every existing claim of the pod is up to date (a
+/// missing one is picked up by a later pass).
+fn claims_match_retention_policy(ctx: &Ctx, set: &StatefulSet, pod: &Pod) -> bool {
+    let ns = set.metadata.namespace.as_deref().unwrap_or_default();
+    pod_claims(set, pod).iter().all(|(_, c)| {
+        cached_claim(ctx, ns, c.metadata.name.as_deref().unwrap_or_default())
+            .is_none_or(|claim| is_claim_owner_up_to_date(&claim, set, pod))
+    })
+}
+
+/// Upstream's `UpdatePodClaimForRetentionPolicy`: each of the pod's claims whose ownerReferences
+/// are not what the policy wants is updated (a conflicting controller is reported).
+async fn update_pod_claim_for_retention_policy(ctx: &Ctx, set: &StatefulSet, pod: &Pod) -> anyhow::Result<()> {
+    let ns = set.metadata.namespace.as_deref().unwrap_or_default();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
+    for (_, c) in pod_claims(set, pod) {
+        let cname = c.metadata.name.clone().unwrap_or_default();
+        let Some(mut claim) = cached_claim(ctx, ns, &cname) else {
+            tracing::debug!(claim = %cname, "expected claim missing, continuing to pick up in next iteration");
+            continue;
+        };
+        if has_unexpected_controller(&claim, set, pod) {
+            let msg = format!(
+                "PersistentVolumeClaim {cname} has a conflicting OwnerReference that acts as a manging controller, \
+                 the retention policy is ignored for this claim"
+            );
+            ctx.recorder.event(set, "Warning", "ConflictingController", &msg).await;
+        }
+        if !is_claim_owner_up_to_date(&claim, set, pod) {
+            update_claim_owner_refs(&mut claim, set, pod);
+            // An update, as upstream's (its role may update claims, not patch them).
+            api.replace(&cname, &PostParams::default(), &claim)
+                .await
+                .map_err(|e| anyhow::anyhow!("could not update claim {cname} for delete policy ownerRefs: {e}"))?;
+        }
     }
     Ok(())
 }
 
-/// Create the missing PVCs of an ordinal.
-async fn create_claims(ctx: &Ctx, set: &StatefulSet, ordinal: i32) -> anyhow::Result<()> {
-    let spec = set.spec.clone().unwrap_or_default();
-    let Some(templates) = spec.volume_claim_templates else {
-        return Ok(());
-    };
-    let set_name = set.metadata.name.clone().unwrap_or_default();
+/// Upstream's `PodClaimIsStale`: with whenScaled Delete, a claim of the ordinal still referring
+/// to a previous pod of that name (it goes with that pod) blocks the new pod.
+fn pod_claim_is_stale(ctx: &Ctx, set: &StatefulSet, pod: &Pod) -> bool {
+    if retention(set).1 == RETAIN {
+        return false;
+    }
+    let ns = set.metadata.namespace.as_deref().unwrap_or_default();
+    pod_claims(set, pod).iter().any(|(_, c)| {
+        cached_claim(ctx, ns, c.metadata.name.as_deref().unwrap_or_default())
+            .is_some_and(|claim| has_stale_owner_ref(&claim, &Owner::pod(pod)))
+    })
+}
+
+/// Upstream's `createPersistentVolumeClaims`: each missing claim of the pod is created (with the
+/// ownerReferences the retention policy wants, for a pod in range); one being deleted is an
+/// error, so the pod waits for it to go. The error text is upstream's aggregate.
+async fn create_persistent_volume_claims(ctx: &Ctx, set: &StatefulSet, pod: &Pod) -> Result<(), String> {
     let ns = set.metadata.namespace.clone().unwrap_or_default();
     let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-    for t in templates {
-        let cname = claim_name(t.metadata.name.as_deref().unwrap_or_default(), &set_name, ordinal);
-        if api.get_opt(&cname).await?.is_some() {
-            continue;
-        }
-        let mut labels = t.metadata.labels.clone().unwrap_or_default();
-        for (k, v) in spec.selector.match_labels.iter().flatten() {
-            labels.insert(k.clone(), v.clone());
-        }
-        let claim = PersistentVolumeClaim {
-            metadata: ObjectMeta {
-                name: Some(cname.clone()),
-                namespace: Some(ns.clone()),
-                labels: Some(labels),
-                annotations: t.metadata.annotations.clone(),
-                owner_references: (retention(set).0 == "Delete")
-                    .then(|| vec![cu::new_controller_ref(&set.metadata, "apps/v1", "StatefulSet")]),
-                ..Default::default()
-            },
-            spec: t.spec.clone(),
-            status: None,
-        };
-        let pod_name = format!("{set_name}-{ordinal}");
-        match api.create(&PostParams::default(), &claim).await {
-            Ok(_) => {
-                let msg = format!("create Claim {cname} Pod {pod_name} in StatefulSet {set_name} success");
-                ctx.recorder.event(set, "Normal", "SuccessfulCreate", &msg).await;
+    let pname = pod.metadata.name.clone().unwrap_or_default();
+    let mut errs: Vec<String> = Vec::new();
+    for (_, mut claim) in pod_claims(set, pod) {
+        let cname = claim.metadata.name.clone().unwrap_or_default();
+        match cached_claim(ctx, &ns, &cname) {
+            Some(existing) => {
+                if existing.metadata.deletion_timestamp.is_some() {
+                    errs.push(format!("pvc {cname} is being deleted"));
+                }
             }
-            Err(e) if cu::is_already_exists(&e) => {}
-            Err(e) => {
-                let msg = format!(
-                    "create Claim {cname} for Pod {pod_name} in StatefulSet {set_name} failed error: {}",
-                    crate::replicaset::api_message(&e)
-                );
-                ctx.recorder.event(set, "Warning", "FailedCreate", &msg).await;
-                return Err(e.into());
+            None => {
+                update_claim_owner_refs(&mut claim, set, pod);
+                match api.create(&PostParams::default(), &claim).await {
+                    Ok(_) => record_claim_event(ctx, set, &pname, &cname, None).await,
+                    Err(e) if cu::is_already_exists(&e) => {
+                        errs.push(format!(
+                            "failed to create PVC {cname}: {}",
+                            crate::replicaset::api_message(&e)
+                        ));
+                    }
+                    Err(e) => {
+                        let msg = crate::replicaset::api_message(&e);
+                        errs.push(format!("failed to create PVC {cname}: {msg}"));
+                        record_claim_event(ctx, set, &pname, &cname, Some(&msg)).await;
+                    }
+                }
             }
         }
     }
-    Ok(())
+    if errs.is_empty() { Ok(()) } else { Err(aggregate(&errs)) }
 }
 
 /// Upstream's `getStatefulSetRevisions`: (current, update, collision count).
@@ -568,8 +967,12 @@ async fn revisions(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::apps::v1::{RollingUpdateStatefulSetStrategy, StatefulSetSpec, StatefulSetUpdateStrategy};
+    use k8s_openapi::api::apps::v1::{
+        RollingUpdateStatefulSetStrategy, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+        StatefulSetUpdateStrategy,
+    };
     use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     #[test]
     fn ordinals_parse_only_exact_names() {
@@ -650,5 +1053,184 @@ mod tests {
         assert!(!use_current_revision(&s, 2, 0));
         let s0 = set(Some(0));
         assert!(!use_current_revision(&s0, 0, 0));
+    }
+
+    fn with_policy(when_deleted: &str, when_scaled: &str, replicas: i32) -> StatefulSet {
+        let mut s = set(None);
+        let spec = s.spec.as_mut().unwrap();
+        spec.replicas = Some(replicas);
+        spec.selector.match_labels = Some([("app".to_string(), "nginx".to_string())].into());
+        spec.persistent_volume_claim_retention_policy = Some(StatefulSetPersistentVolumeClaimRetentionPolicy {
+            when_deleted: Some(when_deleted.into()),
+            when_scaled: Some(when_scaled.into()),
+        });
+        s
+    }
+
+    fn live_pod(name: &str, uid: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                uid: (!uid.is_empty()).then(|| uid.to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn claim_of(s: &StatefulSet, pod: &Pod) -> PersistentVolumeClaim {
+        pod_claims(s, pod).remove(0).1
+    }
+
+    /// The claim's owners as (kind, uid, controller).
+    fn owners(c: &PersistentVolumeClaim) -> Vec<(String, String, bool)> {
+        owner_refs(c)
+            .iter()
+            .map(|r| (r.kind.clone(), r.uid.clone(), r.controller == Some(true)))
+            .collect()
+    }
+
+    fn fixed(s: &StatefulSet, pod: &Pod, mut c: PersistentVolumeClaim) -> PersistentVolumeClaim {
+        if !is_claim_owner_up_to_date(&c, s, pod) {
+            update_claim_owner_refs(&mut c, s, pod);
+        }
+        assert!(is_claim_owner_up_to_date(&c, s, pod), "{:?}", owners(&c));
+        c
+    }
+
+    #[test]
+    fn claims_are_named_and_labelled_from_the_templates() {
+        let mut s = with_policy("Retain", "Retain", 2);
+        s.spec.as_mut().unwrap().volume_claim_templates.as_mut().unwrap()[0]
+            .metadata
+            .labels = Some([("tier".to_string(), "db".to_string())].into());
+        let claims = pod_claims(&s, &live_pod("web-1", "p1"));
+        assert_eq!(claims.len(), 1);
+        let (template, c) = &claims[0];
+        assert_eq!(template, "www");
+        assert_eq!(c.metadata.name.as_deref(), Some("www-web-1"));
+        assert_eq!(c.metadata.namespace.as_deref(), Some("default"));
+        let labels = c.metadata.labels.clone().unwrap();
+        assert_eq!(labels.get("tier").map(String::as_str), Some("db"));
+        assert_eq!(labels.get("app").map(String::as_str), Some("nginx"));
+        assert!(pod_claims(&s, &live_pod("other-1", "p")).is_empty());
+        assert!(claim_belongs_to(c, &s));
+        let mut stranger = c.clone();
+        stranger.metadata.name = Some("www-webby-1".into());
+        assert!(!claim_belongs_to(&stranger, &s));
+    }
+
+    #[test]
+    fn owner_references_follow_each_policy() {
+        let in_range = live_pod("web-0", "pod-0");
+        let condemned = live_pod("web-2", "pod-2");
+        let set_ref = ("StatefulSet".to_string(), "u1".to_string(), true);
+        type Owners = Vec<(String, String, bool)>;
+        let cases: [(&str, &str, Owners, Owners); 4] = [
+            ("Retain", "Retain", vec![], vec![]),
+            ("Delete", "Retain", vec![set_ref.clone()], vec![set_ref.clone()]),
+            (
+                "Retain",
+                "Delete",
+                vec![],
+                vec![("Pod".to_string(), "pod-2".to_string(), true)],
+            ),
+            (
+                "Delete",
+                "Delete",
+                vec![set_ref.clone()],
+                vec![("Pod".to_string(), "pod-2".to_string(), true)],
+            ),
+        ];
+        for (when_deleted, when_scaled, kept, scaled) in cases {
+            let s = with_policy(when_deleted, when_scaled, 2);
+            let c = fixed(&s, &in_range, claim_of(&s, &in_range));
+            assert_eq!(owners(&c), kept, "{when_deleted}/{when_scaled} in range");
+            let c = fixed(&s, &condemned, claim_of(&s, &condemned));
+            assert_eq!(owners(&c), scaled, "{when_deleted}/{when_scaled} scaled down");
+            if let Some(r) = c.metadata.owner_references.as_ref().and_then(|r| r.first()) {
+                assert_eq!(r.block_owner_deletion, Some(true));
+                assert_eq!(r.name, if r.kind == "Pod" { "web-2" } else { "web" });
+            }
+        }
+    }
+
+    #[test]
+    fn a_policy_change_moves_existing_claims() {
+        let pod = live_pod("web-0", "pod-0");
+        let retain = with_policy("Retain", "Retain", 1);
+        let c = fixed(&retain, &pod, claim_of(&retain, &pod));
+        assert!(owners(&c).is_empty());
+        // whenDeleted Delete: the set takes the claim.
+        let delete = with_policy("Delete", "Retain", 1);
+        assert!(!is_claim_owner_up_to_date(&c, &delete, &pod));
+        let c = fixed(&delete, &pod, c);
+        assert_eq!(owners(&c), [("StatefulSet".to_string(), "u1".to_string(), true)]);
+        // Back to Retain: the reference goes.
+        assert!(!is_claim_owner_up_to_date(&c, &retain, &pod));
+        assert!(owners(&fixed(&retain, &pod, c)).is_empty());
+    }
+
+    #[test]
+    fn scaling_back_up_takes_the_claim_back_from_the_pod() {
+        let pod = live_pod("web-1", "pod-1");
+        let scaled_down = with_policy("Delete", "Delete", 1);
+        let c = fixed(&scaled_down, &pod, claim_of(&scaled_down, &pod));
+        assert_eq!(owners(&c), [("Pod".to_string(), "pod-1".to_string(), true)]);
+        // The pod is in range again before it was deleted: the set owns the claim again.
+        let scaled_up = with_policy("Delete", "Delete", 2);
+        assert!(!is_claim_owner_up_to_date(&c, &scaled_up, &pod));
+        let c = fixed(&scaled_up, &pod, c);
+        assert_eq!(owners(&c), [("StatefulSet".to_string(), "u1".to_string(), true)]);
+    }
+
+    #[test]
+    fn claims_of_a_previous_pod_are_stale_and_left_alone() {
+        let s = with_policy("Retain", "Delete", 1);
+        let old = live_pod("web-1", "old-uid");
+        let c = fixed(&s, &old, claim_of(&s, &old));
+        // A new pod of that name (not created yet, no uid) must wait for the claim to go.
+        let new = live_pod("web-1", "");
+        assert!(has_stale_owner_ref(&c, &Owner::pod(&new)));
+        let scaled_up = with_policy("Retain", "Delete", 2);
+        assert!(is_claim_owner_up_to_date(&c, &scaled_up, &new));
+        // Another controller's claim: our references are removed, none added.
+        let mut foreign = claim_of(&s, &new);
+        foreign.metadata.owner_references = Some(vec![
+            OwnerReference {
+                api_version: "example.com/v1".into(),
+                kind: "Database".into(),
+                name: "db".into(),
+                uid: "db-uid".into(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            },
+            Owner::set(&scaled_up).controller_ref(),
+        ]);
+        let pod = live_pod("web-0", "pod-0");
+        assert!(has_unexpected_controller(&foreign, &scaled_up, &pod));
+        let c = fixed(&scaled_up, &pod, foreign);
+        assert_eq!(owners(&c), [("Database".to_string(), "db-uid".to_string(), true)]);
+    }
+
+    #[test]
+    fn a_non_controller_reference_is_made_a_controller() {
+        let s = with_policy("Delete", "Retain", 1);
+        let pod = live_pod("web-0", "pod-0");
+        let mut c = claim_of(&s, &pod);
+        let mut r = Owner::set(&s).controller_ref();
+        r.controller = None;
+        c.metadata.owner_references = Some(vec![r]);
+        assert!(!is_claim_owner_up_to_date(&c, &s, &pod));
+        let c = fixed(&s, &pod, c);
+        assert_eq!(owners(&c), [("StatefulSet".to_string(), "u1".to_string(), true)]);
+    }
+
+    #[test]
+    fn errors_read_as_upstream_aggregates() {
+        assert_eq!(aggregate(&["pvc a is being deleted".into()]), "pvc a is being deleted");
+        assert_eq!(aggregate(&["x".into(), "y".into(), "x".into()]), "[x, y]");
+        assert_eq!(title("create"), "Create");
     }
 }

@@ -572,6 +572,17 @@ fn small_kinds() {
         cells("", "persistentvolumeclaims", &pending)[2..5],
         [json!(""), json!(""), json!("")]
     );
+    // Being deleted (a protection finalizer holds it): Terminating, whatever the phase.
+    let mut deleting = pvc.clone();
+    deleting["metadata"]["deletionTimestamp"] = json!("2024-05-01T11:59:00Z");
+    deleting["metadata"]["finalizers"] = json!(["kubernetes.io/pvc-protection"]);
+    assert_eq!(
+        cells("", "persistentvolumeclaims", &deleting)[1..3],
+        [json!("Terminating"), json!("pv1")]
+    );
+    let mut deleting = pv.clone();
+    deleting["metadata"]["deletionTimestamp"] = json!("2024-05-01T11:59:00Z");
+    assert_eq!(cells("", "persistentvolumes", &deleting)[4], "Terminating");
 
     let lease = json!({"metadata": {"name": "node-1", "creationTimestamp": "2024-05-01T11:59:59Z"}, "spec": {"holderIdentity": "node-1"}});
     assert_eq!(

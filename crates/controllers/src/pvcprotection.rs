@@ -247,13 +247,20 @@ fn spawn_pod_watch(api: Api<Pod>, queue: WorkQueue, pending: Pending) -> Store<P
 
 // ---- claims ----
 
+/// The pods one namespace batch looks at: those of the cache and, once needed, of a live list.
+#[derive(Default)]
+struct Batch {
+    cached: Option<Vec<Arc<Pod>>>,
+    live: Option<Vec<Pod>>,
+}
+
 /// Upstream's `processPVCsByNamespace`: the namespace's waiting claims, sharing one live list.
 /// Claims that fail wait for the namespace's next (rate-limited) turn.
 async fn process_namespace(ctx: &Ctx, ns: String) -> anyhow::Result<Option<Duration>> {
-    let mut live: Option<Vec<Pod>> = None;
+    let mut batch = Batch::default();
     let mut failed: Vec<String> = Vec::new();
     for name in ctx.pending.take(&ns) {
-        if let Err(e) = process_pvc(ctx, &ns, &name, &mut live).await {
+        if let Err(e) = process_pvc(ctx, &ns, &name, &mut batch).await {
             tracing::debug!(namespace = %ns, claim = %name, error = format!("{e:#}"), "PVC protection failed");
             failed.push(name);
         }
@@ -268,13 +275,13 @@ async fn process_namespace(ctx: &Ctx, ns: String) -> anyhow::Result<Option<Durat
 }
 
 /// Upstream's `processPVC`, on the cached claim.
-async fn process_pvc(ctx: &Ctx, ns: &str, name: &str, live: &mut Option<Vec<Pod>>) -> anyhow::Result<()> {
+async fn process_pvc(ctx: &Ctx, ns: &str, name: &str, batch: &mut Batch) -> anyhow::Result<()> {
     let Some(pvc) = ctx.claims.get(&ObjectRef::new(name).within(ns)) else {
         tracing::debug!(namespace = ns, claim = name, "PVC not found, ignoring");
         return Ok(());
     };
     if protectionutil::is_deletion_candidate(&pvc.metadata, FINALIZER) {
-        if !is_being_used(ctx, &pvc, live).await? {
+        if !is_being_used(ctx, &pvc, batch).await? {
             let mut updated = (*pvc).clone();
             updated.metadata.finalizers = protectionutil::without(pvc.metadata.finalizers.as_ref(), FINALIZER);
             claims_api(ctx, ns)
@@ -306,16 +313,19 @@ fn claims_api(ctx: &Ctx, ns: &str) -> Api<PersistentVolumeClaim> {
 
 /// Upstream's `isBeingUsed`: a pod in the cache that uses the claim settles it; otherwise the
 /// pods of a live list decide (the list is made once per namespace batch).
-async fn is_being_used(ctx: &Ctx, pvc: &PersistentVolumeClaim, live: &mut Option<Vec<Pod>>) -> anyhow::Result<bool> {
+async fn is_being_used(ctx: &Ctx, pvc: &PersistentVolumeClaim, batch: &mut Batch) -> anyhow::Result<bool> {
     let ns = pvc.metadata.namespace.as_deref().unwrap_or_default();
-    let cached = ctx.pods.state();
-    if cached
-        .iter()
-        .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
-        .any(|p| pod_uses_pvc(p, pvc))
-    {
+    let cached = batch.cached.get_or_insert_with(|| {
+        ctx.pods
+            .state()
+            .into_iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+            .collect()
+    });
+    if cached.iter().any(|p| pod_uses_pvc(p, pvc)) {
         return Ok(true);
     }
+    let live = &mut batch.live;
     if live.is_none() {
         let list = Api::<Pod>::namespaced(ctx.client.clone(), ns)
             .list(&ListParams::default())

@@ -1,5 +1,6 @@
 //! Core/v1 Events about pods, written as upstream's kubelet writes them (source component `kubelet`),
-//! with repeated events folded into one object whose count grows. A repeat within `THROTTLE` of the
+//! and about the objects the node's volume provisioner handles (its own source component), with
+//! repeated events folded into one object whose count grows. A repeat within `THROTTLE` of the
 //! last write is only counted; the next write carries the count.
 
 use std::collections::HashMap;
@@ -36,6 +37,8 @@ enum Action {
 pub struct Recorder {
     client: kube::Client,
     node: String,
+    /// The source component; the kubelet's events also name the node as their source host.
+    component: String,
     seen: Arc<Mutex<HashMap<String, Seen>>>,
 }
 
@@ -71,10 +74,17 @@ fn decide(seen: &mut HashMap<String, Seen>, key: &str, name: &str, now: Instant)
 }
 
 impl Recorder {
+    /// The kubelet's recorder for node `node`.
     pub fn new(client: kube::Client, node: &str) -> Self {
+        Self::for_component(client, node, "kubelet")
+    }
+
+    /// A recorder whose events come from `component` (an external provisioner names itself).
+    pub fn for_component(client: kube::Client, node: &str, component: &str) -> Self {
         Self {
             client,
             node: node.to_string(),
+            component: component.to_string(),
             seen: Arc::new(Mutex::new(HashMap::new())),
         }
     }
@@ -83,21 +93,48 @@ impl Recorder {
     /// style field path). Sent in the background; failures are logged.
     pub fn pod_event(&self, pod: &Pod, field_path: Option<String>, type_: &str, reason: &str, message: String) {
         let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let key = format!(
-            "{uid}\u{0}{}\u{0}{reason}\u{0}{message}",
-            field_path.as_deref().unwrap_or("")
-        );
         let involved = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
-            name: Some(name.clone()),
+            name: pod.metadata.name.clone(),
             namespace: Some(namespace.clone()),
-            uid: Some(uid),
+            uid: pod.metadata.uid.clone(),
             resource_version: pod.metadata.resource_version.clone(),
             field_path,
         };
+        self.record(involved, namespace, type_, reason, message);
+    }
+
+    /// Records an event about any object, as client-go's recorder does: one of a cluster-scoped
+    /// object goes to the `default` namespace. Sent in the background; failures are logged.
+    pub fn object_event<K>(&self, obj: &K, type_: &str, reason: &str, message: String)
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        let meta = obj.meta();
+        let involved = ObjectReference {
+            api_version: Some(K::api_version(&()).into_owned()),
+            kind: Some(K::kind(&()).into_owned()),
+            name: meta.name.clone(),
+            namespace: meta.namespace.clone(),
+            uid: meta.uid.clone(),
+            resource_version: meta.resource_version.clone(),
+            field_path: None,
+        };
+        let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
+        self.record(involved, namespace, type_, reason, message);
+    }
+
+    fn record(&self, involved: ObjectReference, namespace: String, type_: &str, reason: &str, message: String) {
+        let name = involved.name.clone().unwrap_or_default();
+        let key = format!(
+            "{}\u{0}{}\u{0}{reason}\u{0}{message}",
+            involved.uid.as_deref().unwrap_or(""),
+            involved.field_path.as_deref().unwrap_or("")
+        );
+        // The kubelet names its node as the source host; other components name no host, as
+        // client-go's recorder leaves it empty when its source has none.
+        let host = (self.component == "kubelet").then(|| self.node.clone());
         let now = jiff::Timestamp::now();
         let event = Event {
             metadata: ObjectMeta {
@@ -114,11 +151,11 @@ impl Recorder {
             last_timestamp: Some(Time(now)),
             event_time: None::<MicroTime>,
             source: Some(EventSource {
-                component: Some("kubelet".into()),
-                host: Some(self.node.clone()),
+                component: Some(self.component.clone()),
+                host: host.clone(),
             }),
-            reporting_component: Some("kubelet".into()),
-            reporting_instance: Some(self.node.clone()),
+            reporting_component: Some(self.component.clone()),
+            reporting_instance: host,
             ..Default::default()
         };
         let action = decide(

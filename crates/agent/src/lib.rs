@@ -9,6 +9,8 @@
 //! - `docker`: the runtime: container records, labels, stop/kill/remove.
 //! - `volumes`, `env`, `probes`, `status`, `events`: what the worker is made of (`volumes` includes
 //!   persistentVolumeClaim volumes: the bound PersistentVolume's hostPath or local path).
+//! - `local_path`: the node's provisioner for the `local-path` StorageClass (directories under the
+//!   storage path, their PersistentVolumes, their deletion and expansion).
 //! - `server`: the agent's HTTPS endpoint (containerLogs, exec, attach, portForward).
 //! - `spdy`: SPDY/3.1 framing and the server session, for kubectl's port-forward tunneled over WebSocket.
 //! - `images`: local busybox and pause images.
@@ -23,6 +25,7 @@ pub mod env;
 pub mod events;
 pub mod eviction;
 pub mod images;
+pub mod local_path;
 pub mod node;
 pub mod pods;
 pub mod probes;
@@ -73,13 +76,18 @@ pub struct AgentConfig {
     pub services: service_network::ServiceNetworkConfig,
     /// The kubelet's `--eviction-hard` thresholds (upstream's defaults).
     pub eviction_hard: Vec<eviction::Threshold>,
+    /// Where the `local-path` provisioner makes this node's volumes (`--default-storage-path`;
+    /// `DATA_DIR/storage` by default).
+    pub storage_path: PathBuf,
 }
 
 impl AgentConfig {
     pub fn new(node_name: impl Into<String>, data_dir: impl Into<PathBuf>) -> Self {
+        let data_dir = data_dir.into();
         Self {
             node_name: node_name.into(),
-            data_dir: data_dir.into(),
+            storage_path: data_dir.join("storage"),
+            data_dir,
             listen: SocketAddr::from(([0, 0, 0, 0], 10250)),
             node_ip: None,
             cluster_ca_pem: None,
@@ -240,6 +248,17 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         node.metadata.uid.clone(),
         pressure_rx,
     ));
+    // The node's volume provisioner; pods run without it if its storage path cannot be made.
+    match local_path::LocalPath::new(client.clone(), &cfg.node_name, &cfg.storage_path) {
+        Ok(provisioner) => {
+            tokio::spawn(async move {
+                if let Err(e) = provisioner.run().await {
+                    tracing::warn!(error = %format!("{e:#}"), "local-path provisioner stopped");
+                }
+            });
+        }
+        Err(e) => tracing::warn!(error = %format!("{e:#}"), "local-path provisioner not started"),
+    }
     let network = service_network::start(&client, &docker, &node, node_ip, &cfg.cluster_domain, cfg.services).await;
     // The kubelet's --cluster-dns when given, else this node's own cluster DNS.
     let cluster_dns = if cfg.cluster_dns.is_empty() {
@@ -269,6 +288,12 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn volumes_are_kept_under_the_data_dir_by_default() {
+        let cfg = super::AgentConfig::new("n1", "/var/lib/skiff/agent");
+        assert_eq!(cfg.storage_path, std::path::Path::new("/var/lib/skiff/agent/storage"));
+    }
+
     #[test]
     fn disabling_transparent_huge_pages_shows_in_the_process_status() {
         super::disable_transparent_huge_pages().expect("PR_SET_THP_DISABLE");

@@ -21,6 +21,7 @@ pub mod node_authorizer;
 pub mod noderestriction;
 pub mod objects;
 pub mod openapi;
+pub mod persistentvolumeclaimresize;
 pub mod pki;
 pub mod protobuf;
 pub mod proxy;

@@ -2,8 +2,11 @@
 //! limits to the node's own objects, with upstream's messages. A node creates only mirror pods
 //! bound to itself, updates the status of and deletes only its own pods, modifies only its own
 //! Node (not its taints, not `node-restriction.kubernetes.io/` labels) and Lease, and requests
-//! service account tokens only bound to its own pods. Skiff's addition: a node writes only its
-//! own cluster DNS EndpointSlice, `kube-system/kube-dns-NODE`.
+//! service account tokens only bound to its own pods, and changes of claims only the status
+//! fields volume expansion reports. Skiff's additions: a node writes only its own cluster DNS
+//! EndpointSlice, `kube-system/kube-dns-NODE`, and only the PersistentVolumes its local-path
+//! provisioner makes (`pv.kubernetes.io/provisioned-by: skiff.dev/local-path`, required node
+//! affinity to itself alone).
 
 use std::collections::BTreeSet;
 
@@ -14,6 +17,9 @@ use crate::handlers::Ctx;
 use crate::node_authorizer;
 
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// The provisioner every node agent runs for its own node.
+const LOCAL_PATH_PROVISIONER: &str = "skiff.dev/local-path";
+const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 const NODE_RESTRICTION_DOMAIN: &str = "node-restriction.kubernetes.io";
 
 fn forbidden(msg: String) -> StatusError {
@@ -104,6 +110,27 @@ pub fn admit(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<(), StatusEr
             }
             Ok(())
         }
+        ("", "persistentvolumeclaims", "status") => match old {
+            Some(old) => admit_claim_status(node, obj, old),
+            None => Err(StatusError::forbidden_resource(
+                "",
+                "persistentvolumeclaims",
+                name,
+                "unexpected operation \"CREATE\"",
+            )),
+        },
+        ("", "persistentvolumeclaims", _) => Err(StatusError::forbidden_resource(
+            "",
+            "persistentvolumeclaims",
+            name,
+            "may only update PVC status",
+        )),
+        ("", "persistentvolumes", _) => {
+            if old.is_some_and(|o| !local_path_volume_of(node, o)) || !local_path_volume_of(node, obj) {
+                return Err(local_path_refusal(node, name));
+            }
+            Ok(())
+        }
         ("coordination.k8s.io", "leases", _) => {
             if name != node {
                 return Err(forbidden(
@@ -137,6 +164,15 @@ pub fn admit_delete(ctx: &Ctx, obj: &Value) -> Result<(), StatusError> {
         ("discovery.k8s.io", "endpointslices") | ("", "nodes") | ("coordination.k8s.io", "leases") => {
             admit(ctx, obj, Some(obj))
         }
+        ("", "persistentvolumeclaims") => Err(StatusError::forbidden_resource(
+            "",
+            "persistentvolumeclaims",
+            crate::objects::name(obj),
+            "may only update PVC status",
+        )),
+        ("", "persistentvolumes") if !local_path_volume_of(node, obj) => {
+            Err(local_path_refusal(node, crate::objects::name(obj)))
+        }
         _ => Ok(()),
     }
 }
@@ -167,6 +203,101 @@ pub fn admit_token(ctx: &Ctx, request: &Value, bound_pod: Option<&Value>) -> Res
         )),
         _ => Ok(()),
     }
+}
+
+/// Upstream's `admitPVCStatus`: a node changes only the capacity, conditions and allocated
+/// resources of a claim's status (what volume expansion reports).
+fn admit_claim_status(node: &str, new: &Value, old: &Value) -> Result<(), StatusError> {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(md) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            md.remove("resourceVersion");
+            md.remove("managedFields");
+        }
+        if let Some(status) = v.get_mut("status").and_then(Value::as_object_mut) {
+            for k in [
+                "capacity",
+                "conditions",
+                "allocatedResourceStatuses",
+                "allocatedResources",
+            ] {
+                status.remove(k);
+            }
+        }
+        v
+    };
+    let (o, n) = (strip(old), strip(new));
+    let mut diff = Vec::new();
+    let null = Value::Null;
+    let keys: BTreeSet<&String> = [&o, &n]
+        .iter()
+        .filter_map(|v| v.as_object())
+        .flat_map(|m| m.keys())
+        .collect();
+    for k in keys {
+        skiff_api::validation::diff_paths(k, o.get(k).unwrap_or(&null), n.get(k).unwrap_or(&null), &mut diff);
+    }
+    if diff.is_empty() {
+        return Ok(());
+    }
+    Err(StatusError::forbidden_resource(
+        "",
+        "persistentvolumeclaims",
+        crate::objects::name(new),
+        &format!(
+            "node \"{node}\" is not allowed to update fields other than status.capacity and status.conditions: {}",
+            diff.join("\n")
+        ),
+    ))
+}
+
+/// Whether a PersistentVolume is one the local-path provisioner of `node` makes: annotated as
+/// provisioned by it, and usable on `node` alone (one required term, one `kubernetes.io/hostname
+/// In [node]` requirement).
+fn local_path_volume_of(node: &str, pv: &Value) -> bool {
+    let provisioner = pv
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(ANN_PROVISIONED_BY))
+        .and_then(Value::as_str);
+    let terms = pv
+        .pointer("/spec/nodeAffinity/required/nodeSelectorTerms")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let only_here = match terms {
+        [term] => {
+            let fields = term
+                .get("matchFields")
+                .and_then(Value::as_array)
+                .is_some_and(|f| !f.is_empty());
+            match term
+                .get("matchExpressions")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+            {
+                Some([expr]) => {
+                    !fields
+                        && expr.get("key").and_then(Value::as_str) == Some("kubernetes.io/hostname")
+                        && expr.get("operator").and_then(Value::as_str) == Some("In")
+                        && expr.get("values") == Some(&serde_json::json!([node]))
+                }
+                _ => false,
+            }
+        }
+        _ => false,
+    };
+    provisioner == Some(LOCAL_PATH_PROVISIONER) && only_here
+}
+
+fn local_path_refusal(node: &str, name: &str) -> StatusError {
+    StatusError::forbidden_resource(
+        "",
+        "persistentvolumes",
+        name,
+        &format!(
+            "node \"{node}\" can only write PersistentVolumes provisioned by {LOCAL_PATH_PROVISIONER} with node affinity to itself"
+        ),
+    )
 }
 
 fn taints_empty(node: &Value) -> bool {
@@ -216,6 +347,62 @@ fn is_kubelet_label(label: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nodes_write_only_their_own_local_path_volumes() {
+        let pv = |node: &str| {
+            serde_json::json!({
+                "metadata": {"name": "pvc-1", "annotations": {ANN_PROVISIONED_BY: LOCAL_PATH_PROVISIONER}},
+                "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
+                ]}}},
+            })
+        };
+        assert!(local_path_volume_of("n1", &pv("n1")));
+        assert!(!local_path_volume_of("n2", &pv("n1")));
+        let mut other = pv("n1");
+        other["metadata"]["annotations"][ANN_PROVISIONED_BY] = "rancher.io/local-path".into();
+        assert!(!local_path_volume_of("n1", &other));
+        // Usable elsewhere too: refused.
+        let mut wider = pv("n1");
+        wider["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] =
+            serde_json::json!(["n1", "n2"]);
+        assert!(!local_path_volume_of("n1", &wider));
+        let mut two_terms = pv("n1");
+        two_terms["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"] = serde_json::json!([pv("n1")["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0], {"matchExpressions": []}]);
+        assert!(!local_path_volume_of("n1", &two_terms));
+        let mut unpinned = pv("n1");
+        unpinned["spec"].as_object_mut().unwrap().remove("nodeAffinity");
+        assert!(!local_path_volume_of("n1", &unpinned));
+    }
+
+    #[test]
+    fn nodes_change_only_what_expansion_reports_in_a_claim_status() {
+        let old = serde_json::json!({
+            "metadata": {"name": "data", "resourceVersion": "5"},
+            "spec": {"volumeName": "pvc-1"},
+            "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}},
+        });
+        let mut grown = old.clone();
+        grown["metadata"]["resourceVersion"] = "6".into();
+        grown["status"]["capacity"]["storage"] = "2Gi".into();
+        grown["status"]["allocatedResources"] = serde_json::json!({"storage": "2Gi"});
+        grown["status"]["allocatedResourceStatuses"] = serde_json::json!({"storage": "ControllerResizeInProgress"});
+        grown["status"]["conditions"] = serde_json::json!([{"type": "Resizing", "status": "True"}]);
+        assert!(admit_claim_status("n1", &grown, &old).is_ok());
+        let mut lost = old.clone();
+        lost["status"]["phase"] = "Lost".into();
+        let err = admit_claim_status("n1", &lost, &old).unwrap_err();
+        assert!(
+            err.message.starts_with(
+                "persistentvolumeclaims \"data\" is forbidden: node \"n1\" is not allowed to update fields other \
+                 than status.capacity and status.conditions: "
+            ),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains("status.phase"), "{}", err.message);
+    }
 
     #[test]
     fn kubelet_labels() {

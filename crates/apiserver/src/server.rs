@@ -149,6 +149,9 @@ pub struct ServerOptions {
     /// `--encryption-provider-config`: upstream's EncryptionConfiguration for Secrets. Without
     /// it the server generates one under the data dir at first start.
     pub encryption_provider_config: Option<PathBuf>,
+    /// Whether the default `local-path` StorageClass is created at start when absent (off with
+    /// `--disable-local-storage`).
+    pub local_storage: bool,
 }
 
 impl ServerOptions {
@@ -169,6 +172,7 @@ impl ServerOptions {
                 max_size_mb: 100,
             },
             encryption_provider_config: None,
+            local_storage: true,
         }
     }
 }
@@ -240,6 +244,11 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         .await
         .context("encrypting the Secrets stored before encryption at rest was on")?;
     ensure_namespaces(&state).await.context("creating initial namespaces")?;
+    if opts.local_storage {
+        ensure_local_storage_class(&state)
+            .await
+            .context("creating the local-path StorageClass")?;
+    }
     crate::bootstrap::reconcile(&state)
         .await
         .context("reconciling the bootstrap RBAC policy")?;
@@ -349,6 +358,39 @@ async fn ensure_namespaces(state: &ApiState) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The default StorageClass, as k3s ships its `local-path`: volumes are directories on the node
+/// the first pod using them is scheduled to, made by that node's agent (its `local_path`
+/// provisioner), deleted with their claims, and may grow.
+pub const LOCAL_PATH_CLASS: &str = "local-path";
+
+/// Creates the `local-path` StorageClass unless one of that name exists: an administrator's edits
+/// of it (or a class of that name of their own) are kept.
+async fn ensure_local_storage_class(state: &ApiState) -> anyhow::Result<()> {
+    let classes = skiff_api::registry::lookup("storage.k8s.io", "v1", "storageclasses").context("storageclasses")?;
+    let key = crate::objects::key(classes, "", LOCAL_PATH_CLASS);
+    if state.store.get(&key).await?.is_some() {
+        return Ok(());
+    }
+    let obj = json!({
+        "kind": "StorageClass",
+        "apiVersion": "storage.k8s.io/v1",
+        "metadata": {
+            "name": LOCAL_PATH_CLASS,
+            "uid": uuid::Uuid::new_v4().to_string(),
+            "creationTimestamp": crate::objects::now_rfc3339(),
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+        },
+        "provisioner": "skiff.dev/local-path",
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowVolumeExpansion": true,
+    });
+    match state.store.create(&key, crate::objects::encode_for_store(&obj)).await {
+        Ok(_) | Err(skiff_store::StoreError::AlreadyExists(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// How much history the store keeps for watches and paginated lists.

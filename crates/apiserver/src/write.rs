@@ -741,6 +741,9 @@ pub async fn finish_update(
         return Err(StatusError::invalid(res.group, res.kind, objects::name(&new), &[e]));
     }
     admit(res, &mut new, Some(old))?;
+    if scope == UpdateScope::Main && res.group.is_empty() && res.plural == "persistentvolumeclaims" {
+        crate::persistentvolumeclaimresize::admit(ctx, &new, old).await?;
+    }
     crate::escalation::admit(ctx, &new, Some(old)).await?;
     crate::noderestriction::admit(ctx, &new, Some(old))?;
     manage_fields(ctx, Some(old), &mut new, operation);

@@ -966,12 +966,22 @@ async fn unbind_volume(ctx: &Ctx, pv: PersistentVolume) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Upstream's `reclaimVolume`. No volume here was provisioned by a plugin of this process, and
-/// hostPath and local volumes hold the user's data: whatever the policy, the volume and its data
-/// stay as they are, Released, until an administrator deletes or re-binds them.
+/// Upstream's `reclaimVolume`. A volume an external provisioner made (its
+/// `pv.kubernetes.io/provisioned-by` names no `kubernetes.io/` plugin) is that provisioner's to
+/// delete: nothing is done here, as upstream's `doDeleteVolume` does nothing for an external
+/// deleter. No other volume is deleted or recycled by a plugin of this process, and hostPath and
+/// local volumes hold the user's data: they stay as they are, Released, until an administrator
+/// deletes or re-binds them.
 async fn reclaim_volume(ctx: &Ctx, pv: PersistentVolume) -> anyhow::Result<()> {
     match reclaim_policy(&pv) {
         "Retain" => {}
+        "Delete" if has_external_deleter(&pv) => {
+            tracing::debug!(
+                volume = volume_name(&pv),
+                provisioner = annotation(&pv.metadata, ANN_DYNAMICALLY_PROVISIONED).unwrap_or_default(),
+                "External deleter for volume requested, ignoring"
+            );
+        }
         "Delete" | "Recycle" => {
             tracing::info!(
                 volume = volume_name(&pv),
@@ -990,6 +1000,13 @@ async fn reclaim_volume(ctx: &Ctx, pv: PersistentVolume) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Upstream's `findDeletablePlugin` answering "external": the volume was provisioned by a
+/// provisioner outside this process.
+fn has_external_deleter(pv: &PersistentVolume) -> bool {
+    annotation(&pv.metadata, ANN_DYNAMICALLY_PROVISIONED)
+        .is_some_and(|p| !p.is_empty() && !p.starts_with("kubernetes.io/"))
 }
 
 #[cfg(test)]
@@ -1316,6 +1333,16 @@ mod tests {
         let mut annotated = pvc("c", "1Gi", &["ReadWriteOnce"], None);
         set_annotation(&mut annotated.metadata, ANN_BETA_STORAGE_CLASS, "");
         assert!(claim_has_class(&annotated));
+    }
+
+    #[test]
+    fn externally_provisioned_volumes_are_left_to_their_provisioner() {
+        let mut v = pv("v", "1Gi", &["ReadWriteOnce"], "local-path");
+        assert!(!has_external_deleter(&v));
+        set_annotation(&mut v.metadata, ANN_DYNAMICALLY_PROVISIONED, "skiff.dev/local-path");
+        assert!(has_external_deleter(&v));
+        set_annotation(&mut v.metadata, ANN_DYNAMICALLY_PROVISIONED, "kubernetes.io/host-path");
+        assert!(!has_external_deleter(&v));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Skiff's own additions to the bootstrap policy, for what its parts do beyond upstream's:
 //! the administrators' group, the scheduler's explanation annotation, ServiceLB, and the node
-//! agent's proxy and cluster DNS roles (which upstream runs as kube-proxy and CoreDNS).
+//! agent's proxy, cluster DNS and local-path provisioner roles (which upstream runs as
+//! kube-proxy, CoreDNS and local-path-provisioner).
 //! Labelled and annotated as upstream's bootstrap objects, so they are reconciled the same way.
 
 use serde_json::{Value, json};
@@ -94,6 +95,19 @@ pub fn cluster_roles() -> Vec<Value> {
                 {"verbs": ["get"], "apiGroups": ["networking.k8s.io"], "resources": ["servicecidrs"]},
             ]),
         ),
+        // The agent's local-path provisioner, as local-path-provisioner's role, for its own node:
+        // it watches claims and volumes, reads classes, creates and deletes the volumes it makes
+        // (NodeRestriction holds a node to those of its own node), grows them and reports it in
+        // the claim's status. Its events are written under the Node authorizer's `system:node` rules.
+        cluster_role(
+            "skiff:local-path-provisioner",
+            json!([
+                {"verbs": READ, "apiGroups": [""], "resources": ["persistentvolumeclaims"]},
+                {"verbs": ["update", "patch"], "apiGroups": [""], "resources": ["persistentvolumeclaims/status"]},
+                {"verbs": ["get", "list", "watch", "create", "update", "patch", "delete"], "apiGroups": [""], "resources": ["persistentvolumes"]},
+                {"verbs": READ, "apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"]},
+            ]),
+        ),
     ]
 }
 
@@ -117,6 +131,12 @@ pub fn cluster_role_bindings() -> Vec<Value> {
         ),
         // Each agent is also its node's service proxy and DNS server.
         binding("skiff:node", "skiff:node", group("system:nodes")),
+        // And its node's volume provisioner.
+        binding(
+            "skiff:local-path-provisioner",
+            "skiff:local-path-provisioner",
+            group("system:nodes"),
+        ),
         // The node simulator acts for every simulated node with the nodes' role.
         binding("skiff:node-simulator", "system:node", user(NODE_SIMULATOR_USER)),
     ]

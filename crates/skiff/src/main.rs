@@ -175,6 +175,9 @@ struct ServerArgs {
     /// data dir at first start, encryption-config.yaml).
     #[arg(long)]
     encryption_provider_config: Option<PathBuf>,
+    /// Do not create the default `local-path` StorageClass.
+    #[arg(long)]
+    disable_local_storage: bool,
     #[command(flatten)]
     agent: AgentArgs,
     #[command(flatten)]
@@ -218,6 +221,10 @@ struct AgentArgs {
     /// Do not serve cluster DNS on this node (pods then use the node's resolvers).
     #[arg(long)]
     disable_cluster_dns: bool,
+    /// Where the local-path provisioner keeps this node's volumes (default DATA_DIR/storage, the
+    /// agent's data dir).
+    #[arg(long)]
+    default_storage_path: Option<PathBuf>,
 }
 
 impl AgentArgs {
@@ -230,6 +237,16 @@ impl AgentArgs {
             proxy: !self.disable_kube_proxy,
             dns: !self.disable_cluster_dns,
         }
+    }
+
+    /// Applies the flags to an agent's configuration.
+    fn apply(&self, cfg: &mut skiff_agent::AgentConfig) -> anyhow::Result<()> {
+        cfg.services = self.config();
+        cfg.eviction_hard = self.thresholds()?;
+        if let Some(path) = &self.default_storage_path {
+            cfg.storage_path = path.clone();
+        }
+        Ok(())
     }
 }
 
@@ -393,8 +410,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 cfg.node_name = n;
             }
             cfg.kubeconfig = Some(kubeconfig);
-            cfg.services = agent.config();
-            cfg.eviction_hard = agent.thresholds()?;
+            agent.apply(&mut cfg)?;
             skiff_agent::run(client, cfg).await
         }
         Command::Sim(a) => {
@@ -530,6 +546,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         max_size_mb: args.audit.audit_log_maxsize,
     };
     opts.encryption_provider_config = args.encryption_provider_config.clone();
+    opts.local_storage = !args.disable_local_storage;
     let running = skiff_apiserver::start(opts).await?;
     println!("skiff: API server listening on {}", running.url);
     println!("skiff: kubeconfig written to {}", running.kubeconfig.display());
@@ -576,8 +593,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                 }
                 let c = client_as(skiff_apiserver::identities::node(&cfg.node_name));
                 cfg.cluster_ca_pem = Some(running.state.pki.ca_cert_pem.clone());
-                cfg.services = args.agent.config();
-                cfg.eviction_hard = args.agent.thresholds()?;
+                args.agent.apply(&mut cfg)?;
                 tasks.spawn(async move { skiff_agent::run(c, cfg).await.context("node agent") });
             }
             Err(e) => tracing::warn!(error = %e, "no Docker Engine reachable: running without a local node"),

@@ -7,7 +7,10 @@ use serde_json::Value;
 
 use super::meta::{is_dns1123_label, is_dns1123_subdomain, is_valid_label_value, validate_label_name, validate_labels};
 use super::pod::{validate_port_num_or_name, validate_taint_effect};
-use super::{Path, arr_at, field, forbidden, int_at, invalid, invalid_str, not_supported, required, str_at};
+use super::{
+    Path, arr_at, diff_paths, field, forbidden, int_at, invalid, invalid_str, not_supported, required, semantic_eq,
+    str_at,
+};
 use crate::quantity::Quantity;
 use crate::status::{FieldError, FieldErrorKind};
 
@@ -301,7 +304,14 @@ pub(crate) fn validate_configmap(obj: &Value, old: Option<&Value>, errs: &mut Ve
     validate_immutable_data(obj, old, &["data", "binaryData"], errs);
 }
 
-pub(crate) fn validate_pvc(obj: &Value, errs: &mut Vec<FieldError>) {
+pub(crate) fn validate_pvc(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
+    validate_pvc_spec(obj, errs);
+    if let Some(old) = old {
+        validate_pvc_update(obj, old, errs);
+    }
+}
+
+fn validate_pvc_spec(obj: &Value, errs: &mut Vec<FieldError>) {
     let spec = field(Some(obj), "spec");
     let p = Path::new("spec");
     let modes = arr_at(spec, "accessModes");
@@ -337,6 +347,113 @@ pub(crate) fn validate_pvc(obj: &Value, errs: &mut Vec<FieldError>) {
         && !matches!(vm.as_str(), Some("Block" | "Filesystem"))
     {
         errs.push(not_supported(&p.child("volumeMode"), vm, &["Block", "Filesystem"]));
+    }
+}
+
+const BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+
+/// A claim's storage quantity at `pointer`; missing or unparsable is zero, as a Go map's missing
+/// key is.
+fn storage_at(obj: &Value, pointer: &str) -> Quantity {
+    obj.pointer(pointer)
+        .and_then(|v| Quantity::from_json(v).ok())
+        .unwrap_or_default()
+}
+
+/// Upstream's `ValidatePersistentVolumeClaimUpdate` (RecoverVolumeExpansionFailure on, the
+/// VolumeAttributesClass feature off, as 1.33 ships them): the spec stays as created except the
+/// volume name (set once), a class given to a claim that had none, and the storage request of a
+/// bound claim, which may not go down to its capacity.
+fn validate_pvc_update(obj: &Value, old: &Value, errs: &mut Vec<FieldError>) {
+    let new_spec = obj.get("spec").cloned().unwrap_or(Value::Null);
+    let old_spec = old.get("spec").cloned().unwrap_or(Value::Null);
+    let mut new_clone = new_spec.clone();
+    let mut old_clone = old_spec.clone();
+    let set = |v: &mut Value, key: &str, to: Option<&Value>| {
+        if let Some(m) = v.as_object_mut() {
+            match to.filter(|t| !t.is_null()) {
+                Some(t) => m.insert(key.to_string(), t.clone()),
+                None => m.remove(key),
+            };
+        }
+    };
+    // The PV binder names the volume once.
+    if str_at(Some(&old_spec), "volumeName").is_empty() {
+        set(&mut old_clone, "volumeName", new_spec.get("volumeName"));
+    }
+    let annotation = |v: &Value| -> Option<String> {
+        v.pointer("/metadata/annotations")
+            .and_then(|a| a.get(BETA_STORAGE_CLASS))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let (old_ann, new_ann) = (annotation(old), annotation(obj));
+    let class = |spec: &Value| spec.get("storageClassName").filter(|v| !v.is_null()).cloned();
+    let (old_sc, new_sc) = (class(&old_spec), class(&new_spec));
+    let new_sc_str = new_sc.as_ref().and_then(Value::as_str);
+    let from_annotation = old_ann.is_some()
+        && old_sc.is_none()
+        && new_sc_str.is_some_and(|n| Some(n) == old_ann.as_deref())
+        && (new_ann.is_none() || new_ann == old_ann);
+    if from_annotation {
+        set(&mut new_clone, "storageClassName", None);
+    } else {
+        let (n, o) = (new_ann.clone().unwrap_or_default(), old_ann.clone().unwrap_or_default());
+        if n != o {
+            errs.push(invalid_str(
+                &Path::new("metadata").child("annotations").child(BETA_STORAGE_CLASS),
+                &n,
+                "field is immutable",
+            ));
+        }
+        let from_nil = new_sc.is_some() && old_sc.is_none() && (old_ann.is_none() || new_sc_str == old_ann.as_deref());
+        if from_nil {
+            set(&mut new_clone, "storageClassName", old_sc.as_ref());
+        }
+    }
+    let bound = obj.pointer("/status/phase").and_then(Value::as_str) == Some("Bound");
+    if bound && let Some(requests) = new_clone.pointer_mut("/resources/requests") {
+        set(requests, "storage", old_spec.pointer("/resources/requests/storage"));
+    }
+    set(
+        &mut new_clone,
+        "volumeAttributesClassName",
+        old_clone.get("volumeAttributesClassName"),
+    );
+    let old_size = storage_at(old, "/spec/resources/requests/storage");
+    let new_size = storage_at(obj, "/spec/resources/requests/storage");
+    let status_size = storage_at(old, "/status/capacity/storage");
+    if !semantic_eq(&new_clone, &old_clone) {
+        let mut diff = Vec::new();
+        diff_paths("spec", &old_clone, &new_clone, &mut diff);
+        errs.push(forbidden(
+            &Path::new("spec"),
+            &format!(
+                "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n{}",
+                diff.join("\n")
+            ),
+        ));
+    }
+    // Below the previous request only down to what was asked before a failed expansion.
+    if new_size < old_size && new_size <= status_size {
+        errs.push(forbidden(
+            &Path::new("spec").child("resources").child("requests").child("storage"),
+            "field can not be less than status.capacity",
+        ));
+    }
+    let mode = |spec: &Value| spec.get("volumeMode").filter(|v| !v.is_null()).cloned();
+    if mode(&new_spec) != mode(&old_spec) {
+        let shown = mode(&new_spec).unwrap_or(Value::String("null".into()));
+        errs.push(invalid(&Path::new("volumeMode"), &shown, "field is immutable"));
+    }
+    if !semantic_eq(
+        new_spec.get("volumeAttributesClassName").unwrap_or(&Value::Null),
+        old_spec.get("volumeAttributesClassName").unwrap_or(&Value::Null),
+    ) {
+        errs.push(forbidden(
+            &Path::new("spec").child("volumeAttributesClassName"),
+            "update is forbidden when the VolumeAttributesClass feature gate is disabled",
+        ));
     }
 }
 
@@ -531,6 +648,71 @@ mod tests {
         assert_eq!(
             e,
             vec!["data[k]: Invalid value: \"k\": duplicate of key present in binaryData"]
+        );
+    }
+
+    #[test]
+    fn pvc_updates_keep_the_spec_but_let_bound_claims_grow() {
+        let pvc = |size: &str, phase: &str, capacity: &str| {
+            json!({
+                "metadata": {"name": "c", "namespace": "d", "resourceVersion": "1"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-path",
+                         "resources": {"requests": {"storage": size}}},
+                "status": {"phase": phase, "capacity": {"storage": capacity}},
+            })
+        };
+        let e = |new: &Value, old: &Value| errors_defaulted("", "PersistentVolumeClaim", new, Some(old));
+        let bound = pvc("1Gi", "Bound", "1Gi");
+        // Growing a bound claim, and asking the same in other words, are fine.
+        assert!(e(&pvc("2Gi", "Bound", "1Gi"), &bound).is_empty());
+        assert!(e(&pvc("1024Mi", "Bound", "1Gi"), &bound).is_empty());
+        // Shrinking to the capacity or below is not.
+        assert_eq!(
+            e(&pvc("500Mi", "Bound", "1Gi"), &bound),
+            vec!["spec.resources.requests.storage: Forbidden: field can not be less than status.capacity"]
+        );
+        // Back down after a failed expansion, to above the capacity, is.
+        assert!(e(&pvc("1500Mi", "Bound", "1Gi"), &pvc("2Gi", "Bound", "1Gi")).is_empty());
+        // An unbound claim's request is part of its fixed spec.
+        let pending = pvc("1Gi", "Pending", "0");
+        let errs = e(&pvc("2Gi", "Pending", "0"), &pending);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with(
+                "spec: Forbidden: spec is immutable after creation except resources.requests and \
+                 volumeAttributesClassName for bound claims\n"
+            ),
+            "{errs:?}"
+        );
+        assert!(errs[0].contains("spec.resources.requests.storage"), "{errs:?}");
+        // The volume name is set once; the class only where there was none.
+        let mut named = pending.clone();
+        named["spec"]["volumeName"] = json!("pv1");
+        assert!(e(&named, &pending).is_empty());
+        let mut renamed = named.clone();
+        renamed["spec"]["volumeName"] = json!("pv2");
+        assert_eq!(e(&renamed, &named).len(), 1);
+        let mut classless = pending.clone();
+        classless["spec"].as_object_mut().unwrap().remove("storageClassName");
+        assert!(e(&pending, &classless).is_empty());
+        let mut other_class = pending.clone();
+        other_class["spec"]["storageClassName"] = json!("fast");
+        assert_eq!(e(&other_class, &pending).len(), 1);
+        // The volume mode and the beta class annotation are immutable.
+        let mut block = bound.clone();
+        block["spec"]["volumeMode"] = json!("Block");
+        let errs = e(&block, &bound);
+        assert_eq!(
+            errs.last().map(String::as_str),
+            Some("volumeMode: Invalid value: \"Block\": field is immutable")
+        );
+        let mut annotated = bound.clone();
+        annotated["metadata"]["annotations"] = json!({"volume.beta.kubernetes.io/storage-class": "fast"});
+        assert_eq!(
+            e(&annotated, &bound),
+            vec![
+                "metadata.annotations.volume.beta.kubernetes.io/storage-class: Invalid value: \"fast\": field is immutable"
+            ]
         );
     }
 

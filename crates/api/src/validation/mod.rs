@@ -26,8 +26,11 @@ mod rbac;
 mod storage;
 mod workloads;
 
+use std::collections::HashSet;
+
 use serde_json::Value;
 
+use crate::quantity::Quantity;
 use crate::registry::Resource;
 use crate::status::{FieldError, FieldErrorKind};
 
@@ -64,7 +67,7 @@ pub fn validate(res: &Resource, obj: &Value, old: Option<&Value>) -> Vec<FieldEr
         ("", "Node") => core::validate_node(obj, &mut errs),
         ("", "Secret") => core::validate_secret(obj, old, &mut errs),
         ("", "ConfigMap") => core::validate_configmap(obj, old, &mut errs),
-        ("", "PersistentVolumeClaim") => core::validate_pvc(obj, &mut errs),
+        ("", "PersistentVolumeClaim") => core::validate_pvc(obj, old, &mut errs),
         ("scheduling.k8s.io", "PriorityClass") => core::validate_priority_class(obj, old, &mut errs),
         ("storage.k8s.io", "StorageClass") => storage::validate_storage_class(obj, old, &mut errs),
         ("apps", "Deployment") => workloads::validate_deployment(obj, old, &mut errs),
@@ -314,6 +317,59 @@ pub(crate) fn selector_is_empty(sel: Option<&Value>) -> bool {
             .unwrap_or(0)
     };
     n("matchLabels") + n("matchExpressions") == 0
+}
+
+/// Equality where null and missing fields agree and quantities compare by value.
+pub(crate) fn semantic_eq(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: HashSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().all(|k| {
+                let (va, vb) = (x.get(k).unwrap_or(&Value::Null), y.get(k).unwrap_or(&Value::Null));
+                semantic_eq(va, vb)
+            })
+        }
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| semantic_eq(a, b)),
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::String(_) | Value::Number(_), Value::String(_) | Value::Number(_)) => {
+            match (Quantity::from_json(a), Quantity::from_json(b)) {
+                (Ok(x), Ok(y)) => x == y,
+                _ => a == b,
+            }
+        }
+        _ => a == b,
+    }
+}
+
+/// The paths where two values differ, for the update message.
+pub fn diff_paths(path: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
+    if out.len() >= 20 || semantic_eq(old, new) {
+        return;
+    }
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut keys: Vec<&String> = o.keys().chain(n.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                diff_paths(
+                    &format!("{path}.{k}"),
+                    o.get(k).unwrap_or(&Value::Null),
+                    n.get(k).unwrap_or(&Value::Null),
+                    out,
+                );
+            }
+        }
+        (Value::Array(o), Value::Array(n)) if o.len() == n.len() => {
+            for (i, (a, b)) in o.iter().zip(n).enumerate() {
+                diff_paths(&format!("{path}[{i}]"), a, b, out);
+            }
+        }
+        _ => {
+            out.push(format!("- {path}: {old}"));
+            out.push(format!("+ {path}: {new}"));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use super::meta::{is_dns1123_label, is_dns1123_subdomain, is_valid_label_value, validate_label_name, validate_labels};
 use super::{
-    Path, arr_at, duplicate, field, forbidden, int_at, invalid, invalid_raw, invalid_str, nonnegative, not_supported,
-    required, str_at,
+    Path, arr_at, diff_paths, duplicate, field, forbidden, int_at, invalid, invalid_raw, invalid_str, nonnegative,
+    not_supported, required, semantic_eq, str_at,
 };
 use crate::defaults::VOLUME_SOURCES;
 use crate::quantity::Quantity;
@@ -1054,59 +1054,6 @@ fn validate_pod_update(new: Option<&Value>, old: Option<&Value>, errs: &mut Vec<
                 diff.join("\n")
             ),
         ));
-    }
-}
-
-/// Equality where null and missing fields agree and quantities compare by value.
-fn semantic_eq(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            let keys: HashSet<&String> = x.keys().chain(y.keys()).collect();
-            keys.into_iter().all(|k| {
-                let (va, vb) = (x.get(k).unwrap_or(&Value::Null), y.get(k).unwrap_or(&Value::Null));
-                semantic_eq(va, vb)
-            })
-        }
-        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| semantic_eq(a, b)),
-        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        (Value::String(_) | Value::Number(_), Value::String(_) | Value::Number(_)) => {
-            match (Quantity::from_json(a), Quantity::from_json(b)) {
-                (Ok(x), Ok(y)) => x == y,
-                _ => a == b,
-            }
-        }
-        _ => a == b,
-    }
-}
-
-/// The paths where two values differ, for the update message.
-fn diff_paths(path: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
-    if out.len() >= 20 || semantic_eq(old, new) {
-        return;
-    }
-    match (old, new) {
-        (Value::Object(o), Value::Object(n)) => {
-            let mut keys: Vec<&String> = o.keys().chain(n.keys()).collect();
-            keys.sort();
-            keys.dedup();
-            for k in keys {
-                diff_paths(
-                    &format!("{path}.{k}"),
-                    o.get(k).unwrap_or(&Value::Null),
-                    n.get(k).unwrap_or(&Value::Null),
-                    out,
-                );
-            }
-        }
-        (Value::Array(o), Value::Array(n)) if o.len() == n.len() => {
-            for (i, (a, b)) in o.iter().zip(n).enumerate() {
-                diff_paths(&format!("{path}[{i}]"), a, b, out);
-            }
-        }
-        _ => {
-            out.push(format!("- {path}: {old}"));
-            out.push(format!("+ {path}: {new}"));
-        }
     }
 }
 

@@ -18,6 +18,16 @@ pub enum AssumeError {
     OutOfSync(&'static str, String, u64, u64),
 }
 
+/// What a watch event did to the cache.
+#[derive(Debug)]
+pub enum Updated<T> {
+    Added,
+    /// Replaced this (the API's previous version).
+    Replaced(Arc<T>),
+    /// Not newer than what is held.
+    Ignored,
+}
+
 #[derive(Debug)]
 struct Entry<T> {
     /// As the API last reported it.
@@ -75,6 +85,10 @@ impl<T: Resource> AssumeCache<T> {
         self.objects.values().map(|e| &e.latest)
     }
 
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.objects.keys()
+    }
+
     pub fn len(&self) -> usize {
         self.objects.len()
     }
@@ -84,23 +98,22 @@ impl<T: Resource> AssumeCache<T> {
     }
 
     /// An object from the watch. One not newer than what is held (the assumed version
-    /// included) is ignored; a newer one replaces both. Returns the object it replaced.
-    pub fn update(&mut self, obj: Arc<T>) -> Option<Arc<T>> {
+    /// included) is ignored; a newer one replaces both.
+    pub fn update(&mut self, obj: Arc<T>) -> Updated<T> {
         let key = key_of(obj.as_ref());
         if let Some(e) = self.objects.get(&key)
             && version(obj.as_ref()) <= version(e.latest.as_ref())
         {
-            return None;
+            return Updated::Ignored;
         }
-        self.objects
-            .insert(
-                key,
-                Entry {
-                    api: obj.clone(),
-                    latest: obj,
-                },
-            )
-            .map(|e| e.api)
+        let entry = Entry {
+            api: obj.clone(),
+            latest: obj,
+        };
+        match self.objects.insert(key, entry) {
+            Some(old) => Updated::Replaced(old.api),
+            None => Updated::Added,
+        }
     }
 
     /// The object was deleted; returns it.
@@ -182,7 +195,7 @@ mod tests {
 
         // The watch's same or older version keeps the assumption; a newer one ends it.
         c.assume(pv("a", "7", Some("data"))).unwrap();
-        assert!(c.update(Arc::new(pv("a", "7", None))).is_none());
+        assert!(matches!(c.update(Arc::new(pv("a", "7", None))), Updated::Ignored));
         assert_eq!(claim_of(&c, "a").as_deref(), Some("data"));
         c.update(Arc::new(pv("a", "8", Some("other"))));
         assert_eq!(claim_of(&c, "a").as_deref(), Some("other"));

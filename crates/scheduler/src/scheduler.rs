@@ -177,7 +177,8 @@ impl Masks {
         let zone = bit(plugins::volume_zone::NAME);
         Masks {
             node_labels: affinity | spread | interpod | binding | zone,
-            node_taints: taints | spread,
+            // VolumeZone also listens to taint updates (upstream's guard against missed node adds).
+            node_taints: taints | spread | zone,
             node_schedulable: unsched,
             node_allocatable: fit,
             pod_deleted: fit | ports | spread | interpod | restrictions | limits,

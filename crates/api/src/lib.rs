@@ -1,5 +1,6 @@
 //! API machinery shared by every Skiff component: the resource registry, Status errors,
-//! selectors, quantities, patches, server-side printing, defaulting and validation.
+//! selectors, quantities, patches, server-side printing, defaulting and validation, and the
+//! PersistentVolume matching rules the PV binder and the scheduler share.
 //! No I/O lives here.
 
 pub mod defaults;
@@ -12,6 +13,7 @@ pub mod selector;
 pub mod skeleton;
 pub mod status;
 pub mod validation;
+pub mod volume;
 
 pub use registry::Resource;
 pub use status::{FieldError, StatusError};

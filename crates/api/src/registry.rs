@@ -398,6 +398,17 @@ pub static RESOURCES: &[Resource] = &[
     res!(
         "storage.k8s.io",
         "v1",
+        "CSINode",
+        "csinodes",
+        "csinode",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "storage.k8s.io",
+        "v1",
         "StorageClass",
         "storageclasses",
         "storageclass",

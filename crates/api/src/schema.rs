@@ -64,6 +64,7 @@ fn build() -> Schemas {
             api::policy::v1::PodDisruptionBudget
         ),
         ("policy", "v1", "Eviction", api::policy::v1::Eviction),
+        ("storage.k8s.io", "v1", "CSINode", api::storage::v1::CSINode),
         ("storage.k8s.io", "v1", "StorageClass", api::storage::v1::StorageClass),
         (
             "discovery.k8s.io",

@@ -15,33 +15,24 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimStatus, PersistentVolumeStatus, Pod,
+    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimStatus, PersistentVolumeStatus, Pod,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use kube::runtime::reflector::Store;
-use skiff_api::quantity::Quantity;
-use skiff_api::selector::LabelSelector;
 
 use crate::controller_utils::{self as cu, Recorder, WorkQueue};
 
 pub const COMPONENT: &str = "persistentvolume-controller";
 
-/// On a claim: binding has completed once (the claim is no longer new).
-pub const ANN_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
-/// On a volume or claim: the binding was made by this controller, not pre-bound by the user.
-pub const ANN_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
-/// On a volume: the plugin that provisioned it.
-pub const ANN_DYNAMICALLY_PROVISIONED: &str = "pv.kubernetes.io/provisioned-by";
-/// On a claim: the node the scheduler chose, asking for provisioning there.
-pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
-/// On a claim: the provisioner expected to create its volume.
-pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
-pub const ANN_BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
-/// The storage class as an annotation, which wins over `storageClassName`.
-pub const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+pub use skiff_api::volume::{
+    ANN_BETA_STORAGE_CLASS, ANN_BETA_STORAGE_PROVISIONER, ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER,
+    ANN_DYNAMICALLY_PROVISIONED, ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER, check_access_modes, claim_class,
+    is_volume_bound_to_claim, volume_bound_to_claim, volume_class, volume_mode_mismatch,
+};
+use skiff_api::volume::{requested_storage, storage, volume_storage};
 
 /// How often claims that are not bound are looked at again (upstream's `--pvclaimbinder-sync-period`).
 const RESYNC: Duration = Duration::from_secs(15);
@@ -168,55 +159,6 @@ fn reclaim_policy(pv: &PersistentVolume) -> &str {
         .unwrap_or("Retain")
 }
 
-/// Upstream's `GetPersistentVolumeClaimClass`: the beta annotation, else `storageClassName`,
-/// else "" (no class).
-pub fn claim_class(claim: &PersistentVolumeClaim) -> &str {
-    if let Some(c) = annotation(&claim.metadata, ANN_BETA_STORAGE_CLASS) {
-        return c;
-    }
-    claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.as_deref())
-        .unwrap_or_default()
-}
-
-/// Upstream's `GetPersistentVolumeClass`.
-pub fn volume_class(pv: &PersistentVolume) -> &str {
-    if let Some(c) = annotation(&pv.metadata, ANN_BETA_STORAGE_CLASS) {
-        return c;
-    }
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.as_deref())
-        .unwrap_or_default()
-}
-
-/// A quantity as the matching compares it; a missing or unparsable one counts as zero.
-fn storage(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Quantity {
-    q.and_then(|q| Quantity::parse(&q.0).ok()).unwrap_or_default()
-}
-
-fn requested_storage(claim: &PersistentVolumeClaim) -> Quantity {
-    storage(
-        claim
-            .spec
-            .as_ref()
-            .and_then(|s| s.resources.as_ref())
-            .and_then(|r| r.requests.as_ref())
-            .and_then(|r| r.get("storage")),
-    )
-}
-
-fn volume_storage(pv: &PersistentVolume) -> Quantity {
-    storage(
-        pv.spec
-            .as_ref()
-            .and_then(|s| s.capacity.as_ref())
-            .and_then(|c| c.get("storage")),
-    )
-}
-
 fn claim_access_modes(claim: &PersistentVolumeClaim) -> BTreeSet<&str> {
     claim
         .spec
@@ -236,43 +178,6 @@ fn volume_access_modes(pv: &PersistentVolume) -> BTreeSet<&str> {
         .flatten()
         .map(String::as_str)
         .collect()
-}
-
-/// Upstream's `CheckVolumeModeMismatches`: an unset mode is Filesystem.
-pub fn volume_mode_mismatch(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> bool {
-    let claim_mode = claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_mode.as_deref())
-        .unwrap_or("Filesystem");
-    let pv_mode = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_mode.as_deref())
-        .unwrap_or("Filesystem");
-    claim_mode != pv_mode
-}
-
-/// Upstream's `CheckAccessModes`: the volume offers every mode the claim asks for.
-pub fn check_access_modes(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> bool {
-    claim_access_modes(claim).is_subset(&volume_access_modes(pv))
-}
-
-/// Upstream's `IsVolumeBoundToClaim`: the volume's claimRef names the claim (and its uid, when
-/// the claimRef has one).
-pub fn is_volume_bound_to_claim(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {
-    let Some(r) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
-        return false;
-    };
-    if r.name.as_deref().unwrap_or_default() != claim.metadata.name.as_deref().unwrap_or_default()
-        || r.namespace.as_deref().unwrap_or_default() != claim.metadata.namespace.as_deref().unwrap_or_default()
-    {
-        return false;
-    }
-    match r.uid.as_deref().filter(|u| !u.is_empty()) {
-        Some(uid) => claim.metadata.uid.as_deref() == Some(uid),
-        None => true,
-    }
 }
 
 /// Upstream's `checkVolumeSatisfyClaim`, for a claim that names its volume.
@@ -317,100 +222,13 @@ pub fn find_best_match<'a>(
         }
     }
     for group in groups.values() {
-        if let Some(pv) = find_matching_volume(claim, group, delay_binding)? {
+        if let Some(pv) =
+            skiff_api::volume::find_matching_volume(claim, group.iter().copied(), None, &[], delay_binding)?
+        {
             return Ok(Some(pv));
         }
     }
     Ok(None)
-}
-
-/// Upstream's `FindMatchingVolume` (controller path: no node, nothing excluded).
-fn find_matching_volume<'a>(
-    claim: &PersistentVolumeClaim,
-    volumes: &[&'a PersistentVolume],
-    delay_binding: bool,
-) -> Result<Option<&'a PersistentVolume>, String> {
-    let requested = requested_storage(claim);
-    let class = claim_class(claim);
-    let selector = match claim.spec.as_ref().and_then(|s| s.selector.as_ref()) {
-        Some(s) => Some(LabelSelector::from_k8s(Some(s)).map_err(|e| {
-            format!(
-                "error creating internal label selector for claim: {}: {e}",
-                claim_key(claim)
-            )
-        })?),
-        None => None,
-    };
-    let mut smallest: Option<(&PersistentVolume, Quantity)> = None;
-    for &pv in volumes {
-        let bound_here = is_volume_bound_to_claim(pv, claim);
-        let spec = pv.spec.as_ref();
-        if spec.and_then(|s| s.claim_ref.as_ref()).is_some() && !bound_here {
-            continue;
-        }
-        let size = volume_storage(pv);
-        if size < requested || volume_mode_mismatch(claim, pv) || pv.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        if bound_here {
-            return Ok(Some(pv));
-        }
-        if delay_binding {
-            continue;
-        }
-        // Volumes not yet Available are skipped: their sync makes them Available first.
-        if volume_phase(pv) != VOLUME_AVAILABLE {
-            continue;
-        }
-        if let Some(sel) = &selector
-            && !cu::labels_match(sel, &pv.metadata)
-        {
-            continue;
-        }
-        if volume_class(pv) != class {
-            continue;
-        }
-        if smallest.as_ref().is_none_or(|(_, q)| *q > size) {
-            smallest = Some((pv, size));
-        }
-    }
-    Ok(smallest.map(|(pv, _)| pv))
-}
-
-/// The reference to a claim a volume's `claimRef` holds (upstream's `GetReference`).
-fn claim_reference(claim: &PersistentVolumeClaim) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("PersistentVolumeClaim".into()),
-        name: claim.metadata.name.clone(),
-        namespace: claim.metadata.namespace.clone(),
-        uid: claim.metadata.uid.clone(),
-        resource_version: claim.metadata.resource_version.clone(),
-        field_path: None,
-    }
-}
-
-/// Upstream's `GetBindVolumeToClaim`: the volume with its claimRef pointing at the claim (and
-/// bound-by-controller when the user had not pre-bound it); `None` when nothing changes.
-pub fn volume_bound_to_claim(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> Option<PersistentVolume> {
-    let mut dirty = false;
-    let set_by_controller = !is_volume_bound_to_claim(pv, claim);
-    let mut out = pv.clone();
-    let current = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
-    let same = current.is_some_and(|r| {
-        r.name == claim.metadata.name
-            && r.namespace.as_deref().unwrap_or_default() == claim.metadata.namespace.as_deref().unwrap_or_default()
-            && r.uid.as_deref().unwrap_or_default() == claim.metadata.uid.as_deref().unwrap_or_default()
-    });
-    if !same {
-        out.spec.get_or_insert_with(Default::default).claim_ref = Some(claim_reference(claim));
-        dirty = true;
-    }
-    if set_by_controller && !has_annotation(&out.metadata, ANN_BOUND_BY_CONTROLLER) {
-        set_annotation(&mut out.metadata, ANN_BOUND_BY_CONTROLLER, "yes");
-        dirty = true;
-    }
-    dirty.then_some(out)
 }
 
 /// Upstream's `bindClaimToVolume` without the write: the claim naming the volume, with
@@ -1013,7 +831,8 @@ fn has_external_deleter(pv: &PersistentVolume) -> bool {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        HostPathVolumeSource, PersistentVolumeClaimSpec, PersistentVolumeSpec, VolumeResourceRequirements,
+        HostPathVolumeSource, ObjectReference, PersistentVolumeClaimSpec, PersistentVolumeSpec,
+        VolumeResourceRequirements,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as K8sSelector, Time};

@@ -4,8 +4,10 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
+use crate::assume_cache::AssumeCache;
 use crate::types::{NodeInfo, PodInfo};
 
 #[derive(Debug, Default)]
@@ -28,6 +30,31 @@ pub struct Cache {
     pub spread_sources: SpreadSources,
     /// PodDisruptionBudgets, for choosing preemption victims.
     pub pdbs: Vec<crate::plugins::default_preemption::Pdb>,
+    /// Claims, volumes, classes and CSI nodes, for the volume plugins.
+    pub volumes: Volumes,
+    /// `namespace/claim` -> how many pods counted here use it (upstream's PVC reference counts).
+    pvc_refs: HashMap<String, usize>,
+}
+
+/// The storage objects the volume plugins read, kept from watches.
+#[derive(Debug)]
+pub struct Volumes {
+    pub pvcs: AssumeCache<PersistentVolumeClaim>,
+    pub pvs: AssumeCache<PersistentVolume>,
+    pub classes: HashMap<String, Arc<StorageClass>>,
+    /// By node name.
+    pub csi_nodes: HashMap<String, Arc<CSINode>>,
+}
+
+impl Default for Volumes {
+    fn default() -> Self {
+        Volumes {
+            pvcs: AssumeCache::new("v1.PersistentVolumeClaim"),
+            pvs: AssumeCache::new("v1.PersistentVolume"),
+            classes: HashMap::new(),
+            csi_nodes: HashMap::new(),
+        }
+    }
 }
 
 /// Services (by namespace) and ReplicaSets / StatefulSets / ReplicationControllers (by
@@ -207,6 +234,9 @@ impl Cache {
         if !pod.required_anti_affinity.is_empty() {
             self.pods_with_required_anti_affinity += 1;
         }
+        for key in pod.pvc_keys() {
+            *self.pvc_refs.entry(key).or_default() += 1;
+        }
         self.nodes[i].add_pod(pod);
     }
 
@@ -245,6 +275,14 @@ impl Cache {
             }
             if !p.required_anti_affinity.is_empty() {
                 self.pods_with_required_anti_affinity -= 1;
+            }
+            for key in p.pvc_keys() {
+                if let Some(n) = self.pvc_refs.get_mut(&key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.pvc_refs.remove(&key);
+                    }
+                }
             }
         }
         if self.nodes[i].node.is_none() && self.nodes[i].pods.is_empty() {
@@ -299,6 +337,11 @@ impl Cache {
     /// Whether any pod in the cache has required anti-affinity terms.
     pub fn any_pod_with_required_anti_affinity(&self) -> bool {
         self.pods_with_required_anti_affinity > 0
+    }
+
+    /// Whether a pod counted here (bound or assumed) uses the claim `namespace/name`.
+    pub fn pvc_in_use(&self, key: &str) -> bool {
+        self.pvc_refs.contains_key(key)
     }
 
     pub fn has_nominated(&self) -> bool {

@@ -2,6 +2,9 @@
 //! upstream's percentageOfNodesToScore, scoring and host selection, and FitError messages.
 
 use std::borrow::Cow;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 
 use crate::cache::Cache;
 use crate::plugins;
@@ -100,9 +103,53 @@ pub struct CycleState {
     pub inter_pod_score: Option<plugins::inter_pod_affinity::PreScoreState>,
     pub spread: Option<plugins::pod_topology_spread::PreFilterState>,
     pub spread_score: Option<plugins::pod_topology_spread::PreScoreState>,
+    pub volume_restrictions: Option<plugins::volume_restrictions::PreFilterState>,
+    pub node_volume_limits: Option<Box<plugins::node_volume_limits::PreFilterState>>,
+    pub volume_binding: Option<Box<plugins::volume_binding::StateData>>,
+    pub volume_zone: Option<plugins::volume_zone::StateData>,
     /// A PreFilter result: only these nodes can fit (upstream's PreFilterResult), and the
     /// plugin that narrowed them.
     pub node_names: Option<(Vec<String>, &'static str)>,
+}
+
+/// Work a PreBind plugin does before the pod is bound, on the binding task (never in the
+/// scheduling loop): API writes and the wait for them to take effect. Err is the message.
+pub type PreBindWork = Box<dyn FnOnce(kube::Client) -> BoxFuture<'static, Result<(), String>> + Send>;
+
+/// Undoes what a plugin's Reserve did to the cache (upstream's Unreserve).
+pub type Unreserve = Box<dyn FnOnce(&mut Cache) + Send>;
+
+/// What Reserve left to do for one plugin.
+#[derive(Default)]
+pub struct Reserved {
+    pub unreserve: Option<Unreserve>,
+    pub pre_bind: Option<PreBindWork>,
+}
+
+/// What the binding of a reserved pod carries: the PreBind work in plugin order, and how to
+/// undo the reservations when the binding fails.
+#[derive(Default)]
+pub struct Reservation {
+    pub pre_bind: Vec<(&'static str, PreBindWork)>,
+    pub unreserve: Vec<Unreserve>,
+}
+
+impl std::fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reservation")
+            .field("pre_bind", &self.pre_bind.iter().map(|(p, _)| *p).collect::<Vec<_>>())
+            .field("unreserve", &self.unreserve.len())
+            .finish()
+    }
+}
+
+impl Reservation {
+    /// Upstream's Unreserve: in reverse plugin order.
+    pub fn unreserve(self, cache: &mut Cache) {
+        for u in self.unreserve.into_iter().rev() {
+            u(cache);
+        }
+    }
 }
 
 /// One scheduling plugin; every extension point has a no-op default.
@@ -139,6 +186,23 @@ pub trait Plugin: Send + Sync {
 
     /// Maps raw scores into 0..=MAX_NODE_SCORE.
     fn normalize(&self, _state: &CycleState, _scores: &mut [i64]) {}
+
+    fn has_reserve(&self) -> bool {
+        false
+    }
+
+    /// Reserve: records in the cache what the pod takes on `node` before its binding is sent,
+    /// and says how to undo it and what to do before the binding (PreBind). Err rejects the
+    /// node after all.
+    fn reserve(
+        &self,
+        _state: &mut CycleState,
+        _pod: &Arc<PodInfo>,
+        _node: &str,
+        _cache: &mut Cache,
+    ) -> Result<Reserved, Status> {
+        Ok(Reserved::default())
+    }
 }
 
 /// Upstream's DefaultNormalizeScore.
@@ -255,6 +319,8 @@ pub struct Framework {
     plugins: Vec<Box<dyn Plugin>>,
     /// Bit i: plugin i has a Filter (asked once, not per node).
     filters: u64,
+    /// Bit i: plugin i has a Reserve.
+    reserves: u64,
     /// 0 = adaptive as upstream.
     pub percentage_of_nodes_to_score: u32,
     next_start: usize,
@@ -268,9 +334,15 @@ impl Framework {
             .enumerate()
             .filter(|(i, p)| *i < 64 && p.has_filter())
             .fold(0u64, |m, (i, _)| m | (1 << i));
+        let reserves = plugins
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| *i < 64 && p.has_reserve())
+            .fold(0u64, |m, (i, _)| m | (1 << i));
         Framework {
             plugins,
             filters,
+            reserves,
             percentage_of_nodes_to_score,
             next_start: 0,
             rng: 0x9E37_79B9_7F4A_7C15,
@@ -327,6 +399,39 @@ impl Framework {
             }
         }
         Ok(state)
+    }
+
+    /// Runs the Reserve plugins for the node chosen; on a failure the reservations made so far
+    /// are undone and the status says which plugin failed, as upstream's
+    /// `running Reserve plugin "NAME": ...`.
+    pub fn run_reserve(
+        &self,
+        state: &mut CycleState,
+        pod: &Arc<PodInfo>,
+        node: &str,
+        cache: &mut Cache,
+    ) -> Result<Reservation, Status> {
+        let mut out = Reservation::default();
+        let mut active = self.reserves;
+        while active != 0 {
+            let i = active.trailing_zeros() as usize;
+            active &= active - 1;
+            let p = &self.plugins[i];
+            match p.reserve(state, pod, node, cache) {
+                Ok(r) => {
+                    out.unreserve.extend(r.unreserve);
+                    if let Some(w) = r.pre_bind {
+                        out.pre_bind.push((p.name(), w));
+                    }
+                }
+                Err(st) => {
+                    out.unreserve(cache);
+                    let msg = format!("running Reserve plugin {:?}: {}", p.name(), st.message());
+                    return Err(Status::error(msg).with_plugin(p.name()));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Runs the Filter plugins on one node, stopping at the first rejection.

@@ -259,6 +259,13 @@ impl SchedulingQueue {
     /// A cluster event that may help pods rejected by the plugins in `plugins_mask`:
     /// those pods go back to active at once.
     pub fn move_all(&mut self, plugins_mask: u64) -> usize {
+        self.move_matching(plugins_mask, |_| true)
+    }
+
+    /// As `move_all`, for the pods the event concerns (upstream's QueueingHints: a claim's
+    /// event concerns the pods that use the claim). Pods rejected by no plugin in particular
+    /// move on any event.
+    pub fn move_matching(&mut self, plugins_mask: u64, concerns: impl Fn(&PodInfo) -> bool) -> usize {
         self.move_requests += 1;
         let entries = &self.entries;
         self.unschedulable_uids
@@ -268,7 +275,8 @@ impl SchedulingQueue {
             .iter()
             .filter(|uid| {
                 self.entries.get(*uid).is_some_and(|e| {
-                    e.pod.unschedulable_plugins == 0 || e.pod.unschedulable_plugins & plugins_mask != 0
+                    let plugins = e.pod.unschedulable_plugins;
+                    plugins == 0 || (plugins & plugins_mask != 0 && concerns(&e.pod.info))
                 })
             })
             .cloned()
@@ -368,6 +376,23 @@ mod tests {
         assert!(q.pop().is_none());
         assert_eq!(q.move_all(0b100), 1);
         assert_eq!(q.pop().unwrap().attempts, 2);
+    }
+
+    #[test]
+    fn hints_move_only_the_pods_an_event_concerns() {
+        let mut q = q();
+        let now = Instant::now();
+        q.add_or_update(info("a", 0), now);
+        q.add_or_update(info("b", 0), now);
+        for _ in 0..2 {
+            let p = q.pop().unwrap();
+            q.unschedulable(&p.info.uid, 0b1, now);
+        }
+        assert_eq!(q.move_matching(0b1, |p| p.name == "b"), 1);
+        assert_eq!(q.pop().unwrap().info.name, "b");
+        assert!(q.pop().is_none());
+        assert_eq!(q.move_matching(0b10, |_| true), 0);
+        assert_eq!(q.move_matching(0b1, |_| true), 1);
     }
 
     #[test]

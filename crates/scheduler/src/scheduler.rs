@@ -7,18 +7,22 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ReplicationController, Service};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::PostParams;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Api, Client};
 use tokio::sync::{Semaphore, mpsc};
 
+use crate::assume_cache::{Updated, key_of};
 use crate::cache::{Cache, NodeChange};
 use crate::explain::{EXPLAIN_ANNOTATION, Explain, add_excluded, group_rejections, top_scores};
-use crate::framework::Framework;
+use crate::framework::{Framework, PreBindWork, Reservation, Unreserve};
 use crate::labels::Selector;
 use crate::lean_pod::LeanPod;
 use crate::plugins;
@@ -62,6 +66,9 @@ pub struct SchedulerConfig {
     /// Told of every bound pod the pod watch brings (as upstream's scheduler_perf counts
     /// scheduled pods from the scheduler's own informer).
     pub on_bound: Option<BoundObserver>,
+    /// How long VolumeBinding's PreBind waits for a pod's claims to be bound (upstream's
+    /// `bindTimeoutSeconds`, 600).
+    pub volume_bind_timeout: Duration,
 }
 
 /// Called with (namespace, name).
@@ -91,6 +98,7 @@ impl Default for SchedulerConfig {
             initial_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(10),
             on_bound: None,
+            volume_bind_timeout: plugins::volume_binding::DEFAULT_BIND_TIMEOUT,
         }
     }
 }
@@ -102,11 +110,26 @@ enum Msg {
     Namespace(Box<WatchEvent<Namespace>>),
     /// A selector source for default spreading changed.
     SpreadSource(SpreadSourceEvent),
+    Pvc(Box<WatchEvent<PersistentVolumeClaim>>),
+    Pv(Box<WatchEvent<PersistentVolume>>),
+    StorageClass(Box<WatchEvent<StorageClass>>),
+    CsiNode(Box<WatchEvent<CSINode>>),
     Bound {
         info: Arc<PodInfo>,
         node: String,
-        result: Result<(), (u16, String)>,
+        /// Undoes the pod's reservations when the binding failed.
+        unreserve: Vec<Unreserve>,
+        result: Result<(), BindFailure>,
     },
+}
+
+/// Why a reserved pod was not bound.
+#[derive(Debug)]
+enum BindFailure {
+    /// A PreBind plugin failed: (plugin, message).
+    PreBind(&'static str, String),
+    /// The API refused the binding: (status code, message).
+    Api(u16, String),
 }
 
 /// (namespace, name, selector; None when deleted) of a service or (kind-tagged) controller.
@@ -126,6 +149,16 @@ struct Masks {
     pod_deleted: u64,
     pod_added: u64,
     namespace_labels: u64,
+    /// Claims added / updated (for the pods using them), volumes added or updated, classes
+    /// added, classes' allowedTopologies updated, CSI nodes added or their migrated plugins
+    /// changed.
+    pvc_added: u64,
+    pvc_updated: u64,
+    pv_changed: u64,
+    class_added: u64,
+    class_topologies: u64,
+    csinode_added: u64,
+    csinode_migrated: u64,
 }
 
 impl Masks {
@@ -138,14 +171,26 @@ impl Masks {
         let unsched = bit(plugins::node_unschedulable::NAME);
         let spread = bit(plugins::pod_topology_spread::NAME);
         let interpod = bit(plugins::inter_pod_affinity::NAME);
+        let restrictions = bit(plugins::volume_restrictions::NAME);
+        let limits = bit(plugins::node_volume_limits::NAME);
+        let binding = bit(plugins::volume_binding::NAME);
+        let zone = bit(plugins::volume_zone::NAME);
         Masks {
-            node_labels: affinity | spread | interpod,
-            node_taints: taints | spread,
+            node_labels: affinity | spread | interpod | binding | zone,
+            // VolumeZone also listens to taint updates (upstream's guard against missed node adds).
+            node_taints: taints | spread | zone,
             node_schedulable: unsched,
             node_allocatable: fit,
-            pod_deleted: fit | ports | spread | interpod,
+            pod_deleted: fit | ports | spread | interpod | restrictions | limits,
             pod_added: spread | interpod,
             namespace_labels: interpod,
+            pvc_added: restrictions | limits | binding | zone,
+            pvc_updated: binding | zone,
+            pv_changed: binding | zone,
+            class_added: binding | zone,
+            class_topologies: binding,
+            csinode_added: limits | binding,
+            csinode_migrated: binding,
         }
     }
 
@@ -169,6 +214,31 @@ impl Masks {
         m
     }
 }
+
+/// The storage watches' lists: which are done, and the keys a list in progress has brought
+/// (what it did not bring was deleted while the watch was down).
+#[derive(Debug, Default)]
+struct StorageSync {
+    pvcs: bool,
+    pvs: bool,
+    classes: bool,
+    listing_pvcs: Option<HashSet<String>>,
+    listing_pvs: Option<HashSet<String>>,
+    listing_classes: Option<HashSet<String>>,
+    listing_csinodes: Option<HashSet<String>>,
+}
+
+impl StorageSync {
+    /// Scheduling waits for claims, volumes and classes (upstream waits for its informers);
+    /// CSI nodes only add limits, so they are not waited for.
+    fn synced(&self) -> bool {
+        self.pvcs && self.pvs && self.classes
+    }
+}
+
+/// The annotation listing the in-tree plugins a CSI node migrated (upstream's
+/// `MigratedPluginsAnnotationKey`).
+const MIGRATED_PLUGINS_ANNOTATION: &str = "storage.alpha.kubernetes.io/migrated-plugins";
 
 /// Counters for the periodic debug summary.
 #[derive(Debug, Default, Clone, Copy)]
@@ -197,6 +267,8 @@ struct Scheduler {
     nodes_synced: bool,
     init_pods: Option<HashSet<String>>,
     init_nodes: Option<HashSet<String>>,
+    /// The storage watches: lists done, and the keys seen by a list in progress.
+    storage: StorageSync,
     last_stale_flush: Instant,
     /// Explanations sent with bindings, until the bound pod is seen.
     pending_explains: HashMap<String, String>,
@@ -311,7 +383,23 @@ pub async fn run_with_signal(
             SpreadSourceEvent::Controller("ReplicationController", ns, name, sel.filter(|_| !gone))
         },
     );
-    let fw = Framework::with_default_plugins(cfg.percentage_of_nodes_to_score);
+    // What the volume plugins read.
+    spawn_watch(Api::<PersistentVolumeClaim>::all(client.clone()), tx.clone(), |e| {
+        Msg::Pvc(Box::new(e))
+    });
+    spawn_watch(Api::<PersistentVolume>::all(client.clone()), tx.clone(), |e| {
+        Msg::Pv(Box::new(e))
+    });
+    spawn_watch(Api::<StorageClass>::all(client.clone()), tx.clone(), |e| {
+        Msg::StorageClass(Box::new(e))
+    });
+    spawn_watch(Api::<CSINode>::all(client.clone()), tx.clone(), |e| {
+        Msg::CsiNode(Box::new(e))
+    });
+    let fw = Framework::new(
+        plugins::profile(cfg.volume_bind_timeout),
+        cfg.percentage_of_nodes_to_score,
+    );
     let masks = Masks::new(&fw);
     let component = cfg
         .scheduler_names
@@ -339,6 +427,7 @@ pub async fn run_with_signal(
         nodes_synced: false,
         init_pods: None,
         init_nodes: None,
+        storage: StorageSync::default(),
         last_stale_flush: Instant::now(),
         pending_explains: HashMap::new(),
         stats: Stats::default(),
@@ -388,7 +477,7 @@ pub async fn run_with_signal(
         if now.duration_since(s.last_stale_flush) >= Duration::from_secs(30) {
             s.last_stale_flush = now;
         }
-        if s.pods_synced && s.nodes_synced {
+        if s.pods_synced && s.nodes_synced && s.storage.synced() {
             if let Some(tx) = synced.take() {
                 tracing::info!(
                     nodes = s.cache.num_nodes(),
@@ -487,7 +576,166 @@ impl Scheduler {
                     SpreadSourceEvent::Pdb(..) | SpreadSourceEvent::Noop => {}
                 }
             }
-            Msg::Bound { info, node, result } => self.handle_bound(info, node, result),
+            Msg::Pvc(ev) => self.handle_pvc(*ev),
+            Msg::Pv(ev) => self.handle_pv(*ev),
+            Msg::StorageClass(ev) => self.handle_storage_class(*ev),
+            Msg::CsiNode(ev) => self.handle_csinode(*ev),
+            Msg::Bound {
+                info,
+                node,
+                unreserve,
+                result,
+            } => self.handle_bound(info, node, unreserve, result),
+        }
+    }
+
+    /// Moves the unschedulable pods that use claim `ns/name` and were rejected by `mask`
+    /// (upstream's QueueingHints of the volume plugins for claim events).
+    fn move_for_claim(&mut self, mask: u64, ns: &str, name: &str) {
+        let moved = self
+            .queue
+            .move_matching(mask, |p| p.namespace == ns && p.claims.iter().any(|c| c.name == name));
+        if moved > 0 {
+            tracing::debug!(moved, claim = %format!("{ns}/{name}"), "claim event moved pods to active");
+        }
+    }
+
+    fn handle_pvc(&mut self, ev: WatchEvent<PersistentVolumeClaim>) {
+        match ev {
+            WatchEvent::Init => self.storage.listing_pvcs = Some(HashSet::new()),
+            WatchEvent::InitApply(o) | WatchEvent::Apply(o) => {
+                let key = key_of(&o);
+                let ns = o.metadata.namespace.clone().unwrap_or_default();
+                let name = o.metadata.name.clone().unwrap_or_default();
+                if let Some(seen) = &mut self.storage.listing_pvcs {
+                    seen.insert(key);
+                }
+                match self.cache.volumes.pvcs.update(Arc::new(o)) {
+                    Updated::Added => self.move_for_claim(self.masks.pvc_added, &ns, &name),
+                    Updated::Replaced(_) => self.move_for_claim(self.masks.pvc_updated, &ns, &name),
+                    Updated::Ignored => {}
+                }
+            }
+            WatchEvent::Delete(o) => {
+                self.cache.volumes.pvcs.delete(&key_of(&o));
+            }
+            WatchEvent::InitDone => {
+                if let Some(seen) = self.storage.listing_pvcs.take() {
+                    let gone: Vec<String> = self
+                        .cache
+                        .volumes
+                        .pvcs
+                        .keys()
+                        .filter(|k| !seen.contains(*k))
+                        .cloned()
+                        .collect();
+                    for k in gone {
+                        self.cache.volumes.pvcs.delete(&k);
+                    }
+                }
+                self.storage.pvcs = true;
+            }
+        }
+    }
+
+    fn handle_pv(&mut self, ev: WatchEvent<PersistentVolume>) {
+        match ev {
+            WatchEvent::Init => self.storage.listing_pvs = Some(HashSet::new()),
+            WatchEvent::InitApply(o) | WatchEvent::Apply(o) => {
+                if let Some(seen) = &mut self.storage.listing_pvs {
+                    seen.insert(key_of(&o));
+                }
+                if !matches!(self.cache.volumes.pvs.update(Arc::new(o)), Updated::Ignored) {
+                    self.pending_mask |= self.masks.pv_changed;
+                }
+            }
+            WatchEvent::Delete(o) => {
+                self.cache.volumes.pvs.delete(&key_of(&o));
+            }
+            WatchEvent::InitDone => {
+                if let Some(seen) = self.storage.listing_pvs.take() {
+                    let gone: Vec<String> = self
+                        .cache
+                        .volumes
+                        .pvs
+                        .keys()
+                        .filter(|k| !seen.contains(*k))
+                        .cloned()
+                        .collect();
+                    for k in gone {
+                        self.cache.volumes.pvs.delete(&k);
+                    }
+                }
+                self.storage.pvs = true;
+            }
+        }
+    }
+
+    fn handle_storage_class(&mut self, ev: WatchEvent<StorageClass>) {
+        match ev {
+            WatchEvent::Init => self.storage.listing_classes = Some(HashSet::new()),
+            WatchEvent::InitApply(o) | WatchEvent::Apply(o) => {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                if let Some(seen) = &mut self.storage.listing_classes {
+                    seen.insert(name.clone());
+                }
+                let topologies = o.allowed_topologies.clone();
+                match self.cache.volumes.classes.insert(name, Arc::new(o)) {
+                    None => self.pending_mask |= self.masks.class_added,
+                    Some(old) if old.allowed_topologies != topologies => {
+                        self.pending_mask |= self.masks.class_topologies
+                    }
+                    Some(_) => {}
+                }
+            }
+            WatchEvent::Delete(o) => {
+                self.cache
+                    .volumes
+                    .classes
+                    .remove(o.metadata.name.as_deref().unwrap_or_default());
+            }
+            WatchEvent::InitDone => {
+                if let Some(seen) = self.storage.listing_classes.take() {
+                    self.cache.volumes.classes.retain(|k, _| seen.contains(k));
+                }
+                self.storage.classes = true;
+            }
+        }
+    }
+
+    fn handle_csinode(&mut self, ev: WatchEvent<CSINode>) {
+        match ev {
+            WatchEvent::Init => self.storage.listing_csinodes = Some(HashSet::new()),
+            WatchEvent::InitApply(o) | WatchEvent::Apply(o) => {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                if let Some(seen) = &mut self.storage.listing_csinodes {
+                    seen.insert(name.clone());
+                }
+                let migrated = |n: &CSINode| {
+                    n.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(MIGRATED_PLUGINS_ANNOTATION))
+                        .cloned()
+                };
+                let now = migrated(&o);
+                match self.cache.volumes.csi_nodes.insert(name, Arc::new(o)) {
+                    None => self.pending_mask |= self.masks.csinode_added,
+                    Some(old) if migrated(&old) != now => self.pending_mask |= self.masks.csinode_migrated,
+                    Some(_) => {}
+                }
+            }
+            WatchEvent::Delete(o) => {
+                self.cache
+                    .volumes
+                    .csi_nodes
+                    .remove(o.metadata.name.as_deref().unwrap_or_default());
+            }
+            WatchEvent::InitDone => {
+                if let Some(seen) = self.storage.listing_csinodes.take() {
+                    self.cache.volumes.csi_nodes.retain(|k, _| seen.contains(k));
+                }
+            }
         }
     }
 
@@ -678,8 +926,14 @@ impl Scheduler {
         self.queue.add_or_update(info, Instant::now());
     }
 
-    fn handle_bound(&mut self, info: Arc<PodInfo>, node: String, result: Result<(), (u16, String)>) {
-        match result {
+    fn handle_bound(
+        &mut self,
+        info: Arc<PodInfo>,
+        node: String,
+        unreserve: Vec<Unreserve>,
+        result: Result<(), BindFailure>,
+    ) {
+        let failure = match result {
             Ok(()) => {
                 if self.cfg.record_events {
                     self.writer.event(
@@ -690,31 +944,52 @@ impl Scheduler {
                         format!("Successfully assigned {}/{} to {}", info.namespace, info.name, node),
                     );
                 }
+                return;
             }
-            Err((code, msg)) => {
-                if !self.cache.is_assumed(&info.uid) {
-                    return;
-                }
-                self.cache.forget_pod(&info.uid);
-                self.pending_explains.remove(&info.uid);
-                self.pending_mask |= self.masks.pod_deleted;
-                if code == 404 || code == 409 {
-                    // Deleted, or bound by someone else: the watch brings the truth.
-                    tracing::debug!(pod = %info.key(), code, %msg, "binding not applied");
-                    return;
-                }
-                self.stats.bind_errors += 1;
-                tracing::warn!(pod = %info.key(), node = %node, %msg, "binding failed");
-                let message = format!("Binding rejected: {msg}");
-                if self.cfg.record_events {
-                    self.writer
-                        .event(&info, "Warning", "FailedScheduling", "Scheduling", message.clone());
-                }
-                self.writer
-                    .unschedulable(info.clone(), "SchedulerError", message, None, None);
-                self.queue.requeue_with_backoff(info, Instant::now());
-            }
+            Err(f) => f,
+        };
+        // Upstream's handleBindingCycleError: Unreserve, forget the pod, and retry it.
+        Reservation {
+            pre_bind: Vec::new(),
+            unreserve,
         }
+        .unreserve(&mut self.cache);
+        if !self.cache.is_assumed(&info.uid) {
+            // Deleted meanwhile.
+            return;
+        }
+        self.cache.forget_pod(&info.uid);
+        self.pending_explains.remove(&info.uid);
+        self.pending_mask |= self.masks.pod_deleted;
+        let message = match failure {
+            BindFailure::Api(code, msg) if code == 404 || code == 409 => {
+                // Deleted, or bound by someone else: the watch brings the truth.
+                tracing::debug!(pod = %info.key(), code, %msg, "binding not applied");
+                return;
+            }
+            BindFailure::Api(_, msg) => {
+                tracing::warn!(pod = %info.key(), node = %node, %msg, "binding failed");
+                format!("Binding rejected: {msg}")
+            }
+            BindFailure::PreBind(plugin, msg) => {
+                tracing::info!(pod = %info.key(), node = %node, plugin, %msg, "PreBind failed");
+                format!("running PreBind plugin {plugin:?}: {msg}")
+            }
+        };
+        self.stats.bind_errors += 1;
+        self.scheduling_error(info, message);
+    }
+
+    /// Upstream's failure handling of a scheduling error (not a FitError): an event, the
+    /// PodScheduled condition with reason SchedulerError, and a retry after backoff.
+    fn scheduling_error(&mut self, info: Arc<PodInfo>, message: String) {
+        if self.cfg.record_events {
+            self.writer
+                .event(&info, "Warning", "FailedScheduling", "Scheduling", message.clone());
+        }
+        self.writer
+            .unschedulable(info.clone(), "SchedulerError", message, None, None);
+        self.queue.requeue_with_backoff(info, Instant::now());
     }
 
     fn schedule_one(&mut self, qp: QueuedPod) {
@@ -724,7 +999,7 @@ impl Scheduler {
         let outcome = self.fw.schedule(&pod, &self.cache);
         self.stats.cycle_time += now.elapsed();
         match outcome {
-            Ok((res, _state)) => {
+            Ok((res, mut state)) => {
                 let node = self.cache.node_name(res.node).to_string();
                 let explain = self.cfg.explain.then(|| {
                     let (score_plugins, scores) = top_scores(&self.cache, &res.scores);
@@ -746,15 +1021,25 @@ impl Scheduler {
                         preemption: None,
                     }
                 });
-                self.stats.scheduled += 1;
-                self.queue.done(&pod.uid);
                 self.cache.set_nominated(&pod, None);
                 self.cache.assume_pod(pod.clone(), &node);
+                let reservation = match self.fw.run_reserve(&mut state, &pod, &node, &mut self.cache) {
+                    Ok(r) => r,
+                    Err(st) => {
+                        // Upstream: Unreserve (done), forget the pod, and retry after backoff.
+                        self.cache.forget_pod(&pod.uid);
+                        tracing::info!(pod = %pod.key(), node = %node, message = %st.message(), "reserve failed");
+                        self.scheduling_error(pod, st.message());
+                        return;
+                    }
+                };
+                self.stats.scheduled += 1;
+                self.queue.done(&pod.uid);
                 let explain = explain.map(|e| e.to_json());
                 if let Some(e) = &explain {
                     self.pending_explains.insert(pod.uid.clone(), e.clone());
                 }
-                self.bind(pod, node, explain);
+                self.bind(pod, node, explain, reservation);
             }
             Err(failure) => {
                 let (mut diag, state) = *failure;
@@ -827,22 +1112,41 @@ impl Scheduler {
         }
     }
 
-    fn bind(&self, pod: Arc<PodInfo>, node: String, explain: Option<String>) {
+    /// The binding cycle, on a task of its own: the PreBind work (which may wait long, for
+    /// volumes to be bound), then the binding itself.
+    fn bind(&self, pod: Arc<PodInfo>, node: String, explain: Option<String>, reservation: Reservation) {
         let client = self.client.clone();
         let tx = self.tx.clone();
         let limit = self.binds.clone();
+        let Reservation { pre_bind, unreserve } = reservation;
         tokio::spawn(async move {
-            let result = match limit.acquire().await {
-                Ok(_permit) => bind_pod(&client, &pod, &node, explain).await,
-                Err(_) => Err((0, "scheduler shutting down".to_string())),
+            let result = match run_pre_bind(&client, pre_bind).await {
+                Err(e) => Err(e),
+                Ok(()) => match limit.acquire().await {
+                    Ok(_permit) => bind_pod(&client, &pod, &node, explain)
+                        .await
+                        .map_err(|(code, msg)| BindFailure::Api(code, msg)),
+                    Err(_) => Err(BindFailure::Api(0, "scheduler shutting down".to_string())),
+                },
             };
             let _ = tx.send(Msg::Bound {
                 info: pod,
                 node,
+                unreserve,
                 result,
             });
         });
     }
+}
+
+/// Runs the PreBind plugins' work in order; the first failure ends the binding cycle.
+async fn run_pre_bind(client: &Client, work: Vec<(&'static str, PreBindWork)>) -> Result<(), BindFailure> {
+    for (plugin, w) in work {
+        w(client.clone())
+            .await
+            .map_err(|msg| BindFailure::PreBind(plugin, msg))?;
+    }
+    Ok(())
 }
 
 /// The body of a `pods/binding` create, serialized straight from borrowed fields (a bind is

@@ -188,6 +188,14 @@ impl AffinityTerm {
     }
 }
 
+/// A claim one of a pod's volumes uses: a `persistentVolumeClaim`'s claim, or the claim the
+/// ephemeral volume controller makes for a generic ephemeral volume (`POD-VOLUME`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodClaim {
+    pub name: String,
+    pub ephemeral: bool,
+}
+
 /// Everything the scheduler needs to know about a pod, computed once per pod version.
 #[derive(Debug, Clone)]
 pub struct PodInfo {
@@ -211,6 +219,11 @@ pub struct PodInfo {
     pub scheduler_name: String,
     pub deleting: bool,
     pub terminal: bool,
+    /// The claims the pod's volumes use, in volume order (empty for most pods).
+    pub claims: Vec<PodClaim>,
+    /// Whether the pod has GCE PD, AWS EBS, RBD or iSCSI volumes (VolumeRestrictions checks
+    /// those against the pods on a node).
+    pub has_disk_volumes: bool,
 }
 
 impl PodInfo {
@@ -234,7 +247,27 @@ impl PodInfo {
         let mut priority = 0;
         let mut node_name = None;
         let mut scheduler_name = "default-scheduler".to_string();
+        let mut claims = Vec::new();
+        let mut has_disk_volumes = false;
         if let Some(spec) = spec {
+            for v in spec.volumes.iter().flatten() {
+                if let Some(c) = &v.persistent_volume_claim {
+                    claims.push(PodClaim {
+                        name: c.claim_name.clone(),
+                        ephemeral: false,
+                    });
+                } else if v.ephemeral.is_some() {
+                    // Upstream's `ephemeral.VolumeClaimName`.
+                    claims.push(PodClaim {
+                        name: format!("{}-{}", meta.name.as_deref().unwrap_or_default(), v.name),
+                        ephemeral: true,
+                    });
+                }
+                has_disk_volumes |= v.gce_persistent_disk.is_some()
+                    || v.aws_elastic_block_store.is_some()
+                    || v.rbd.is_some()
+                    || v.iscsi.is_some();
+            }
             for c in &spec.containers {
                 let req = c.resources.as_ref().and_then(|r| r.requests.as_ref());
                 requests.add_list(req);
@@ -344,12 +377,23 @@ impl PodInfo {
             preferred_anti_affinity,
             node_name,
             scheduler_name,
+            claims,
+            has_disk_volumes,
             pod,
         }
     }
 
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The `namespace/name` keys of the claims the pod's `persistentVolumeClaim` volumes use
+    /// (what upstream's NodeInfo counts in its PVC reference counts).
+    pub fn pvc_keys(&self) -> impl Iterator<Item = String> + '_ {
+        self.claims
+            .iter()
+            .filter(|c| !c.ephemeral)
+            .map(|c| format!("{}/{}", self.namespace, c.name))
     }
 
     pub fn has_affinity_terms(&self) -> bool {

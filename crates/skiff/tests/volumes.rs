@@ -328,7 +328,7 @@ fn host_path_volume_keeps_data_across_pods() {
     let data_dir = host.path().join("pv-data");
     let data = data_dir.display().to_string();
 
-    // A pod whose claim does not exist yet waits, saying why, and is retried.
+    // A pod whose claim does not exist yet is not scheduled, and says why.
     c.apply(
         &pod_with_claim(
             "writer",
@@ -342,11 +342,24 @@ fn host_path_volume_keeps_data_across_pods() {
         c,
         "Pod",
         "writer",
+        "FailedScheduling",
+        "0/1 nodes are available: persistentvolumeclaim \"task-pv-claim\" not found.",
+    );
+    // One put on the node directly (no scheduler) waits in the agent, saying why, and is retried.
+    c.apply(
+        &pod_with_claim("pinned", "task-pv-claim", "sleep 3600", false)
+            .replace("spec:\n", &format!("spec:\n  nodeName: {}\n", n.name)),
+        &[],
+    );
+    wait_event(
+        c,
+        "Pod",
+        "pinned",
         "FailedMount",
         "error processing PVC default/task-pv-claim: failed to fetch PVC from API server: \
          persistentvolumeclaims \"task-pv-claim\" not found",
     );
-    let failed: Vec<String> = events(c, "Pod", "writer")
+    let failed: Vec<String> = events(c, "Pod", "pinned")
         .into_iter()
         .filter(|(_, r, _)| r == "FailedMount")
         .map(|(t, _, m)| format!("{t} {m}"))
@@ -362,10 +375,18 @@ fn host_path_volume_keeps_data_across_pods() {
     wait_event(
         c,
         "Pod",
-        "writer",
+        "pinned",
         "FailedMount",
         "error processing PVC default/task-pv-claim: PVC is not bound",
     );
+    wait_event(
+        c,
+        "Pod",
+        "writer",
+        "FailedScheduling",
+        "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims.",
+    );
+    assert_eq!(c.k(&["get", "pod", "writer", "-o", "jsonpath={.spec.nodeName}"]), "");
 
     // The volume: its directory does not exist yet and is created on first use.
     c.apply(&host_path_pv("task-pv-volume", &data, "1Gi"), &[]);
@@ -385,6 +406,9 @@ fn host_path_volume_keeps_data_across_pods() {
             .filter(|s| !s.is_empty())
     });
     assert_eq!(written.as_deref(), Some("written-by-writer\n"));
+
+    n.wait_running("pinned");
+    c.k(&["delete", "pod", "pinned"]);
 
     // The pod goes, the data stays.
     c.k(&["delete", "pod", "writer"]);

@@ -470,6 +470,16 @@ spec:
 #[test]
 fn statefulset_pods_in_order_with_claims() {
     let c = cluster();
+    // The claims bind before their pods are scheduled: a volume each, of no class as the claims.
+    for i in 0..2 {
+        c.apply(
+            &format!(
+                "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: www-{i}\nspec:\n  storageClassName: \"\"\n  \
+                 capacity:\n    storage: 1Gi\n  accessModes: [ReadWriteOnce]\n  hostPath:\n    path: /tmp/skiff-e2e-www-{i}\n"
+            ),
+            &[],
+        );
+    }
     c.apply(
         r#"
 apiVersion: apps/v1
@@ -497,6 +507,7 @@ spec:
   - metadata:
       name: www
     spec:
+      storageClassName: ""
       accessModes: ["ReadWriteOnce"]
       resources:
         requests:

@@ -1,4 +1,5 @@
-//! storage.k8s.io: StorageClass, as upstream's `printStorageClass`.
+//! storage.k8s.io: StorageClass and CSINode, as upstream's `printStorageClass` and
+//! `printCSINode`.
 
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -66,6 +67,25 @@ pub(crate) fn storageclass(obj: &Value, now: Timestamp) -> Vec<Value> {
     ]
 }
 
+pub(crate) const CSINODE_COLUMNS: &[Column] = &[
+    NAME,
+    Column::new(
+        "Drivers",
+        "integer",
+        "Drivers indicates the number of CSI drivers registered on the node",
+    ),
+    AGE,
+];
+
+/// upstream's `printCSINode`: the number of drivers registered.
+pub(crate) fn csinode(obj: &Value, now: Timestamp) -> Vec<Value> {
+    let drivers = obj
+        .pointer("/spec/drivers")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    vec![json!(name(obj)), json!(drivers), json!(age(obj, now))]
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -120,5 +140,26 @@ mod tests {
         let mut not_default = sc;
         not_default["metadata"]["annotations"] = json!({"storageclass.kubernetes.io/is-default-class": "false"});
         assert_eq!(row_cells(r, &not_default, now)[0], "local");
+    }
+
+    #[test]
+    fn csinode_rows() {
+        let r = lookup("storage.k8s.io", "v1", "csinodes").expect("csinodes");
+        assert!(!r.namespaced);
+        let defs = column_definitions(r);
+        let names: Vec<&str> = defs.iter().filter_map(|c| c["name"].as_str()).collect();
+        assert_eq!(names, ["Name", "Drivers", "Age"]);
+        assert_eq!(defs[1]["type"], "integer");
+        let now = "2024-05-01T12:00:00Z".parse().expect("time");
+        let n = json!({
+            "metadata": {"name": "node-1", "creationTimestamp": "2024-05-01T11:59:00Z"},
+            "spec": {"drivers": [
+                {"name": "a.csi.example.com", "nodeID": "node-1"},
+                {"name": "b.csi.example.com", "nodeID": "node-1", "allocatable": {"count": 3}}
+            ]}
+        });
+        assert_eq!(row_cells(r, &n, now), vec![json!("node-1"), json!(2), json!("60s")]);
+        let empty = json!({"metadata": {"name": "node-2", "creationTimestamp": "2024-05-01T11:59:00Z"}, "spec": {}});
+        assert_eq!(row_cells(r, &empty, now)[1], 0);
     }
 }

@@ -12,7 +12,7 @@
 //! - `workloads`: Deployment, ReplicaSet, DaemonSet, StatefulSet, Job, CronJob (with the
 //!   cron schedule parser), PodDisruptionBudget.
 //! - `core`: Service, Node taints, Secret, ConfigMap, PersistentVolumeClaim, PriorityClass.
-//! - `storage`: StorageClass.
+//! - `storage`: StorageClass, CSINode.
 //! - `rbac`: Role, ClusterRole, RoleBinding, ClusterRoleBinding (their metadata included, as
 //!   upstream's strategies validate it in their own order on update).
 //!
@@ -70,6 +70,7 @@ pub fn validate(res: &Resource, obj: &Value, old: Option<&Value>) -> Vec<FieldEr
         ("", "PersistentVolumeClaim") => core::validate_pvc(obj, old, &mut errs),
         ("scheduling.k8s.io", "PriorityClass") => core::validate_priority_class(obj, old, &mut errs),
         ("storage.k8s.io", "StorageClass") => storage::validate_storage_class(obj, old, &mut errs),
+        ("storage.k8s.io", "CSINode") => storage::validate_csinode(obj, old, &mut errs),
         ("apps", "Deployment") => workloads::validate_deployment(obj, old, &mut errs),
         ("apps", "ReplicaSet") => workloads::validate_replicaset(obj, old, &mut errs),
         ("apps", "DaemonSet") => workloads::validate_daemonset(obj, old, &mut errs),

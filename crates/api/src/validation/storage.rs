@@ -1,12 +1,16 @@
-//! StorageClass, as upstream's `pkg/apis/storage/validation` (`ValidateStorageClass` and
-//! `ValidateStorageClassUpdate`).
+//! StorageClass and CSINode, as upstream's `pkg/apis/storage/validation`
+//! (`ValidateStorageClass`, `ValidateStorageClassUpdate`, `ValidateCSINode`,
+//! `ValidateCSINodeUpdate`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
-use super::meta::{is_qualified_name, validate_label_name};
-use super::{Path, arr_at, duplicate, field, forbidden, invalid, invalid_str, not_supported, required, str_at};
+use super::meta::{is_dns1123_subdomain, is_qualified_name, validate_label_name};
+use super::{
+    Path, arr_at, duplicate, field, forbidden, go_string_slice, invalid, invalid_raw, invalid_str, nonnegative,
+    not_supported, required, str_at,
+};
 use crate::status::FieldError;
 
 /// Most parameters a class may carry (`maxProvisionerParameterLen`).
@@ -168,6 +172,85 @@ fn validate_storage_class_update(obj: &Value, old: &Value, errs: &mut Vec<FieldE
     }
 }
 
+/// A CSI node ID's longest length (`csiNodeIDLongerMaxLength`: the CSINode strategy allows
+/// long node IDs).
+const CSI_NODE_ID_MAX_LENGTH: usize = 256;
+
+/// upstream's `ValidateCSINode` (the metadata is validated by the caller), plus
+/// `ValidateCSINodeUpdate` when `old` is given.
+pub(crate) fn validate_csinode(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
+    let dp = Path::new("spec").child("drivers");
+    let drivers = arr_at(field(Some(obj), "spec"), "drivers");
+    let mut names: BTreeSet<&str> = BTreeSet::new();
+    for (i, driver) in drivers.iter().enumerate() {
+        let p = dp.index(i);
+        let name = str_at(Some(driver), "name");
+        // `ValidateCSIDriverName` is a DNS-1123 subdomain.
+        for m in is_dns1123_subdomain(name) {
+            errs.push(invalid_str(&p.child("name"), name, &m));
+        }
+        let node_id = str_at(Some(driver), "nodeID");
+        if node_id.is_empty() {
+            errs.push(required(&p.child("nodeID"), ""));
+        }
+        if node_id.len() > CSI_NODE_ID_MAX_LENGTH {
+            errs.push(invalid_str(
+                &p.child("nodeID"),
+                node_id,
+                &format!("must be {CSI_NODE_ID_MAX_LENGTH} characters or less"),
+            ));
+        }
+        nonnegative(
+            field(Some(driver), "allocatable"),
+            "count",
+            &p.child("allocatable"),
+            errs,
+        );
+        if !names.insert(name) {
+            errs.push(duplicate(&p.child("name"), &Value::String(name.to_string())));
+        }
+        let mut keys: BTreeSet<&str> = BTreeSet::new();
+        for key in arr_at(Some(driver), "topologyKeys") {
+            let key = key.as_str().unwrap_or("");
+            if key.is_empty() {
+                errs.push(required(&p, ""));
+            }
+            if !keys.insert(key) {
+                errs.push(duplicate(&p, &Value::String(key.to_string())));
+            }
+            validate_label_name(key, &p, errs);
+        }
+    }
+    let Some(old) = old else {
+        return;
+    };
+    // A driver already registered stays as it was (the allocatable count included: its
+    // mutability is an alpha feature, off by default).
+    for old_driver in arr_at(field(Some(old), "spec"), "drivers") {
+        for new_driver in drivers {
+            if str_at(Some(old_driver), "name") == str_at(Some(new_driver), "name") && old_driver != new_driver {
+                errs.push(invalid_raw(&dp, go_csinode_driver(new_driver), "field is immutable"));
+            }
+        }
+    }
+}
+
+/// Go's `%#v` of an internal `storage.CSINodeDriver` (Go prints the address of a set
+/// `Allocatable`; a fixed one stands in for it).
+fn go_csinode_driver(d: &Value) -> String {
+    let allocatable = if field(Some(d), "allocatable").is_some() {
+        "(*storage.VolumeNodeResources)(0xc000000000)"
+    } else {
+        "(*storage.VolumeNodeResources)(nil)"
+    };
+    format!(
+        "storage.CSINodeDriver{{Name:{:?}, NodeID:{:?}, TopologyKeys:{}, Allocatable:{allocatable}}}",
+        str_at(Some(d), "name"),
+        str_at(Some(d), "nodeID"),
+        go_string_slice(field(Some(d), "topologyKeys")),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use crate::validation::test_util::errors_defaulted;
@@ -325,5 +408,82 @@ mod tests {
         newer["reclaimPolicy"] = json!("Delete");
         newer["parameters"] = Value::Object(Map::new());
         assert!(errs(&newer, Some(&bare)).is_empty(), "{:?}", errs(&newer, Some(&bare)));
+    }
+
+    fn csinode_errors(obj: Value, old: Option<Value>) -> Vec<String> {
+        errors_defaulted("storage.k8s.io", "CSINode", &obj, old.as_ref())
+    }
+
+    #[test]
+    fn csinode_drivers_as_upstream() {
+        let node = |drivers: Value| {
+            json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": "node-1"},
+                   "spec": {"drivers": drivers}})
+        };
+        let good = node(json!([
+            {"name": "a.csi.example.com", "nodeID": "node-1", "topologyKeys": ["topology.example.com/zone"]},
+            {"name": "b.csi.example.com", "nodeID": "n1", "allocatable": {"count": 8}}
+        ]));
+        assert!(csinode_errors(good.clone(), None).is_empty());
+        let errs = csinode_errors(
+            node(json!([
+                {"name": "Bad_Name", "nodeID": ""},
+                {"name": "dup.example.com", "nodeID": "x", "allocatable": {"count": -1}},
+                {"name": "dup.example.com", "nodeID": "x", "topologyKeys": ["k", "k", "bad key"]}
+            ])),
+            None,
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e
+                    .starts_with("spec.drivers[0].name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.contains(&"spec.drivers[0].nodeID: Required value".to_string()),
+            "{errs:?}"
+        );
+        assert!(
+            errs.contains(
+                &"spec.drivers[1].allocatable.count: Invalid value: -1: must be greater than or equal to 0".to_string()
+            ),
+            "{errs:?}"
+        );
+        assert!(
+            errs.contains(&"spec.drivers[2].name: Duplicate value: \"dup.example.com\"".to_string()),
+            "{errs:?}"
+        );
+        assert!(
+            errs.contains(&"spec.drivers[2]: Duplicate value: \"k\"".to_string()),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.drivers[2]: Invalid value: \"bad key\": name part must consist of")),
+            "{errs:?}"
+        );
+        let long = "n".repeat(257);
+        let errs = csinode_errors(node(json!([{"name": "a.example.com", "nodeID": long}])), None);
+        assert_eq!(errs.len(), 1);
+        assert!(errs[0].ends_with(": must be 256 characters or less"), "{errs:?}");
+
+        // A registered driver cannot change; adding one is fine.
+        let mut changed = good.clone();
+        changed["spec"]["drivers"][1]["allocatable"]["count"] = json!(9);
+        changed["spec"]["drivers"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "c.example.com", "nodeID": "n"}));
+        changed["metadata"]["resourceVersion"] = json!("1");
+        let mut old = good;
+        old["metadata"]["resourceVersion"] = json!("1");
+        let errs = csinode_errors(changed, Some(old));
+        assert_eq!(
+            errs,
+            [
+                "spec.drivers: Invalid value: storage.CSINodeDriver{Name:\"b.csi.example.com\", NodeID:\"n1\", \
+              TopologyKeys:[]string(nil), Allocatable:(*storage.VolumeNodeResources)(0xc000000000)}: field is immutable"
+            ]
+        );
     }
 }

@@ -1,0 +1,597 @@
+//! PersistentVolume and claim rules shared by the PV binder controller and the scheduler, as
+//! upstream's `k8s.io/component-helpers/storage/volume` (`pv_helpers.go`, `helpers.go`): the
+//! storage annotations, class and mode checks, `FindMatchingVolume` (the controller's path
+//! without a node, the scheduler's with one), `CheckNodeAffinity`, `GetBindVolumeToClaim`, and
+//! the node selector and topology term matching they need (upstream's
+//! `component-helpers/scheduling/corev1/nodeaffinity` and `v1helper.MatchTopologySelectorTerms`).
+//! Pure functions over the typed objects; no I/O.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference, PersistentVolume, PersistentVolumeClaim,
+    TopologySelectorTerm,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::quantity::Quantity;
+use crate::selector::LabelSelector;
+
+/// On a claim: binding has completed once (the claim is no longer new).
+pub const ANN_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
+/// On a volume or claim: the binding was made by a controller (or the scheduler), not
+/// pre-bound by the user.
+pub const ANN_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
+/// On a volume: the plugin that provisioned it.
+pub const ANN_DYNAMICALLY_PROVISIONED: &str = "pv.kubernetes.io/provisioned-by";
+/// On a claim: the node the scheduler chose, asking for provisioning there.
+pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+/// On a claim: the provisioner expected to create its volume.
+pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
+pub const ANN_BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
+/// The storage class as an annotation, which wins over `storageClassName`.
+pub const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+/// A class's provisioner that says the class cannot provision (static volumes only).
+pub const NOT_SUPPORTED_PROVISIONER: &str = "kubernetes.io/no-provisioner";
+
+pub const VOLUME_AVAILABLE: &str = "Available";
+
+/// An annotation's value.
+pub fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// Upstream's `GetPersistentVolumeClaimClass`: the beta annotation, else `storageClassName`,
+/// else "" (no class).
+pub fn claim_class(claim: &PersistentVolumeClaim) -> &str {
+    if let Some(c) = annotation(&claim.metadata, ANN_BETA_STORAGE_CLASS) {
+        return c;
+    }
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .unwrap_or_default()
+}
+
+/// Upstream's `GetPersistentVolumeClass`.
+pub fn volume_class(pv: &PersistentVolume) -> &str {
+    if let Some(c) = annotation(&pv.metadata, ANN_BETA_STORAGE_CLASS) {
+        return c;
+    }
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .unwrap_or_default()
+}
+
+/// A quantity as the matching compares it; a missing or unparsable one counts as zero.
+pub fn storage(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Quantity {
+    q.and_then(|q| Quantity::parse(&q.0).ok()).unwrap_or_default()
+}
+
+/// The claim's `resources.requests.storage`.
+pub fn requested_storage(claim: &PersistentVolumeClaim) -> Quantity {
+    storage(
+        claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage")),
+    )
+}
+
+/// The volume's `capacity.storage`.
+pub fn volume_storage(pv: &PersistentVolume) -> Quantity {
+    storage(
+        pv.spec
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref())
+            .and_then(|c| c.get("storage")),
+    )
+}
+
+/// The claim's access modes.
+pub fn claim_access_modes(claim: &PersistentVolumeClaim) -> &[String] {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.access_modes.as_deref())
+        .unwrap_or_default()
+}
+
+/// The volume's access modes.
+pub fn volume_access_modes(pv: &PersistentVolume) -> &[String] {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.access_modes.as_deref())
+        .unwrap_or_default()
+}
+
+/// Upstream's `CheckVolumeModeMismatches`: an unset mode is Filesystem.
+pub fn volume_mode_mismatch(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> bool {
+    let claim_mode = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_mode.as_deref())
+        .unwrap_or("Filesystem");
+    let pv_mode = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_mode.as_deref())
+        .unwrap_or("Filesystem");
+    claim_mode != pv_mode
+}
+
+/// Upstream's `CheckAccessModes`: the volume offers every mode the claim asks for.
+pub fn check_access_modes(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> bool {
+    let offered = volume_access_modes(pv);
+    claim_access_modes(claim).iter().all(|m| offered.contains(m))
+}
+
+/// Upstream's `IsVolumeBoundToClaim`: the volume's claimRef names the claim (and its uid, when
+/// the claimRef has one).
+pub fn is_volume_bound_to_claim(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {
+    let Some(r) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+        return false;
+    };
+    if r.name.as_deref().unwrap_or_default() != claim.metadata.name.as_deref().unwrap_or_default()
+        || r.namespace.as_deref().unwrap_or_default() != claim.metadata.namespace.as_deref().unwrap_or_default()
+    {
+        return false;
+    }
+    match r.uid.as_deref().filter(|u| !u.is_empty()) {
+        Some(uid) => claim.metadata.uid.as_deref() == Some(uid),
+        None => true,
+    }
+}
+
+fn claim_key(claim: &PersistentVolumeClaim) -> String {
+    format!(
+        "{}/{}",
+        claim.metadata.namespace.as_deref().unwrap_or_default(),
+        claim.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Upstream's `FindMatchingVolume`: a volume pre-bound to the claim wins (when its node affinity
+/// allows the node), else the smallest volume that is Available, large enough, of the claim's
+/// class and volume mode, matching its selector and not being deleted.
+///
+/// `node_labels` is set only on the scheduler's path: then each volume's node affinity must
+/// match the node and the access modes must fit (the controller groups volumes by access modes
+/// before). `excluded` names volumes already chosen for the pod's other claims. With
+/// `delay_binding` on the controller's path only pre-bound volumes are returned (the scheduler
+/// binds the rest). Err when the claim's selector is invalid.
+pub fn find_matching_volume<'a>(
+    claim: &PersistentVolumeClaim,
+    volumes: impl IntoIterator<Item = &'a PersistentVolume>,
+    node_labels: Option<&BTreeMap<String, String>>,
+    excluded: &[&str],
+    delay_binding: bool,
+) -> Result<Option<&'a PersistentVolume>, String> {
+    let requested = requested_storage(claim);
+    let class = claim_class(claim);
+    let selector = match claim.spec.as_ref().and_then(|s| s.selector.as_ref()) {
+        Some(s) => Some(LabelSelector::from_k8s(Some(s)).map_err(|e| {
+            format!(
+                "error creating internal label selector for claim: {}: {e}",
+                claim_key(claim)
+            )
+        })?),
+        None => None,
+    };
+    let mut smallest: Option<(&PersistentVolume, Quantity)> = None;
+    for pv in volumes {
+        if excluded.contains(&pv.metadata.name.as_deref().unwrap_or_default()) {
+            continue;
+        }
+        let bound_here = is_volume_bound_to_claim(pv, claim);
+        if pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()).is_some() && !bound_here {
+            continue;
+        }
+        let size = volume_storage(pv);
+        if size < requested || volume_mode_mismatch(claim, pv) || pv.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let affinity_ok = node_labels.is_none_or(|labels| check_node_affinity(pv, labels).is_ok());
+        if bound_here {
+            // A pre-bound volume that does not suit the node means no match on this node.
+            return Ok(affinity_ok.then_some(pv));
+        }
+        if node_labels.is_none() && delay_binding {
+            continue;
+        }
+        // Volumes not yet Available are skipped: their sync makes them Available first.
+        if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some(VOLUME_AVAILABLE) {
+            continue;
+        }
+        if let Some(sel) = &selector {
+            let matched = match &pv.metadata.labels {
+                Some(l) => sel.matches(l),
+                None => sel.matches(&BTreeMap::<String, String>::new()),
+            };
+            if !matched {
+                continue;
+            }
+        }
+        if volume_class(pv) != class || !affinity_ok {
+            continue;
+        }
+        if node_labels.is_some() && !check_access_modes(claim, pv) {
+            continue;
+        }
+        if smallest.as_ref().is_none_or(|(_, q)| *q > size) {
+            smallest = Some((pv, size));
+        }
+    }
+    Ok(smallest.map(|(pv, _)| pv))
+}
+
+/// Upstream's `CheckNodeAffinity`: the volume's required node affinity against a node's labels
+/// (the node is known by its labels only, so `matchFields` terms are not checked).
+pub fn check_node_affinity(pv: &PersistentVolume, node_labels: &BTreeMap<String, String>) -> Result<(), String> {
+    let required = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref());
+    match required {
+        None => Ok(()),
+        Some(sel) if match_node_selector_terms(sel, None, node_labels) => Ok(()),
+        Some(_) => Err("no matching NodeSelectorTerms".to_string()),
+    }
+}
+
+/// The reference to a claim a volume's `claimRef` holds (upstream's `GetReference`).
+pub fn claim_reference(claim: &PersistentVolumeClaim) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("PersistentVolumeClaim".into()),
+        name: claim.metadata.name.clone(),
+        namespace: claim.metadata.namespace.clone(),
+        uid: claim.metadata.uid.clone(),
+        resource_version: claim.metadata.resource_version.clone(),
+        field_path: None,
+    }
+}
+
+/// Upstream's `GetBindVolumeToClaim`: the volume with its claimRef pointing at the claim (and
+/// bound-by-controller when the user had not pre-bound it); `None` when nothing changes.
+pub fn volume_bound_to_claim(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> Option<PersistentVolume> {
+    let mut dirty = false;
+    let set_by_controller = !is_volume_bound_to_claim(pv, claim);
+    let mut out = pv.clone();
+    let current = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+    let same = current.is_some_and(|r| {
+        r.name == claim.metadata.name
+            && r.namespace.as_deref().unwrap_or_default() == claim.metadata.namespace.as_deref().unwrap_or_default()
+            && r.uid.as_deref().unwrap_or_default() == claim.metadata.uid.as_deref().unwrap_or_default()
+    });
+    if !same {
+        out.spec.get_or_insert_with(Default::default).claim_ref = Some(claim_reference(claim));
+        dirty = true;
+    }
+    if set_by_controller && annotation(&out.metadata, ANN_BOUND_BY_CONTROLLER).is_none() {
+        out.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(ANN_BOUND_BY_CONTROLLER.to_string(), "yes".to_string());
+        dirty = true;
+    }
+    dirty.then_some(out)
+}
+
+/// Upstream's `MatchNodeSelectorTerms` (its lazy-error node selector): any valid, non-empty term
+/// matches the node. A term's `matchFields` (only `metadata.name`) are checked only when the
+/// node's name is given; a term with an invalid requirement matches nothing.
+pub fn match_node_selector_terms(
+    selector: &NodeSelector,
+    node_name: Option<&str>,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    selector
+        .node_selector_terms
+        .iter()
+        .any(|t| node_selector_term_matches(t, node_name, labels))
+}
+
+fn node_selector_term_matches(
+    term: &NodeSelectorTerm,
+    node_name: Option<&str>,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    let exprs = term.match_expressions.as_deref().unwrap_or_default();
+    let fields = term.match_fields.as_deref().unwrap_or_default();
+    if exprs.is_empty() && fields.is_empty() {
+        // An empty term selects nothing.
+        return false;
+    }
+    let mut ok = true;
+    for r in exprs {
+        match label_requirement_matches(r, labels.get(&r.key).map(String::as_str)) {
+            Some(m) => ok &= m,
+            None => return false,
+        }
+    }
+    for r in fields {
+        let values = r.values.as_deref().unwrap_or_default();
+        if r.key != "metadata.name" || values.len() != 1 || !matches!(r.operator.as_str(), "In" | "NotIn") {
+            return false;
+        }
+        if let Some(name) = node_name {
+            let equal = values[0] == name;
+            ok &= if r.operator == "In" { equal } else { !equal };
+        }
+    }
+    ok
+}
+
+/// One node selector requirement against a label's value; None when the requirement is invalid.
+fn label_requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> Option<bool> {
+    let values = r.values.as_deref().unwrap_or_default();
+    Some(match r.operator.as_str() {
+        "In" | "NotIn" => {
+            if values.is_empty() {
+                return None;
+            }
+            let found = value.is_some_and(|v| values.iter().any(|x| x == v));
+            if r.operator == "In" { found } else { !found }
+        }
+        "Exists" | "DoesNotExist" => {
+            if !values.is_empty() {
+                return None;
+            }
+            (r.operator == "Exists") == value.is_some()
+        }
+        "Gt" | "Lt" => {
+            let [want] = values else {
+                return None;
+            };
+            let want: i64 = want.parse().ok()?;
+            match value.and_then(|v| v.parse::<i64>().ok()) {
+                Some(have) if r.operator == "Gt" => have > want,
+                Some(have) => have < want,
+                None => false,
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// Upstream's `MatchTopologySelectorTerms`: no terms match every node; otherwise some term's
+/// expressions must all hold (the label present with one of the values).
+pub fn match_topology_selector_terms(
+    terms: Option<&[TopologySelectorTerm]>,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    let terms = terms.unwrap_or_default();
+    if terms.is_empty() {
+        return true;
+    }
+    terms.iter().any(|t| {
+        t.match_label_expressions
+            .iter()
+            .flatten()
+            .all(|e| labels.get(&e.key).is_some_and(|v| e.values.iter().any(|x| x == v)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        PersistentVolumeClaimSpec, PersistentVolumeSpec, PersistentVolumeStatus, TopologySelectorLabelRequirement,
+        VolumeNodeAffinity, VolumeResourceRequirements,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+
+    fn pv(name: &str, size: &str, class: &str, node: Option<&str>) -> PersistentVolume {
+        PersistentVolume {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeSpec {
+                capacity: Some([("storage".to_string(), K8sQuantity(size.into()))].into()),
+                access_modes: Some(vec!["ReadWriteOnce".into()]),
+                storage_class_name: Some(class.into()),
+                node_affinity: node.map(|n| VolumeNodeAffinity {
+                    required: Some(NodeSelector {
+                        node_selector_terms: vec![NodeSelectorTerm {
+                            match_expressions: Some(vec![NodeSelectorRequirement {
+                                key: "kubernetes.io/hostname".into(),
+                                operator: "In".into(),
+                                values: Some(vec![n.into()]),
+                            }]),
+                            match_fields: None,
+                        }],
+                    }),
+                }),
+                ..Default::default()
+            }),
+            status: Some(PersistentVolumeStatus {
+                phase: Some("Available".into()),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn pvc(name: &str, size: &str, modes: &[&str]) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                uid: Some(format!("uid-{name}")),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeClaimSpec {
+                access_modes: Some(modes.iter().map(|m| m.to_string()).collect()),
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some([("storage".to_string(), K8sQuantity(size.into()))].into()),
+                    limits: None,
+                }),
+                storage_class_name: Some("local".into()),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn labels(host: &str) -> BTreeMap<String, String> {
+        [("kubernetes.io/hostname".to_string(), host.to_string())].into()
+    }
+
+    fn name(v: Option<&PersistentVolume>) -> Option<&str> {
+        v.and_then(|v| v.metadata.name.as_deref())
+    }
+
+    #[test]
+    fn scheduler_path_checks_node_affinity_access_modes_and_exclusions() {
+        let vols = [
+            pv("a-small", "1Gi", "local", Some("a")),
+            pv("b-small", "1Gi", "local", Some("b")),
+            pv("a-big", "5Gi", "local", Some("a")),
+            pv("anywhere", "10Gi", "local", None),
+        ];
+        let claim = pvc("c", "1Gi", &["ReadWriteOnce"]);
+        let find = |node: &str, excluded: &[&str]| {
+            name(find_matching_volume(&claim, &vols, Some(&labels(node)), excluded, true).unwrap()).map(str::to_string)
+        };
+        assert_eq!(find("a", &[]).as_deref(), Some("a-small"));
+        assert_eq!(find("b", &[]).as_deref(), Some("b-small"));
+        assert_eq!(find("c", &[]).as_deref(), Some("anywhere"));
+        assert_eq!(find("a", &["a-small"]).as_deref(), Some("a-big"));
+        // The scheduler checks access modes itself.
+        let rwop = pvc("c", "1Gi", &["ReadWriteOncePod"]);
+        assert!(
+            find_matching_volume(&rwop, &vols, Some(&labels("a")), &[], true)
+                .unwrap()
+                .is_none()
+        );
+        // The controller's path with delayed binding returns only pre-bound volumes.
+        assert!(find_matching_volume(&claim, &vols, None, &[], true).unwrap().is_none());
+    }
+
+    #[test]
+    fn pre_bound_volume_on_another_node_is_no_match() {
+        let mut reserved = pv("reserved", "1Gi", "other", Some("b"));
+        reserved.spec.as_mut().unwrap().claim_ref = Some(ObjectReference {
+            name: Some("c".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        });
+        let vols = [pv("free", "1Gi", "local", Some("a")), reserved];
+        let claim = pvc("c", "1Gi", &["ReadWriteOnce"]);
+        assert!(
+            find_matching_volume(&claim, &vols, Some(&labels("a")), &[], true)
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(
+            name(find_matching_volume(&claim, &vols, Some(&labels("b")), &[], true).unwrap()),
+            Some("reserved")
+        );
+    }
+
+    #[test]
+    fn node_affinity_terms_as_upstream() {
+        let req = |key: &str, op: &str, values: &[&str]| NodeSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: (!values.is_empty()).then(|| values.iter().map(|v| v.to_string()).collect()),
+        };
+        let sel = |terms: Vec<NodeSelectorTerm>| NodeSelector {
+            node_selector_terms: terms,
+        };
+        let term = |exprs: Vec<NodeSelectorRequirement>| NodeSelectorTerm {
+            match_expressions: Some(exprs),
+            match_fields: None,
+        };
+        let mut l = labels("a");
+        l.insert("zone".into(), "z1".into());
+        l.insert("gen".into(), "5".into());
+        assert!(match_node_selector_terms(
+            &sel(vec![term(vec![req("zone", "In", &["z1", "z2"])])]),
+            None,
+            &l
+        ));
+        assert!(!match_node_selector_terms(
+            &sel(vec![term(vec![req("zone", "NotIn", &["z1"])])]),
+            None,
+            &l
+        ));
+        assert!(match_node_selector_terms(
+            &sel(vec![term(vec![
+                req("gen", "Gt", &["4"]),
+                req("gpu", "DoesNotExist", &[])
+            ])]),
+            None,
+            &l
+        ));
+        // Invalid requirements spoil only their term; empty terms select nothing.
+        assert!(match_node_selector_terms(
+            &sel(vec![
+                term(vec![req("zone", "In", &[])]),
+                term(vec![]),
+                term(vec![req("zone", "Exists", &[])])
+            ]),
+            None,
+            &l
+        ));
+        assert!(!match_node_selector_terms(
+            &sel(vec![term(vec![req("gen", "Lt", &["x"])])]),
+            None,
+            &l
+        ));
+        // matchFields: checked against a name only when there is one.
+        let by_name = sel(vec![NodeSelectorTerm {
+            match_expressions: None,
+            match_fields: Some(vec![req("metadata.name", "In", &["n1"])]),
+        }]);
+        assert!(match_node_selector_terms(&by_name, None, &l));
+        assert!(match_node_selector_terms(&by_name, Some("n1"), &l));
+        assert!(!match_node_selector_terms(&by_name, Some("n2"), &l));
+        let pv_a = pv("x", "1Gi", "local", Some("a"));
+        assert!(check_node_affinity(&pv_a, &labels("a")).is_ok());
+        assert_eq!(
+            check_node_affinity(&pv_a, &labels("b")).unwrap_err(),
+            "no matching NodeSelectorTerms"
+        );
+    }
+
+    #[test]
+    fn topology_terms() {
+        let term = |key: &str, values: &[&str]| TopologySelectorTerm {
+            match_label_expressions: Some(vec![TopologySelectorLabelRequirement {
+                key: key.into(),
+                values: values.iter().map(|v| v.to_string()).collect(),
+            }]),
+        };
+        let l = labels("a");
+        assert!(match_topology_selector_terms(None, &l));
+        assert!(match_topology_selector_terms(Some(&[]), &l));
+        assert!(match_topology_selector_terms(
+            Some(&[
+                term("kubernetes.io/hostname", &["b"]),
+                term("kubernetes.io/hostname", &["a"])
+            ]),
+            &l
+        ));
+        assert!(!match_topology_selector_terms(Some(&[term("zone", &["a"])]), &l));
+    }
+
+    #[test]
+    fn binding_a_volume_to_a_claim() {
+        let claim = pvc("data", "1Gi", &["ReadWriteOnce"]);
+        let vol = pv("pv1", "1Gi", "local", None);
+        let bound = volume_bound_to_claim(&vol, &claim).expect("changed");
+        let r = bound.spec.as_ref().unwrap().claim_ref.as_ref().unwrap();
+        assert_eq!(r.name.as_deref(), Some("data"));
+        assert_eq!(r.uid.as_deref(), Some("uid-data"));
+        assert_eq!(annotation(&bound.metadata, ANN_BOUND_BY_CONTROLLER), Some("yes"));
+        assert!(volume_bound_to_claim(&bound, &claim).is_none());
+        assert!(is_volume_bound_to_claim(&bound, &claim));
+    }
+}

@@ -182,6 +182,13 @@ fn statefulset_claims_keep_their_data_through_deletes_scaling_and_restarts() {
         "-p",
         r#"{"spec":{"persistentVolumeClaimRetentionPolicy":{"whenDeleted":"Delete"}}}"#,
     ]);
+    // The controller hands the claims to the set first (upstream's claim owner update).
+    wait_for(&n, "claims owned by the set", Duration::from_secs(60), || {
+        ["www-web-0", "www-web-1"].iter().all(|claim| {
+            n.c.k(&["get", "pvc", claim, "-o", "jsonpath={.metadata.ownerReferences[*].kind}"])
+                .contains("StatefulSet")
+        })
+    });
     n.c.k(&["delete", "statefulset", "web"]);
     wait_for(&n, "claims and volumes removed", Duration::from_secs(120), || {
         n.c.k(&["get", "pvc,pv", "-o", "name"]).trim().is_empty()

@@ -111,7 +111,10 @@ fn statefulset_claims_keep_their_data_through_deletes_scaling_and_restarts() {
     wait_pods_running(&n, &["web-0", "web-1"]);
     for claim in ["www-web-0", "www-web-1"] {
         let line = n.c.k(&["get", "pvc", claim, "--no-headers"]);
-        assert!(line.contains("Bound") && line.contains("local-path") && line.contains("1Gi"), "{line}");
+        assert!(
+            line.contains("Bound") && line.contains("local-path") && line.contains("1Gi"),
+            "{line}"
+        );
         let selected = n.c.k(&[
             "get",
             "pvc",
@@ -147,7 +150,9 @@ fn statefulset_claims_keep_their_data_through_deletes_scaling_and_restarts() {
     // Scaled to 0 the claims stay bound; scaled back the pods find their data.
     n.c.k(&["scale", "statefulset", "web", "--replicas=0"]);
     wait_for(&n, "pods gone after scale to 0", Duration::from_secs(90), || {
-        n.c.k(&["get", "pods", "-l", "app=nginx", "-o", "name"]).trim().is_empty()
+        n.c.k(&["get", "pods", "-l", "app=nginx", "-o", "name"])
+            .trim()
+            .is_empty()
     });
     for claim in ["www-web-0", "www-web-1"] {
         let phase = n.c.k(&["get", "pvc", claim, "-o", "jsonpath={.status.phase}"]);
@@ -167,11 +172,16 @@ fn statefulset_claims_keep_their_data_through_deletes_scaling_and_restarts() {
     assert_eq!(phases, "Bound Bound", "{phases}");
     n.c.k(&["delete", "pod", "web-1", "--wait=false"]);
     wait_pods_running(&n, &["web-0", "web-1"]);
-    wait_for(&n, "web-1 reads its data after the restart", Duration::from_secs(60), || {
-        n.c.kubectl(&["exec", "web-1", "--", "cat", "/data/state"])
-            .stdout
-            .starts_with(b"one")
-    });
+    wait_for(
+        &n,
+        "web-1 reads its data after the restart",
+        Duration::from_secs(60),
+        || {
+            n.c.kubectl(&["exec", "web-1", "--", "cat", "/data/state"])
+                .stdout
+                .starts_with(b"one")
+        },
+    );
 
     // whenDeleted: Delete — deleting the set removes claims, volumes and directories.
     n.c.k(&[
@@ -185,8 +195,14 @@ fn statefulset_claims_keep_their_data_through_deletes_scaling_and_restarts() {
     // The controller hands the claims to the set first (upstream's claim owner update).
     wait_for(&n, "claims owned by the set", Duration::from_secs(60), || {
         ["www-web-0", "www-web-1"].iter().all(|claim| {
-            n.c.k(&["get", "pvc", claim, "-o", "jsonpath={.metadata.ownerReferences[*].kind}"])
-                .contains("StatefulSet")
+            n.c.k(&[
+                "get",
+                "pvc",
+                claim,
+                "-o",
+                "jsonpath={.metadata.ownerReferences[*].kind}",
+            ])
+            .contains("StatefulSet")
         })
     });
     n.c.k(&["delete", "statefulset", "web"]);

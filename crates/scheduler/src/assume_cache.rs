@@ -85,10 +85,6 @@ impl<T: Resource> AssumeCache<T> {
         self.objects.values().map(|e| &e.latest)
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &String> {
-        self.objects.keys()
-    }
-
     pub fn len(&self) -> usize {
         self.objects.len()
     }
@@ -119,6 +115,11 @@ impl<T: Resource> AssumeCache<T> {
     /// The object was deleted; returns it.
     pub fn delete(&mut self, key: &str) -> Option<Arc<T>> {
         self.objects.remove(key).map(|e| e.api)
+    }
+
+    /// Keeps only the objects whose key `keep` accepts (after a relist: those the list held).
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.objects.retain(|k, _| keep(k));
     }
 
     /// Makes `obj` the version pods are scheduled against, until the watch brings a newer
@@ -203,5 +204,17 @@ mod tests {
         assert_eq!(claim_of(&c, "a").as_deref(), Some("other"));
         assert!(c.delete("a").is_some());
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn retain_keeps_what_a_relist_held() {
+        let mut c = AssumeCache::new("v1.PersistentVolume");
+        c.update(Arc::new(pv("a", "1", None)));
+        c.update(Arc::new(pv("b", "1", None)));
+        c.assume(pv("a", "1", Some("data"))).unwrap();
+        c.retain(|k| k == "b");
+        assert!(c.get("a").is_none());
+        assert!(c.get("b").is_some());
+        assert_eq!(c.len(), 1);
     }
 }

@@ -621,17 +621,7 @@ impl Scheduler {
             }
             WatchEvent::InitDone => {
                 if let Some(seen) = self.storage.listing_pvcs.take() {
-                    let gone: Vec<String> = self
-                        .cache
-                        .volumes
-                        .pvcs
-                        .keys()
-                        .filter(|k| !seen.contains(*k))
-                        .cloned()
-                        .collect();
-                    for k in gone {
-                        self.cache.volumes.pvcs.delete(&k);
-                    }
+                    self.cache.volumes.pvcs.retain(|k| seen.contains(k));
                 }
                 self.storage.pvcs = true;
             }
@@ -654,17 +644,7 @@ impl Scheduler {
             }
             WatchEvent::InitDone => {
                 if let Some(seen) = self.storage.listing_pvs.take() {
-                    let gone: Vec<String> = self
-                        .cache
-                        .volumes
-                        .pvs
-                        .keys()
-                        .filter(|k| !seen.contains(*k))
-                        .cloned()
-                        .collect();
-                    for k in gone {
-                        self.cache.volumes.pvs.delete(&k);
-                    }
+                    self.cache.volumes.pvs.retain(|k| seen.contains(k));
                 }
                 self.storage.pvs = true;
             }

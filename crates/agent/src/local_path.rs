@@ -24,7 +24,7 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
-    HostPathVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference, PersistentVolume,
+    HostPathVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume,
     PersistentVolumeClaim, PersistentVolumeClaimCondition, PersistentVolumeClaimStatus, PersistentVolumeSpec,
     VolumeNodeAffinity,
 };
@@ -35,21 +35,21 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
-use skiff_api::quantity::Quantity;
+use skiff_api::volume::{
+    ANN_BETA_STORAGE_PROVISIONER, ANN_DYNAMICALLY_PROVISIONED, ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER, CLAIM_BOUND,
+    LOCAL_PATH_PROVISIONER, VOLUME_BOUND, VOLUME_RELEASED, annotation, claim_capacity, claim_class, claim_key,
+    claim_phase, claim_reference, claim_request, claim_volume_name, reclaim_policy, storage, volume_capacity,
+    volume_phase,
+};
 use tokio::sync::mpsc;
 
 use crate::events::{NORMAL, Recorder, WARNING};
 
 /// The provisioner's name, in StorageClasses and on the volumes it made.
-pub const PROVISIONER: &str = "skiff.dev/local-path";
+pub const PROVISIONER: &str = LOCAL_PATH_PROVISIONER;
 /// The finalizer external provisioners put on the volumes they will delete.
 pub const FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
 
-const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
-const ANN_BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
-const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
-const ANN_DYNAMICALLY_PROVISIONED: &str = "pv.kubernetes.io/provisioned-by";
-const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
 /// local-path-provisioner's default node affinity key; Skiff's nodes carry their name in it.
 const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
@@ -84,17 +84,6 @@ pub fn directory_name_for(claim: &PersistentVolumeClaim) -> String {
     .join("_")
 }
 
-fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.annotations.as_ref()?.get(key).map(String::as_str)
-}
-
-/// Upstream's `GetPersistentVolumeClaimClass`: the beta annotation, else `storageClassName`.
-fn claim_class(claim: &PersistentVolumeClaim) -> &str {
-    annotation(&claim.metadata, ANN_BETA_STORAGE_CLASS)
-        .or_else(|| claim.spec.as_ref()?.storage_class_name.as_deref())
-        .unwrap_or_default()
-}
-
 /// The provisioner the PV binder handed the claim to (the current annotation, else the beta one).
 fn claim_provisioner(claim: &PersistentVolumeClaim) -> Option<&str> {
     annotation(&claim.metadata, ANN_STORAGE_PROVISIONER)
@@ -103,53 +92,6 @@ fn claim_provisioner(claim: &PersistentVolumeClaim) -> Option<&str> {
 
 fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
     annotation(&claim.metadata, ANN_SELECTED_NODE).filter(|n| !n.is_empty())
-}
-
-fn claim_volume_name(claim: &PersistentVolumeClaim) -> Option<&str> {
-    claim.spec.as_ref()?.volume_name.as_deref().filter(|n| !n.is_empty())
-}
-
-fn claim_phase(claim: &PersistentVolumeClaim) -> &str {
-    claim
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or_default()
-}
-
-fn requested_storage(claim: &PersistentVolumeClaim) -> Option<&K8sQuantity> {
-    claim
-        .spec
-        .as_ref()?
-        .resources
-        .as_ref()?
-        .requests
-        .as_ref()?
-        .get("storage")
-}
-
-fn status_storage(claim: &PersistentVolumeClaim) -> Option<&K8sQuantity> {
-    claim.status.as_ref()?.capacity.as_ref()?.get("storage")
-}
-
-fn volume_storage(pv: &PersistentVolume) -> Option<&K8sQuantity> {
-    pv.spec.as_ref()?.capacity.as_ref()?.get("storage")
-}
-
-/// A quantity's value; a missing or unparsable one is none.
-fn parsed(q: Option<&K8sQuantity>) -> Option<Quantity> {
-    q.and_then(|q| Quantity::parse(&q.0).ok())
-}
-
-fn volume_phase(pv: &PersistentVolume) -> &str {
-    pv.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or_default()
-}
-
-fn reclaim_policy(pv: &PersistentVolume) -> &str {
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
-        .unwrap_or_default()
 }
 
 fn has_finalizer(pv: &PersistentVolume) -> bool {
@@ -191,19 +133,6 @@ pub fn check_claim(claim: &PersistentVolumeClaim, node: Option<&str>) -> Result<
     Ok(())
 }
 
-/// The claim reference a provisioned volume is pre-bound with (upstream's `GetReference`).
-fn claim_reference(claim: &PersistentVolumeClaim) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("PersistentVolumeClaim".into()),
-        name: claim.metadata.name.clone(),
-        namespace: claim.metadata.namespace.clone(),
-        uid: claim.metadata.uid.clone(),
-        resource_version: claim.metadata.resource_version.clone(),
-        field_path: None,
-    }
-}
-
 /// The volume provisioned for `claim` of `class` at `path` on node `node`: local-path's
 /// PersistentVolume (a `DirectoryOrCreate` hostPath, required node affinity on the hostname,
 /// the claim's size and access modes, the class's reclaim policy) completed as the library
@@ -216,7 +145,7 @@ pub fn provisioned_volume(
     path: &Path,
 ) -> PersistentVolume {
     let spec = claim.spec.clone().unwrap_or_default();
-    let capacity = requested_storage(claim)
+    let capacity = claim_request(claim)
         .map(|q| BTreeMap::from([("storage".to_string(), q.clone())]))
         .unwrap_or_default();
     PersistentVolume {
@@ -368,13 +297,11 @@ fn merge_resize_conditions(
 /// The size a bound claim is to grow to, when its request exceeds its capacity (the resizer's
 /// `pvcNeedResize`).
 pub fn resize_wanted(claim: &PersistentVolumeClaim) -> Option<K8sQuantity> {
-    if claim_phase(claim) != "Bound" || claim_volume_name(claim).is_none() {
+    if claim_phase(claim) != CLAIM_BOUND || claim_volume_name(claim).is_none() {
         return None;
     }
-    let requested = requested_storage(claim)?;
-    let wanted = parsed(Some(requested))?;
-    let actual = parsed(status_storage(claim)).unwrap_or_default();
-    (wanted > actual).then(|| requested.clone())
+    let requested = claim_request(claim)?;
+    (storage(Some(requested)) > storage(claim_capacity(claim))).then(|| requested.clone())
 }
 
 /// The claim's status while its volume grows to `size` (the resizer's
@@ -581,16 +508,12 @@ impl LocalPath {
         if class.provisioner != PROVISIONER {
             return Ok(Outcome::Done);
         }
-        let claim_key = format!(
-            "{}/{}",
-            claim.metadata.namespace.as_deref().unwrap_or_default(),
-            claim.metadata.name.as_deref().unwrap_or_default()
-        );
+        let key = claim_key(&claim);
         self.recorder.object_event(
             &claim,
             NORMAL,
             "Provisioning",
-            format!("External provisioner is provisioning volume for claim {claim_key:?}"),
+            format!("External provisioner is provisioning volume for claim {key:?}"),
         );
         if let Err(msg) = check_claim(&claim, node) {
             self.recorder.object_event(&claim, WARNING, "ProvisioningFailed", msg);
@@ -608,7 +531,7 @@ impl LocalPath {
                 return Ok(Outcome::Retry);
             }
         };
-        tracing::info!(volume = %pv_name, path = %path.display(), claim = %claim_key, "creating volume");
+        tracing::info!(volume = %pv_name, path = %path.display(), claim = %key, "creating volume");
         let pv = provisioned_volume(&claim, &class, &self.node, &path);
         match self.volume_api().create(&PostParams::default(), &pv).await {
             Ok(_) => {}
@@ -669,13 +592,14 @@ impl LocalPath {
     /// finalizer, one whose policy keeps it does not.
     async fn protection_finalizer(&self, pv: PersistentVolume) -> anyhow::Result<PersistentVolume> {
         let policy = reclaim_policy(&pv);
-        let want = if policy == "Delete" && pv.metadata.deletion_timestamp.is_none() && volume_phase(&pv) == "Bound" {
-            true
-        } else if policy == "Retain" || policy == "Recycle" {
-            false
-        } else {
-            return Ok(pv);
-        };
+        let want =
+            if policy == "Delete" && pv.metadata.deletion_timestamp.is_none() && volume_phase(&pv) == VOLUME_BOUND {
+                true
+            } else if policy == "Retain" || policy == "Recycle" {
+                false
+            } else {
+                return Ok(pv);
+            };
         if has_finalizer(&pv) == want {
             return Ok(pv);
         }
@@ -757,7 +681,7 @@ impl LocalPath {
             format!("External resizer is resizing volume {pv_name}"),
         );
         // A directory has no size of its own: the volume's recorded capacity is all there is to grow.
-        if parsed(volume_storage(&pv)) != parsed(Some(&size)) {
+        if storage(volume_capacity(&pv)) != storage(Some(&size)) {
             let mut grown = pv.clone();
             grown
                 .spec
@@ -793,7 +717,7 @@ pub fn should_delete(pv: &PersistentVolume) -> bool {
     if !has_finalizer(pv) && pv.metadata.deletion_timestamp.is_some() {
         return false;
     }
-    volume_phase(pv) == "Released" && reclaim_policy(pv) == "Delete"
+    volume_phase(pv) == VOLUME_RELEASED && reclaim_policy(pv) == "Delete"
 }
 
 /// Claims that may need this provisioner: handed to it and without a volume, or bound and asking

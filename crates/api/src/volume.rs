@@ -4,7 +4,8 @@
 //! without a node, the scheduler's with one), `CheckNodeAffinity`, `GetBindVolumeToClaim`, and
 //! the node selector and topology term matching they need (upstream's
 //! `component-helpers/scheduling/corev1/nodeaffinity` and `v1helper.MatchTopologySelectorTerms`).
-//! Pure functions over the typed objects; no I/O.
+//! Also the small getters every storage component reads objects with (phases, claim key, volume
+//! name, quantities, reclaim policy). Pure functions over the typed objects; no I/O.
 
 use std::collections::BTreeMap;
 
@@ -12,7 +13,10 @@ use k8s_openapi::api::core::v1::{
     NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference, PersistentVolume, PersistentVolumeClaim,
     TopologySelectorTerm,
 };
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::Value;
 
 use crate::quantity::Quantity;
 use crate::selector::LabelSelector;
@@ -31,10 +35,25 @@ pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisio
 pub const ANN_BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
 /// The storage class as an annotation, which wins over `storageClassName`.
 pub const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+/// On a StorageClass: it is the cluster's default class (upstream's
+/// `IsDefaultStorageClassAnnotation`), and its beta predecessor, still honoured.
+pub const ANN_IS_DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
+pub const ANN_BETA_IS_DEFAULT_CLASS: &str = "storageclass.beta.kubernetes.io/is-default-class";
 /// A class's provisioner that says the class cannot provision (static volumes only).
 pub const NOT_SUPPORTED_PROVISIONER: &str = "kubernetes.io/no-provisioner";
+/// The provisioner of the default `local-path` class: each node agent provisions the claims
+/// scheduled to its node.
+pub const LOCAL_PATH_PROVISIONER: &str = "skiff.dev/local-path";
 
+/// A volume's phases (`status.phase`).
 pub const VOLUME_AVAILABLE: &str = "Available";
+pub const VOLUME_BOUND: &str = "Bound";
+pub const VOLUME_RELEASED: &str = "Released";
+pub const VOLUME_FAILED: &str = "Failed";
+/// A claim's phases (`status.phase`).
+pub const CLAIM_PENDING: &str = "Pending";
+pub const CLAIM_BOUND: &str = "Bound";
+pub const CLAIM_LOST: &str = "Lost";
 
 /// An annotation's value.
 pub fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
@@ -54,6 +73,31 @@ pub fn claim_class(claim: &PersistentVolumeClaim) -> &str {
         .unwrap_or_default()
 }
 
+/// Upstream's `PersistentVolumeClaimHasClass`: the beta annotation or `storageClassName` is set,
+/// even to "" (which asks for no class).
+pub fn claim_has_class(claim: &PersistentVolumeClaim) -> bool {
+    annotation(&claim.metadata, ANN_BETA_STORAGE_CLASS).is_some()
+        || claim.spec.as_ref().is_some_and(|s| s.storage_class_name.is_some())
+}
+
+/// Upstream's `IsDefaultAnnotation`: either default-class annotation set to "true".
+pub fn is_default_class(meta: &ObjectMeta) -> bool {
+    [ANN_IS_DEFAULT_CLASS, ANN_BETA_IS_DEFAULT_CLASS]
+        .iter()
+        .any(|a| annotation(meta, a) == Some("true"))
+}
+
+/// Upstream's `GetDefaultClass`: of the classes annotated as default, the newest, then the first
+/// by name.
+pub fn default_class(classes: &[StorageClass]) -> Option<&StorageClass> {
+    classes.iter().filter(|c| is_default_class(&c.metadata)).min_by(|a, b| {
+        let created = |c: &StorageClass| c.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        created(b)
+            .cmp(&created(a))
+            .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+    })
+}
+
 /// Upstream's `GetPersistentVolumeClass`.
 pub fn volume_class(pv: &PersistentVolume) -> &str {
     if let Some(c) = annotation(&pv.metadata, ANN_BETA_STORAGE_CLASS) {
@@ -65,31 +109,78 @@ pub fn volume_class(pv: &PersistentVolume) -> &str {
         .unwrap_or_default()
 }
 
+/// The getter of an object as JSON (as the admission plugins and printers see it) matching
+/// [`claim_class`] and [`volume_class`]: the beta annotation, else `spec.storageClassName`, else "".
+pub fn class_of(obj: &Value) -> &str {
+    obj.pointer("/metadata/annotations")
+        .and_then(|a| a.get(ANN_BETA_STORAGE_CLASS))
+        .and_then(Value::as_str)
+        .or_else(|| obj.pointer("/spec/storageClassName").and_then(Value::as_str))
+        .unwrap_or_default()
+}
+
+/// The claim's `spec.volumeName`, when it names a volume.
+pub fn claim_volume_name(claim: &PersistentVolumeClaim) -> Option<&str> {
+    claim.spec.as_ref()?.volume_name.as_deref().filter(|n| !n.is_empty())
+}
+
+/// The claim's phase ("" before the binder has set one).
+pub fn claim_phase(claim: &PersistentVolumeClaim) -> &str {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or_default()
+}
+
+/// The volume's phase ("" before the binder has set one).
+pub fn volume_phase(pv: &PersistentVolume) -> &str {
+    pv.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or_default()
+}
+
+/// The volume's `persistentVolumeReclaimPolicy`; unset is the API's default, Retain.
+pub fn reclaim_policy(pv: &PersistentVolume) -> &str {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+        .unwrap_or("Retain")
+}
+
 /// A quantity as the matching compares it; a missing or unparsable one counts as zero.
-pub fn storage(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Quantity {
+pub fn storage(q: Option<&K8sQuantity>) -> Quantity {
     q.and_then(|q| Quantity::parse(&q.0).ok()).unwrap_or_default()
+}
+
+/// The claim's `resources.requests.storage`, as written.
+pub fn claim_request(claim: &PersistentVolumeClaim) -> Option<&K8sQuantity> {
+    claim
+        .spec
+        .as_ref()?
+        .resources
+        .as_ref()?
+        .requests
+        .as_ref()?
+        .get("storage")
+}
+
+/// The claim's `status.capacity.storage`, as written.
+pub fn claim_capacity(claim: &PersistentVolumeClaim) -> Option<&K8sQuantity> {
+    claim.status.as_ref()?.capacity.as_ref()?.get("storage")
+}
+
+/// The volume's `capacity.storage`, as written.
+pub fn volume_capacity(pv: &PersistentVolume) -> Option<&K8sQuantity> {
+    pv.spec.as_ref()?.capacity.as_ref()?.get("storage")
 }
 
 /// The claim's `resources.requests.storage`.
 pub fn requested_storage(claim: &PersistentVolumeClaim) -> Quantity {
-    storage(
-        claim
-            .spec
-            .as_ref()
-            .and_then(|s| s.resources.as_ref())
-            .and_then(|r| r.requests.as_ref())
-            .and_then(|r| r.get("storage")),
-    )
+    storage(claim_request(claim))
 }
 
 /// The volume's `capacity.storage`.
 pub fn volume_storage(pv: &PersistentVolume) -> Quantity {
-    storage(
-        pv.spec
-            .as_ref()
-            .and_then(|s| s.capacity.as_ref())
-            .and_then(|c| c.get("storage")),
-    )
+    storage(volume_capacity(pv))
 }
 
 /// The claim's access modes.
@@ -147,7 +238,8 @@ pub fn is_volume_bound_to_claim(pv: &PersistentVolume, claim: &PersistentVolumeC
     }
 }
 
-fn claim_key(claim: &PersistentVolumeClaim) -> String {
+/// Upstream's `claimToClaimKey`: `namespace/name`.
+pub fn claim_key(claim: &PersistentVolumeClaim) -> String {
     format!(
         "{}/{}",
         claim.metadata.namespace.as_deref().unwrap_or_default(),
@@ -204,7 +296,7 @@ pub fn find_matching_volume<'a>(
             continue;
         }
         // Volumes not yet Available are skipped: their sync makes them Available first.
-        if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some(VOLUME_AVAILABLE) {
+        if volume_phase(pv) != VOLUME_AVAILABLE {
             continue;
         }
         if let Some(sel) = &selector {
@@ -385,7 +477,6 @@ mod tests {
         PersistentVolumeClaimSpec, PersistentVolumeSpec, PersistentVolumeStatus, TopologySelectorLabelRequirement,
         VolumeNodeAffinity, VolumeResourceRequirements,
     };
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
     fn pv(name: &str, size: &str, class: &str, node: Option<&str>) -> PersistentVolume {
         PersistentVolume {
@@ -593,5 +684,72 @@ mod tests {
         assert_eq!(annotation(&bound.metadata, ANN_BOUND_BY_CONTROLLER), Some("yes"));
         assert!(volume_bound_to_claim(&bound, &claim).is_none());
         assert!(is_volume_bound_to_claim(&bound, &claim));
+    }
+
+    #[test]
+    fn the_newest_default_class_and_claims_without_a_class() {
+        let class = |name: &str, ann: Option<(&str, &str)>, created: i64| StorageClass {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                annotations: ann.map(|(k, v)| [(k.to_string(), v.to_string())].into()),
+                creation_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    jiff::Timestamp::from_second(created).unwrap(),
+                )),
+                ..Default::default()
+            },
+            provisioner: "example.com/p".into(),
+            ..Default::default()
+        };
+        let name = |c: Option<&StorageClass>| c.and_then(|c| c.metadata.name.clone());
+        assert_eq!(name(default_class(&[class("plain", None, 10)])), None);
+        let classes = [
+            class("old", Some((ANN_IS_DEFAULT_CLASS, "true")), 10),
+            class("not", Some((ANN_IS_DEFAULT_CLASS, "false")), 30),
+            class("beta", Some((ANN_BETA_IS_DEFAULT_CLASS, "true")), 20),
+            class("plain", None, 40),
+        ];
+        assert_eq!(name(default_class(&classes)).as_deref(), Some("beta"));
+        // Equally new: the first by name.
+        let tie = [
+            class("b", Some((ANN_IS_DEFAULT_CLASS, "true")), 10),
+            class("a", Some((ANN_IS_DEFAULT_CLASS, "true")), 10),
+        ];
+        assert_eq!(name(default_class(&tie)).as_deref(), Some("a"));
+
+        let with_class = |class: Option<&str>| {
+            let mut c = pvc("c", "1Gi", &["ReadWriteOnce"]);
+            c.spec.as_mut().unwrap().storage_class_name = class.map(str::to_string);
+            c
+        };
+        assert!(!claim_has_class(&with_class(None)));
+        assert!(claim_has_class(&with_class(Some(""))));
+        assert!(claim_has_class(&with_class(Some("fast"))));
+        let mut annotated = with_class(None);
+        annotated.metadata.annotations = Some([(ANN_BETA_STORAGE_CLASS.to_string(), String::new())].into());
+        assert!(claim_has_class(&annotated));
+    }
+
+    #[test]
+    fn getters_of_json_objects_and_quantities() {
+        let annotated = serde_json::json!({
+            "metadata": {"annotations": {ANN_BETA_STORAGE_CLASS: "beta"}},
+            "spec": {"storageClassName": "fast"},
+        });
+        assert_eq!(class_of(&annotated), "beta");
+        assert_eq!(
+            class_of(&serde_json::json!({"spec": {"storageClassName": "fast"}})),
+            "fast"
+        );
+        assert_eq!(class_of(&serde_json::json!({"spec": {}})), "");
+        let claim = pvc("c", "2Gi", &["ReadWriteOnce"]);
+        assert_eq!(claim_request(&claim).map(|q| q.0.as_str()), Some("2Gi"));
+        assert_eq!(requested_storage(&claim), storage(Some(&K8sQuantity("2048Mi".into()))));
+        assert_eq!(claim_capacity(&claim), None);
+        assert_eq!(claim_volume_name(&claim), None);
+        assert_eq!(claim_phase(&claim), "");
+        let vol = pv("v", "1Gi", "local", None);
+        assert_eq!(volume_phase(&vol), VOLUME_AVAILABLE);
+        assert_eq!(reclaim_policy(&vol), "Retain");
+        assert_eq!(claim_key(&claim), "default/c");
     }
 }

@@ -12,14 +12,12 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 use skiff_api::StatusError;
+use skiff_api::volume::{ANN_DYNAMICALLY_PROVISIONED, LOCAL_PATH_PROVISIONER};
 
 use crate::handlers::Ctx;
 use crate::node_authorizer;
 
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
-/// The provisioner every node agent runs for its own node.
-const LOCAL_PATH_PROVISIONER: &str = "skiff.dev/local-path";
-const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 const NODE_RESTRICTION_DOMAIN: &str = "node-restriction.kubernetes.io";
 
 fn forbidden(msg: String) -> StatusError {
@@ -257,7 +255,7 @@ fn admit_claim_status(node: &str, new: &Value, old: &Value) -> Result<(), Status
 fn local_path_volume_of(node: &str, pv: &Value) -> bool {
     let provisioner = pv
         .pointer("/metadata/annotations")
-        .and_then(|a| a.get(ANN_PROVISIONED_BY))
+        .and_then(|a| a.get(ANN_DYNAMICALLY_PROVISIONED))
         .and_then(Value::as_str);
     let terms = pv
         .pointer("/spec/nodeAffinity/required/nodeSelectorTerms")
@@ -352,7 +350,7 @@ mod tests {
     fn nodes_write_only_their_own_local_path_volumes() {
         let pv = |node: &str| {
             serde_json::json!({
-                "metadata": {"name": "pvc-1", "annotations": {ANN_PROVISIONED_BY: LOCAL_PATH_PROVISIONER}},
+                "metadata": {"name": "pvc-1", "annotations": {ANN_DYNAMICALLY_PROVISIONED: LOCAL_PATH_PROVISIONER}},
                 "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
                     {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
                 ]}}},
@@ -361,7 +359,7 @@ mod tests {
         assert!(local_path_volume_of("n1", &pv("n1")));
         assert!(!local_path_volume_of("n2", &pv("n1")));
         let mut other = pv("n1");
-        other["metadata"]["annotations"][ANN_PROVISIONED_BY] = "rancher.io/local-path".into();
+        other["metadata"]["annotations"][ANN_DYNAMICALLY_PROVISIONED] = "rancher.io/local-path".into();
         assert!(!local_path_volume_of("n1", &other));
         // Usable elsewhere too: refused.
         let mut wider = pv("n1");

@@ -7,25 +7,15 @@
 use serde_json::Value;
 use skiff_api::StatusError;
 use skiff_api::quantity::Quantity;
+use skiff_api::volume::class_of;
 
 use crate::handlers::Ctx;
 use crate::objects;
-
-const BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
 
 fn requested(pvc: &Value) -> Quantity {
     pvc.pointer("/spec/resources/requests/storage")
         .and_then(|v| Quantity::from_json(v).ok())
         .unwrap_or_default()
-}
-
-/// Upstream's `GetPersistentVolumeClaimClass`: the beta annotation, else `storageClassName`.
-fn class(pvc: &Value) -> &str {
-    pvc.pointer("/metadata/annotations")
-        .and_then(|a| a.get(BETA_STORAGE_CLASS))
-        .or_else(|| pvc.pointer("/spec/storageClassName"))
-        .and_then(Value::as_str)
-        .unwrap_or("")
 }
 
 /// Why growing `old` into `new` is refused, given the claim's StorageClass when it exists.
@@ -36,7 +26,7 @@ pub fn refusal(new: &Value, old: &Value, storage_class: Option<&Value>) -> Optio
     if old.pointer("/status/phase").and_then(Value::as_str) != Some("Bound") {
         return Some("Only bound persistent volume claims can be expanded");
     }
-    let (new_class, old_class) = (class(new), class(old));
+    let (new_class, old_class) = (class_of(new), class_of(old));
     let allowed = !new_class.is_empty()
         && new_class == old_class
         && storage_class
@@ -53,7 +43,7 @@ pub async fn admit(ctx: &Ctx, new: &Value, old: &Value) -> Result<(), StatusErro
     if requested(new) <= requested(old) {
         return Ok(());
     }
-    let name = class(new);
+    let name = class_of(new);
     let storage_class = match skiff_api::registry::lookup("storage.k8s.io", "v1", "storageclasses") {
         Some(res) if !name.is_empty() => ctx
             .state

@@ -382,7 +382,7 @@ async fn ensure_local_storage_class(state: &ApiState) -> anyhow::Result<()> {
             "creationTimestamp": crate::objects::now_rfc3339(),
             "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
         },
-        "provisioner": "skiff.dev/local-path",
+        "provisioner": skiff_api::volume::LOCAL_PATH_PROVISIONER,
         "reclaimPolicy": "Delete",
         "volumeBindingMode": "WaitForFirstConsumer",
         "allowVolumeExpansion": true,

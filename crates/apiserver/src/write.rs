@@ -5,8 +5,10 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{StatusCode, header};
+use k8s_openapi::api::storage::v1::StorageClass;
 use serde_json::{Value, json};
 use skiff_api::patch::PatchType;
+use skiff_api::volume::default_class;
 use skiff_api::{Resource, StatusError};
 use skiff_store::{Op, Revision, StoreError};
 
@@ -494,11 +496,6 @@ async fn delete_stored(ctx: &Ctx, old: &Value, rev: Revision) -> Result<(), Stor
 
 const GLOBAL_DEFAULT: &[u8] = b"\"globalDefault\":true";
 
-const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
-    "storageclass.kubernetes.io/is-default-class",
-    "storageclass.beta.kubernetes.io/is-default-class",
-];
-
 /// Every stored object of a cluster-scoped resource, as the store holds it (admission plugins
 /// look through them for a default).
 async fn stored_cluster_objects(ctx: &Ctx, res: &Resource) -> Result<Vec<skiff_store::KeyValue>, StatusError> {
@@ -525,7 +522,8 @@ async fn admit_default_storage_class(ctx: &Ctx, pvc: &mut Value) -> Result<(), S
     let Some(classes) = skiff_api::registry::lookup("storage.k8s.io", "v1", "storageclasses") else {
         return Ok(());
     };
-    let default = stored_cluster_objects(ctx, classes)
+    // Only classes that mention the annotation need decoding (this runs for every claim).
+    let candidates: Vec<StorageClass> = stored_cluster_objects(ctx, classes)
         .await?
         .iter()
         .filter(|kv| {
@@ -534,29 +532,12 @@ async fn admit_default_storage_class(ctx: &Ctx, pvc: &mut Value) -> Result<(), S
                 .any(|w| w == b"is-default-class")
         })
         .filter_map(objects::decode_kv)
-        .filter(|sc| {
-            DEFAULT_CLASS_ANNOTATIONS.iter().any(|a| {
-                sc.pointer("/metadata/annotations")
-                    .and_then(|m| m.get(*a))
-                    .and_then(Value::as_str)
-                    == Some("true")
-            })
-        })
-        .max_by(|a, b| {
-            let created = |v: &Value| {
-                v.pointer("/metadata/creationTimestamp")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string()
-            };
-            created(a)
-                .cmp(&created(b))
-                .then_with(|| objects::name(b).cmp(objects::name(a)))
-        });
-    if let Some(class) = default
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect();
+    if let Some(class) = default_class(&candidates).and_then(|c| c.metadata.name.as_deref())
         && let Some(spec) = pvc.get_mut("spec").and_then(Value::as_object_mut)
     {
-        spec.insert("storageClassName".into(), json!(objects::name(&class)));
+        spec.insert("storageClassName".into(), json!(class));
     }
     Ok(())
 }

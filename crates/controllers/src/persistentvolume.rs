@@ -30,20 +30,17 @@ pub const COMPONENT: &str = "persistentvolume-controller";
 pub use skiff_api::volume::{
     ANN_BETA_STORAGE_CLASS, ANN_BETA_STORAGE_PROVISIONER, ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER,
     ANN_DYNAMICALLY_PROVISIONED, ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER, check_access_modes, claim_class,
-    is_volume_bound_to_claim, volume_bound_to_claim, volume_class, volume_mode_mismatch,
+    claim_has_class, default_class, is_volume_bound_to_claim, volume_bound_to_claim, volume_class,
+    volume_mode_mismatch,
 };
-use skiff_api::volume::{requested_storage, storage, volume_storage};
+use skiff_api::volume::{
+    CLAIM_BOUND, CLAIM_LOST, CLAIM_PENDING, VOLUME_AVAILABLE, VOLUME_BOUND, VOLUME_FAILED, VOLUME_RELEASED, annotation,
+    claim_access_modes, claim_key, claim_phase, claim_volume_name, reclaim_policy, requested_storage, storage,
+    volume_access_modes, volume_phase, volume_storage,
+};
 
 /// How often claims that are not bound are looked at again (upstream's `--pvclaimbinder-sync-period`).
 const RESYNC: Duration = Duration::from_secs(15);
-
-const VOLUME_AVAILABLE: &str = "Available";
-const VOLUME_BOUND: &str = "Bound";
-const VOLUME_RELEASED: &str = "Released";
-const VOLUME_FAILED: &str = "Failed";
-const CLAIM_PENDING: &str = "Pending";
-const CLAIM_BOUND: &str = "Bound";
-const CLAIM_LOST: &str = "Lost";
 
 struct Ctx {
     client: kube::Client,
@@ -77,7 +74,7 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
         move |claim: &PersistentVolumeClaim| {
             // The volumes a claim names or that point at it: a deleted claim releases them.
             let key = claim_key(claim);
-            if let Some(v) = spec_volume_name(claim) {
+            if let Some(v) = claim_volume_name(claim) {
                 vq.add(v.to_string());
             }
             for pv in volumes.state() {
@@ -106,10 +103,6 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
 
 // ---- helpers on the objects (upstream's storage helpers) ----
 
-fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.annotations.as_ref()?.get(key).map(String::as_str)
-}
-
 fn has_annotation(meta: &ObjectMeta, key: &str) -> bool {
     annotation(meta, key).is_some()
 }
@@ -120,64 +113,13 @@ fn set_annotation(meta: &mut ObjectMeta, key: &str, value: &str) {
         .insert(key.to_string(), value.to_string());
 }
 
-fn claim_key(claim: &PersistentVolumeClaim) -> String {
-    cu::key(
-        claim.metadata.namespace.as_deref().unwrap_or_default(),
-        claim.metadata.name.as_deref().unwrap_or_default(),
-    )
-}
-
 fn claim_ref_key(pv: &PersistentVolume) -> Option<String> {
     let r = pv.spec.as_ref()?.claim_ref.as_ref()?;
     Some(cu::key(r.namespace.as_deref().unwrap_or_default(), r.name.as_deref()?))
 }
 
-fn spec_volume_name(claim: &PersistentVolumeClaim) -> Option<&str> {
-    claim.spec.as_ref()?.volume_name.as_deref().filter(|v| !v.is_empty())
-}
-
 fn volume_name(pv: &PersistentVolume) -> &str {
     pv.metadata.name.as_deref().unwrap_or_default()
-}
-
-fn volume_phase(pv: &PersistentVolume) -> &str {
-    pv.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or_default()
-}
-
-fn claim_phase(claim: &PersistentVolumeClaim) -> &str {
-    claim
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or_default()
-}
-
-fn reclaim_policy(pv: &PersistentVolume) -> &str {
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
-        .unwrap_or("Retain")
-}
-
-fn claim_access_modes(claim: &PersistentVolumeClaim) -> BTreeSet<&str> {
-    claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.access_modes.as_ref())
-        .into_iter()
-        .flatten()
-        .map(String::as_str)
-        .collect()
-}
-
-fn volume_access_modes(pv: &PersistentVolume) -> BTreeSet<&str> {
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.access_modes.as_ref())
-        .into_iter()
-        .flatten()
-        .map(String::as_str)
-        .collect()
 }
 
 /// Upstream's `checkVolumeSatisfyClaim`, for a claim that names its volume.
@@ -210,10 +152,10 @@ pub fn find_best_match<'a>(
     volumes: &'a [PersistentVolume],
     delay_binding: bool,
 ) -> Result<Option<&'a PersistentVolume>, String> {
-    let wanted = claim_access_modes(claim);
+    let wanted: BTreeSet<&str> = claim_access_modes(claim).iter().map(String::as_str).collect();
     let mut groups: BTreeMap<(usize, Vec<&str>), Vec<&PersistentVolume>> = BTreeMap::new();
     for pv in volumes {
-        let modes = volume_access_modes(pv);
+        let modes: BTreeSet<&str> = volume_access_modes(pv).iter().map(String::as_str).collect();
         if wanted.is_subset(&modes) {
             groups
                 .entry((modes.len(), modes.into_iter().collect()))
@@ -237,7 +179,7 @@ pub fn find_best_match<'a>(
 pub fn claim_bound_to_volume(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> Option<PersistentVolumeClaim> {
     let mut dirty = false;
     let mut out = claim.clone();
-    if spec_volume_name(claim) != Some(volume_name(pv)) {
+    if claim_volume_name(claim) != Some(volume_name(pv)) {
         out.spec.get_or_insert_with(Default::default).volume_name = Some(volume_name(pv).to_string());
         if !has_annotation(&out.metadata, ANN_BOUND_BY_CONTROLLER) {
             set_annotation(&mut out.metadata, ANN_BOUND_BY_CONTROLLER, "yes");
@@ -324,7 +266,7 @@ async fn sync_claim(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> 
 /// Upstream's `syncUnboundClaim`; returns when to look again while the claim stays Pending.
 async fn sync_unbound_claim(ctx: &Ctx, claim: PersistentVolumeClaim) -> anyhow::Result<Option<Duration>> {
     let volumes_api: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    let Some(wanted) = spec_volume_name(&claim).map(str::to_string) else {
+    let Some(wanted) = claim_volume_name(&claim).map(str::to_string) else {
         // Any volume will do.
         let delay_binding = is_delay_binding_mode(ctx, &claim).await?;
         let volumes = volumes_api.list(&ListParams::default()).await?.items;
@@ -395,7 +337,7 @@ async fn sync_unbound_claim(ctx: &Ctx, claim: PersistentVolumeClaim) -> anyhow::
 
 /// Upstream's `syncBoundClaim`.
 async fn sync_bound_claim(ctx: &Ctx, claim: PersistentVolumeClaim) -> anyhow::Result<()> {
-    let Some(wanted) = spec_volume_name(&claim).map(str::to_string) else {
+    let Some(wanted) = claim_volume_name(&claim).map(str::to_string) else {
         let msg = "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!";
         return update_claim_status_with_event(ctx, claim, CLAIM_LOST, "ClaimLost", msg).await;
     };
@@ -419,35 +361,6 @@ async fn sync_bound_claim(ctx: &Ctx, claim: PersistentVolumeClaim) -> anyhow::Re
             update_claim_status_with_event(ctx, claim, CLAIM_LOST, "ClaimMisbound", msg).await
         }
     }
-}
-
-/// On a StorageClass: it is the default class (the beta annotation is still honoured).
-const ANN_IS_DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
-const ANN_BETA_IS_DEFAULT_CLASS: &str = "storageclass.beta.kubernetes.io/is-default-class";
-
-/// Upstream's `PersistentVolumeClaimHasClass`: the beta annotation or `storageClassName` is set,
-/// even to "" (which asks for no class).
-pub fn claim_has_class(claim: &PersistentVolumeClaim) -> bool {
-    has_annotation(&claim.metadata, ANN_BETA_STORAGE_CLASS)
-        || claim.spec.as_ref().is_some_and(|s| s.storage_class_name.is_some())
-}
-
-/// Upstream's `GetDefaultClass`: of the classes annotated as default, the newest, then the first
-/// by name.
-pub fn default_class(classes: &[StorageClass]) -> Option<&StorageClass> {
-    classes
-        .iter()
-        .filter(|c| {
-            [ANN_IS_DEFAULT_CLASS, ANN_BETA_IS_DEFAULT_CLASS]
-                .iter()
-                .any(|a| annotation(&c.metadata, a) == Some("true"))
-        })
-        .min_by(|a, b| {
-            let created = |c: &StorageClass| c.metadata.creation_timestamp.as_ref().map(|t| t.0);
-            created(b)
-                .cmp(&created(a))
-                .then_with(|| a.metadata.name.cmp(&b.metadata.name))
-        })
 }
 
 /// Upstream's `assignDefaultStorageClass` (the retroactive default StorageClass): an unbound
@@ -683,7 +596,7 @@ async fn sync_volume(ctx: &Ctx, name: String) -> anyhow::Result<Option<Duration>
         reclaim_volume(ctx, pv).await?;
         return Ok(None);
     };
-    match spec_volume_name(&claim) {
+    match claim_volume_name(&claim) {
         None => {
             if volume_mode_mismatch(&claim, &pv) {
                 let volume_msg = format!(
@@ -1092,7 +1005,7 @@ mod tests {
         assert!(!has_annotation(&finished.metadata, ANN_BOUND_BY_CONTROLLER));
 
         let c = claim_bound_to_volume(&claim, &bound).expect("changed");
-        assert_eq!(spec_volume_name(&c), Some("pv1"));
+        assert_eq!(claim_volume_name(&c), Some("pv1"));
         assert_eq!(annotation(&c.metadata, ANN_BIND_COMPLETED), Some("yes"));
         assert_eq!(annotation(&c.metadata, ANN_BOUND_BY_CONTROLLER), Some("yes"));
         assert!(claim_bound_to_volume(&c, &bound).is_none());
@@ -1116,42 +1029,6 @@ mod tests {
         let mut no_cap = bound.clone();
         no_cap.spec.as_mut().unwrap().capacity = None;
         assert!(claim_status(&c, "Bound", Some(&no_cap)).is_err());
-    }
-
-    #[test]
-    fn the_newest_default_class_is_assigned_only_to_claims_without_a_class() {
-        let class = |name: &str, ann: Option<(&str, &str)>, created: i64| StorageClass {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                annotations: ann.map(|(k, v)| [(k.to_string(), v.to_string())].into()),
-                creation_timestamp: Some(Time(jiff::Timestamp::from_second(created).unwrap())),
-                ..Default::default()
-            },
-            provisioner: "example.com/p".into(),
-            ..Default::default()
-        };
-        let name = |c: Option<&StorageClass>| c.and_then(|c| c.metadata.name.clone());
-        assert_eq!(name(default_class(&[class("plain", None, 10)])), None);
-        let classes = [
-            class("old", Some((ANN_IS_DEFAULT_CLASS, "true")), 10),
-            class("not", Some((ANN_IS_DEFAULT_CLASS, "false")), 30),
-            class("beta", Some((ANN_BETA_IS_DEFAULT_CLASS, "true")), 20),
-            class("plain", None, 40),
-        ];
-        assert_eq!(name(default_class(&classes)).as_deref(), Some("beta"));
-        // Equally new: the first by name.
-        let tie = [
-            class("b", Some((ANN_IS_DEFAULT_CLASS, "true")), 10),
-            class("a", Some((ANN_IS_DEFAULT_CLASS, "true")), 10),
-        ];
-        assert_eq!(name(default_class(&tie)).as_deref(), Some("a"));
-
-        assert!(!claim_has_class(&pvc("c", "1Gi", &["ReadWriteOnce"], None)));
-        assert!(claim_has_class(&pvc("c", "1Gi", &["ReadWriteOnce"], Some(""))));
-        assert!(claim_has_class(&pvc("c", "1Gi", &["ReadWriteOnce"], Some("fast"))));
-        let mut annotated = pvc("c", "1Gi", &["ReadWriteOnce"], None);
-        set_annotation(&mut annotated.metadata, ANN_BETA_STORAGE_CLASS, "");
-        assert!(claim_has_class(&annotated));
     }
 
     #[test]

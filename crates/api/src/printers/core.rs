@@ -11,6 +11,7 @@ use super::format::{
     timestamp,
 };
 use super::{AGE, Column, NAME};
+use crate::volume::class_of;
 
 // --- namespaces ---------------------------------------------------------------------------
 
@@ -753,8 +754,6 @@ pub(crate) fn endpoints(obj: &Value, now: Timestamp) -> Vec<Value> {
 
 // --- persistent volumes and claims ----------------------------------------------------------
 
-const STORAGE_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
-
 pub(crate) const PV_COLUMNS: &[Column] = &[
     NAME,
     Column::new(
@@ -797,17 +796,6 @@ pub(crate) const PV_COLUMNS: &[Column] = &[
     ),
 ];
 
-fn storage_class(obj: &Value) -> String {
-    if let Some(class) = obj
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(STORAGE_CLASS_ANNOTATION))
-        .and_then(Value::as_str)
-    {
-        return class.to_string();
-    }
-    str_at(obj, "/spec/storageClassName").to_string()
-}
-
 fn unset_or(obj: &Value, pointer: &str) -> String {
     match obj.pointer(pointer).and_then(Value::as_str) {
         Some(v) => v.to_string(),
@@ -832,7 +820,7 @@ pub(crate) fn persistentvolume(obj: &Value, now: Timestamp) -> Vec<Value> {
         json!(str_at(obj, "/spec/persistentVolumeReclaimPolicy")),
         json!(phase),
         json!(claim),
-        json!(storage_class(obj)),
+        json!(class_of(obj)),
         json!(unset_or(obj, "/spec/volumeAttributesClassName")),
         json!(str_at(obj, "/status/reason")),
         json!(age(obj, now)),
@@ -893,7 +881,7 @@ pub(crate) fn persistentvolumeclaim(obj: &Value, now: Timestamp) -> Vec<Value> {
         json!(volume),
         json!(capacity),
         json!(modes),
-        json!(storage_class(obj)),
+        json!(class_of(obj)),
         json!(unset_or(obj, "/spec/volumeAttributesClassName")),
         json!(age(obj, now)),
         json!(unset_or(obj, "/spec/volumeMode")),

@@ -6,11 +6,7 @@ use serde_json::{Value, json};
 
 use super::format::{age, name};
 use super::{AGE, Column, NAME};
-
-/// The annotation that marks the cluster's default class, and its beta predecessor
-/// (upstream's `IsDefaultStorageClassAnnotation`, `BetaIsDefaultStorageClassAnnotation`).
-pub(crate) const IS_DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
-pub(crate) const BETA_IS_DEFAULT_CLASS: &str = "storageclass.beta.kubernetes.io/is-default-class";
+use crate::volume::{ANN_BETA_IS_DEFAULT_CLASS, ANN_IS_DEFAULT_CLASS};
 
 pub(crate) const STORAGECLASS_COLUMNS: &[Column] = &[
     NAME,
@@ -37,14 +33,17 @@ pub(crate) const STORAGECLASS_COLUMNS: &[Column] = &[
     AGE,
 ];
 
-/// upstream's `IsDefaultAnnotation`: either annotation set to "true".
+/// upstream's `IsDefaultAnnotation` (as [`crate::volume::is_default_class`], on the object as
+/// JSON): either annotation set to "true".
 fn is_default_class(obj: &Value) -> bool {
     let ann = |k: &str| {
         obj.pointer("/metadata/annotations")
             .and_then(|a| a.get(k))
             .and_then(Value::as_str)
     };
-    ann(IS_DEFAULT_CLASS) == Some("true") || ann(BETA_IS_DEFAULT_CLASS) == Some("true")
+    [ANN_IS_DEFAULT_CLASS, ANN_BETA_IS_DEFAULT_CLASS]
+        .iter()
+        .any(|k| ann(k) == Some("true"))
 }
 
 pub(crate) fn storageclass(obj: &Value, now: Timestamp) -> Vec<Value> {

@@ -13,6 +13,7 @@ use super::{
 };
 use crate::quantity::Quantity;
 use crate::status::{FieldError, FieldErrorKind};
+use crate::volume::ANN_BETA_STORAGE_CLASS;
 
 /// upstream's `ValidateService` (the parts users hit), in its order.
 pub(crate) fn validate_service(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
@@ -350,8 +351,6 @@ fn validate_pvc_spec(obj: &Value, errs: &mut Vec<FieldError>) {
     }
 }
 
-const BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
-
 /// A claim's storage quantity at `pointer`; missing or unparsable is zero, as a Go map's missing
 /// key is.
 fn storage_at(obj: &Value, pointer: &str) -> Quantity {
@@ -383,7 +382,7 @@ fn validate_pvc_update(obj: &Value, old: &Value, errs: &mut Vec<FieldError>) {
     }
     let annotation = |v: &Value| -> Option<String> {
         v.pointer("/metadata/annotations")
-            .and_then(|a| a.get(BETA_STORAGE_CLASS))
+            .and_then(|a| a.get(ANN_BETA_STORAGE_CLASS))
             .and_then(Value::as_str)
             .map(str::to_string)
     };
@@ -401,7 +400,7 @@ fn validate_pvc_update(obj: &Value, old: &Value, errs: &mut Vec<FieldError>) {
         let (n, o) = (new_ann.clone().unwrap_or_default(), old_ann.clone().unwrap_or_default());
         if n != o {
             errs.push(invalid_str(
-                &Path::new("metadata").child("annotations").child(BETA_STORAGE_CLASS),
+                &Path::new("metadata").child("annotations").child(ANN_BETA_STORAGE_CLASS),
                 &n,
                 "field is immutable",
             ));

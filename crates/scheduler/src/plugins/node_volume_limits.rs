@@ -66,12 +66,7 @@ impl NodeVolumeLimits {
     /// Upstream's getCSIDriverInfo: the driver and volume handle of a claim's volume, from its
     /// bound PersistentVolume, else (not bound, or the volume not known) from its class.
     fn claim_volume(&self, cache: &Cache, pvc: &PersistentVolumeClaim) -> Option<CsiVolume> {
-        let pv_name = pvc
-            .spec
-            .as_ref()
-            .and_then(|s| s.volume_name.as_deref())
-            .unwrap_or_default();
-        if !pv_name.is_empty()
+        if let Some(pv_name) = skiff_api::volume::claim_volume_name(pvc)
             && let Some(pv) = cache.volumes.pvs.get_api(pv_name)
         {
             let csi = pv.spec.as_ref()?.csi.as_ref()?;

@@ -31,8 +31,9 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::PostParams;
 use skiff_api::volume::{
-    ANN_BIND_COMPLETED, ANN_SELECTED_NODE, NOT_SUPPORTED_PROVISIONER, annotation, check_node_affinity, claim_class,
-    find_matching_volume, match_topology_selector_terms, requested_storage, volume_bound_to_claim,
+    ANN_BIND_COMPLETED, ANN_SELECTED_NODE, CLAIM_LOST, NOT_SUPPORTED_PROVISIONER, annotation, check_node_affinity,
+    claim_class, claim_key, claim_phase, claim_volume_name, find_matching_volume, match_topology_selector_terms,
+    requested_storage, volume_bound_to_claim,
 };
 
 use crate::assume_cache::key_of;
@@ -51,7 +52,6 @@ pub const DEFAULT_BIND_TIMEOUT: Duration = Duration::from_secs(600);
 /// How often PreBind looks at the claims (upstream polls every second).
 const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
-const CLAIM_LOST: &str = "Lost";
 const WAIT_FOR_FIRST_CONSUMER: &str = "WaitForFirstConsumer";
 
 /// The pod's claims as PreFilter found them, for Filter and Reserve.
@@ -84,20 +84,9 @@ impl Default for VolumeBinding {
     }
 }
 
-fn claim_key(pvc: &PersistentVolumeClaim) -> String {
-    key_of(pvc)
-}
-
-fn volume_name_of(pvc: &PersistentVolumeClaim) -> &str {
-    pvc.spec
-        .as_ref()
-        .and_then(|s| s.volume_name.as_deref())
-        .unwrap_or_default()
-}
-
 /// Upstream's `isPVCFullyBound`: it names its volume and the binding completed.
 fn is_fully_bound(pvc: &PersistentVolumeClaim) -> bool {
-    !volume_name_of(pvc).is_empty() && annotation(&pvc.metadata, ANN_BIND_COMPLETED).is_some()
+    claim_volume_name(pvc).is_some() && annotation(&pvc.metadata, ANN_BIND_COMPLETED).is_some()
 }
 
 /// Upstream's `IsDelayBindingMode`: the claim's class exists and waits for the first consumer.
@@ -265,11 +254,11 @@ impl Plugin for VolumeBinding {
                     format!("persistentvolumeclaim {:?} not found", c.name)
                 });
             };
-            if pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(CLAIM_LOST) {
+            if claim_phase(pvc) == CLAIM_LOST {
                 return Status::unresolvable(format!(
                     "persistentvolumeclaim {:?} bound to non-existent persistentvolume {:?}",
                     c.name,
-                    volume_name_of(pvc)
+                    claim_volume_name(pvc).unwrap_or_default()
                 ));
             }
             if pvc.metadata.deletion_timestamp.is_some() {
@@ -289,14 +278,18 @@ impl Plugin for VolumeBinding {
                 return Status::error(format!("error getting PVC \"{}/{}\": not found", pod.namespace, c.name));
             };
             if is_fully_bound(pvc) {
-                let pv = cache.volumes.pvs.get(volume_name_of(pvc)).cloned();
+                let pv = cache
+                    .volumes
+                    .pvs
+                    .get(claim_volume_name(pvc).unwrap_or_default())
+                    .cloned();
                 s.bound.push((pvc.clone(), pv));
                 continue;
             }
             match is_delay_binding_mode(pvc, cache) {
                 Err(e) => return Status::error(e),
                 // A claim naming its volume is the PV binder's to complete.
-                Ok(true) if volume_name_of(pvc).is_empty() => s.delay.push(pvc.clone()),
+                Ok(true) if claim_volume_name(pvc).is_none() => s.delay.push(pvc.clone()),
                 Ok(_) => immediate += 1,
             }
         }
@@ -569,8 +562,7 @@ impl BindJob {
                 // A provisioner that fails removes the annotation to ask for another try.
                 return Err(format!("provisioning failed for PVC {name:?}"));
             }
-            let volume = volume_name_of(&pvc);
-            if !volume.is_empty() {
+            if let Some(volume) = claim_volume_name(&pvc) {
                 let pv = match pvs.get(volume).await {
                     Ok(pv) => pv,
                     // Not seen yet, or deleted (then the claim is unbound in time).

@@ -84,12 +84,7 @@ impl Plugin for VolumeZone {
             let Some(pvc) = cache.volumes.pvcs.get_api(&format!("{}/{}", pod.namespace, c.name)) else {
                 return Status::unresolvable(format!("persistentvolumeclaim {:?} not found", c.name));
             };
-            let pv_name = pvc
-                .spec
-                .as_ref()
-                .and_then(|s| s.volume_name.as_deref())
-                .unwrap_or_default();
-            if pv_name.is_empty() {
+            let Some(pv_name) = skiff_api::volume::claim_volume_name(pvc) else {
                 let class = skiff_api::volume::claim_class(pvc);
                 if class.is_empty() {
                     return Status::unresolvable("PersistentVolumeClaim had no pv name and storageClass name");
@@ -105,7 +100,7 @@ impl Plugin for VolumeZone {
                     Some("WaitForFirstConsumer") => continue,
                     Some(_) => return Status::unresolvable("PersistentVolume had no name"),
                 }
-            }
+            };
             let Some(pv) = cache.volumes.pvs.get_api(pv_name) else {
                 return Status::unresolvable(format!("persistentvolume {pv_name:?} not found"));
             };

@@ -1335,29 +1335,6 @@ spec:
         image: nginx:1.7.9
 "#;
 
-const SEED_STATEFULSET: &str = r#"apiVersion: apps/v1
-kind: StatefulSet
-metadata:
-  name: web
-spec:
-  serviceName: "nginx"
-  replicas: 2
-  selector:
-    matchLabels:
-      app: nginx
-  template:
-    metadata:
-      labels:
-        app: nginx
-    spec:
-      containers:
-      - name: nginx
-        image: nginx:1.9.1
-        ports:
-        - containerPort: 80
-          name: web
-"#;
-
 const SEED_JOB: &str = r#"apiVersion: batch/v1
 kind: Job
 metadata:
@@ -1400,7 +1377,7 @@ fn seed_examples_as_written() {
         (SEED_SECRET, "secret/mysecret created"),
         (SEED_PROJECTED_POD, "pod/test-projected-volume created"),
         (SEED_REPLICASET, "replicaset.apps/nginx-set created"),
-        (SEED_STATEFULSET, "statefulset.apps/web created"),
+        (common::seeds::STATEFULSET_WEB, "statefulset.apps/web created"),
         (
             common::seeds::DAEMONSET_FLUENTD,
             "daemonset.apps/fluentd-elasticsearch created",

@@ -5,6 +5,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::storage::{STORAGECLASS_HEADER, claim};
 use common::{Cluster, eventually};
 
 const CONTROL_PLANE: &[&str] = &["--no-agent", "--no-scheduler"];
@@ -452,18 +453,7 @@ fn storage_classes_apply_get_validate_and_stay_immutable() {
     let table = c.k(&["get", "sc"]);
     let mut lines = table.lines();
     let header: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(
-        header,
-        [
-            "NAME",
-            "PROVISIONER",
-            "RECLAIMPOLICY",
-            "VOLUMEBINDINGMODE",
-            "ALLOWVOLUMEEXPANSION",
-            "AGE"
-        ],
-        "{table}"
-    );
+    assert_eq!(header, STORAGECLASS_HEADER, "{table}");
     let row: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
     assert_eq!(
         row[..5],
@@ -487,10 +477,7 @@ fn storage_classes_apply_get_validate_and_stay_immutable() {
     assert!(table.contains("local (default)"), "{table}");
 
     // The PV binder finds the class through the API: a claim of it waits for its first consumer.
-    c.apply(
-        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\nspec:\n  storageClassName: local\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n",
-        &[],
-    );
+    c.apply(&claim("data", Some("local"), "ReadWriteOnce", "1Gi"), &[]);
     let waited = eventually(Duration::from_secs(30), || {
         let events = c.k(&["get", "events", "-o", "json"]);
         events
@@ -507,16 +494,10 @@ fn storage_classes_apply_get_validate_and_stay_immutable() {
 
     // DefaultStorageClass admission: a claim naming no class gets the default one; an
     // explicit "" stays without a class.
-    c.apply(
-        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: plain\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n",
-        &[],
-    );
+    c.apply(&claim("plain", None, "ReadWriteOnce", "1Gi"), &[]);
     let class = c.k(&["get", "pvc", "plain", "-o", "jsonpath={.spec.storageClassName}"]);
     assert_eq!(class.trim(), "local");
-    c.apply(
-        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: classless\nspec:\n  storageClassName: \"\"\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n",
-        &[],
-    );
+    c.apply(&claim("classless", Some(""), "ReadWriteOnce", "1Gi"), &[]);
     let class = c.k(&["get", "pvc", "classless", "-o", "jsonpath={.spec.storageClassName}"]);
     assert_eq!(class.trim(), "");
 

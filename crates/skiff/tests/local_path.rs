@@ -13,92 +13,24 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::node::{Node, wait_node_ready};
-use common::{Cluster, eventually, tail};
-use serde_json::Value;
+use common::storage::{
+    self, STORAGECLASS_HEADER, claim_phase, host_path_pv, on_node, pod_with_claim, wait_claim_phase, wait_file,
+    wait_for,
+};
+use common::{Cluster, eventually, finalizers, table};
 
 const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
-/// `(type, reason, message)` of the events about an object.
-fn events(c: &Cluster, kind: &str, name: &str) -> Vec<(String, String, String)> {
-    let ev = c.get_json(&[
-        "events",
-        "-A",
-        "--field-selector",
-        &format!("involvedObject.kind={kind},involvedObject.name={name}"),
-    ]);
-    ev["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| {
-            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-            (s("type"), s("reason"), s("message"))
-        })
-        .collect()
-}
-
-fn wait_event(c: &Cluster, kind: &str, name: &str, reason: &str, message: &str) {
-    let ok = eventually(Duration::from_secs(30), || {
-        events(c, kind, name)
-            .iter()
-            .any(|(_, r, m)| r == reason && m == message)
-            .then_some(())
-    });
-    assert!(
-        ok.is_some(),
-        "no {reason} event {message:?} for {kind} {name}: {:?}\n{}",
-        events(c, kind, name),
-        tail(&c.log(), 30)
-    );
-}
-
-fn wait_for(c: &Cluster, what: &str, mut f: impl FnMut() -> bool) {
-    let ok = eventually(Duration::from_secs(30), || f().then_some(()));
-    assert!(ok.is_some(), "{what}:\n{}", tail(&c.log(), 40));
-}
-
-fn claim_phase(c: &Cluster, name: &str) -> String {
-    c.k(&["get", "pvc", name, "-o", "jsonpath={.status.phase}"])
-}
-
-fn claim(name: &str, extra_spec: &str, size: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata:
-  name: {name}
-spec:
-  accessModes: [ReadWriteOnce]
-  resources:
-    requests:
-      storage: {size}
-{extra_spec}"#
-    )
-}
-
-/// The whitespace-split cells of `kubectl get` output: the header, then each row.
-fn table(out: &str) -> Vec<Vec<String>> {
-    out.lines()
-        .map(|l| l.split_whitespace().map(str::to_string).collect())
-        .collect()
+/// A ReadWriteOnce claim of `size` (the default class unless `class` is given).
+fn claim(name: &str, class: Option<&str>, size: &str) -> String {
+    storage::claim(name, class, "ReadWriteOnce", size)
 }
 
 #[test]
 fn the_default_class_is_listed_given_to_claims_kept_and_can_be_disabled() {
     let mut c = Cluster::start(&["--no-agent"]);
     let rows = table(&c.k(&["get", "storageclass"]));
-    assert_eq!(
-        rows[0],
-        [
-            "NAME",
-            "PROVISIONER",
-            "RECLAIMPOLICY",
-            "VOLUMEBINDINGMODE",
-            "ALLOWVOLUMEEXPANSION",
-            "AGE"
-        ]
-    );
+    assert_eq!(rows[0], STORAGECLASS_HEADER);
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert_eq!(
         rows[1][..6],
@@ -113,13 +45,12 @@ fn the_default_class_is_listed_given_to_claims_kept_and_can_be_disabled() {
     );
 
     // A claim that names no class gets the default one, and waits for its first consumer.
-    c.apply(&claim("plain", "", "1Gi"), &[]);
+    c.apply(&claim("plain", None, "1Gi"), &[]);
     assert_eq!(
         c.k(&["get", "pvc", "plain", "-o", "jsonpath={.spec.storageClassName}"]),
         "local-path"
     );
-    wait_event(
-        &c,
+    c.wait_event(
         "PersistentVolumeClaim",
         "plain",
         "WaitForFirstConsumer",
@@ -131,17 +62,17 @@ fn the_default_class_is_listed_given_to_claims_kept_and_can_be_disabled() {
     // claims of classes that allow it do (upstream's PersistentVolumeClaimResize).
     let host = tempfile::tempdir().expect("host dir");
     c.apply(
-        &format!(
-            "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: manual-pv\nspec:\n  storageClassName: \"\"\n  \
-             capacity:\n    storage: 1Gi\n  accessModes: [ReadWriteOnce]\n  hostPath:\n    path: {}\n",
-            host.path().join("manual").display()
+        &host_path_pv(
+            "manual-pv",
+            "",
+            "ReadWriteOnce",
+            "1Gi",
+            &host.path().join("manual").display().to_string(),
         ),
         &[],
     );
-    c.apply(&claim("manual", "  storageClassName: \"\"\n", "1Gi"), &[]);
-    wait_for(&c, "the manual claim is not Bound", || {
-        claim_phase(&c, "manual") == "Bound"
-    });
+    c.apply(&claim("manual", Some(""), "1Gi"), &[]);
+    wait_claim_phase(&c, "manual", "Bound");
     let err = c.k_err(&[
         "patch",
         "pvc",
@@ -191,7 +122,7 @@ fn the_default_class_is_listed_given_to_claims_kept_and_can_be_disabled() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    c.apply(&claim("plain", "", "1Gi"), &[]);
+    c.apply(&claim("plain", None, "1Gi"), &[]);
     assert_eq!(
         c.k(&["get", "pvc", "plain", "-o", "jsonpath={.spec.storageClassName}"]),
         ""
@@ -200,28 +131,9 @@ fn the_default_class_is_listed_given_to_claims_kept_and_can_be_disabled() {
 
 /// A pod on `node` (named there directly, as the scheduler would bind it) writing into the claim.
 fn writer_pod(node: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: writer
-spec:
-  nodeName: {node}
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: busybox:latest
-    imagePullPolicy: IfNotPresent
-    command: ["sh", "-c", "echo written-by-writer > /data/out.txt && sleep 3600"]
-    volumeMounts:
-    - name: store
-      mountPath: /data
-  volumes:
-  - name: store
-    persistentVolumeClaim:
-      claimName: data
-"#
+    on_node(
+        &pod_with_claim("writer", "data", "echo written-by-writer > /data/out.txt && sleep 3600"),
+        node,
     )
 }
 
@@ -244,10 +156,10 @@ fn volumes_are_provisioned_used_grown_kept_and_deleted() {
 
     // A claim of the default class and a pod using it: the pod waits, as the kubelet makes it
     // wait, while the claim is not bound.
-    n.c.apply(&claim("data", "", "1Gi"), &[]);
+    n.c.apply(&claim("data", None, "1Gi"), &[]);
     n.c.apply(&writer_pod(&node), &[]);
     let waiting = eventually(Duration::from_secs(30), || {
-        events(&n.c, "Pod", "writer")
+        n.c.events("Pod", "writer")
             .into_iter()
             .find(|(_, r, _)| r == "FailedMount")
     });
@@ -264,7 +176,7 @@ fn volumes_are_provisioned_used_grown_kept_and_deleted() {
     // The node is selected: this node's agent makes the directory and the volume, which the PV
     // binder binds to the claim.
     select_node(&n.c, "data", &node);
-    wait_for(&n.c, "the claim is not Bound", || claim_phase(&n.c, "data") == "Bound");
+    wait_claim_phase(&n.c, "data", "Bound");
     let pvc = n.c.get_json(&["pvc", "data"]);
     let uid = pvc["metadata"]["uid"].as_str().expect("uid").to_string();
     let pv_name = format!("pvc-{uid}");
@@ -285,14 +197,11 @@ fn volumes_are_provisioned_used_grown_kept_and_deleted() {
         pv["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"],
         "skiff.dev/local-path"
     );
-    let finalizers: Vec<&str> = pv["metadata"]["finalizers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let finalizers = finalizers(&pv);
     assert!(
-        finalizers.contains(&"external-provisioner.volume.kubernetes.io/finalizer"),
+        finalizers
+            .iter()
+            .any(|f| f == "external-provisioner.volume.kubernetes.io/finalizer"),
         "{finalizers:?}"
     );
     let spec = &pv["spec"];
@@ -324,22 +233,19 @@ fn volumes_are_provisioned_used_grown_kept_and_deleted() {
             "local-path"
         ]
     );
-    wait_event(
-        &n.c,
+    n.c.wait_event(
         "PersistentVolumeClaim",
         "data",
         "Provisioning",
         "External provisioner is provisioning volume for claim \"default/data\"",
     );
-    wait_event(
-        &n.c,
+    n.c.wait_event(
         "PersistentVolumeClaim",
         "data",
         "ProvisioningSucceeded",
         &format!("Successfully provisioned volume {pv_name}"),
     );
-    wait_event(
-        &n.c,
+    n.c.wait_event(
         "PersistentVolumeClaim",
         "data",
         "ExternalProvisioning",
@@ -362,12 +268,7 @@ fn volumes_are_provisioned_used_grown_kept_and_deleted() {
 
     // The pod starts and what it writes lands in the volume's directory.
     n.wait_running("writer");
-    let written = eventually(Duration::from_secs(30), || {
-        std::fs::read_to_string(dir.join("out.txt"))
-            .ok()
-            .filter(|s| !s.is_empty())
-    });
-    assert_eq!(written.as_deref(), Some("written-by-writer\n"));
+    wait_file(&dir.join("out.txt"), "written-by-writer\n");
 
     // Growing the claim: the volume and then the claim's capacity follow.
     n.c.k(&[
@@ -377,7 +278,7 @@ fn volumes_are_provisioned_used_grown_kept_and_deleted() {
         "-p",
         r#"{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}"#,
     ]);
-    wait_for(&n.c, "the claim did not grow", || {
+    wait_for(&n.c, "the claim did not grow", Duration::from_secs(30), || {
         table(&n.c.k(&["get", "pvc", "data"]))
             .get(1)
             .is_some_and(|r| r[..4] == ["data", "Bound", pv_name.as_str(), "2Gi"])
@@ -390,15 +291,13 @@ fn volumes_are_provisioned_used_grown_kept_and_deleted() {
     assert_eq!(status["allocatedResources"]["storage"], "2Gi", "{status}");
     assert!(status["allocatedResourceStatuses"].is_null(), "{status}");
     assert!(status["conditions"].is_null(), "{status}");
-    wait_event(
-        &n.c,
+    n.c.wait_event(
         "PersistentVolumeClaim",
         "data",
         "Resizing",
         &format!("External resizer is resizing volume {pv_name}"),
     );
-    wait_event(
-        &n.c,
+    n.c.wait_event(
         "PersistentVolumeClaim",
         "data",
         "VolumeResizeSuccessful",
@@ -421,22 +320,17 @@ fn volumes_are_provisioned_used_grown_kept_and_deleted() {
     );
 
     // What local-path does not provision: block volumes and modes other nodes would share.
-    n.c.apply(&claim("raw", "  volumeMode: Block\n", "1Gi"), &[]);
-    n.c.apply(
-        &claim("shared", "", "1Gi").replace("[ReadWriteOnce]", "[ReadWriteMany]"),
-        &[],
-    );
+    n.c.apply(&(claim("raw", None, "1Gi") + "  volumeMode: Block\n"), &[]);
+    n.c.apply(&storage::claim("shared", None, "ReadWriteMany", "1Gi"), &[]);
     select_node(&n.c, "raw", &node);
     select_node(&n.c, "shared", &node);
-    wait_event(
-        &n.c,
+    n.c.wait_event(
         "PersistentVolumeClaim",
         "raw",
         "ProvisioningFailed",
         "skiff.dev/local-path does not support block volume provisioning",
     );
-    wait_event(
-        &n.c,
+    n.c.wait_event(
         "PersistentVolumeClaim",
         "shared",
         "ProvisioningFailed",
@@ -474,22 +368,28 @@ fn volumes_are_provisioned_used_grown_kept_and_deleted() {
          reclaimPolicy: Retain\nvolumeBindingMode: WaitForFirstConsumer\n",
         &[],
     );
-    n.c.apply(&claim("kept", "  storageClassName: keep\n", "100Mi"), &[]);
+    n.c.apply(&claim("kept", Some("keep"), "100Mi"), &[]);
     select_node(&n.c, "kept", &node);
-    wait_for(&n.c, "the retained claim is not Bound", || {
-        claim_phase(&n.c, "kept") == "Bound"
-    });
+    wait_claim_phase(&n.c, "kept", "Bound");
     let kept_pv = n.c.k(&["get", "pvc", "kept", "-o", "jsonpath={.spec.volumeName}"]);
     let kept_dir = n.c.k(&["get", "pv", &kept_pv, "-o", "jsonpath={.spec.hostPath.path}"]);
     std::fs::write(Path::new(&kept_dir).join("keep.txt"), "kept").expect("write into the volume");
     n.c.k(&["delete", "pvc", "kept"]);
-    wait_for(&n.c, "the retained volume is not Released", || {
-        n.c.k(&["get", "pv", &kept_pv, "-o", "jsonpath={.status.phase}"]) == "Released"
-    });
-    wait_for(&n.c, "the finalizer stayed on a retained volume", || {
-        !n.c.k(&["get", "pv", &kept_pv, "-o", "jsonpath={.metadata.finalizers}"])
-            .contains("external-provisioner.volume.kubernetes.io/finalizer")
-    });
+    wait_for(
+        &n.c,
+        "the retained volume is not Released",
+        Duration::from_secs(30),
+        || n.c.k(&["get", "pv", &kept_pv, "-o", "jsonpath={.status.phase}"]) == "Released",
+    );
+    wait_for(
+        &n.c,
+        "the finalizer stayed on a retained volume",
+        Duration::from_secs(30),
+        || {
+            !n.c.k(&["get", "pv", &kept_pv, "-o", "jsonpath={.metadata.finalizers}"])
+                .contains("external-provisioner.volume.kubernetes.io/finalizer")
+        },
+    );
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(
         std::fs::read_to_string(Path::new(&kept_dir).join("keep.txt")).expect("retained data"),
@@ -504,10 +404,7 @@ fn volumes_are_provisioned_used_grown_kept_and_deleted() {
     // directory go.
     n.c.k(&["delete", "pod", "writer"]);
     n.c.k(&["delete", "pvc", "data"]);
-    wait_for(&n.c, "the volume was not deleted", || {
-        let out = n.c.kubectl(&["get", "pv", &pv_name]);
-        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("NotFound")
-    });
+    n.c.wait_gone(&["pv", &pv_name], Duration::from_secs(30));
     assert!(!dir.exists(), "{} kept", dir.display());
     assert!(Path::new(&kept_dir).exists());
     drop(n);

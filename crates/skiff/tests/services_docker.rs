@@ -17,6 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::node::Node;
+use common::seeds::statefulset_web_on_busybox;
 use common::{PortForward, eventually, http_get, tail};
 
 const RANGES_STAY_LOCAL: &str = "/work/shared/tools/ranges-stay-local.sh";
@@ -60,46 +61,6 @@ spec:
     image: busybox:latest
     imagePullPolicy: IfNotPresent
     command: ["sleep", "3600"]
-"#;
-
-/// Seed 003's StatefulSet and the headless Service its `serviceName` names, with busybox's httpd
-/// for nginx (no image can be pulled here).
-const SEED_STATEFULSET: &str = r#"
-apiVersion: v1
-kind: Service
-metadata:
-  name: nginx
-  labels: {app: nginx}
-spec:
-  clusterIP: None
-  selector: {app: nginx}
-  ports:
-  - {name: web, port: 80}
----
-apiVersion: apps/v1
-kind: StatefulSet
-metadata:
-  name: web
-spec:
-  serviceName: "nginx"
-  replicas: 2
-  selector:
-    matchLabels:
-      app: nginx
-  template:
-    metadata:
-      labels:
-        app: nginx
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: nginx
-        image: busybox:latest
-        imagePullPolicy: IfNotPresent
-        command: ["sh", "-c", "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 80 -h /www"]
-        ports:
-        - containerPort: 80
-          name: web
 "#;
 
 /// Runs `script` with `sh -c` in `pod`; its output and whether it succeeded.
@@ -429,7 +390,10 @@ fn services_carry_traffic_by_name_to_ready_pods() {
     drop(pf);
 
     // Seed 003: web-0.nginx is web-0, through the headless Service.
-    n.c.apply(SEED_STATEFULSET, &[]);
+    n.c.apply(
+        &statefulset_web_on_busybox("mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 80 -h /www"),
+        &[],
+    );
     wait_ready_pods(&n, "app=nginx", 2);
     let mut seed_ips = Vec::new();
     for pod in ["web-0", "web-1"] {

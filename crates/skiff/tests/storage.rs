@@ -11,68 +11,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::node::Node;
-use common::{eventually, tail};
+use common::seeds::statefulset_web_on_busybox;
+use common::storage::{claim_phase, claim_template, wait_for};
 
 /// Seed 003's StatefulSet behind its headless Service, with a claim template (no class: the
-/// default one) mounted at /data, and busybox's httpd for nginx (no image can be pulled here).
-const WEB: &str = r#"
-apiVersion: v1
-kind: Service
-metadata:
-  name: nginx
-  labels: {app: nginx}
-spec:
-  clusterIP: None
-  selector: {app: nginx}
-  ports:
-  - {name: web, port: 80}
----
-apiVersion: apps/v1
-kind: StatefulSet
-metadata:
-  name: web
-spec:
-  serviceName: "nginx"
-  replicas: 2
-  selector:
-    matchLabels:
-      app: nginx
-  template:
-    metadata:
-      labels:
-        app: nginx
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: nginx
-        image: busybox:latest
-        imagePullPolicy: IfNotPresent
-        command: ["sh", "-c", "exec httpd -f -p 80 -h /data"]
-        ports:
-        - containerPort: 80
-          name: web
-        volumeMounts:
-        - name: www
-          mountPath: /data
-  volumeClaimTemplates:
-  - metadata:
-      name: www
-    spec:
-      accessModes: ["ReadWriteOnce"]
-      resources:
-        requests:
-          storage: 1Gi
-"#;
-
-fn wait_for(n: &Node, what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let ok = eventually(timeout, || f().then_some(()));
-    assert!(
-        ok.is_some(),
-        "{what}\n{}\n{}\n{}",
-        n.c.k(&["get", "pods,pvc,pv", "-o", "wide"]),
-        n.c.k(&["get", "events", "-A"]),
-        tail(&n.c.log(), 40)
-    );
+/// default one) mounted at /data, serving it with busybox's httpd.
+fn web() -> String {
+    let mount = "        volumeMounts:\n        - name: www\n          mountPath: /data\n";
+    statefulset_web_on_busybox("exec httpd -f -p 80 -h /data") + mount + &claim_template("www", None)
 }
 
 fn pod_uid(n: &Node, pod: &str) -> String {
@@ -107,7 +53,7 @@ fn statefulset_claims_keep_their_data_through_deletes_scaling_and_restarts() {
     assert!(classes.contains("local-path (default)"), "{classes}");
     assert!(classes.contains("WaitForFirstConsumer"), "{classes}");
 
-    n.c.apply(WEB, &[]);
+    n.c.apply(&web(), &[]);
     wait_pods_running(&n, &["web-0", "web-1"]);
     for claim in ["www-web-0", "www-web-1"] {
         let line = n.c.k(&["get", "pvc", claim, "--no-headers"]);
@@ -139,7 +85,7 @@ fn statefulset_claims_keep_their_data_through_deletes_scaling_and_restarts() {
 
     // A new web-0 finds the same data.
     n.c.k(&["delete", "pod", "web-0", "--wait=false"]);
-    wait_for(&n, "web-0 recreated", Duration::from_secs(90), || {
+    wait_for(&n.c, "web-0 recreated", Duration::from_secs(90), || {
         let uid = pod_uid(&n, "web-0");
         !uid.is_empty() && uid != first_uid
     });
@@ -149,14 +95,13 @@ fn statefulset_claims_keep_their_data_through_deletes_scaling_and_restarts() {
 
     // Scaled to 0 the claims stay bound; scaled back the pods find their data.
     n.c.k(&["scale", "statefulset", "web", "--replicas=0"]);
-    wait_for(&n, "pods gone after scale to 0", Duration::from_secs(90), || {
+    wait_for(&n.c, "pods gone after scale to 0", Duration::from_secs(90), || {
         n.c.k(&["get", "pods", "-l", "app=nginx", "-o", "name"])
             .trim()
             .is_empty()
     });
     for claim in ["www-web-0", "www-web-1"] {
-        let phase = n.c.k(&["get", "pvc", claim, "-o", "jsonpath={.status.phase}"]);
-        assert_eq!(phase, "Bound", "{claim} kept while scaled to 0");
+        assert_eq!(claim_phase(&n.c, claim), "Bound", "{claim} kept while scaled to 0");
     }
     n.c.k(&["scale", "statefulset", "web", "--replicas=2"]);
     wait_pods_running(&n, &["web-0", "web-1"]);
@@ -173,7 +118,7 @@ fn statefulset_claims_keep_their_data_through_deletes_scaling_and_restarts() {
     n.c.k(&["delete", "pod", "web-1", "--wait=false"]);
     wait_pods_running(&n, &["web-0", "web-1"]);
     wait_for(
-        &n,
+        &n.c,
         "web-1 reads its data after the restart",
         Duration::from_secs(60),
         || {
@@ -193,7 +138,7 @@ fn statefulset_claims_keep_their_data_through_deletes_scaling_and_restarts() {
         r#"{"spec":{"persistentVolumeClaimRetentionPolicy":{"whenDeleted":"Delete"}}}"#,
     ]);
     // The controller hands the claims to the set first (upstream's claim owner update).
-    wait_for(&n, "claims owned by the set", Duration::from_secs(60), || {
+    wait_for(&n.c, "claims owned by the set", Duration::from_secs(60), || {
         ["www-web-0", "www-web-1"].iter().all(|claim| {
             n.c.k(&[
                 "get",
@@ -206,10 +151,10 @@ fn statefulset_claims_keep_their_data_through_deletes_scaling_and_restarts() {
         })
     });
     n.c.k(&["delete", "statefulset", "web"]);
-    wait_for(&n, "claims and volumes removed", Duration::from_secs(120), || {
+    wait_for(&n.c, "claims and volumes removed", Duration::from_secs(120), || {
         n.c.k(&["get", "pvc,pv", "-o", "name"]).trim().is_empty()
     });
-    wait_for(&n, "directories removed", Duration::from_secs(30), || {
+    wait_for(&n.c, "directories removed", Duration::from_secs(30), || {
         !Path::new(&dir0).exists() && !Path::new(&dir1).exists()
     });
 }

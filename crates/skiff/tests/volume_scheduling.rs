@@ -9,20 +9,15 @@ mod common;
 use std::time::Duration;
 
 use common::node::Node;
+use common::storage::{claim_phase, claim_ref, host_path_pv, pod_with_claim, wait_claim_phase, wait_file};
 use common::{Cluster, eventually, tail};
 
 /// The messages of the pod's FailedScheduling events.
 fn failed_scheduling(c: &Cluster, pod: &str) -> Vec<String> {
-    let ev = c.get_json(&[
-        "events",
-        "--field-selector",
-        &format!("involvedObject.kind=Pod,involvedObject.name={pod},reason=FailedScheduling"),
-    ]);
-    ev["items"]
-        .as_array()
+    c.events("Pod", pod)
         .into_iter()
-        .flatten()
-        .filter_map(|e| e["message"].as_str().map(str::to_string))
+        .filter(|(_, r, _)| r == "FailedScheduling")
+        .map(|(_, _, m)| m)
         .collect()
 }
 
@@ -52,64 +47,9 @@ fn wait_failed_scheduling(c: &Cluster, pod: &str, message: &str) {
     assert_eq!(cond, "Unschedulable");
 }
 
-fn pod(name: &str, claim: &str, command: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: busybox:latest
-    imagePullPolicy: IfNotPresent
-    command: ["sh", "-c", "{command}"]
-    volumeMounts:
-    - name: store
-      mountPath: /data
-  volumes:
-  - name: store
-    persistentVolumeClaim:
-      claimName: {claim}
-"#
-    )
-}
-
+/// A claim of 100Mi.
 fn claim(name: &str, class: &str, mode: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata:
-  name: {name}
-spec:
-  storageClassName: "{class}"
-  accessModes: [{mode}]
-  resources:
-    requests:
-      storage: 100Mi
-"#
-    )
-}
-
-fn host_path_pv(name: &str, class: &str, mode: &str, path: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: PersistentVolume
-metadata:
-  name: {name}
-spec:
-  storageClassName: "{class}"
-  capacity:
-    storage: 1Gi
-  accessModes: [{mode}]
-  hostPath:
-    path: "{path}"
-"#
-    )
+    common::storage::claim(name, Some(class), mode, "100Mi")
 }
 
 /// A `local` volume that only node `node` can use.
@@ -138,19 +78,6 @@ spec:
     )
 }
 
-/// Waits for the file on the host to hold `want`.
-fn wait_file(path: &std::path::Path, want: &str) {
-    let got = eventually(Duration::from_secs(30), || {
-        std::fs::read_to_string(path).ok().filter(|s| s == want)
-    });
-    assert!(
-        got.is_some(),
-        "{} holds {:?}, not {want:?}",
-        path.display(),
-        std::fs::read_to_string(path)
-    );
-}
-
 #[test]
 fn pods_wait_for_their_claims_to_bind_then_run() {
     let n = Node::start("vs-imm", &[]);
@@ -158,7 +85,7 @@ fn pods_wait_for_their_claims_to_bind_then_run() {
     let host = tempfile::tempdir().expect("host dir");
 
     // A claim that does not exist.
-    c.apply(&pod("orphan", "missing", "sleep 3600"), &[]);
+    c.apply(&pod_with_claim("orphan", "missing", "sleep 3600"), &[]);
     wait_failed_scheduling(
         c,
         "orphan",
@@ -170,7 +97,7 @@ fn pods_wait_for_their_claims_to_bind_then_run() {
     // with no volume for it.
     c.apply(&claim("data", "manual", "ReadWriteOnce"), &[]);
     c.apply(
-        &pod("writer", "data", "echo written > /data/out.txt && sleep 3600"),
+        &pod_with_claim("writer", "data", "echo written > /data/out.txt && sleep 3600"),
         &[],
     );
     let unbound = "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/1 \
@@ -184,12 +111,12 @@ fn pods_wait_for_their_claims_to_bind_then_run() {
     // A volume appears: the binder binds the claim, the scheduler places the pod with it.
     let dir = host.path().join("data");
     c.apply(
-        &host_path_pv("data-pv", "manual", "ReadWriteOnce", &dir.display().to_string()),
+        &host_path_pv("data-pv", "manual", "ReadWriteOnce", "1Gi", &dir.display().to_string()),
         &[],
     );
     n.wait_running("writer");
     assert_eq!(n.field("writer", ".spec.nodeName"), n.name);
-    assert_eq!(c.k(&["get", "pvc", "data", "-o", "jsonpath={.status.phase}"]), "Bound");
+    assert_eq!(claim_phase(c, "data"), "Bound");
     wait_file(&dir.join("out.txt"), "written\n");
     let scheduled = c.event_messages("involvedObject.name=writer,reason=Scheduled");
     assert!(
@@ -236,13 +163,10 @@ volumeBindingMode: WaitForFirstConsumer
             .then_some(())
     });
     assert!(waiting.is_some(), "{}", c.k(&["describe", "pvc", "wdata"]));
-    assert_eq!(
-        c.k(&["get", "pvc", "wdata", "-o", "jsonpath={.status.phase}"]),
-        "Pending"
-    );
+    assert_eq!(claim_phase(c, "wdata"), "Pending");
 
     c.apply(
-        &pod("consumer", "wdata", "echo local > /data/out.txt && sleep 3600"),
+        &pod_with_claim("consumer", "wdata", "echo local > /data/out.txt && sleep 3600"),
         &[],
     );
     n.wait_running("consumer");
@@ -250,7 +174,7 @@ volumeBindingMode: WaitForFirstConsumer
         c.k(&["get", "pvc", "wdata", "-o", "jsonpath={.spec.volumeName}"]),
         "local-here"
     );
-    assert_eq!(c.k(&["get", "pvc", "wdata", "-o", "jsonpath={.status.phase}"]), "Bound");
+    assert_eq!(claim_phase(c, "wdata"), "Bound");
     let pv = c.get_json(&["pv", "local-here"]);
     assert_eq!(pv["spec"]["claimRef"]["name"], "wdata");
     assert_eq!(
@@ -269,7 +193,10 @@ volumeBindingMode: WaitForFirstConsumer
 
     // A second claim: only the other node's volume is left, so no node fits.
     c.apply(&claim("more", "local-storage", "ReadWriteOnce"), &[]);
-    c.apply(&pod("second", "more", "echo second > /data/out.txt && sleep 3600"), &[]);
+    c.apply(
+        &pod_with_claim("second", "more", "echo second > /data/out.txt && sleep 3600"),
+        &[],
+    );
     wait_failed_scheduling(
         c,
         "second",
@@ -292,18 +219,12 @@ volumeBindingMode: WaitForFirstConsumer
 
     // A bound claim whose volume belongs to another node.
     c.apply(
-        &format!(
-            "{}  claimRef:\n    namespace: default\n    name: far\n",
-            local_pv("far-pv", "", "/nonexistent", "no-such-node")
-        ),
+        &(local_pv("far-pv", "", "/nonexistent", "no-such-node") + &claim_ref("default", "far")),
         &[],
     );
     c.apply(&claim("far", "", "ReadWriteOnce"), &[]);
-    let bound = eventually(Duration::from_secs(30), || {
-        (c.k(&["get", "pvc", "far", "-o", "jsonpath={.status.phase}"]) == "Bound").then_some(())
-    });
-    assert!(bound.is_some(), "{}", c.k(&["describe", "pvc", "far"]));
-    c.apply(&pod("stranded", "far", "sleep 3600"), &[]);
+    wait_claim_phase(c, "far", "Bound");
+    c.apply(&pod_with_claim("stranded", "far", "sleep 3600"), &[]);
     wait_failed_scheduling(
         c,
         "stranded",
@@ -319,18 +240,27 @@ fn a_read_write_once_pod_claim_serves_one_pod() {
     let host = tempfile::tempdir().expect("host dir");
     let dir = host.path().join("single");
     c.apply(
-        &host_path_pv("single-pv", "manual", "ReadWriteOncePod", &dir.display().to_string()),
+        &host_path_pv(
+            "single-pv",
+            "manual",
+            "ReadWriteOncePod",
+            "1Gi",
+            &dir.display().to_string(),
+        ),
         &[],
     );
     c.apply(&claim("single", "manual", "ReadWriteOncePod"), &[]);
-    let bound = eventually(Duration::from_secs(30), || {
-        (c.k(&["get", "pvc", "single", "-o", "jsonpath={.status.phase}"]) == "Bound").then_some(())
-    });
-    assert!(bound.is_some(), "{}", c.k(&["describe", "pvc", "single"]));
+    wait_claim_phase(c, "single", "Bound");
 
-    c.apply(&pod("first", "single", "echo first > /data/who && sleep 3600"), &[]);
+    c.apply(
+        &pod_with_claim("first", "single", "echo first > /data/who && sleep 3600"),
+        &[],
+    );
     n.wait_running("first");
-    c.apply(&pod("second", "single", "echo second > /data/who && sleep 3600"), &[]);
+    c.apply(
+        &pod_with_claim("second", "single", "echo second > /data/who && sleep 3600"),
+        &[],
+    );
     wait_failed_scheduling(
         c,
         "second",

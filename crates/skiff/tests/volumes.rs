@@ -7,130 +7,28 @@ mod common;
 
 use std::time::Duration;
 
+use common::Cluster;
 use common::node::Node;
-use common::{Cluster, eventually};
+use common::storage::{
+    PV_HEADER, PVC_HEADER, claim, claim_phase, claim_ref, host_path_pv, on_node, pod_with_claim, read_only,
+    volume_phase, wait_claim_phase, wait_file, wait_volume_phase,
+};
 use serde_json::Value;
-
-fn claim_phase(c: &Cluster, name: &str) -> String {
-    c.k(&["get", "pvc", name, "-o", "jsonpath={.status.phase}"])
-}
-
-fn volume_phase(c: &Cluster, name: &str) -> String {
-    c.k(&["get", "pv", name, "-o", "jsonpath={.status.phase}"])
-}
-
-fn wait_claim_phase(c: &Cluster, name: &str, phase: &str) {
-    let ok = eventually(Duration::from_secs(30), || {
-        (claim_phase(c, name) == phase).then_some(())
-    });
-    assert!(
-        ok.is_some(),
-        "pvc {name} not {phase}:\n{}\n{}",
-        c.k(&["describe", "pvc", name]),
-        common::tail(&c.log(), 30)
-    );
-}
-
-fn wait_volume_phase(c: &Cluster, name: &str, phase: &str) {
-    let ok = eventually(Duration::from_secs(30), || {
-        (volume_phase(c, name) == phase).then_some(())
-    });
-    assert!(
-        ok.is_some(),
-        "pv {name} not {phase}:\n{}\n{}",
-        c.k(&["describe", "pv", name]),
-        common::tail(&c.log(), 30)
-    );
-}
-
-/// `(type, reason, message)` of the events about an object.
-fn events(c: &Cluster, kind: &str, name: &str) -> Vec<(String, String, String)> {
-    let ev = c.get_json(&[
-        "events",
-        "-A",
-        "--field-selector",
-        &format!("involvedObject.kind={kind},involvedObject.name={name}"),
-    ]);
-    ev["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| {
-            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-            (s("type"), s("reason"), s("message"))
-        })
-        .collect()
-}
-
-fn wait_event(c: &Cluster, kind: &str, name: &str, reason: &str, message: &str) {
-    let ok = eventually(Duration::from_secs(30), || {
-        events(c, kind, name)
-            .iter()
-            .any(|(_, r, m)| r == reason && m.contains(message))
-            .then_some(())
-    });
-    assert!(
-        ok.is_some(),
-        "no {reason} event {message:?} for {kind} {name}: {:?}",
-        events(c, kind, name)
-    );
-}
-
-fn host_path_pv(name: &str, path: &str, size: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: PersistentVolume
-metadata:
-  name: {name}
-  labels:
-    type: local
-spec:
-  storageClassName: manual
-  capacity:
-    storage: {size}
-  accessModes:
-  - ReadWriteOnce
-  hostPath:
-    path: "{path}"
-"#
-    )
-}
-
-fn claim(name: &str, class: &str, size: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata:
-  name: {name}
-spec:
-  storageClassName: "{class}"
-  accessModes:
-  - ReadWriteOnce
-  resources:
-    requests:
-      storage: {size}
-"#
-    )
-}
 
 #[test]
 fn claims_wait_for_a_matching_volume_then_bind_and_release() {
     let c = Cluster::start(&["--no-agent"]);
 
     // No volume at all: Pending, with upstream's events for a class and for no class.
-    c.apply(&claim("data", "manual", "500Mi"), &[]);
-    c.apply(&claim("classless", "", "1Gi"), &[]);
-    wait_event(
-        &c,
+    c.apply(&claim("data", Some("manual"), "ReadWriteOnce", "500Mi"), &[]);
+    c.apply(&claim("classless", Some(""), "ReadWriteOnce", "1Gi"), &[]);
+    c.wait_event_containing(
         "PersistentVolumeClaim",
         "data",
         "ProvisioningFailed",
         "storageclass.storage.k8s.io \"manual\" not found",
     );
-    wait_event(
-        &c,
+    c.wait_event_containing(
         "PersistentVolumeClaim",
         "classless",
         "FailedBinding",
@@ -140,13 +38,16 @@ fn claims_wait_for_a_matching_volume_then_bind_and_release() {
     assert_eq!(claim_phase(&c, "classless"), "Pending");
 
     // Volumes that do not satisfy the claim: too small, other class, other access mode.
-    c.apply(&host_path_pv("small", "/tmp/skiff-e2e-small", "100Mi"), &[]);
     c.apply(
-        &host_path_pv("other-class", "/tmp/skiff-e2e-other", "1Gi").replace("manual", "fast"),
+        &host_path_pv("small", "manual", "ReadWriteOnce", "100Mi", "/tmp/skiff-e2e-small"),
         &[],
     );
     c.apply(
-        &host_path_pv("rox", "/tmp/skiff-e2e-rox", "1Gi").replace("ReadWriteOnce", "ReadOnlyMany"),
+        &host_path_pv("other-class", "fast", "ReadWriteOnce", "1Gi", "/tmp/skiff-e2e-other"),
+        &[],
+    );
+    c.apply(
+        &host_path_pv("rox", "manual", "ReadOnlyMany", "1Gi", "/tmp/skiff-e2e-rox"),
         &[],
     );
     wait_volume_phase(&c, "small", "Available");
@@ -156,7 +57,10 @@ fn claims_wait_for_a_matching_volume_then_bind_and_release() {
     assert_eq!(claim_phase(&c, "data"), "Pending");
 
     // One that does.
-    c.apply(&host_path_pv("fits", "/tmp/skiff-e2e-fits", "1Gi"), &[]);
+    c.apply(
+        &host_path_pv("fits", "manual", "ReadWriteOnce", "1Gi", "/tmp/skiff-e2e-fits"),
+        &[],
+    );
     wait_claim_phase(&c, "data", "Bound");
     let pvc = c.get_json(&["pvc", "data"]);
     assert_eq!(pvc["spec"]["volumeName"], "fits");
@@ -169,22 +73,28 @@ fn claims_wait_for_a_matching_volume_then_bind_and_release() {
     );
     wait_volume_phase(&c, "fits", "Bound");
     let pv = c.get_json(&["pv", "fits"]);
-    let claim_ref = &pv["spec"]["claimRef"];
-    assert_eq!(claim_ref["kind"], "PersistentVolumeClaim");
-    assert_eq!(claim_ref["namespace"], "default");
-    assert_eq!(claim_ref["name"], "data");
-    assert_eq!(claim_ref["uid"], pvc["metadata"]["uid"]);
+    let pv_ref = &pv["spec"]["claimRef"];
+    assert_eq!(pv_ref["kind"], "PersistentVolumeClaim");
+    assert_eq!(pv_ref["namespace"], "default");
+    assert_eq!(pv_ref["name"], "data");
+    assert_eq!(pv_ref["uid"], pvc["metadata"]["uid"]);
     assert_eq!(
         pv["metadata"]["annotations"]["pv.kubernetes.io/bound-by-controller"],
         "yes"
     );
 
     // Of two that would do, the smaller one is chosen.
-    c.apply(&host_path_pv("big", "/tmp/skiff-e2e-big", "5Gi"), &[]);
-    c.apply(&host_path_pv("medium", "/tmp/skiff-e2e-medium", "2Gi"), &[]);
+    c.apply(
+        &host_path_pv("big", "manual", "ReadWriteOnce", "5Gi", "/tmp/skiff-e2e-big"),
+        &[],
+    );
+    c.apply(
+        &host_path_pv("medium", "manual", "ReadWriteOnce", "2Gi", "/tmp/skiff-e2e-medium"),
+        &[],
+    );
     wait_volume_phase(&c, "big", "Available");
     wait_volume_phase(&c, "medium", "Available");
-    c.apply(&claim("more", "manual", "1500Mi"), &[]);
+    c.apply(&claim("more", Some("manual"), "ReadWriteOnce", "1500Mi"), &[]);
     wait_claim_phase(&c, "more", "Bound");
     assert_eq!(
         c.k(&["get", "pvc", "more", "-o", "jsonpath={.spec.volumeName}"]),
@@ -195,41 +105,12 @@ fn claims_wait_for_a_matching_volume_then_bind_and_release() {
     // The printed columns.
     let out = c.k(&["get", "pvc", "data"]);
     let header: Vec<&str> = out.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(
-        header,
-        [
-            "NAME",
-            "STATUS",
-            "VOLUME",
-            "CAPACITY",
-            "ACCESS",
-            "MODES",
-            "STORAGECLASS",
-            "VOLUMEATTRIBUTESCLASS",
-            "AGE"
-        ]
-    );
+    assert_eq!(header, PVC_HEADER);
     let row: Vec<&str> = out.lines().nth(1).unwrap_or_default().split_whitespace().collect();
     assert_eq!(row[..7], ["data", "Bound", "fits", "1Gi", "RWO", "manual", "<unset>"]);
     let out = c.k(&["get", "pv", "fits"]);
     let header: Vec<&str> = out.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(
-        header,
-        [
-            "NAME",
-            "CAPACITY",
-            "ACCESS",
-            "MODES",
-            "RECLAIM",
-            "POLICY",
-            "STATUS",
-            "CLAIM",
-            "STORAGECLASS",
-            "VOLUMEATTRIBUTESCLASS",
-            "REASON",
-            "AGE"
-        ]
-    );
+    assert_eq!(header, PV_HEADER);
     let row: Vec<&str> = out.lines().nth(1).unwrap_or_default().split_whitespace().collect();
     assert_eq!(
         row[..8],
@@ -249,13 +130,20 @@ fn claims_wait_for_a_matching_volume_then_bind_and_release() {
     // bound-by-controller mark.
     c.apply(
         &format!(
-            "{}  claimRef:\n    namespace: default\n    name: reserved\n",
-            host_path_pv("for-reserved", "/tmp/skiff-e2e-reserved", "10Gi")
+            "{}{}",
+            host_path_pv(
+                "for-reserved",
+                "manual",
+                "ReadWriteOnce",
+                "10Gi",
+                "/tmp/skiff-e2e-reserved"
+            ),
+            claim_ref("default", "reserved")
         ),
         &[],
     );
     wait_volume_phase(&c, "for-reserved", "Available");
-    c.apply(&claim("reserved", "manual", "1Gi"), &[]);
+    c.apply(&claim("reserved", Some("manual"), "ReadWriteOnce", "1Gi"), &[]);
     wait_claim_phase(&c, "reserved", "Bound");
     assert_eq!(
         c.k(&["get", "pvc", "reserved", "-o", "jsonpath={.spec.volumeName}"]),
@@ -270,11 +158,13 @@ fn claims_wait_for_a_matching_volume_then_bind_and_release() {
 
     // A claim naming a volume that is too small waits, with upstream's warning.
     c.apply(
-        &format!("{}  volumeName: small\n", claim("named", "manual", "1Gi")),
+        &format!(
+            "{}  volumeName: small\n",
+            claim("named", Some("manual"), "ReadWriteOnce", "1Gi")
+        ),
         &[],
     );
-    wait_event(
-        &c,
+    c.wait_event_containing(
         "PersistentVolumeClaim",
         "named",
         "VolumeMismatch",
@@ -288,36 +178,10 @@ fn claims_wait_for_a_matching_volume_then_bind_and_release() {
     let pv = c.get_json(&["pv", "fits"]);
     assert_eq!(pv["spec"]["claimRef"]["name"], "data");
     // A new claim of the same name does not get the released volume back.
-    c.apply(&claim("data", "manual", "500Mi"), &[]);
+    c.apply(&claim("data", Some("manual"), "ReadWriteOnce", "500Mi"), &[]);
     wait_claim_phase(&c, "data", "Bound");
     assert_eq!(c.k(&["get", "pvc", "data", "-o", "jsonpath={.spec.volumeName}"]), "big");
     assert_eq!(volume_phase(&c, "fits"), "Released");
-}
-
-fn pod_with_claim(name: &str, claim: &str, command: &str, read_only: bool) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: busybox:latest
-    imagePullPolicy: IfNotPresent
-    command: ["sh", "-c", "{command}"]
-    volumeMounts:
-    - name: store
-      mountPath: /data
-  volumes:
-  - name: store
-    persistentVolumeClaim:
-      claimName: {claim}
-      readOnly: {read_only}
-"#
-    )
 }
 
 #[test]
@@ -334,12 +198,10 @@ fn host_path_volume_keeps_data_across_pods() {
             "writer",
             "task-pv-claim",
             "echo written-by-writer > /data/out.txt && sleep 3600",
-            false,
         ),
         &[],
     );
-    wait_event(
-        c,
+    c.wait_event_containing(
         "Pod",
         "writer",
         "FailedScheduling",
@@ -347,19 +209,18 @@ fn host_path_volume_keeps_data_across_pods() {
     );
     // One put on the node directly (no scheduler) waits in the agent, saying why, and is retried.
     c.apply(
-        &pod_with_claim("pinned", "task-pv-claim", "sleep 3600", false)
-            .replace("spec:\n", &format!("spec:\n  nodeName: {}\n", n.name)),
+        &on_node(&pod_with_claim("pinned", "task-pv-claim", "sleep 3600"), &n.name),
         &[],
     );
-    wait_event(
-        c,
+    c.wait_event_containing(
         "Pod",
         "pinned",
         "FailedMount",
         "error processing PVC default/task-pv-claim: failed to fetch PVC from API server: \
          persistentvolumeclaims \"task-pv-claim\" not found",
     );
-    let failed: Vec<String> = events(c, "Pod", "pinned")
+    let failed: Vec<String> = c
+        .events("Pod", "pinned")
         .into_iter()
         .filter(|(_, r, _)| r == "FailedMount")
         .map(|(t, _, m)| format!("{t} {m}"))
@@ -371,16 +232,14 @@ fn host_path_volume_keeps_data_across_pods() {
         )),
         "{failed:?}"
     );
-    c.apply(&claim("task-pv-claim", "manual", "500Mi"), &[]);
-    wait_event(
-        c,
+    c.apply(&claim("task-pv-claim", Some("manual"), "ReadWriteOnce", "500Mi"), &[]);
+    c.wait_event_containing(
         "Pod",
         "pinned",
         "FailedMount",
         "error processing PVC default/task-pv-claim: PVC is not bound",
     );
-    wait_event(
-        c,
+    c.wait_event_containing(
         "Pod",
         "writer",
         "FailedScheduling",
@@ -389,7 +248,10 @@ fn host_path_volume_keeps_data_across_pods() {
     assert_eq!(c.k(&["get", "pod", "writer", "-o", "jsonpath={.spec.nodeName}"]), "");
 
     // The volume: its directory does not exist yet and is created on first use.
-    c.apply(&host_path_pv("task-pv-volume", &data, "1Gi"), &[]);
+    c.apply(
+        &host_path_pv("task-pv-volume", "manual", "ReadWriteOnce", "1Gi", &data),
+        &[],
+    );
     wait_claim_phase(c, "task-pv-claim", "Bound");
     let out = c.k(&["get", "pvc", "task-pv-claim"]);
     assert!(
@@ -400,12 +262,7 @@ fn host_path_volume_keeps_data_across_pods() {
         "{out}"
     );
     n.wait_running("writer");
-    let written = eventually(Duration::from_secs(30), || {
-        std::fs::read_to_string(data_dir.join("out.txt"))
-            .ok()
-            .filter(|s| !s.is_empty())
-    });
-    assert_eq!(written.as_deref(), Some("written-by-writer\n"));
+    wait_file(&data_dir.join("out.txt"), "written-by-writer\n");
 
     n.wait_running("pinned");
     c.k(&["delete", "pod", "pinned"]);
@@ -418,7 +275,10 @@ fn host_path_volume_keeps_data_across_pods() {
     );
 
     // A second pod reads it back, through a read-only mount.
-    c.apply(&pod_with_claim("reader", "task-pv-claim", "sleep 3600", true), &[]);
+    c.apply(
+        &read_only(&pod_with_claim("reader", "task-pv-claim", "sleep 3600")),
+        &[],
+    );
     n.wait_running("reader");
     assert_eq!(
         c.k(&["exec", "reader", "--", "cat", "/data/out.txt"]),

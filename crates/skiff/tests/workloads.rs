@@ -473,46 +473,23 @@ fn statefulset_pods_in_order_with_claims() {
     // The claims bind before their pods are scheduled: a volume each, of no class as the claims.
     for i in 0..2 {
         c.apply(
-            &format!(
-                "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: www-{i}\nspec:\n  storageClassName: \"\"\n  \
-                 capacity:\n    storage: 1Gi\n  accessModes: [ReadWriteOnce]\n  hostPath:\n    path: /tmp/skiff-e2e-www-{i}\n"
+            &common::storage::host_path_pv(
+                &format!("www-{i}"),
+                "",
+                "ReadWriteOnce",
+                "1Gi",
+                &format!("/tmp/skiff-e2e-www-{i}"),
             ),
             &[],
         );
     }
+    // Seed 003's StatefulSet with a claim template of no class.
     c.apply(
-        r#"
-apiVersion: apps/v1
-kind: StatefulSet
-metadata:
-  name: web
-spec:
-  serviceName: "nginx"
-  replicas: 2
-  selector:
-    matchLabels:
-      app: nginx
-  template:
-    metadata:
-      labels:
-        app: nginx
-    spec:
-      containers:
-      - name: nginx
-        image: nginx:1.9.1
-        ports:
-        - containerPort: 80
-          name: web
-  volumeClaimTemplates:
-  - metadata:
-      name: www
-    spec:
-      storageClassName: ""
-      accessModes: ["ReadWriteOnce"]
-      resources:
-        requests:
-          storage: 1Gi
-"#,
+        &format!(
+            "{}{}",
+            common::seeds::STATEFULSET_WEB,
+            common::storage::claim_template("www", Some(""))
+        ),
         &[],
     );
     let pods = wait_running(&c, "default", "app=nginx", 2);

@@ -5,6 +5,7 @@
 
 pub mod node;
 pub mod seeds;
+pub mod storage;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -267,9 +268,93 @@ impl Cluster {
         ])
     }
 
+    /// `(type, reason, message)` of the events (in every namespace) about an object.
+    pub fn events(&self, kind: &str, name: &str) -> Vec<(String, String, String)> {
+        let ev = self.get_json(&[
+            "events",
+            "-A",
+            "--field-selector",
+            &format!("involvedObject.kind={kind},involvedObject.name={name}"),
+        ]);
+        ev["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+                (s("type"), s("reason"), s("message"))
+            })
+            .collect()
+    }
+
+    /// Waits (30 s at most) for an event about the object with `reason` and exactly `message`.
+    pub fn wait_event(&self, kind: &str, name: &str, reason: &str, message: &str) {
+        self.wait_event_where(kind, name, reason, message, |m| m == message);
+    }
+
+    /// Waits (30 s at most) for an event about the object with `reason` and a message that
+    /// contains `part`.
+    pub fn wait_event_containing(&self, kind: &str, name: &str, reason: &str, part: &str) {
+        self.wait_event_where(kind, name, reason, part, |m| m.contains(part));
+    }
+
+    fn wait_event_where(&self, kind: &str, name: &str, reason: &str, message: &str, matches: impl Fn(&str) -> bool) {
+        let ok = eventually(Duration::from_secs(30), || {
+            self.events(kind, name)
+                .iter()
+                .any(|(_, r, m)| r == reason && matches(m))
+                .then_some(())
+        });
+        assert!(
+            ok.is_some(),
+            "no {reason} event {message:?} for {kind} {name}: {:?}\n{}",
+            self.events(kind, name),
+            tail(&self.log(), 30)
+        );
+    }
+
+    /// `kubectl get ARGS -o json`, or None once the object is gone (any other error fails).
+    pub fn get_opt(&self, args: &[&str]) -> Option<serde_json::Value> {
+        let out = self.kubectl(&[&["get"], args, &["-o", "json"]].concat());
+        if out.status.success() {
+            return serde_json::from_slice(&out.stdout).ok();
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("NotFound"), "kubectl get {args:?}: {err}");
+        None
+    }
+
+    /// Waits for `kubectl get ARGS` to find nothing.
+    pub fn wait_gone(&self, args: &[&str], timeout: Duration) {
+        let gone = eventually(timeout, || self.get_opt(args).is_none().then_some(()));
+        assert!(
+            gone.is_some(),
+            "{args:?} still there:\n{}\n{}",
+            self.k(&[&["get"], args, &["-o", "yaml"]].concat()),
+            tail(&self.log(), 40)
+        );
+    }
+
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
+}
+
+/// The whitespace-split cells of `kubectl get` output: the header, then each row.
+pub fn table(out: &str) -> Vec<Vec<String>> {
+    out.lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+/// An object's `metadata.finalizers`.
+pub fn finalizers(v: &serde_json::Value) -> Vec<String> {
+    v["metadata"]["finalizers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.as_str().map(str::to_string))
+        .collect()
 }
 
 /// Unmounts whatever is mounted under `dir` (the agent's subPath bind mounts of pods it had no time

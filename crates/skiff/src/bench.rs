@@ -23,6 +23,10 @@ pub enum BenchCommand {
         /// (default: the administrator, bound to cluster-admin by a ClusterRoleBinding).
         #[arg(long)]
         as_user: Option<String>,
+        /// A flag for the measured server, as `skiff server` takes it (repeatable), e.g.
+        /// `--server-arg=--audit-log-path=` to measure without the audit log.
+        #[arg(long = "server-arg", allow_hyphen_values = true)]
+        server_args: Vec<String>,
     },
     /// Scheduling throughput on upstream's scheduler_perf shapes.
     Scheduling {
@@ -234,7 +238,8 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             clients,
             json,
             as_user,
-        } => bench_api(pods, clients, json, as_user).await,
+            server_args,
+        } => bench_api(pods, clients, json, as_user, &server_args).await,
         BenchCommand::Services { options, json } => crate::bench_services::bench_services(options, json).await,
         BenchCommand::Scheduling {
             nodes,
@@ -296,8 +301,16 @@ pub(crate) fn print_result(v: &serde_json::Value, as_json: bool) {
     }
 }
 
-async fn bench_api(pods: usize, clients: usize, as_json: bool, as_user: Option<String>) -> anyhow::Result<()> {
-    let server = ChildServer::start(&["--no-agent", "--no-scheduler", "--no-controllers"]).await?;
+async fn bench_api(
+    pods: usize,
+    clients: usize,
+    as_json: bool,
+    as_user: Option<String>,
+    server_args: &[String],
+) -> anyhow::Result<()> {
+    let mut flags = vec!["--no-agent", "--no-scheduler", "--no-controllers"];
+    flags.extend(server_args.iter().map(String::as_str));
+    let server = ChildServer::start(&flags).await?;
     let client = server.client().await?;
     wait_ready(&client).await?;
     let client = match &as_user {

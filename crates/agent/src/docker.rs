@@ -15,6 +15,8 @@ use bollard::query_parameters::{
 use jiff::Timestamp;
 
 pub const LABEL_NODE: &str = "io.skiff.node";
+/// The cluster a container belongs to: the uid of its `kube-system` Namespace.
+pub const LABEL_CLUSTER: &str = "io.skiff.cluster";
 pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
 pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
 pub const LABEL_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
@@ -35,6 +37,44 @@ pub async fn connect() -> anyhow::Result<Docker> {
         .negotiate_version()
         .await
         .context("negotiating the Docker API version")
+}
+
+/// A Docker `label` filter term: the containers whose label `key` is `value`.
+pub fn label(key: &str, value: &str) -> String {
+    format!("{key}={value}")
+}
+
+/// Whose containers these are: one node of one cluster. Nodes of two clusters may share a name (both
+/// named after the host) on one engine, so containers are matched by node and cluster together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner<'a> {
+    pub node: &'a str,
+    /// The cluster's identity, the uid of its `kube-system` Namespace.
+    pub cluster: &'a str,
+}
+
+impl Owner<'_> {
+    /// The labels every container of this owner carries.
+    pub fn labels(&self) -> [(String, String); 2] {
+        [
+            (LABEL_NODE.to_string(), self.node.to_string()),
+            (LABEL_CLUSTER.to_string(), self.cluster.to_string()),
+        ]
+    }
+
+    /// Docker `label` filters selecting this owner's containers, narrowed by `more` (`key=value`s).
+    pub fn label_filter(&self, more: impl IntoIterator<Item = String>) -> Vec<String> {
+        self.labels()
+            .into_iter()
+            .map(|(k, v)| label(&k, &v))
+            .chain(more)
+            .collect()
+    }
+
+    /// Docker list filters selecting this owner's containers, narrowed by `more` labels.
+    pub fn filters(&self, more: impl IntoIterator<Item = String>) -> HashMap<String, Vec<String>> {
+        HashMap::from([("label".to_string(), self.label_filter(more))])
+    }
 }
 
 /// What the agent knows about one Docker container of a pod.
@@ -105,8 +145,8 @@ fn parse_time(s: Option<&String>) -> Option<Timestamp> {
 }
 
 /// Lists every container this node's agent created (running or not), grouped by pod UID.
-pub async fn list_node_containers(docker: &Docker, node: &str) -> anyhow::Result<HashMap<String, PodRuntime>> {
-    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_NODE}={node}")])]);
+pub async fn list_node_containers(docker: &Docker, owner: Owner<'_>) -> anyhow::Result<HashMap<String, PodRuntime>> {
+    let filters = owner.filters([]);
     let options = ListContainersOptionsBuilder::default()
         .all(true)
         .filters(&filters)
@@ -135,16 +175,32 @@ pub async fn list_node_containers(docker: &Docker, node: &str) -> anyhow::Result
 }
 
 /// The label filter selecting one pod's containers on this node.
-fn pod_filters(node: &str, uid: &str) -> HashMap<String, Vec<String>> {
-    HashMap::from([(
-        "label".to_string(),
-        vec![format!("{LABEL_NODE}={node}"), format!("{LABEL_POD_UID}={uid}")],
-    )])
+fn pod_filters(owner: Owner<'_>, uid: &str) -> HashMap<String, Vec<String>> {
+    owner.filters([label(LABEL_POD_UID, uid)])
+}
+
+/// Ids of containers of node `node` without a cluster label: made by an agent that did not label
+/// its cluster, so no cluster can claim them.
+pub async fn unowned_node_containers(docker: &Docker, node: &str) -> anyhow::Result<Vec<String>> {
+    let filters = HashMap::from([("label".to_string(), vec![label(LABEL_NODE, node)])]);
+    let options = ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let list = docker
+        .list_containers(Some(options))
+        .await
+        .context("listing containers")?;
+    Ok(list
+        .into_iter()
+        .filter(|c| c.labels.as_ref().is_none_or(|l| !l.contains_key(LABEL_CLUSTER)))
+        .filter_map(|c| c.id)
+        .collect())
 }
 
 /// The bytes the pod's containers wrote to their writable layers (the engine's `SizeRw`).
-pub async fn pod_writable_layers(docker: &Docker, node: &str, uid: &str) -> anyhow::Result<u64> {
-    let filters = pod_filters(node, uid);
+pub async fn pod_writable_layers(docker: &Docker, owner: Owner<'_>, uid: &str) -> anyhow::Result<u64> {
+    let filters = pod_filters(owner, uid);
     let options = ListContainersOptionsBuilder::default()
         .all(true)
         .size(true)
@@ -162,8 +218,8 @@ pub async fn pod_writable_layers(docker: &Docker, node: &str, uid: &str) -> anyh
 }
 
 /// Lists the containers of one pod.
-pub async fn pod_runtime(docker: &Docker, node: &str, uid: &str) -> anyhow::Result<PodRuntime> {
-    let filters = pod_filters(node, uid);
+pub async fn pod_runtime(docker: &Docker, owner: Owner<'_>, uid: &str) -> anyhow::Result<PodRuntime> {
+    let filters = pod_filters(owner, uid);
     let options = ListContainersOptionsBuilder::default()
         .all(true)
         .filters(&filters)
@@ -357,6 +413,18 @@ pub fn container_name(kind: &str, pod_name: &str, namespace: &str, uid: &str, at
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_owners_filter_matches_node_and_cluster() {
+        let owner = super::Owner {
+            node: "n1",
+            cluster: "0b9c",
+        };
+        assert_eq!(
+            owner.filters([super::label(super::LABEL_POD_UID, "u1")])["label"],
+            ["io.skiff.node=n1", "io.skiff.cluster=0b9c", "io.kubernetes.pod.uid=u1"]
+        );
+    }
+
     use super::*;
 
     fn rec(name: &str, restart: i32, state: RunState) -> ContainerRecord {

@@ -299,6 +299,8 @@ pub struct Evictor {
     pub client: kube::Client,
     pub docker: bollard::Docker,
     pub node: String,
+    /// The cluster's identity, which the node's containers are labelled with.
+    pub cluster: String,
     pub recorder: crate::events::Recorder,
     pub evicted: Evicted,
     /// The agent's data dir (pods' emptyDir volumes live under it).
@@ -438,6 +440,13 @@ async fn memory_working_set(docker: &bollard::Docker, id: &str) -> Option<u64> {
 }
 
 impl Evictor {
+    fn owner(&self) -> crate::docker::Owner<'_> {
+        crate::docker::Owner {
+            node: &self.node,
+            cluster: &self.cluster,
+        }
+    }
+
     /// Evicts one pod for the crossed `threshold`; `false` when none could be.
     async fn evict_one(&self, threshold: &Threshold, observed: Option<Observation>) -> anyhow::Result<bool> {
         let api: Api<Pod> = Api::all(self.client.clone());
@@ -466,7 +475,7 @@ impl Evictor {
             }
             let usage = match resource {
                 "memory" => {
-                    let runtime = crate::docker::pod_runtime(&self.docker, &self.node, &uid).await?;
+                    let runtime = crate::docker::pod_runtime(&self.docker, self.owner(), &uid).await?;
                     let mut total = None;
                     for c in &runtime.containers {
                         if let Some(ws) = memory_working_set(&self.docker, &c.id).await {
@@ -478,7 +487,7 @@ impl Evictor {
                 // Writable layers and disk-backed emptyDir volumes, as the kubelet counts
                 // ephemeral storage (the walk stays inside the volumes' own filesystem).
                 "ephemeral-storage" => {
-                    let layers = crate::docker::pod_writable_layers(&self.docker, &self.node, &uid).await?;
+                    let layers = crate::docker::pod_writable_layers(&self.docker, self.owner(), &uid).await?;
                     let dir = crate::volumes::pod_dir(&self.data_dir, &uid)
                         .join("volumes")
                         .join("kubernetes.io~empty-dir");
@@ -499,7 +508,7 @@ impl Evictor {
         self.evicted.lock().insert(uid.clone(), text.clone());
         self.recorder.pod_event(&chosen.pod, None, "Warning", "Evicted", text);
         // Its worker wakes on the deaths and reports it Failed.
-        let runtime = crate::docker::pod_runtime(&self.docker, &self.node, &uid).await?;
+        let runtime = crate::docker::pod_runtime(&self.docker, self.owner(), &uid).await?;
         for c in runtime.containers.iter().chain(runtime.sandboxes.iter()) {
             if let Err(e) = crate::docker::kill(&self.docker, &c.id).await {
                 tracing::debug!(container = %c.id, error = %format!("{e:#}"), "killing an evicted pod's container");

@@ -171,6 +171,26 @@ pub async fn docker_available() -> bool {
     }
 }
 
+/// The cluster's identity: the uid of its `kube-system` Namespace, which lives as long as the
+/// cluster. The API server may not be up yet (or not have made the namespace): keeps trying.
+async fn cluster_id(client: &kube::Client) -> String {
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+    let mut delay = std::time::Duration::from_millis(500);
+    loop {
+        match namespaces.get("kube-system").await {
+            Ok(ns) if ns.metadata.uid.as_deref().is_some_and(|u| !u.is_empty()) => {
+                return ns.metadata.uid.unwrap_or_default();
+            }
+            Ok(_) => tracing::warn!("the kube-system namespace has no uid; retrying"),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the cluster's identity (the kube-system namespace); retrying")
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(std::time::Duration::from_secs(10));
+    }
+}
+
 /// Runs the agent until its pod watch ends or an error stops it. Containers keep running when it stops.
 pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
     let docker = docker::connect().await?;
@@ -179,6 +199,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
             .await
             .context("building the pause image")?;
     }
+    let cluster = cluster_id(&client).await;
     let node_ip = cfg.node_ip.unwrap_or_else(node::detect_host_ip);
     // The CA comes from the configuration or, for `skiff agent --kubeconfig`, from the kubeconfig.
     let cluster_ca = cfg.cluster_ca().context("reading the cluster CA")?;
@@ -187,6 +208,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
             let state = server::ServerState {
                 docker: docker.clone(),
                 node: cfg.node_name.clone(),
+                cluster: cluster.clone(),
             };
             let sans = vec![
                 node_ip.to_string(),
@@ -231,6 +253,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         client: client.clone(),
         docker: docker.clone(),
         node: cfg.node_name.clone(),
+        cluster: cluster.clone(),
         recorder: events::Recorder::new(client.clone(), &cfg.node_name),
         evicted: evicted.clone(),
         data_dir: cfg.data_dir.clone(),
@@ -270,6 +293,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         client: client.clone(),
         docker,
         node: cfg.node_name.clone(),
+        cluster,
         data_dir: cfg.data_dir.clone(),
         host_ip: facts.internal_ip.clone(),
         recorder: events::Recorder::new(client, &cfg.node_name),

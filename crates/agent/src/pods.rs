@@ -30,6 +30,7 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
     let mut listed: HashSet<String> = HashSet::new();
     // Until the first list is complete.
     let mut initial = true;
+    tokio::spawn(report_unowned(ctx.clone()));
     let (exits_tx, mut exits) = mpsc::channel::<String>(1024);
     let events = tokio::spawn(container_events(ctx.clone(), exits_tx));
     let image_events = tokio::spawn(docker::invalidate_images_on_events(
@@ -99,10 +100,7 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
 pub async fn container_events(ctx: Arc<Ctx>, tx: mpsc::Sender<String>) {
     let filters = HashMap::from([
         ("type".to_string(), vec!["container".to_string()]),
-        (
-            "label".to_string(),
-            vec![format!("{}={}", docker::LABEL_NODE, ctx.node)],
-        ),
+        ("label".to_string(), ctx.owner().label_filter([])),
         (
             "event".to_string(),
             vec!["die".to_string(), "oom".to_string(), "destroy".to_string()],
@@ -145,10 +143,25 @@ fn upsert(ctx: &Arc<Ctx>, workers: &mut HashMap<String, Handle>, pod: Pod, fresh
     workers.insert(uid, Handle { tx, wake, task });
 }
 
+/// Says once that containers of this node's name without a cluster label (made by an agent that did
+/// not label them) are left alone: they may be another cluster's, so orphan removal never takes them.
+async fn report_unowned(ctx: Arc<Ctx>) {
+    match docker::unowned_node_containers(&ctx.docker, &ctx.node).await {
+        Ok(ids) if !ids.is_empty() => tracing::info!(
+            count = ids.len(),
+            label = docker::LABEL_CLUSTER,
+            "leaving alone containers of this node without a cluster label; remove them by hand if no cluster runs them"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %format!("{e:#}"), "listing containers without a cluster label"),
+    }
+}
+
 /// Stops (within the grace period they were created with) and removes containers of pods the API no
-/// longer has.
+/// longer has. Only this node's containers of this cluster are candidates: a node of another cluster
+/// on the same engine may carry the same name.
 async fn remove_orphans(ctx: &Ctx, known: &HashSet<String>) -> anyhow::Result<()> {
-    let pods = docker::list_node_containers(&ctx.docker, &ctx.node).await?;
+    let pods = docker::list_node_containers(&ctx.docker, ctx.owner()).await?;
     for (uid, rt) in pods {
         if known.contains(&uid) {
             continue;
@@ -162,7 +175,7 @@ async fn remove_orphans(ctx: &Ctx, known: &HashSet<String>) -> anyhow::Result<()
                 .unwrap_or(30);
             docker::stop(&ctx.docker, &c.id, grace).await?;
         }
-        worker::cleanup_pod(&ctx.docker, &ctx.node, &ctx.data_dir, &uid).await?;
+        worker::cleanup_pod(&ctx.docker, ctx.owner(), &ctx.data_dir, &uid).await?;
     }
     Ok(())
 }

@@ -44,8 +44,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::io::AsyncWriteExt;
 
 use crate::docker::{
-    LABEL_CONTAINER_NAME, LABEL_NODE, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_RESTART_COUNT, LABEL_TYPE,
-    TYPE_CONTAINER,
+    LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_RESTART_COUNT, LABEL_TYPE, Owner, TYPE_CONTAINER,
+    label,
 };
 
 /// The subprotocols offered, most preferred first.
@@ -61,6 +61,17 @@ pub const PROTOCOLS: [&str; 5] = [
 pub struct ServerState {
     pub docker: Docker,
     pub node: String,
+    /// The cluster's identity, which the node's containers are labelled with.
+    pub cluster: String,
+}
+
+impl ServerState {
+    fn owner(&self) -> crate::docker::Owner<'_> {
+        crate::docker::Owner {
+            node: &self.node,
+            cluster: &self.cluster,
+        }
+    }
 }
 
 /// A started endpoint: where it listens and the SHA-256 (hex) of its serving certificate,
@@ -265,22 +276,18 @@ fn error(code: StatusCode, message: String) -> Response {
 /// Finds a container of a pod on this node; `previous` picks the instance before the newest.
 pub async fn find_container(
     docker: &Docker,
-    node: &str,
+    owner: Owner<'_>,
     namespace: &str,
     pod: &str,
     container: &str,
     previous: bool,
 ) -> anyhow::Result<Option<String>> {
-    let filters = HashMap::from([(
-        "label".to_string(),
-        vec![
-            format!("{LABEL_NODE}={node}"),
-            format!("{LABEL_POD_NAMESPACE}={namespace}"),
-            format!("{LABEL_POD_NAME}={pod}"),
-            format!("{LABEL_CONTAINER_NAME}={container}"),
-            format!("{LABEL_TYPE}={TYPE_CONTAINER}"),
-        ],
-    )]);
+    let filters = owner.filters([
+        label(LABEL_POD_NAMESPACE, namespace),
+        label(LABEL_POD_NAME, pod),
+        label(LABEL_CONTAINER_NAME, container),
+        label(LABEL_TYPE, TYPE_CONTAINER),
+    ]);
     let options = ListContainersOptionsBuilder::default()
         .all(true)
         .filters(&filters)
@@ -308,7 +315,7 @@ async fn container_logs(
 ) -> Response {
     let params = parse_query(query.as_deref().unwrap_or(""));
     let previous = flag(&params, "previous");
-    let id = match find_container(&state.docker, &state.node, &ns, &pod, &container, previous).await {
+    let id = match find_container(&state.docker, state.owner(), &ns, &pod, &container, previous).await {
         Ok(Some(id)) => id,
         Ok(None) if previous => {
             return error(
@@ -461,7 +468,7 @@ async fn exec_inner(
     if opts.command.is_empty() {
         return error(StatusCode::BAD_REQUEST, "you must specify at least 1 command".into());
     }
-    let id = match find_container(&state.docker, &state.node, &ns, &pod, &container, false).await {
+    let id = match find_container(&state.docker, state.owner(), &ns, &pod, &container, false).await {
         Ok(Some(id)) => id,
         Ok(None) => {
             return error(
@@ -552,7 +559,7 @@ async fn attach_inner(
         Err(r) => return r,
     };
     let opts = stream_options(query);
-    let id = match find_container(&state.docker, &state.node, &ns, &pod, &container, false).await {
+    let id = match find_container(&state.docker, state.owner(), &ns, &pod, &container, false).await {
         Ok(Some(id)) => id,
         Ok(None) => {
             return error(
@@ -688,27 +695,28 @@ async fn port_forward_with_uid(
 }
 
 /// The pod IP of a pod on this node: its running sandbox's address (127.0.0.1 on the host network).
-pub async fn pod_address(docker: &Docker, node: &str, namespace: &str, pod: &str) -> anyhow::Result<Option<String>> {
-    Ok(pod_sandbox(docker, node, namespace, pod).await?.map(|(_, ip)| ip))
+pub async fn pod_address(
+    docker: &Docker,
+    owner: Owner<'_>,
+    namespace: &str,
+    pod: &str,
+) -> anyhow::Result<Option<String>> {
+    Ok(pod_sandbox(docker, owner, namespace, pod).await?.map(|(_, ip)| ip))
 }
 
 /// The running sandbox of a pod on this node: its container id and the pod IP (127.0.0.1 on the host
 /// network).
 pub async fn pod_sandbox(
     docker: &Docker,
-    node: &str,
+    owner: Owner<'_>,
     namespace: &str,
     pod: &str,
 ) -> anyhow::Result<Option<(String, String)>> {
-    let filters = HashMap::from([(
-        "label".to_string(),
-        vec![
-            format!("{LABEL_NODE}={node}"),
-            format!("{LABEL_POD_NAMESPACE}={namespace}"),
-            format!("{LABEL_POD_NAME}={pod}"),
-            format!("{LABEL_TYPE}={}", crate::docker::TYPE_SANDBOX),
-        ],
-    )]);
+    let filters = owner.filters([
+        label(LABEL_POD_NAMESPACE, namespace),
+        label(LABEL_POD_NAME, pod),
+        label(LABEL_TYPE, crate::docker::TYPE_SANDBOX),
+    ]);
     let options = ListContainersOptionsBuilder::default().filters(&filters).build();
     let list = docker
         .list_containers(Some(options))
@@ -743,7 +751,7 @@ async fn port_forward_inner(
         .any(|p| p.as_bytes() == SPDY_PORT_FORWARD_PROTOCOL.as_bytes())
     {
         // Ports come from each stream's headers, not from the query.
-        let (sandbox, ip) = match pod_sandbox(&state.docker, &state.node, &ns, &pod).await {
+        let (sandbox, ip) = match pod_sandbox(&state.docker, state.owner(), &ns, &pod).await {
             Ok(Some(found)) => found,
             Ok(None) => return error(StatusCode::NOT_FOUND, format!("pod \"{pod}\" has no running sandbox")),
             Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
@@ -766,7 +774,7 @@ async fn port_forward_inner(
     if ports.is_empty() {
         return error(StatusCode::BAD_REQUEST, "at least 1 port must be specified".into());
     }
-    let ip = match pod_address(&state.docker, &state.node, &ns, &pod).await {
+    let ip = match pod_address(&state.docker, state.owner(), &ns, &pod).await {
         Ok(Some(ip)) => ip,
         Ok(None) => return error(StatusCode::NOT_FOUND, format!("pod \"{pod}\" has no running sandbox")),
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),

@@ -41,6 +41,8 @@ pub struct Ctx {
     pub client: kube::Client,
     pub docker: Docker,
     pub node: String,
+    /// The cluster's identity (the uid of its `kube-system` Namespace), labelled on every container.
+    pub cluster: String,
     pub data_dir: PathBuf,
     pub host_ip: String,
     pub recorder: Recorder,
@@ -58,6 +60,14 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// This node's containers' owner.
+    pub fn owner(&self) -> docker::Owner<'_> {
+        docker::Owner {
+            node: &self.node,
+            cluster: &self.cluster,
+        }
+    }
+
     fn env_context<'a>(&self, pod_ip: &'a str, host_ip: &'a str) -> EnvContext<'a> {
         EnvContext {
             pod_ip,
@@ -301,7 +311,7 @@ impl PodWorker {
     }
 
     async fn runtime(&self) -> anyhow::Result<PodRuntime> {
-        docker::pod_runtime(self.docker(), &self.ctx.node, &self.uid).await
+        docker::pod_runtime(self.docker(), self.ctx.owner(), &self.uid).await
     }
 
     /// One pass of the sync loop; `true` when the pod has reached a terminal phase.
@@ -724,8 +734,8 @@ impl PodWorker {
     }
 
     fn base_labels(&self, pod: &Pod, kind: &str) -> HashMap<String, String> {
-        HashMap::from([
-            (docker::LABEL_NODE.to_string(), self.ctx.node.clone()),
+        let mut labels: HashMap<String, String> = self.ctx.owner().labels().into();
+        labels.extend([
             (docker::LABEL_POD_UID.to_string(), self.uid.clone()),
             (
                 docker::LABEL_POD_NAME.to_string(),
@@ -737,7 +747,8 @@ impl PodWorker {
             ),
             (docker::LABEL_TYPE.to_string(), kind.to_string()),
             (docker::LABEL_GRACE.to_string(), grace_seconds(pod).to_string()),
-        ])
+        ]);
+        labels
     }
 
     /// Creates and starts the pod's sandbox; returns its container id.
@@ -1481,13 +1492,18 @@ impl PodWorker {
 
     async fn cleanup(&mut self) -> anyhow::Result<()> {
         self.probes.clear();
-        cleanup_pod(&self.ctx.docker, &self.ctx.node, &self.ctx.data_dir, &self.uid).await
+        cleanup_pod(&self.ctx.docker, self.ctx.owner(), &self.ctx.data_dir, &self.uid).await
     }
 }
 
 /// Removes every container, tmpfs volume and the directory of a pod.
-pub async fn cleanup_pod(docker: &Docker, node: &str, data_dir: &std::path::Path, uid: &str) -> anyhow::Result<()> {
-    let rt = docker::pod_runtime(docker, node, uid).await?;
+pub async fn cleanup_pod(
+    docker: &Docker,
+    owner: docker::Owner<'_>,
+    data_dir: &std::path::Path,
+    uid: &str,
+) -> anyhow::Result<()> {
+    let rt = docker::pod_runtime(docker, owner, uid).await?;
     for c in rt.containers.iter().chain(&rt.sandboxes) {
         docker::remove(docker, &c.id).await?;
     }

@@ -20,6 +20,10 @@ use tokio::sync::{OnceCell, oneshot, watch};
 
 static IMAGES: OnceCell<()> = OnceCell::const_new();
 
+/// The cluster identity the test nodes' containers are labelled with (each test's node has a name
+/// of its own, so one identity serves them all).
+const TEST_CLUSTER: &str = "docker-runtime-tests";
+
 async fn ensure_images(docker: &bollard::Docker) {
     IMAGES
         .get_or_init(|| async {
@@ -181,6 +185,7 @@ impl Harness {
             client: client.clone(),
             docker,
             node: node.clone(),
+            cluster: TEST_CLUSTER.into(),
             data_dir,
             host_ip: "127.0.0.1".into(),
             recorder: Recorder::new(client.clone(), &node),
@@ -315,10 +320,11 @@ impl Harness {
     }
 
     async fn exec(&self, pod: &str, container: &str, cmd: &[&str]) -> (i64, String) {
-        let id = skiff_agent::server::find_container(&self.ctx.docker, &self.node, "default", pod, container, false)
-            .await
-            .unwrap()
-            .expect("container exists");
+        let id =
+            skiff_agent::server::find_container(&self.ctx.docker, self.ctx.owner(), "default", pod, container, false)
+                .await
+                .unwrap()
+                .expect("container exists");
         let cmd: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
         skiff_agent::probes::exec_output(&self.ctx.docker, &id, &cmd)
             .await
@@ -426,7 +432,9 @@ async fn containers_share_the_sandbox_network() {
             .all(|c| { c.container_id.as_deref().is_some_and(|id| id.starts_with("docker://")) })
     );
     h.finish(tx, task).await;
-    let left = docker::list_node_containers(&h.ctx.docker, &h.node).await.unwrap();
+    let left = docker::list_node_containers(&h.ctx.docker, h.ctx.owner())
+        .await
+        .unwrap();
     assert!(left.is_empty(), "containers removed after teardown");
 }
 
@@ -835,12 +843,12 @@ async fn a_restarted_agent_adopts_running_containers() {
     let uid = pod.metadata.uid.clone().unwrap();
     let (tx, task) = h.spawn(&pod);
     h.wait_status("keep", 60, running).await;
-    let before = docker::pod_runtime(&h.ctx.docker, &h.node, &uid).await.unwrap();
+    let before = docker::pod_runtime(&h.ctx.docker, h.ctx.owner(), &uid).await.unwrap();
     // The agent dies: its worker stops without touching containers.
     task.abort();
     let _ = task.await;
     drop(tx);
-    let still = docker::pod_runtime(&h.ctx.docker, &h.node, &uid).await.unwrap();
+    let still = docker::pod_runtime(&h.ctx.docker, h.ctx.owner(), &uid).await.unwrap();
     assert!(still.containers.iter().all(|c| c.state == RunState::Running));
     assert!(still.running_sandbox().is_some());
     // A new agent adopts them: same containers, no restarts.
@@ -852,7 +860,7 @@ async fn a_restarted_agent_adopts_running_containers() {
     let (tx, task) = h.spawn(&pod);
     let s = h.wait_status("keep", 30, running).await;
     assert_eq!(s.container_statuses.unwrap()[0].restart_count, 0);
-    let after = docker::pod_runtime(&h.ctx.docker, &h.node, &uid).await.unwrap();
+    let after = docker::pod_runtime(&h.ctx.docker, h.ctx.owner(), &uid).await.unwrap();
     let ids = |rt: &docker::PodRuntime| {
         let mut v: Vec<String> = rt
             .containers
@@ -912,7 +920,7 @@ async fn graceful_deletion_stops_then_deletes_the_pod() {
     }
     assert_eq!(h.deleted_after("bye").await, ["bye".to_string()]);
     assert!(
-        docker::pod_runtime(&h.ctx.docker, &h.node, &uid)
+        docker::pod_runtime(&h.ctx.docker, h.ctx.owner(), &uid)
             .await
             .unwrap()
             .containers
@@ -1000,7 +1008,7 @@ async fn init_containers_run_in_order_before_the_app() {
     let app = s.container_statuses.unwrap()[0].state.clone().unwrap().waiting.unwrap();
     assert_eq!(app.reason.as_deref(), Some("PodInitializing"));
     assert!(
-        docker::list_node_containers(&h.ctx.docker, &h.node)
+        docker::list_node_containers(&h.ctx.docker, h.ctx.owner())
             .await
             .unwrap()
             .get(failing.metadata.uid.as_deref().unwrap())
@@ -1065,7 +1073,7 @@ async fn active_deadline_fails_the_pod_and_stops_it() {
         Some("Pod was active on the node longer than the specified deadline")
     );
     let uid = pod.metadata.uid.clone().unwrap();
-    let rt = docker::pod_runtime(&h.ctx.docker, &h.node, &uid).await.unwrap();
+    let rt = docker::pod_runtime(&h.ctx.docker, h.ctx.owner(), &uid).await.unwrap();
     assert!(
         rt.containers
             .iter()
@@ -1105,7 +1113,7 @@ async fn resources_host_ports_and_host_network() {
     let (t2, w2) = h.spawn(&host);
     let s = h.wait_status("limited", 60, running).await;
     assert_eq!(s.qos_class.as_deref(), Some("Burstable"));
-    let id = skiff_agent::server::find_container(&h.ctx.docker, &h.node, "default", "limited", "c", false)
+    let id = skiff_agent::server::find_container(&h.ctx.docker, h.ctx.owner(), "default", "limited", "c", false)
         .await
         .unwrap()
         .unwrap();
@@ -1257,6 +1265,7 @@ async fn https_endpoint_serves_logs_and_exec_to_ca_signed_clients() {
     let state = skiff_agent::server::ServerState {
         docker: h.ctx.docker.clone(),
         node: h.node.clone(),
+        cluster: h.ctx.cluster.clone(),
     };
     let addr = skiff_agent::server::serve(
         "127.0.0.1:0".parse().unwrap(),

@@ -68,6 +68,18 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
     let running = skiff_apiserver::start(opts).await.unwrap();
     let client = skiff_apiserver::client(running.state.clone());
 
+    // The agent labels its containers with the cluster's identity, the kube-system namespace's uid.
+    let cluster = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .get("kube-system")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let owner = docker::Owner {
+        node: &node,
+        cluster: &cluster,
+    };
     let d = docker::connect().await.unwrap();
     if docker::image_id(&d, "busybox:latest").await.unwrap().is_none() {
         skiff_agent::build_local_images(&d).await.unwrap();
@@ -182,7 +194,7 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
     .await;
     let uid = p.metadata.uid.unwrap();
     eventually(30, "containers removed", || async {
-        docker::pod_runtime(&d, &node, &uid)
+        docker::pod_runtime(&d, owner, &uid)
             .await
             .ok()?
             .containers
@@ -209,7 +221,7 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
     assert!(report.pods >= 5);
     assert!(report.p50_ms <= report.p99_ms && report.p99_ms <= report.max_ms);
     eventually(60, "benchmark pods gone", || async {
-        let left = docker::list_node_containers(&d, &node).await.ok()?;
+        let left = docker::list_node_containers(&d, owner).await.ok()?;
         left.is_empty().then_some(())
     })
     .await;

@@ -81,14 +81,17 @@ pub fn cluster_roles() -> Vec<Value> {
                 {"verbs": EVENTS, "apiGroups": ["", "events.k8s.io"], "resources": ["events"]},
             ]),
         ),
-        // The agent's proxy reads Services, their EndpointSlices and the service range (what
-        // kube-proxy reads, without kube-proxy's read of every Node); its cluster DNS reads what
-        // CoreDNS reads and publishes where it listens as the EndpointSlice
-        // `kube-system/kube-dns-NODE` (NodeRestriction holds each node to its own).
+        // The agent reads its cluster's identity, the uid of the `kube-system` Namespace. Its proxy
+        // reads Services, their EndpointSlices and the service range (what kube-proxy reads,
+        // without kube-proxy's read of every Node); its cluster DNS reads what CoreDNS reads and
+        // publishes where it listens as the EndpointSlice `kube-system/kube-dns-NODE`
+        // (NodeRestriction holds each node to its own).
         cluster_role(
             "skiff:node",
             json!([
                 {"verbs": ["list", "watch"], "apiGroups": [""], "resources": ["services", "namespaces"]},
+                // The cluster's identity, labelled on every container the agent makes.
+                {"verbs": ["get"], "apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"]},
                 {"verbs": ["list", "watch"], "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"]},
                 {"verbs": ["get", "create", "update", "patch", "delete"], "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"]},
                 // The proxy reads the service range from the `kubernetes` ServiceCIDR.

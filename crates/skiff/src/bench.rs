@@ -425,7 +425,7 @@ async fn wait_no_pods(client: &kube::Client) {
 async fn remove_node_containers(docker: &bollard::Docker, node: &str) {
     let filters = std::collections::HashMap::from([(
         "label".to_string(),
-        vec![format!("{}={node}", skiff_agent::docker::LABEL_NODE)],
+        vec![skiff_agent::docker::label(skiff_agent::docker::LABEL_NODE, node)],
     )]);
     let opts = bollard::query_parameters::ListContainersOptionsBuilder::default()
         .all(true)

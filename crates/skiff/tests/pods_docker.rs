@@ -470,3 +470,91 @@ fn standalone_agent_joins_and_serves_streams() {
     let _ = c.kubectl(&["delete", "pod", "solo", "--grace-period=0", "--force", "--wait=false"]);
     drop(agent);
 }
+
+/// A pod whose container says which cluster it runs in.
+fn twin_pod(who: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: twin
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "3600"]
+    env:
+    - name: WHO
+      value: {who}
+"#
+    )
+}
+
+#[test]
+fn two_clusters_with_one_node_name_keep_to_their_own_containers() {
+    // Both servers' nodes have the same name (Node::start names them after the test process), as two
+    // clusters on one host named after the host would.
+    let mut a = Node::start("twins", &["--no-controllers"]);
+    a.c.apply(&twin_pod("a"), &[]);
+    a.wait_running("twin");
+    // An agent removes the containers of pods its API does not have once its first list of pods is
+    // done (at start and after every re-list): B's start is a sweep that must spare A's pod...
+    let b = Node::start("twins", &["--no-controllers"]);
+    assert_eq!(a.name, b.name);
+    b.c.apply(&twin_pod("b"), &[]);
+    b.wait_running("twin");
+    let id_a = a.field("twin", ".status.containerStatuses[0].containerID");
+    let id_b = b.field("twin", ".status.containerStatuses[0].containerID");
+    // ...and A's restart one that must spare B's.
+    a.c.restart();
+    wait_node_ready(&a.c, &a.name, || a.c.log());
+    a.wait_running("twin");
+    // Both sweeps run right after their agent's first list; give them time to finish.
+    std::thread::sleep(Duration::from_secs(5));
+
+    for (n, id) in [(&a, &id_a), (&b, &id_b)] {
+        assert_eq!(n.field("twin", ".status.phase"), "Running");
+        assert_eq!(
+            &n.field("twin", ".status.containerStatuses[0].containerID"),
+            id,
+            "the container was replaced:\n{}",
+            common::tail(&n.c.log(), 30)
+        );
+        assert_eq!(n.field("twin", ".status.containerStatuses[0].restartCount"), "0");
+    }
+
+    // Docker still runs both containers, each labelled with its own cluster's identity (the uid of
+    // its kube-system namespace).
+    let out = Command::new("docker")
+        .args([
+            "ps",
+            "--no-trunc",
+            "--filter",
+            &format!("label=io.skiff.node={}", a.name),
+            "--filter",
+            "label=io.kubernetes.docker.type=container",
+            "--format",
+            "{{.ID}} {{.Label \"io.skiff.cluster\"}}",
+        ])
+        .output()
+        .expect("docker ps");
+    let ps = String::from_utf8_lossy(&out.stdout).to_string();
+    for (n, id) in [(&a, &id_a), (&b, &id_b)] {
+        let cluster =
+            n.c.k(&["get", "namespace", "kube-system", "-o", "jsonpath={.metadata.uid}"]);
+        assert!(!cluster.is_empty());
+        let line = format!("{} {cluster}", id.trim_start_matches("docker://"));
+        assert!(ps.lines().any(|l| l == line), "no running container `{line}` in:\n{ps}");
+    }
+    assert_ne!(
+        a.c.k(&["get", "namespace", "kube-system", "-o", "jsonpath={.metadata.uid}"]),
+        b.c.k(&["get", "namespace", "kube-system", "-o", "jsonpath={.metadata.uid}"])
+    );
+
+    // The agents' streams find their own cluster's pod of that name.
+    assert_eq!(a.c.k(&["exec", "twin", "--", "sh", "-c", "echo $WHO"]).trim(), "a");
+    assert_eq!(b.c.k(&["exec", "twin", "--", "sh", "-c", "echo $WHO"]).trim(), "b");
+}

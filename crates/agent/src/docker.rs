@@ -174,13 +174,19 @@ pub async fn list_node_containers(docker: &Docker, owner: Owner<'_>) -> anyhow::
     Ok(pods)
 }
 
-/// The label filter selecting one pod's containers on this node.
+/// The label filter selecting one pod's containers on this node. A pod's uid is unique across
+/// clusters, so the uid alone says whose they are: this also finds the containers an older agent
+/// made without the cluster label, and a pod running across an upgrade keeps them instead of
+/// getting a second set beside them.
 fn pod_filters(owner: Owner<'_>, uid: &str) -> HashMap<String, Vec<String>> {
-    owner.filters([label(LABEL_POD_UID, uid)])
+    HashMap::from([(
+        "label".to_string(),
+        vec![label(LABEL_NODE, owner.node), label(LABEL_POD_UID, uid)],
+    )])
 }
 
 /// Ids of containers of node `node` without a cluster label: made by an agent that did not label
-/// its cluster, so no cluster can claim them.
+/// its cluster, so no cluster's orphan sweep takes them.
 pub async fn unowned_node_containers(docker: &Docker, node: &str) -> anyhow::Result<Vec<String>> {
     let filters = HashMap::from([("label".to_string(), vec![label(LABEL_NODE, node)])]);
     let options = ListContainersOptionsBuilder::default()

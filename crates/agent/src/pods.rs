@@ -144,13 +144,14 @@ fn upsert(ctx: &Arc<Ctx>, workers: &mut HashMap<String, Handle>, pod: Pod, fresh
 }
 
 /// Says once that containers of this node's name without a cluster label (made by an agent that did
-/// not label them) are left alone: they may be another cluster's, so orphan removal never takes them.
+/// not label them) are never removed as orphans: they may be another cluster's. Those of this
+/// cluster's pods are still found by their pod's uid and kept running as the pod's own.
 async fn report_unowned(ctx: Arc<Ctx>) {
     match docker::unowned_node_containers(&ctx.docker, &ctx.node).await {
         Ok(ids) if !ids.is_empty() => tracing::info!(
             count = ids.len(),
             label = docker::LABEL_CLUSTER,
-            "leaving alone containers of this node without a cluster label; remove them by hand if no cluster runs them"
+            "containers of this node without a cluster label are never removed as orphans; this cluster's pods keep theirs, remove the others by hand if no cluster runs them"
         ),
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "listing containers without a cluster label"),

@@ -875,6 +875,45 @@ async fn a_restarted_agent_adopts_running_containers() {
     h.finish(tx, task).await;
 }
 
+/// A container an older agent made carries no cluster label: a pod of this cluster still finds it by
+/// its uid (and keeps it across the upgrade), while the orphan sweep's listing never sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_without_a_cluster_label_belong_to_their_pod_and_are_never_orphans() {
+    let docker = docker::connect().await.expect("connecting to Docker");
+    ensure_images(&docker).await;
+    let node = unique("test-legacy");
+    let _guard = Guard(node.clone());
+    let uid = format!("{}-uid", unique("legacy"));
+    let labels = [
+        docker::label(docker::LABEL_NODE, &node),
+        docker::label(docker::LABEL_POD_UID, &uid),
+        docker::label(docker::LABEL_TYPE, "container"),
+        docker::label(docker::LABEL_CONTAINER_NAME, "c"),
+    ];
+    let mut cmd = std::process::Command::new("docker");
+    cmd.arg("create");
+    for l in &labels {
+        cmd.args(["--label", l]);
+    }
+    let out = cmd
+        .args(["busybox:latest", "sleep", "1"])
+        .output()
+        .expect("docker create");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let owner = docker::Owner {
+        node: &node,
+        cluster: TEST_CLUSTER,
+    };
+    let rt = docker::pod_runtime(&docker, owner, &uid).await.unwrap();
+    let found: Vec<&str> = rt.containers.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(found, [id.as_str()], "the pod finds its unlabelled container by uid");
+    let listed = docker::list_node_containers(&docker, owner).await.unwrap();
+    assert!(!listed.contains_key(&uid), "the orphan sweep never sees it");
+    let unowned = docker::unowned_node_containers(&docker, &node).await.unwrap();
+    assert_eq!(unowned, [id]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_deletion_stops_then_deletes_the_pod() {
     let h = Harness::new("del").await;

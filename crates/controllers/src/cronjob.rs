@@ -39,20 +39,45 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
     queue.run("cronjob", |key| sync(&ctx, key)).await
 }
 
-/// A parsed five-field schedule in a time zone (robfig/cron's standard parser semantics:
-/// descriptors such as `@hourly`, day-of-month OR day-of-week when both are restricted).
+/// A parsed schedule in a time zone, as upstream's cron library (`ParseStandard`) reads it: five
+/// fields or a descriptor such as `@hourly` (day-of-month OR day-of-week when both are restricted),
+/// `@every DURATION`, and a `TZ=` / `CRON_TZ=` prefix. What it accepts is exactly what the API's
+/// validation accepts (`validate_cron_schedule`), so no stored CronJob is refused here.
 pub struct Schedule {
-    cron: croner::Cron,
+    kind: Kind,
     tz: jiff::tz::TimeZone,
+}
+
+enum Kind {
+    Cron(Box<croner::Cron>),
+    /// `@every`: robfig/cron's ConstantDelaySchedule, whole seconds, at least one.
+    Every(jiff::SignedDuration),
 }
 
 impl Schedule {
     pub fn parse(schedule: &str, time_zone: Option<&str>) -> Result<Schedule, String> {
-        let tz = match time_zone {
-            Some(name) => jiff::tz::TimeZone::get(name).map_err(|e| format!("unknown time zone {name}: {e}"))?,
+        skiff_api::validation::validate_cron_schedule(schedule)?;
+        let zone = |name: &str| jiff::tz::TimeZone::get(name).map_err(|e| format!("unknown time zone {name}: {e}"));
+        let mut tz = match time_zone {
+            Some(name) => zone(name)?,
             None => jiff::tz::TimeZone::UTC,
         };
-        let s = schedule.trim();
+        let mut s = schedule.trim();
+        for prefix in ["TZ=", "CRON_TZ="] {
+            if let Some((name, rest)) = s.strip_prefix(prefix).and_then(|r| r.split_once(' ')) {
+                tz = zone(name)?;
+                s = rest.trim();
+            }
+        }
+        if let Some(every) = s.strip_prefix("@every ") {
+            let d = skiff_api::validation::parse_go_duration(every.trim())
+                .ok_or_else(|| format!("failed to parse duration {s}"))?;
+            let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX).max(1);
+            return Ok(Schedule {
+                kind: Kind::Every(jiff::SignedDuration::from_secs(secs)),
+                tz,
+            });
+        }
         let expr = match s {
             "@yearly" | "@annually" => "0 0 1 1 *",
             "@monthly" => "0 0 1 * *",
@@ -61,19 +86,20 @@ impl Schedule {
             "@hourly" => "0 * * * *",
             other => other,
         };
-        if expr.starts_with('@') {
-            return Err(format!("unrecognized descriptor: {expr}"));
-        }
-        let fields = expr.split_whitespace().count();
-        if fields != 5 {
-            return Err(format!("expected exactly 5 fields, found {fields}: {expr}"));
-        }
         let cron = croner::Cron::from_str(expr).map_err(|e| e.to_string())?;
-        Ok(Schedule { cron, tz })
+        Ok(Schedule {
+            kind: Kind::Cron(Box::new(cron)),
+            tz,
+        })
     }
 
     /// The first activation strictly after `t`.
     pub fn next(&self, t: jiff::Timestamp) -> Option<jiff::Timestamp> {
+        let cron = match &self.kind {
+            Kind::Cron(cron) => cron,
+            // Upstream: the time rounded down to the second, plus the delay.
+            Kind::Every(d) => return jiff::Timestamp::from_second(t.as_second()).ok()?.checked_add(*d).ok(),
+        };
         let civil = t.to_zoned(self.tz.clone()).datetime();
         let naive = chrono::NaiveDate::from_ymd_opt(
             i32::from(civil.year()),
@@ -86,7 +112,7 @@ impl Schedule {
             u32::try_from(civil.second()).ok()?,
         )?
         .and_utc();
-        let next = self.cron.find_next_occurrence(&naive, false).ok()?;
+        let next = cron.find_next_occurrence(&naive, false).ok()?;
         use chrono::{Datelike, Timelike};
         let dt = jiff::civil::DateTime::new(
             i16::try_from(next.year()).ok()?,
@@ -484,8 +510,27 @@ mod tests {
     fn bad_schedules_are_rejected() {
         assert!(Schedule::parse("* * * *", None).is_err());
         assert!(Schedule::parse("0 * * * * *", None).is_err());
-        assert!(Schedule::parse("@every 5m", None).is_err());
+        assert!(Schedule::parse("@every 5x", None).is_err());
         assert!(Schedule::parse("61 * * * *", None).is_err());
+    }
+
+    #[test]
+    fn every_and_tz_prefixes_as_validation_accepts_them() {
+        let every = Schedule::parse("@every 1h30m", None).unwrap();
+        assert_eq!(
+            every.next(ts("2024-01-01T00:00:00.700Z")),
+            Some(ts("2024-01-01T01:30:00Z"))
+        );
+        // Below a second: one second, as upstream.
+        let fast = Schedule::parse("@every 5ms", None).unwrap();
+        assert_eq!(fast.next(ts("2024-01-01T00:00:00Z")), Some(ts("2024-01-01T00:00:01Z")));
+        let tz = Schedule::parse("CRON_TZ=Asia/Shanghai 0 9 * * *", None).unwrap();
+        assert_eq!(tz.next(ts("2024-01-01T00:00:00Z")), Some(ts("2024-01-01T01:00:00Z")));
+        // Whatever validation accepts, the controller can run.
+        for s in ["@every 1h30m", "@every 5µs", "5/15 0 1 1 0", "@weekly", "TZ=UTC @daily"] {
+            assert_eq!(skiff_api::validation::validate_cron_schedule(s), Ok(()), "{s}");
+            assert!(Schedule::parse(s, None).is_ok(), "{s}");
+        }
     }
 
     fn cj(created: &str, last: Option<&str>, sds: Option<i64>) -> CronJob {

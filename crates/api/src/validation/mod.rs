@@ -38,7 +38,7 @@ pub use meta::{
     is_dns1035_label, is_dns1123_label, is_dns1123_subdomain, is_qualified_name, is_valid_label_value,
     validate_label_selector, validate_labels,
 };
-pub use workloads::validate_cron_schedule;
+pub use workloads::{parse_go_duration, validate_cron_schedule};
 
 /// Every problem with `obj` (and, on update, with the change from `old`), in upstream's order
 /// as far as it is deterministic. Empty means valid.

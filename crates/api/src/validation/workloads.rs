@@ -778,7 +778,7 @@ pub fn validate_cron_schedule(schedule: &str) -> Result<(), String> {
             "yearly" | "annually" | "monthly" | "weekly" | "daily" | "midnight" | "hourly" => Ok(()),
             _ if d.starts_with("every ") => {
                 let dur = d["every ".len()..].trim();
-                if go_duration_ok(dur) {
+                if parse_go_duration(dur).is_some() {
                     Ok(())
                 } else {
                     Err(format!(
@@ -805,33 +805,43 @@ pub fn validate_cron_schedule(schedule: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether a string is a Go duration such as `1h30m` or `90s`.
-fn go_duration_ok(s: &str) -> bool {
+/// A Go duration such as `1h30m`, `1.5h` or `90s` (Go's `time.ParseDuration`, unsigned, as `@every`
+/// takes it), or None when it is not one.
+pub fn parse_go_duration(s: &str) -> Option<std::time::Duration> {
     let mut rest = s;
     if rest.is_empty() {
-        return false;
+        return None;
     }
     if rest == "0" {
-        return true;
+        return Some(std::time::Duration::ZERO);
     }
+    let mut nanos = 0f64;
     while !rest.is_empty() {
         let num_len = rest.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
         if num_len == 0 {
-            return false;
+            return None;
         }
+        let number: f64 = rest[..num_len].parse().ok()?;
         rest = &rest[num_len..];
         let unit_len: usize = rest
             .chars()
             .take_while(|c| c.is_ascii_alphabetic() || *c == 'µ' || *c == 'μ')
             .map(char::len_utf8)
             .sum();
-        let unit = &rest[..unit_len];
-        if !matches!(unit, "ns" | "us" | "µs" | "μs" | "ms" | "s" | "m" | "h") {
-            return false;
-        }
+        let unit = match &rest[..unit_len] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return None,
+        };
+        nanos += number * unit;
         rest = &rest[unit_len..];
     }
-    true
+    // Go's durations stop at about 290 years.
+    (nanos <= i64::MAX as f64).then(|| std::time::Duration::from_nanos(nanos as u64))
 }
 
 #[cfg(test)]

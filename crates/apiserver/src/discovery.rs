@@ -387,7 +387,7 @@ pub fn version_info() -> Value {
         "minCompatibilityMinor": "32",
         "gitVersion": GIT_VERSION,
         "gitCommit": option_env!("SKIFF_GIT_COMMIT").unwrap_or("unknown"),
-        "gitTreeState": "clean",
+        "gitTreeState": option_env!("SKIFF_GIT_TREE_STATE").unwrap_or(""),
         "buildDate": option_env!("SKIFF_BUILD_DATE").unwrap_or("1970-01-01T00:00:00Z"),
         "goVersion": concat!("skiff-", env!("CARGO_PKG_VERSION")),
         "compiler": "rustc",
@@ -722,6 +722,17 @@ mod tests {
         assert!(v["platform"].as_str().expect("platform").contains('/'));
         for k in ["gitCommit", "buildDate", "goVersion", "compiler"] {
             assert!(v[k].is_string(), "{k}");
+        }
+        // Stamped by the build script from git: the commit, the tree state and a real date.
+        let commit = v["gitCommit"].as_str().expect("gitCommit");
+        assert!(
+            commit == "unknown" || (commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+            "{commit}"
+        );
+        if commit != "unknown" {
+            assert!(matches!(v["gitTreeState"].as_str(), Some("clean" | "dirty")));
+            let date: jiff::Timestamp = v["buildDate"].as_str().expect("buildDate").parse().expect("a date");
+            assert!(date > "2026-01-01T00:00:00Z".parse().expect("a date"), "{date}");
         }
     }
 }

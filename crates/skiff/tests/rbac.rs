@@ -566,6 +566,13 @@ fn why(c: &Cluster, args: &[&str]) -> String {
 #[test]
 fn auth_why_names_the_rule_or_the_smallest_grant() {
     let c = Cluster::start(CONTROL_PLANE);
+    // The aggregated roles are filled by their controller just after start; until `edit` has its
+    // rules, `admin` is the smallest role that allows the request.
+    let aggregated = eventually(Duration::from_secs(10), || {
+        let rules = c.k(&["get", "clusterrole", "edit", "-o", "jsonpath={.rules[*].verbs}"]);
+        rules.contains("delete").then_some(())
+    });
+    assert!(aggregated.is_some(), "edit was never aggregated");
     let no = why(&c, &["--as", "jane", "delete", "pods", "-n", "default"]);
     assert!(no.starts_with("no: User \"jane\" delete pods"), "{no}");
     let commands: Vec<&str> = no

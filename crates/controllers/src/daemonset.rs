@@ -118,46 +118,6 @@ fn untolerated(taints: &[Taint], tolerations: &[Toleration], effect: impl Fn(&st
         .any(|t| !tolerations.iter().any(|tol| cu::tolerates(tol, t)))
 }
 
-fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = r.values.clone().unwrap_or_default();
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(v), Some(x)) = (
-                value.and_then(|v| v.parse::<i64>().ok()),
-                values.first().and_then(|x| x.parse::<i64>().ok()),
-            ) else {
-                return false;
-            };
-            if r.operator == "Gt" { v > x } else { v < x }
-        }
-        _ => false,
-    }
-}
-
-fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
-    let exprs = term.match_expressions.as_deref().unwrap_or_default();
-    let fields = term.match_fields.as_deref().unwrap_or_default();
-    if exprs.is_empty() && fields.is_empty() {
-        return false;
-    }
-    let labels = node.metadata.labels.clone().unwrap_or_default();
-    exprs
-        .iter()
-        .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
-        && fields.iter().all(|r| {
-            let v = if r.key == "metadata.name" {
-                node.metadata.name.as_deref()
-            } else {
-                None
-            };
-            requirement_matches(r, v)
-        })
-}
-
 /// The pod's required node affinity and node selector hold on the node.
 pub fn fits_node_affinity(spec: &PodSpec, node: &Node) -> bool {
     let labels = node.metadata.labels.clone().unwrap_or_default();
@@ -172,7 +132,11 @@ pub fn fits_node_affinity(spec: &PodSpec, node: &Node) -> bool {
         .and_then(|a| a.node_affinity.as_ref())
         .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref());
     match required {
-        Some(r) => r.node_selector_terms.iter().any(|t| term_matches(t, node)),
+        Some(r) => skiff_api::volume::match_node_selector_terms(
+            r,
+            node.metadata.name.as_deref(),
+            node.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
+        ),
         None => true,
     }
 }

@@ -423,10 +423,28 @@ impl Recorder {
         K: kube::Resource<DynamicType = ()>,
     {
         let meta = obj.meta();
-        let ns = meta.namespace.clone().unwrap_or_else(|| "default".to_string());
-        let name = meta.name.clone().unwrap_or_default();
+        let involved = ObjectReference {
+            api_version: Some(K::api_version(&()).to_string()),
+            kind: Some(K::kind(&()).to_string()),
+            name: meta.name.clone(),
+            namespace: meta.namespace.clone(),
+            uid: meta.uid.clone(),
+            resource_version: meta.resource_version.clone(),
+            ..Default::default()
+        };
+        self.event_on(involved, type_, reason, message).await
+    }
+
+    /// Record an event about the object `involved` names (for objects of any kind, such as the
+    /// garbage collector's).
+    pub async fn event_on(&self, involved: ObjectReference, type_: &str, reason: &str, message: &str) {
+        let ns = involved.namespace.clone().unwrap_or_else(|| "default".to_string());
+        let name = involved.name.clone().unwrap_or_default();
         let t = jiff::Timestamp::now();
-        let seen_key = format!("{}/{type_}/{reason}/{message}", meta.uid.as_deref().unwrap_or_default());
+        let seen_key = format!(
+            "{}/{type_}/{reason}/{message}",
+            involved.uid.as_deref().unwrap_or_default()
+        );
         let repeat = self.seen.lock().get(&seen_key).cloned();
         if let Some((ev_ns, ev_name, count)) = repeat {
             let api: Api<Event> = Api::namespaced(self.client.clone(), &ev_ns);
@@ -446,15 +464,7 @@ impl Recorder {
                 namespace: Some(ns.clone()),
                 ..Default::default()
             },
-            involved_object: ObjectReference {
-                api_version: Some(K::api_version(&()).to_string()),
-                kind: Some(K::kind(&()).to_string()),
-                name: Some(name),
-                namespace: meta.namespace.clone(),
-                uid: meta.uid.clone(),
-                resource_version: meta.resource_version.clone(),
-                ..Default::default()
-            },
+            involved_object: involved,
             reason: Some(reason.to_string()),
             message: Some(message.to_string()),
             type_: Some(type_.to_string()),

@@ -383,6 +383,78 @@ fn delete_cascades_and_namespace_deletion() {
 }
 
 #[test]
+fn garbage_collector_never_collects_for_an_owner_it_cannot_judge() {
+    let c = Cluster::start(&["--no-agent", "--no-scheduler"]);
+    c.k(&["create", "namespace", "a"]);
+    c.k(&["create", "namespace", "b"]);
+    c.k(&["create", "configmap", "owner", "-n", "a"]);
+    let uid = c.get_json(&["configmap", "owner", "-n", "a"])["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_string();
+    let owned = |kind: &str, name: &str, ns: &str, api_version: &str, owner_kind: &str, uid: &str| {
+        let ns = if ns.is_empty() {
+            String::new()
+        } else {
+            format!("  namespace: {ns}\n")
+        };
+        format!(
+            "apiVersion: {}\nkind: {kind}\nmetadata:\n  name: {name}\n{ns}  ownerReferences:\n  - apiVersion: {api_version}\n    kind: {owner_kind}\n    name: owner\n    uid: {uid}\n",
+            if kind == "ClusterRole" {
+                "rbac.authorization.k8s.io/v1"
+            } else {
+                "v1"
+            }
+        )
+    };
+    // An owner of a kind this server does not serve (a custom kind not installed yet) is not
+    // taken as gone ...
+    c.apply(
+        &owned("ConfigMap", "widget-child", "a", "example.com/v1", "Widget", &uid),
+        &[],
+    );
+    // ... a cluster-scoped dependent of a namespaced owner is reported and left ...
+    c.apply(&owned("ClusterRole", "cm-child", "", "v1", "ConfigMap", &uid), &[]);
+    // ... while an owner's uid in another namespace is absent for the dependent, which goes,
+    // reported too; and a plainly dangling reference goes, which shows the collector at work.
+    c.apply(&owned("ConfigMap", "cross-child", "b", "v1", "ConfigMap", &uid), &[]);
+    c.apply(
+        &owned("ConfigMap", "dangling-child", "a", "v1", "ConfigMap", "no-such-uid"),
+        &[],
+    );
+    let collected = eventually(Duration::from_secs(20), || {
+        let gone = |ns: &str, name: &str| !c.kubectl(&["get", "configmap", name, "-n", ns]).status.success();
+        (gone("a", "dangling-child") && gone("b", "cross-child")).then_some(())
+    });
+    assert!(collected.is_some(), "dangling dependents were not collected");
+    let reported = eventually(Duration::from_secs(20), || {
+        let events = c.get_json(&["events", "-A", "--field-selector", "reason=OwnerRefInvalidNamespace"]);
+        let items = events["items"].as_array().cloned().unwrap_or_default();
+        let about = |name: &str| {
+            items
+                .iter()
+                .find(|e| e["involvedObject"]["name"] == name && e["type"] == "Warning")
+                .cloned()
+        };
+        Some((about("cm-child")?, about("cross-child")?))
+    });
+    let (cluster_scoped, cross) = reported.expect("OwnerRefInvalidNamespace events");
+    assert_eq!(
+        cluster_scoped["message"],
+        format!("ownerRef [v1/ConfigMap, namespace: , name: owner, uid: {uid}] does not exist in namespace \"\"")
+    );
+    assert_eq!(cluster_scoped["involvedObject"]["kind"], "ClusterRole");
+    assert_eq!(
+        cross["message"],
+        format!("ownerRef [v1/ConfigMap, namespace: b, name: owner, uid: {uid}] does not exist in namespace \"b\"")
+    );
+    // Still there well after the collector judged the others.
+    std::thread::sleep(Duration::from_secs(3));
+    c.k(&["get", "configmap", "widget-child", "-n", "a"]);
+    c.k(&["get", "clusterrole", "cm-child"]);
+}
+
+#[test]
 fn explain_and_validation_errors() {
     let c = Cluster::start(CONTROL_PLANE);
     let out = c.k(&["explain", "pod.spec.containers.resources"]);

@@ -4,6 +4,7 @@
 //! No I/O lives here.
 
 pub mod defaults;
+pub mod nodeaffinity;
 pub mod patch;
 pub mod printers;
 pub mod quantity;

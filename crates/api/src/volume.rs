@@ -1,18 +1,15 @@
 //! PersistentVolume and claim rules shared by the PV binder controller and the scheduler, as
 //! upstream's `k8s.io/component-helpers/storage/volume` (`pv_helpers.go`, `helpers.go`): the
 //! storage annotations, class and mode checks, `FindMatchingVolume` (the controller's path
-//! without a node, the scheduler's with one), `CheckNodeAffinity`, `GetBindVolumeToClaim`, and
-//! the node selector and topology term matching they need (upstream's
-//! `component-helpers/scheduling/corev1/nodeaffinity` and `v1helper.MatchTopologySelectorTerms`).
+//! without a node, the scheduler's with one), `CheckNodeAffinity` (on `nodeaffinity.rs`'s node
+//! selectors), `GetBindVolumeToClaim`, and the topology term matching they need (upstream's
+//! `v1helper.MatchTopologySelectorTerms`).
 //! Also the small getters every storage component reads objects with (phases, claim key, volume
 //! name, quantities, reclaim policy). Pure functions over the typed objects; no I/O.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference, PersistentVolume, PersistentVolumeClaim,
-    TopologySelectorTerm,
-};
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim, TopologySelectorTerm};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -331,7 +328,7 @@ pub fn check_node_affinity(pv: &PersistentVolume, node_labels: &BTreeMap<String,
         .and_then(|a| a.required.as_ref());
     match required {
         None => Ok(()),
-        Some(sel) if match_node_selector_terms(sel, None, node_labels) => Ok(()),
+        Some(sel) if crate::nodeaffinity::match_node_selector_terms(sel, None, node_labels) => Ok(()),
         Some(_) => Err("no matching NodeSelectorTerms".to_string()),
     }
 }
@@ -375,83 +372,6 @@ pub fn volume_bound_to_claim(pv: &PersistentVolume, claim: &PersistentVolumeClai
     dirty.then_some(out)
 }
 
-/// Upstream's `MatchNodeSelectorTerms` (its lazy-error node selector): any valid, non-empty term
-/// matches the node. A term's `matchFields` (only `metadata.name`) are checked only when the
-/// node's name is given; a term with an invalid requirement matches nothing.
-pub fn match_node_selector_terms(
-    selector: &NodeSelector,
-    node_name: Option<&str>,
-    labels: &BTreeMap<String, String>,
-) -> bool {
-    selector
-        .node_selector_terms
-        .iter()
-        .any(|t| node_selector_term_matches(t, node_name, labels))
-}
-
-fn node_selector_term_matches(
-    term: &NodeSelectorTerm,
-    node_name: Option<&str>,
-    labels: &BTreeMap<String, String>,
-) -> bool {
-    let exprs = term.match_expressions.as_deref().unwrap_or_default();
-    let fields = term.match_fields.as_deref().unwrap_or_default();
-    if exprs.is_empty() && fields.is_empty() {
-        // An empty term selects nothing.
-        return false;
-    }
-    let mut ok = true;
-    for r in exprs {
-        match label_requirement_matches(r, labels.get(&r.key).map(String::as_str)) {
-            Some(m) => ok &= m,
-            None => return false,
-        }
-    }
-    for r in fields {
-        let values = r.values.as_deref().unwrap_or_default();
-        if r.key != "metadata.name" || values.len() != 1 || !matches!(r.operator.as_str(), "In" | "NotIn") {
-            return false;
-        }
-        if let Some(name) = node_name {
-            let equal = values[0] == name;
-            ok &= if r.operator == "In" { equal } else { !equal };
-        }
-    }
-    ok
-}
-
-/// One node selector requirement against a label's value; None when the requirement is invalid.
-fn label_requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> Option<bool> {
-    let values = r.values.as_deref().unwrap_or_default();
-    Some(match r.operator.as_str() {
-        "In" | "NotIn" => {
-            if values.is_empty() {
-                return None;
-            }
-            let found = value.is_some_and(|v| values.iter().any(|x| x == v));
-            if r.operator == "In" { found } else { !found }
-        }
-        "Exists" | "DoesNotExist" => {
-            if !values.is_empty() {
-                return None;
-            }
-            (r.operator == "Exists") == value.is_some()
-        }
-        "Gt" | "Lt" => {
-            let [want] = values else {
-                return None;
-            };
-            let want: i64 = want.parse().ok()?;
-            match value.and_then(|v| v.parse::<i64>().ok()) {
-                Some(have) if r.operator == "Gt" => have > want,
-                Some(have) => have < want,
-                None => false,
-            }
-        }
-        _ => return None,
-    })
-}
-
 /// Upstream's `MatchTopologySelectorTerms`: no terms match every node; otherwise some term's
 /// expressions must all hold (the label present with one of the values).
 pub fn match_topology_selector_terms(
@@ -474,8 +394,8 @@ pub fn match_topology_selector_terms(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        PersistentVolumeClaimSpec, PersistentVolumeSpec, PersistentVolumeStatus, TopologySelectorLabelRequirement,
-        VolumeNodeAffinity, VolumeResourceRequirements,
+        NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaimSpec, PersistentVolumeSpec,
+        PersistentVolumeStatus, TopologySelectorLabelRequirement, VolumeNodeAffinity, VolumeResourceRequirements,
     };
 
     fn pv(name: &str, size: &str, class: &str, node: Option<&str>) -> PersistentVolume {
@@ -587,63 +507,7 @@ mod tests {
     }
 
     #[test]
-    fn node_affinity_terms_as_upstream() {
-        let req = |key: &str, op: &str, values: &[&str]| NodeSelectorRequirement {
-            key: key.into(),
-            operator: op.into(),
-            values: (!values.is_empty()).then(|| values.iter().map(|v| v.to_string()).collect()),
-        };
-        let sel = |terms: Vec<NodeSelectorTerm>| NodeSelector {
-            node_selector_terms: terms,
-        };
-        let term = |exprs: Vec<NodeSelectorRequirement>| NodeSelectorTerm {
-            match_expressions: Some(exprs),
-            match_fields: None,
-        };
-        let mut l = labels("a");
-        l.insert("zone".into(), "z1".into());
-        l.insert("gen".into(), "5".into());
-        assert!(match_node_selector_terms(
-            &sel(vec![term(vec![req("zone", "In", &["z1", "z2"])])]),
-            None,
-            &l
-        ));
-        assert!(!match_node_selector_terms(
-            &sel(vec![term(vec![req("zone", "NotIn", &["z1"])])]),
-            None,
-            &l
-        ));
-        assert!(match_node_selector_terms(
-            &sel(vec![term(vec![
-                req("gen", "Gt", &["4"]),
-                req("gpu", "DoesNotExist", &[])
-            ])]),
-            None,
-            &l
-        ));
-        // Invalid requirements spoil only their term; empty terms select nothing.
-        assert!(match_node_selector_terms(
-            &sel(vec![
-                term(vec![req("zone", "In", &[])]),
-                term(vec![]),
-                term(vec![req("zone", "Exists", &[])])
-            ]),
-            None,
-            &l
-        ));
-        assert!(!match_node_selector_terms(
-            &sel(vec![term(vec![req("gen", "Lt", &["x"])])]),
-            None,
-            &l
-        ));
-        // matchFields: checked against a name only when there is one.
-        let by_name = sel(vec![NodeSelectorTerm {
-            match_expressions: None,
-            match_fields: Some(vec![req("metadata.name", "In", &["n1"])]),
-        }]);
-        assert!(match_node_selector_terms(&by_name, None, &l));
-        assert!(match_node_selector_terms(&by_name, Some("n1"), &l));
-        assert!(!match_node_selector_terms(&by_name, Some("n2"), &l));
+    fn volume_node_affinity_is_checked_on_labels() {
         let pv_a = pv("x", "1Gi", "local", Some("a"));
         assert!(check_node_affinity(&pv_a, &labels("a")).is_ok());
         assert_eq!(

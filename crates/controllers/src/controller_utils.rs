@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod, PodTemplateSpec, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Api;
@@ -870,25 +870,6 @@ pub fn labels_match(sel: &LabelSelector, meta: &ObjectMeta) -> bool {
     match &meta.labels {
         Some(l) => sel.matches(l),
         None => sel.matches(&BTreeMap::<String, String>::new()),
-    }
-}
-
-// ---- taints ----
-
-/// Whether toleration `t` tolerates `taint` (upstream's `Toleration.ToleratesTaint`).
-pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if let Some(e) = t.effect.as_deref()
-        && !e.is_empty()
-        && e != taint.effect
-    {
-        return false;
-    }
-    match t.operator.as_deref() {
-        Some("Exists") => t.key.as_deref().is_none_or(|k| k.is_empty() || k == taint.key),
-        _ => {
-            t.key.as_deref() == Some(taint.key.as_str())
-                && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
     }
 }
 

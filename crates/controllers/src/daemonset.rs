@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
+use skiff_api::nodeaffinity::{RequiredNodeAffinity, find_matching_untolerated_taint};
 
 use crate::controller_utils::{self as cu, Recorder, WorkQueue};
 use crate::history;
@@ -112,33 +113,17 @@ pub fn add_daemon_tolerations(spec: &mut PodSpec) {
 }
 
 fn untolerated(taints: &[Taint], tolerations: &[Toleration], effect: impl Fn(&str) -> bool) -> bool {
-    taints
-        .iter()
-        .filter(|t| effect(&t.effect))
-        .any(|t| !tolerations.iter().any(|tol| cu::tolerates(tol, t)))
+    find_matching_untolerated_taint(taints, tolerations, |t| effect(&t.effect)).is_some()
 }
 
-/// The pod's required node affinity and node selector hold on the node.
+/// The pod's required node affinity and node selector hold on the node (upstream's
+/// `RequiredNodeAffinity.Match`).
 pub fn fits_node_affinity(spec: &PodSpec, node: &Node) -> bool {
-    let labels = node.metadata.labels.clone().unwrap_or_default();
-    if let Some(sel) = &spec.node_selector
-        && !sel.iter().all(|(k, v)| labels.get(k) == Some(v))
-    {
-        return false;
-    }
-    let required = spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref());
-    match required {
-        Some(r) => skiff_api::volume::match_node_selector_terms(
-            r,
-            node.metadata.name.as_deref(),
-            node.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
-        ),
-        None => true,
-    }
+    let empty = BTreeMap::new();
+    RequiredNodeAffinity::new(Some(spec)).matches(
+        node.metadata.name.as_deref().unwrap_or_default(),
+        node.metadata.labels.as_ref().unwrap_or(&empty),
+    )
 }
 
 /// Upstream's `NodeShouldRunDaemonPod`: (should run, should continue running).

@@ -21,6 +21,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::{ObjectRef, Store};
 use parking_lot::Mutex;
 use serde_json::json;
+use skiff_api::nodeaffinity::tolerates;
 
 use crate::controller_utils::{self as cu, Recorder, WorkQueue};
 
@@ -112,7 +113,7 @@ pub fn verdict(taints: &[Taint], tolerations: &[Toleration]) -> Verdict {
     }
     let mut used: Vec<&Toleration> = Vec::new();
     for taint in taints {
-        match tolerations.iter().find(|t| cu::tolerates(t, taint)) {
+        match tolerations.iter().find(|t| tolerates(t, taint)) {
             Some(t) => used.push(t),
             None => return Verdict::Now,
         }

@@ -1,8 +1,7 @@
 //! NodeAffinity: `nodeSelector` and required node affinity filter; preferred terms score.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
+use k8s_openapi::api::core::v1::NodeSelectorTerm;
+use skiff_api::nodeaffinity::{OBJECT_NAME_FIELD, PreferredSchedulingTerms, RequiredNodeAffinity};
 
 use crate::cache::Cache;
 use crate::framework::{CycleState, Plugin, Status, default_normalize};
@@ -12,176 +11,67 @@ pub const NAME: &str = "NodeAffinity";
 pub const ERR_REASON_POD: &str = "node(s) didn't match Pod's node affinity/selector";
 pub const ERR_REASON_CONFLICT: &str = "pod affinity terms conflict";
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Op {
-    In,
-    NotIn,
-    Exists,
-    DoesNotExist,
-    Gt,
-    Lt,
-}
-
-#[derive(Debug, Clone)]
-struct Req {
-    key: String,
-    op: Op,
-    values: Vec<String>,
-    int_value: Option<i64>,
-}
-
-impl Req {
-    /// None when the requirement is invalid (then the term matches nothing).
-    fn compile(r: &NodeSelectorRequirement) -> Option<Self> {
-        let op = match r.operator.as_str() {
-            "In" => Op::In,
-            "NotIn" => Op::NotIn,
-            "Exists" => Op::Exists,
-            "DoesNotExist" => Op::DoesNotExist,
-            "Gt" => Op::Gt,
-            "Lt" => Op::Lt,
-            _ => return None,
-        };
-        let values = r.values.clone().unwrap_or_default();
-        let int_value = match op {
-            Op::Gt | Op::Lt => {
-                if values.len() != 1 {
-                    return None;
-                }
-                Some(values[0].parse().ok()?)
-            }
-            _ => None,
-        };
-        Some(Req {
-            key: r.key.clone(),
-            op,
-            values,
-            int_value,
-        })
-    }
-
-    fn matches(&self, value: Option<&String>) -> bool {
-        match self.op {
-            Op::In => value.is_some_and(|v| self.values.iter().any(|x| x == v)),
-            Op::NotIn => value.is_none_or(|v| self.values.iter().all(|x| x != v)),
-            Op::Exists => value.is_some(),
-            Op::DoesNotExist => value.is_none(),
-            Op::Gt | Op::Lt => {
-                let (Some(v), Some(want)) = (value, self.int_value) else {
-                    return false;
-                };
-                let Ok(have) = v.parse::<i64>() else {
-                    return false;
-                };
-                if self.op == Op::Gt { have > want } else { have < want }
-            }
-        }
-    }
-}
-
-/// One compiled node selector term: expressions on labels, fields on metadata.name.
-#[derive(Debug, Clone)]
-struct Term {
-    valid: bool,
-    exprs: Vec<Req>,
-    fields: Vec<Req>,
-}
-
-impl Term {
-    fn compile(t: &NodeSelectorTerm) -> Self {
-        let mut valid = true;
-        let mut exprs = Vec::new();
-        let mut fields = Vec::new();
-        for r in t.match_expressions.iter().flatten() {
-            match Req::compile(r) {
-                Some(r) => exprs.push(r),
-                None => valid = false,
-            }
-        }
-        for r in t.match_fields.iter().flatten() {
-            // Only metadata.name with In/NotIn is a valid field requirement.
-            match Req::compile(r) {
-                Some(r) if r.key == "metadata.name" && matches!(r.op, Op::In | Op::NotIn) => fields.push(r),
-                _ => valid = false,
-            }
-        }
-        if exprs.is_empty() && fields.is_empty() {
-            valid = false;
-        }
-        Term { valid, exprs, fields }
-    }
-
-    fn matches(&self, name: &String, labels: &BTreeMap<String, String>) -> bool {
-        self.valid
-            && self.exprs.iter().all(|r| r.matches(labels.get(&r.key)))
-            && self.fields.iter().all(|r| r.matches(Some(name)))
-    }
-}
-
-/// A pod's node selector and node affinity, compiled once per cycle.
+/// A pod's node selector and node affinity, compiled once per cycle (on skiff_api's one
+/// implementation of upstream's `nodeaffinity` helpers).
 #[derive(Debug, Clone, Default)]
 pub struct PodNodeAffinity {
-    node_selector: Vec<(String, String)>,
-    /// None = no required node affinity.
-    required: Option<Vec<Term>>,
-    preferred: Vec<(i64, Term)>,
+    required: RequiredNodeAffinity,
+    /// Upstream's PreFilter node names: when every required term names nodes through
+    /// `metadata.name In`, only those nodes can match. Some(empty) means the terms conflict.
+    node_names: Option<Vec<String>>,
+    preferred: PreferredSchedulingTerms,
+}
+
+/// The nodes the required terms restrict a pod to, read from the terms as written (as
+/// upstream's PreFilter does, before any validity check).
+fn node_names(terms: &[NodeSelectorTerm]) -> Option<Vec<String>> {
+    let mut all: Vec<String> = Vec::new();
+    for t in terms {
+        let mut term_names: Option<Vec<String>> = None;
+        for f in t.match_fields.iter().flatten() {
+            if f.key != OBJECT_NAME_FIELD || f.operator != "In" {
+                continue;
+            }
+            let values = f.values.clone().unwrap_or_default();
+            term_names = Some(match term_names {
+                None => values,
+                Some(prev) => prev.into_iter().filter(|n| values.contains(n)).collect(),
+            });
+        }
+        // A term without a name requirement lets every node through.
+        all.extend(term_names?);
+    }
+    all.sort();
+    all.dedup();
+    Some(all)
 }
 
 impl PodNodeAffinity {
     pub fn new(pod: &PodInfo) -> Self {
         let spec = pod.pod.spec.as_ref();
-        let node_selector = spec
-            .and_then(|s| s.node_selector.as_ref())
-            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-            .unwrap_or_default();
         let na = spec
             .and_then(|s| s.affinity.as_ref())
             .and_then(|a| a.node_affinity.as_ref());
-        let required = na
+        let node_names = na
             .and_then(|na| na.required_during_scheduling_ignored_during_execution.as_ref())
-            .map(|sel| sel.node_selector_terms.iter().map(Term::compile).collect());
+            .and_then(|sel| node_names(&sel.node_selector_terms));
         let preferred = na
-            .and_then(|na| na.preferred_during_scheduling_ignored_during_execution.as_ref())
-            .map(|p| {
-                p.iter()
-                    .filter(|t| t.weight != 0)
-                    .map(|t| (i64::from(t.weight), Term::compile(&t.preference)))
-                    .collect()
-            })
+            .and_then(|na| na.preferred_during_scheduling_ignored_during_execution.as_deref())
+            .map(PreferredSchedulingTerms::new)
             .unwrap_or_default();
         PodNodeAffinity {
-            node_selector,
-            required,
+            required: RequiredNodeAffinity::new(spec),
+            node_names,
             preferred,
         }
     }
 
     pub fn has_required(&self) -> bool {
-        !self.node_selector.is_empty() || self.required.is_some()
+        self.required.is_set()
     }
 
-    /// Upstream's PreFilter node names: when every required term names nodes through
-    /// `metadata.name In`, only those nodes can match. Some(empty) means the terms conflict.
     pub fn node_names(&self) -> Option<Vec<String>> {
-        let terms = self.required.as_ref()?;
-        let mut all: Vec<String> = Vec::new();
-        for t in terms {
-            let mut term_names: Option<Vec<String>> = None;
-            for f in &t.fields {
-                if f.op != Op::In {
-                    continue;
-                }
-                term_names = Some(match term_names {
-                    None => f.values.clone(),
-                    Some(prev) => prev.into_iter().filter(|n| f.values.contains(n)).collect(),
-                });
-            }
-            // A term without a name requirement lets every node through.
-            all.extend(term_names?);
-        }
-        all.sort();
-        all.dedup();
-        Some(all)
+        self.node_names.clone()
     }
 
     pub fn has_preferred(&self) -> bool {
@@ -190,23 +80,11 @@ impl PodNodeAffinity {
 
     /// Whether the node satisfies nodeSelector and the required terms.
     pub fn matches(&self, node: &NodeInfo) -> bool {
-        for (k, v) in &self.node_selector {
-            if node.labels.get(k) != Some(v) {
-                return false;
-            }
-        }
-        match &self.required {
-            None => true,
-            Some(terms) => terms.iter().any(|t| t.matches(&node.name, &node.labels)),
-        }
+        self.required.matches(&node.name, &node.labels)
     }
 
     pub fn preferred_score(&self, node: &NodeInfo) -> i64 {
-        self.preferred
-            .iter()
-            .filter(|(_, t)| t.matches(&node.name, &node.labels))
-            .map(|(w, _)| *w)
-            .sum()
+        self.preferred.score(&node.name, &node.labels)
     }
 }
 
@@ -274,7 +152,9 @@ impl Plugin for NodeAffinity {
 mod tests {
     use super::*;
     use crate::types::testutil::*;
-    use k8s_openapi::api::core::v1::{Affinity, NodeAffinity as NA, NodeSelector, PreferredSchedulingTerm};
+    use k8s_openapi::api::core::v1::{
+        Affinity, NodeAffinity as NA, NodeSelector, NodeSelectorRequirement, PreferredSchedulingTerm,
+    };
 
     fn req(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
         NodeSelectorRequirement {

@@ -4,8 +4,8 @@ use k8s_openapi::api::core::v1::Taint;
 
 use crate::cache::Cache;
 use crate::framework::{CycleState, Plugin, Status};
-use crate::plugins::taint_toleration::tolerates;
 use crate::types::{NodeInfo, PodInfo};
+use skiff_api::nodeaffinity::tolerates;
 
 pub const NAME: &str = "NodeUnschedulable";
 pub const ERR_REASON_UNSCHEDULABLE: &str = "node(s) were unschedulable";

@@ -2,6 +2,7 @@
 //! lower the score.
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
+use skiff_api::nodeaffinity::{does_not_allow_scheduling, find_matching_untolerated_taint, tolerates};
 
 use crate::cache::Cache;
 use crate::framework::{CycleState, Plugin, Status, default_normalize};
@@ -11,33 +12,9 @@ pub const NAME: &str = "TaintToleration";
 
 pub struct TaintToleration;
 
-/// Upstream's Toleration.ToleratesTaint.
-pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if let Some(e) = t.effect.as_deref()
-        && !e.is_empty()
-        && e != taint.effect
-    {
-        return false;
-    }
-    if let Some(k) = t.key.as_deref()
-        && !k.is_empty()
-        && k != taint.key
-    {
-        return false;
-    }
-    match t.operator.as_deref() {
-        None | Some("") | Some("Equal") => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
-        Some("Exists") => true,
-        _ => false,
-    }
-}
-
 /// The first NoSchedule/NoExecute taint not tolerated, if any.
 pub fn find_untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
-    taints.iter().find(|taint| {
-        (taint.effect == "NoSchedule" || taint.effect == "NoExecute")
-            && !tolerations.iter().any(|t| tolerates(t, taint))
-    })
+    find_matching_untolerated_taint(taints, tolerations, does_not_allow_scheduling)
 }
 
 impl Plugin for TaintToleration {
@@ -112,18 +89,6 @@ mod tests {
             effect: Some(e.into()),
             ..Default::default()
         }
-    }
-
-    #[test]
-    fn toleration_matching() {
-        let t = taint("dedicated", "user1", "NoSchedule");
-        assert!(tolerates(&tol("dedicated", "Equal", "user1", "NoSchedule"), &t));
-        assert!(!tolerates(&tol("dedicated", "Equal", "user2", "NoSchedule"), &t));
-        assert!(tolerates(&tol("dedicated", "Exists", "", "NoSchedule"), &t));
-        assert!(tolerates(&tol("dedicated", "Exists", "", ""), &t));
-        assert!(!tolerates(&tol("dedicated", "Exists", "", "NoExecute"), &t));
-        assert!(tolerates(&tol("", "Exists", "", ""), &t));
-        assert!(!tolerates(&tol("other", "Exists", "", ""), &t));
     }
 
     #[test]

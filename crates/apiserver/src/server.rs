@@ -21,7 +21,9 @@ use crate::tls::{self, Identity, TokenAuth};
 
 /// Shared state of every request.
 pub struct ApiState {
-    pub store: Arc<dyn Store>,
+    /// The store: only the API server reads and writes it (the field is private to this crate,
+    /// and no other crate depends on skiff-store).
+    pub(crate) store: Arc<dyn Store>,
     pub tokens: TokenAuth,
     pub pki: Pki,
     /// Signs service account tokens (TokenRequest) and authenticates them.

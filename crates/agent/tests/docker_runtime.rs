@@ -3,6 +3,8 @@
 //! Every test uses its own node name; a guard removes every container and volume labelled with it,
 //! even when the test fails.
 
+#![cfg(test)]
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,6 +1,8 @@
 //! The agent against the project's own API server (in-process client) and the real Docker Engine:
 //! node registration, lease, a pod bound to the node runs and reports status, graceful deletion.
 
+#![cfg(test)]
+
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;

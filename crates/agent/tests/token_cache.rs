@@ -2,6 +2,8 @@
 //! in-process (no Docker needed): a token is requested once and held until it is due for
 //! renewal, per service account, audience and lifetime.
 
+#![cfg(test)]
+
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::Api;
 use kube::api::PostParams;

@@ -1310,11 +1310,10 @@ pub fn reconcile_role(existing: Option<&Value>, expected: &Value) -> Reconcile {
     let existing_aggregation = existing.get("aggregationRule").filter(|v| !v.is_null());
     match (expected_aggregation, existing_aggregation) {
         (None, Some(_)) => {
-            result
-                .as_object_mut()
-                .expect("a role is an object")
-                .remove("aggregationRule");
-            changed = true;
+            if let Some(role) = result.as_object_mut() {
+                role.remove("aggregationRule");
+                changed = true;
+            }
         }
         (Some(wanted), _) => {
             let have: Vec<Value> = existing_aggregation

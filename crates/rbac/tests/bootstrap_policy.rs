@@ -1,5 +1,7 @@
 //! Facts of upstream's 1.33 bootstrap policy that the port must keep.
 
+#![cfg(test)]
+
 use std::collections::HashSet;
 
 use serde_json::{Value, json};

@@ -1,5 +1,7 @@
 //! Coverage of one rule set by another, as upstream's `validation.Covers`.
 
+#![cfg(test)]
+
 use serde_json::{Value, json};
 use skiff_rbac::bootstrap::{cluster_roles, covers, rule};
 

@@ -1,5 +1,7 @@
 //! Upstream's start-up reconciliation of bootstrap roles and bindings with stored ones.
 
+#![cfg(test)]
+
 use serde_json::{Value, json};
 use skiff_rbac::bootstrap::{
     AUTO_UPDATE_ANNOTATION, Reconcile, cluster_role_bindings, cluster_roles, reconcile_binding, reconcile_role,

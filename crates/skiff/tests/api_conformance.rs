@@ -3,6 +3,8 @@
 //! graceful pod deletion, eviction with a PodDisruptionBudget, binding, watch parameters,
 //! the seed's YAML examples as written, and the kube-rs client.
 
+#![cfg(test)]
+
 mod common;
 
 use std::io::{BufRead, BufReader};

@@ -1,6 +1,8 @@
 //! Bad input never panics and changes nothing; acknowledged writes survive kill -9;
 //! watches from kubectl, kube-rs and the Python client.
 
+#![cfg(test)]
+
 mod common;
 
 use std::io::{BufRead, BufReader};

@@ -2,6 +2,8 @@
 //! key), `skiff secrets-encrypt status|rotate-keys|reencrypt`, upstream's
 //! `--encryption-provider-config`, and no plaintext left in the database files afterwards.
 
+#![cfg(test)]
+
 mod common;
 
 use std::path::Path;

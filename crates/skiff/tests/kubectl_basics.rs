@@ -1,6 +1,8 @@
 //! The control plane driven by the real kubectl: discovery, apply, get in every form,
 //! label, taint, cordon, create, scale, delete, explain.
 
+#![cfg(test)]
+
 mod common;
 
 use std::time::Duration;

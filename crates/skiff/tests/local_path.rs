@@ -6,6 +6,8 @@
 //! a server restart, and deletion with Delete and Retain. Containers and directories are removed
 //! afterwards.
 
+#![cfg(test)]
+
 mod common;
 
 use std::os::unix::fs::PermissionsExt;

@@ -6,6 +6,8 @@
 //! removes the pods left Terminating on it. Cordoning adds the `unschedulable` taint and
 //! uncordoning removes it.
 
+#![cfg(test)]
+
 mod common;
 
 use std::process::{Child, Command, Stdio};

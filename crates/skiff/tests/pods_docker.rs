@@ -2,6 +2,8 @@
 //! the real kubectl (logs, exec, attach through the API server's proxy). Needs the local
 //! `busybox:latest` image (`skiff images build`). Every container is removed afterwards.
 
+#![cfg(test)]
+
 mod common;
 
 use std::process::Command;

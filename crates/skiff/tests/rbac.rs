@@ -4,6 +4,8 @@
 //! `--as system:node:n1 --as-group system:nodes`), the bootstrap policy reconciled at start,
 //! and kubeconfigs issued by `skiff kubeconfig`.
 
+#![cfg(test)]
+
 mod common;
 
 use std::path::PathBuf;

@@ -1,5 +1,7 @@
 //! Seed 000's scheduling rules end to end: `skiff server --sim-nodes 3` and the real kubectl.
 
+#![cfg(test)]
+
 mod common;
 
 use std::time::Duration;

@@ -4,6 +4,8 @@
 //! local `busybox:latest` image) a projected token is such a token, and a pod whose token cannot
 //! be had does not start.
 
+#![cfg(test)]
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -2,6 +2,8 @@
 //! and NodePort allocation with upstream's refusals, the cluster's own Services, EndpointSlices
 //! and Endpoints that follow the pods, and allocations kept across a kill -9.
 
+#![cfg(test)]
+
 mod common;
 
 use std::collections::BTreeSet;

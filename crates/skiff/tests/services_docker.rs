@@ -10,6 +10,8 @@
 //! Traffic goes only to ClusterIPs, to pod addresses on Docker's bridge and to this machine's own
 //! addresses.
 
+#![cfg(test)]
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};

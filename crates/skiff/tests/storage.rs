@@ -5,6 +5,8 @@
 //! after a scale to 0 and back, and after the server restarts. With `whenDeleted: Delete`,
 //! deleting the set removes its claims, their volumes and their directories.
 
+#![cfg(test)]
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -6,6 +6,8 @@
 //! temporary directories; claims name their class (or none) so no default class is involved.
 //! Containers and directories are removed afterwards.
 
+#![cfg(test)]
+
 mod common;
 
 use std::path::Path;

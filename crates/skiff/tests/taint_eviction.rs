@@ -3,6 +3,8 @@
 //! it at once, those that tolerate it for `tolerationSeconds` when that time has passed, never those
 //! that tolerate it for good, and removing the taint in time cancels a scheduled eviction.
 
+#![cfg(test)]
+
 mod common;
 
 use std::time::{Duration, Instant};

@@ -4,6 +4,8 @@
 //! the scheduler to a `local` volume of the node it picks; a ReadWriteOncePod claim serves one pod
 //! at a time. Containers and host directories are removed afterwards.
 
+#![cfg(test)]
+
 mod common;
 
 use std::time::Duration;

@@ -3,6 +3,8 @@
 //! on a real node (Docker, the local `busybox:latest` image). Containers and the host directory
 //! are removed afterwards.
 
+#![cfg(test)]
+
 mod common;
 
 use std::time::Duration;

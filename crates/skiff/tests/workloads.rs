@@ -1,6 +1,8 @@
 //! Seed 003's workload objects end to end: Deployment / ReplicaSet rollouts, DaemonSet,
 //! StatefulSet, Job and CronJob with `skiff server --no-agent --sim-nodes 3` and the real kubectl.
 
+#![cfg(test)]
+
 mod common;
 
 use std::collections::BTreeSet;

@@ -2,6 +2,7 @@
 //! driven by the real kubectl with a fresh HOME. Everything is stopped and removed on drop.
 
 #![allow(dead_code)]
+#![cfg(test)]
 
 pub mod node;
 pub mod seeds;

@@ -60,6 +60,23 @@ pub fn tmpfs_volume_name(uid: &str, volume: &str) -> String {
     format!("skiff-{uid}-{volume}")
 }
 
+/// Whether this node has a plugin for the volume's source: emptyDir, hostPath, secret,
+/// configMap, downwardAPI, projected and persistentVolumeClaim.
+pub fn is_supported(volume: &Volume) -> bool {
+    volume.empty_dir.is_some()
+        || volume.host_path.is_some()
+        || volume.secret.is_some()
+        || volume.config_map.is_some()
+        || volume.downward_api.is_some()
+        || volume.projected.is_some()
+        || volume.persistent_volume_claim.is_some()
+}
+
+/// The volume plugin manager's error for a volume no plugin serves.
+fn no_volume_plugin(name: &str) -> String {
+    format!("failed to get Plugin from volumeSpec for volume {name:?} err=no volume plugin matched")
+}
+
 /// Sets up (or refreshes) every volume of a pod.
 pub async fn setup(
     pod: &Pod,
@@ -76,6 +93,12 @@ pub async fn setup(
     for volume in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
         let set_up = match &volume.persistent_volume_claim {
             Some(source) => persistent_volume_claim(pod, volume, source, client).await?,
+            // As the kubelet: a volume no plugin of this node serves is never mounted (the pod
+            // waits in ContainerCreating with FailedMount), never replaced by an empty directory.
+            None if !is_supported(volume) => Err(MountError::Process {
+                volume: volume.name.clone(),
+                message: no_volume_plugin(&volume.name),
+            }),
             None => setup_one(pod, volume, &base, docker, objects, tokens, ctx)
                 .await?
                 .map_err(|message| MountError::SetUp {
@@ -228,41 +251,89 @@ pub async fn persistent_volume_path(
     }))
 }
 
-/// A hostPath checked against its type as upstream's hostPath plugin does, creating what the
-/// `...OrCreate` types ask for; the error is the plugin's message.
+/// What a path on the host is, by upstream's `GetFileType` names (symlinks followed).
+fn file_type(meta: &std::fs::Metadata) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        Some("Directory")
+    } else if t.is_file() {
+        Some("File")
+    } else if t.is_socket() {
+        Some("Socket")
+    } else if t.is_char_device() {
+        Some("CharDevice")
+    } else if t.is_block_device() {
+        Some("BlockDevice")
+    } else {
+        None
+    }
+}
+
+/// A hostPath checked against its type as upstream's hostPath plugin (`checkType`) does,
+/// creating what the `...OrCreate` types ask for (a file's parent directory must exist, as
+/// there); the error is the plugin's message. No type (`""`) checks nothing.
 async fn host_path(path: &str, kind: &str) -> anyhow::Result<Result<PathBuf, String>> {
     let p = PathBuf::from(path);
-    let meta = tokio::fs::metadata(&p).await.ok();
-    let check = match kind {
-        "DirectoryOrCreate" => {
-            if meta.is_none() {
-                create_dir(&p, 0o755).await?;
-            }
-            Ok(())
-        }
-        "FileOrCreate" => {
-            if meta.is_none() {
-                if let Some(parent) = p.parent() {
-                    tokio::fs::create_dir_all(parent).await.ok();
-                }
-                tokio::fs::write(&p, b"")
-                    .await
-                    .with_context(|| format!("creating {}", p.display()))?;
-            }
-            Ok(())
-        }
-        "Directory" if !meta.as_ref().is_some_and(|m| m.is_dir()) => {
-            Err(format!("hostPath type check failed: {path} is not a directory"))
-        }
-        "File" if !meta.as_ref().is_some_and(|m| m.is_file()) => {
-            Err(format!("hostPath type check failed: {path} is not a file"))
-        }
-        "Socket" | "CharDevice" | "BlockDevice" if meta.is_none() => {
-            Err(format!("hostPath type check failed: {path} does not exist"))
-        }
-        _ => Ok(()),
+    if kind.is_empty() {
+        return Ok(Ok(p));
+    }
+    let (expected, description) = match kind {
+        "DirectoryOrCreate" | "Directory" => ("Directory", "directory"),
+        "FileOrCreate" | "File" => ("File", "file"),
+        "Socket" => ("Socket", "socket file"),
+        "CharDevice" => ("CharDevice", "character device"),
+        "BlockDevice" => ("BlockDevice", "block device"),
+        other => return Ok(Err(format!("{other} is an invalid volume type"))),
     };
-    Ok(check.map(|()| p))
+    if tokio::fs::metadata(&p).await.is_err() {
+        match kind {
+            "DirectoryOrCreate" => create_dir(&p, 0o755).await?,
+            "FileOrCreate" => {
+                let created = tokio::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .mode(0o644)
+                    .open(&p)
+                    .await;
+                if let Err(e) = created {
+                    return Ok(Err(format!("open {path}: {}", io_message(&e))));
+                }
+            }
+            _ => {}
+        }
+    }
+    let Ok(meta) = tokio::fs::metadata(&p).await else {
+        return Ok(Err(format!("hostPath {path} doesn't exist")));
+    };
+    Ok(match file_type(&meta) {
+        Some(t) if t == expected => Ok(p),
+        Some(t) => Err(format!(
+            "hostPath type check failed: {path} is not a {description}, it's a {t}"
+        )),
+        None => Err(format!(
+            "hostPath type check failed, {path} is not a {description}, unable to determine its type: only \
+             recognise file, directory, socket, block device and character device"
+        )),
+    })
+}
+
+/// An I/O error as Go's `os` package words it (`no such file or directory`).
+fn io_message(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(code) => {
+            let text = std::io::Error::from_raw_os_error(code).to_string();
+            // "No such file or directory (os error 2)" -> "no such file or directory"
+            let text = text.split(" (os error").next().unwrap_or(&text).to_string();
+            let mut chars = text.chars();
+            match chars.next() {
+                Some(first) => first.to_lowercase().chain(chars).collect(),
+                None => text,
+            }
+        }
+        None => e.to_string(),
+    }
 }
 
 async fn setup_one(
@@ -405,14 +476,9 @@ async fn setup_one(
             }
         }
     } else {
-        // Volume kinds this node does not implement (csi, ephemeral, ...) get an empty directory.
-        dir = base.join("kubernetes.io~unsupported").join(name);
-        tracing::warn!(volume = %name, "unsupported volume type; mounting an empty directory");
-        create_dir(&dir, 0o755).await?;
-        return Ok(Ok(HostVolume::Path {
-            path: dir,
-            read_only: false,
-        }));
+        // Volume kinds this node does not implement (nfs, csi, iscsi, ephemeral, image, ...):
+        // `setup` answers them before they come here.
+        return Ok(Err(no_volume_plugin(name)));
     }
     let target = dir.clone();
     tokio::task::spawn_blocking(move || write_atomic(&target, &files))
@@ -818,6 +884,96 @@ pub fn binds(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn host_path_types_are_checked_as_upstream() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = |name: &str| dir.path().join(name).display().to_string();
+        std::fs::write(dir.path().join("file"), b"x").expect("file");
+        std::fs::create_dir(dir.path().join("dir")).expect("dir");
+        let _sock = std::os::unix::net::UnixListener::bind(dir.path().join("sock")).expect("socket");
+        let check = |p: String, kind: &'static str| async move { host_path(&p, kind).await.expect("no I/O error") };
+        assert!(check(path("file"), "File").await.is_ok());
+        assert!(check(path("dir"), "Directory").await.is_ok());
+        assert!(check(path("sock"), "Socket").await.is_ok());
+        assert!(check("/dev/null".into(), "CharDevice").await.is_ok());
+        assert!(check(path("anything"), "").await.is_ok(), "no type checks nothing");
+        assert_eq!(
+            check(path("file"), "Directory").await.unwrap_err(),
+            format!(
+                "hostPath type check failed: {} is not a directory, it's a File",
+                path("file")
+            )
+        );
+        assert_eq!(
+            check(path("dir"), "FileOrCreate").await.unwrap_err(),
+            format!(
+                "hostPath type check failed: {} is not a file, it's a Directory",
+                path("dir")
+            )
+        );
+        assert_eq!(
+            check(path("file"), "Socket").await.unwrap_err(),
+            format!(
+                "hostPath type check failed: {} is not a socket file, it's a File",
+                path("file")
+            )
+        );
+        assert_eq!(
+            check(path("sock"), "BlockDevice").await.unwrap_err(),
+            format!(
+                "hostPath type check failed: {} is not a block device, it's a Socket",
+                path("sock")
+            )
+        );
+        assert_eq!(
+            check(path("gone"), "CharDevice").await.unwrap_err(),
+            format!("hostPath {} doesn't exist", path("gone"))
+        );
+        assert_eq!(
+            check(path("x"), "Pipe").await.unwrap_err(),
+            "Pipe is an invalid volume type"
+        );
+        // The ...OrCreate types create what is missing; a file's parent must exist.
+        assert!(check(path("new-dir/sub"), "DirectoryOrCreate").await.is_ok());
+        assert!(dir.path().join("new-dir/sub").is_dir());
+        assert!(check(path("new-file"), "FileOrCreate").await.is_ok());
+        assert!(dir.path().join("new-file").is_file());
+        assert_eq!(
+            check(path("no-parent/file"), "FileOrCreate").await.unwrap_err(),
+            format!("open {}: no such file or directory", path("no-parent/file"))
+        );
+    }
+
+    #[test]
+    fn only_volume_kinds_with_a_plugin_here_are_supported() {
+        let v = |json: serde_json::Value| -> Volume { serde_json::from_value(json).expect("a volume") };
+        for supported in [
+            serde_json::json!({"name": "v", "emptyDir": {}}),
+            serde_json::json!({"name": "v", "hostPath": {"path": "/x"}}),
+            serde_json::json!({"name": "v", "secret": {"secretName": "s"}}),
+            serde_json::json!({"name": "v", "configMap": {"name": "c"}}),
+            serde_json::json!({"name": "v", "downwardAPI": {}}),
+            serde_json::json!({"name": "v", "projected": {"sources": []}}),
+            serde_json::json!({"name": "v", "persistentVolumeClaim": {"claimName": "c"}}),
+        ] {
+            assert!(is_supported(&v(supported.clone())), "{supported}");
+        }
+        for unsupported in [
+            serde_json::json!({"name": "v", "nfs": {"server": "s", "path": "/"}}),
+            serde_json::json!({"name": "v", "csi": {"driver": "d"}}),
+            serde_json::json!({"name": "v", "iscsi": {"targetPortal": "t", "iqn": "i", "lun": 0}}),
+            serde_json::json!({"name": "v", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}),
+            serde_json::json!({"name": "v", "image": {"reference": "busybox"}}),
+            serde_json::json!({"name": "v"}),
+        ] {
+            assert!(!is_supported(&v(unsupported.clone())), "{unsupported}");
+        }
+        assert_eq!(
+            no_volume_plugin("v"),
+            "failed to get Plugin from volumeSpec for volume \"v\" err=no volume plugin matched"
+        );
+    }
     use k8s_openapi::api::core::v1::{
         HostAlias, HostPathVolumeSource, LocalVolumeSource, ObjectReference, PersistentVolumeClaimSpec,
         PersistentVolumeClaimStatus, PersistentVolumeSpec, PodSpec, VolumeMount,
@@ -964,7 +1120,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             format!(
-                "MountVolume.SetUp failed for volume \"pv1\" : hostPath type check failed: {} is not a directory",
+                "MountVolume.SetUp failed for volume \"pv1\" : hostPath {} doesn't exist",
                 missing.display()
             )
         );

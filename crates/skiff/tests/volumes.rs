@@ -305,3 +305,103 @@ fn host_path_volume_keeps_data_across_pods() {
         "written-by-writer\n"
     );
 }
+
+#[test]
+fn volumes_the_node_cannot_serve_wait_with_failed_mount() {
+    let n = Node::start("nomount", &[]);
+    let c = &n.c;
+    let host = tempfile::tempdir().expect("host dir");
+    let file = host.path().join("not-a-socket");
+    std::fs::write(&file, b"").expect("a regular file");
+    let socket = host.path().join("app.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).expect("a socket");
+    let pod = |name: &str, volume: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n  containers:\n  - name: c\n    image: busybox:latest\n    command: [\"sleep\", \"3600\"]\n    volumeMounts:\n    - name: v\n      mountPath: /v\n  volumes:\n  - name: v\n{volume}",
+            node = n.name
+        )
+    };
+    // A kind of volume this node has no plugin for: never an empty directory in its place.
+    c.apply(
+        &pod("nfs", "    nfs:\n      server: 127.0.0.1\n      path: /exports\n"),
+        &[],
+    );
+    c.wait_event_containing(
+        "Pod",
+        "nfs",
+        "FailedMount",
+        "Unable to attach or mount volumes: unmounted volumes=[v], unattached volumes=[], failed to process \
+         volumes=[v]: failed to get Plugin from volumeSpec for volume \"v\" err=no volume plugin matched",
+    );
+    // hostPath types are checked as upstream's plugin checks them.
+    c.apply(
+        &pod(
+            "wrong-type",
+            &format!("    hostPath:\n      path: {}\n      type: Socket\n", file.display()),
+        ),
+        &[],
+    );
+    c.wait_event_containing(
+        "Pod",
+        "wrong-type",
+        "FailedMount",
+        &format!(
+            "MountVolume.SetUp failed for volume \"v\" : hostPath type check failed: {} is not a socket file, it's a File",
+            file.display()
+        ),
+    );
+    c.apply(
+        &pod(
+            "missing",
+            &format!(
+                "    hostPath:\n      path: {}\n      type: CharDevice\n",
+                host.path().join("nothing").display()
+            ),
+        ),
+        &[],
+    );
+    c.wait_event_containing(
+        "Pod",
+        "missing",
+        "FailedMount",
+        &format!(
+            "MountVolume.SetUp failed for volume \"v\" : hostPath {} doesn't exist",
+            host.path().join("nothing").display()
+        ),
+    );
+    for waiting in ["nfs", "wrong-type", "missing"] {
+        assert_eq!(
+            c.k(&["get", "pod", waiting, "-o", "jsonpath={.status.phase}"]),
+            "Pending"
+        );
+        let reason = c.k(&[
+            "get",
+            "pod",
+            waiting,
+            "-o",
+            "jsonpath={.status.containerStatuses[0].state.waiting.reason}",
+        ]);
+        assert!(
+            reason.is_empty() || reason == "ContainerCreating",
+            "{waiting}: {reason}"
+        );
+    }
+    // The right types mount.
+    c.apply(
+        &pod(
+            "socket",
+            &format!("    hostPath:\n      path: {}\n      type: Socket\n", socket.display()),
+        ),
+        &[],
+    );
+    c.apply(
+        &pod(
+            "dev-null",
+            "    hostPath:\n      path: /dev/null\n      type: CharDevice\n",
+        ),
+        &[],
+    );
+    n.wait_running("socket");
+    n.wait_running("dev-null");
+    c.k(&["delete", "pod", "--all", "--wait=false"]);
+}

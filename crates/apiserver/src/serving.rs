@@ -127,7 +127,7 @@ enum Phase {
 /// The HTTPS listener and its connections.
 pub struct Serving {
     phase: watch::Sender<Phase>,
-    connections: Arc<Semaphore>,
+    open: Arc<AtomicUsize>,
     limit: usize,
 }
 
@@ -144,7 +144,7 @@ impl Serving {
         opts: &ServingOptions,
     ) -> Serving {
         let limit = opts.connection_limit();
-        let connections = Arc::new(Semaphore::new(limit));
+        let open = Arc::new(AtomicUsize::new(0));
         let (phase, _) = watch::channel(Phase::Serving);
         let acceptor = tokio_rustls::TlsAcceptor::from(config);
         tokio::spawn(accept(
@@ -153,13 +153,10 @@ impl Serving {
             router,
             opts.clone(),
             phase.subscribe(),
-            connections.clone(),
+            Arc::new(Semaphore::new(limit)),
+            open.clone(),
         ));
-        Serving {
-            phase,
-            connections,
-            limit,
-        }
+        Serving { phase, open, limit }
     }
 
     /// Closes the listener and asks every connection to close once its requests are answered.
@@ -180,7 +177,7 @@ impl Serving {
 
     /// Connections open now (TLS handshakes included).
     pub fn open_connections(&self) -> usize {
-        self.limit - self.connections.available_permits()
+        self.open.load(Ordering::Acquire)
     }
 
     /// The cap on open connections.
@@ -204,6 +201,7 @@ async fn accept(
     opts: ServingOptions,
     phase: watch::Receiver<Phase>,
     connections: Arc<Semaphore>,
+    open: Arc<AtomicUsize>,
 ) {
     let mut stop = phase.clone();
     let mut warned: Option<Instant> = None;
@@ -244,9 +242,12 @@ async fn accept(
         let router = router.clone();
         let opts = opts.clone();
         let phase = phase.clone();
+        let open = open.clone();
+        open.fetch_add(1, Ordering::AcqRel);
         tokio::spawn(async move {
             let _permit = permit;
             connection(tcp, peer, acceptor, router, opts, phase).await;
+            open.fetch_sub(1, Ordering::AcqRel);
         });
     }
     tracing::info!(addr = ?listener.local_addr().ok(), "stopped listening");
@@ -366,6 +367,29 @@ impl http_body::Body for Tracked {
     }
 }
 
+/// The bytes of a request's line and headers, as they came (HTTP/1.1) or as HTTP/2 counts a
+/// header list (32 bytes a field).
+fn head_bytes<B>(req: &http::Request<B>) -> usize {
+    let line = req.method().as_str().len() + req.uri().path_and_query().map_or(1, |p| p.as_str().len()) + 11;
+    let per_field = if req.version() == http::Version::HTTP_2 { 32 } else { 4 };
+    req.headers().iter().fold(line, |n, (name, value)| {
+        n + name.as_str().len() + value.len() + per_field
+    })
+}
+
+/// Go's answer to headers over `MaxHeaderBytes`.
+fn header_fields_too_large() -> axum::response::Response {
+    let mut r = axum::response::Response::new(Body::from("431 Request Header Fields Too Large"));
+    *r.status_mut() = http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+    let h = r.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    r
+}
+
 async fn serve_connection<S>(
     stream: S,
     peer: SocketAddr,
@@ -389,9 +413,15 @@ async fn serve_connection<S>(
         req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
         let router = router.clone();
         async move {
-            let response = match router.oneshot(req.map(Body::new)).await {
-                Ok(r) => r,
-                Err(never) => match never {},
+            // hyper bounds what it buffers of a head, not the head itself (a last read may
+            // complete one past its buffer's limit); Go's limit is on the head.
+            let response = if head_bytes(&req) > MAX_HEADER_BYTES + 4096 {
+                header_fields_too_large()
+            } else {
+                match router.oneshot(req.map(Body::new)).await {
+                    Ok(r) => r,
+                    Err(never) => match never {},
+                }
             };
             Ok::<_, Infallible>(response.map(|inner| Body::new(Tracked { inner, _active: active })))
         }
@@ -481,5 +511,119 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(explicit.connection_limit(), 7);
+    }
+
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server whose `/stream` answers a body that never ends and everything else `ok`.
+    async fn start(dir: &std::path::Path) -> (Serving, SocketAddr, Arc<rustls::ClientConfig>) {
+        let pki = crate::pki::load_or_create(dir, &[]).unwrap();
+        let router = axum::Router::new()
+            .route(
+                "/stream",
+                axum::routing::get(|| async {
+                    let chunks = futures::stream::once(async { Ok::<_, std::io::Error>(Bytes::from_static(b"first")) })
+                        .chain(futures::stream::pending());
+                    Body::from_stream(chunks)
+                }),
+            )
+            .fallback(|| async { "ok" });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let serving = Serving::start(
+            listener,
+            crate::tls::server_config(&pki).unwrap(),
+            router,
+            &ServingOptions::default(),
+        );
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(rustls::pki_types::CertificateDer::from_pem_slice(pki.ca_cert_pem.as_bytes()).unwrap())
+            .unwrap();
+        let mut client =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+        client.alpn_protocols = vec![b"http/1.1".to_vec()];
+        (serving, addr, Arc::new(client))
+    }
+
+    async fn connect(
+        addr: SocketAddr,
+        config: &Arc<rustls::ClientConfig>,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        tokio_rustls::TlsConnector::from(config.clone())
+            .connect(name, tcp)
+            .await
+    }
+
+    /// Reads until `needle` has come, or the connection ends; what was read.
+    async fn read_until<S: tokio::io::AsyncRead + Unpin>(stream: &mut S, needle: &str) -> String {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => break,
+                Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+                Err(_) => panic!("nothing more within 10 s: {}", String::from_utf8_lossy(&got)),
+            }
+            if String::from_utf8_lossy(&got).contains(needle) {
+                break;
+            }
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    use futures::StreamExt;
+
+    #[tokio::test]
+    async fn shutdown_stops_accepting_then_closes_what_is_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let (serving, addr, client) = start(dir.path()).await;
+        // An idle keep-alive connection and a streamed response.
+        let mut idle = connect(addr, &client).await.unwrap();
+        idle.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        assert!(read_until(&mut idle, "ok").await.ends_with("ok"));
+        let mut stream = connect(addr, &client).await.unwrap();
+        stream
+            .write_all(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(read_until(&mut stream, "first").await.contains("first"));
+        assert_eq!(serving.open_connections(), 2);
+
+        serving.stop_accepting();
+        // The listener is closed.
+        let refused = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                if tokio::net::TcpStream::connect(addr).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(refused.is_ok(), "still accepting");
+        // The idle connection is closed; the stream goes on.
+        assert_eq!(read_until(&mut idle, "never").await, "");
+        let mut buf = [0u8; 16];
+        let more = tokio::time::timeout(Duration::from_millis(200), stream.read(&mut buf)).await;
+        assert!(more.is_err(), "the streamed response ended early: {more:?}");
+        // Closing ends it.
+        serving.close();
+        let ended = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await;
+        assert!(matches!(ended, Ok(Ok(0)) | Ok(Err(_))), "{ended:?}");
+        let drained = tokio::time::timeout(Duration::from_secs(10), async {
+            while serving.open_connections() > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(drained.is_ok());
     }
 }

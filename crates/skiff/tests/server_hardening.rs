@@ -239,6 +239,20 @@ fn ten_thousand_idle_connections_leave_kubectl_working() {
 }
 
 #[test]
+fn at_max_connections_new_connections_wait_until_others_close() {
+    let c = Cluster::start(&[CONTROL_PLANE, &["--max-connections", "4"]].concat());
+    let idle: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(("127.0.0.1", c.port)).expect("connect"))
+        .collect();
+    // The server accepts no fifth connection: kubectl's handshake is never answered.
+    let out = c.kubectl(&["--request-timeout", "2s", "get", "--raw", "/readyz"]);
+    assert!(!out.status.success(), "served over --max-connections");
+    drop(idle);
+    c.k(&["get", "namespaces"]);
+    assert!(c.log().contains("at --max-connections"), "{}", tail(&c.log(), 20));
+}
+
+#[test]
 fn oversized_headers_are_a_431_and_oversized_bodies_a_413() {
     let c = Cluster::start(CONTROL_PLANE);
     let token = admin_token(&c);

@@ -431,8 +431,9 @@ async fn serve_connection<S>(
         .http1()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(opts.header_read_timeout)
-        // Go allows MaxHeaderBytes plus 4 KiB of slack.
-        .max_buf_size(MAX_HEADER_BYTES + 4096);
+        // Heads up to twice the limit are read whole and answered 431 by `head_bytes`'s check
+        // (the client has sent all, so it reads the answer); hyper refuses larger ones itself.
+        .max_buf_size(2 * MAX_HEADER_BYTES);
     builder
         .http2()
         .timer(hyper_util::rt::TokioTimer::new())

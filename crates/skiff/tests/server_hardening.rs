@@ -273,7 +273,10 @@ fn oversized_headers_are_a_431_and_oversized_bodies_a_413() {
     // whole head arrives at once.
     assert_eq!(http1(512 * 1024), 200);
     assert_eq!(http1(1100 * 1024), 431);
-    assert_eq!(http1(4 * 1024 * 1024), 431);
+    // Far over it, the server answers and closes while the client still sends: the kernel may
+    // then reset the connection before the client reads the 431. Either way it is refused.
+    let far_over = http1(4 * 1024 * 1024);
+    assert!(matches!(far_over, 431 | 0), "{far_over}");
     // HTTP/2 clients keep to the server's advertised limit themselves (curl to 64 KiB in all):
     // 60 KB is served, beyond the 16 KiB HTTP/2 libraries allow by default.
     let file = c.path().join("header-h2");
@@ -323,6 +326,14 @@ fn over_max_in_flight_a_burst_gets_429_with_retry_after() {
     .expect("reads over --max-requests-inflight were served");
     assert_eq!(header(&refused.0, "retry-after"), Some("1"));
     assert_eq!(refused.1, "Too many requests, please try again later.\n");
+    let write_refused = eventually(Duration::from_secs(20), || {
+        let (code, _, _) = request(&c, "POST", "/api/v1/namespaces/default/configmaps", &configmap("probe"));
+        (code == 429).then_some(())
+    });
+    assert!(
+        write_refused.is_some(),
+        "writes over --max-mutating-requests-inflight were served"
+    );
     // A burst: every read and write is refused while the pools are full.
     let burst: Vec<_> = (0..8)
         .map(|i| {

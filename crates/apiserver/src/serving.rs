@@ -1,9 +1,10 @@
 //! Serving HTTPS connections, as upstream's `SecureServingInfo.Serve` (`secure_serving.go`) and
 //! Go's `http.Server` with kube-apiserver's settings: 1 MiB of request headers at most (431
 //! beyond, HTTP/1.1 and HTTP/2 alike), headers read within `--header-read-timeout` (32 s, Go's
-//! `ReadHeaderTimeout`), a connection without a request for 90 s closed (`IdleTimeout`), TCP
-//! keep-alive every 3 minutes as upstream's listener sets it, and HTTP/2 PINGs so a connection
-//! whose peer is gone is dropped.
+//! `ReadHeaderTimeout`), a connection without a request for 90 s closed (`IdleTimeout`; hyper
+//! times an idle HTTP/1.1 connection's next head from its last response, so those close after the
+//! header timeout), TCP keep-alive every 3 minutes as upstream's listener sets it, and HTTP/2
+//! PINGs so a connection whose peer is gone is dropped.
 //!
 //! Beyond upstream: at most `--max-connections` connections are open at once (by default the
 //! open-file limit less [`RESERVED_DESCRIPTORS`]); at the cap the listener stops accepting, so new

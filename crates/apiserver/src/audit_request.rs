@@ -74,6 +74,11 @@ impl AuditCtx {
         }
     }
 
+    /// The request's `Audit-Id`.
+    pub fn audit_id(&self) -> &HeaderValue {
+        &self.audit_id
+    }
+
     /// The caller is known: the policy decides the level.
     pub fn begin(&mut self, state: &ApiState, user: &Identity, attributes: &Attributes) {
         if !state.audit.enabled() {

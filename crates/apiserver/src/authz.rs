@@ -119,7 +119,8 @@ pub fn attributes(method: &Method, path: &str, params: &Params) -> Attributes {
     a
 }
 
-fn is_true(v: &str) -> bool {
+/// A boolean query parameter's truth, as upstream's parameter codec reads it.
+pub fn is_true(v: &str) -> bool {
     matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
 }
 

@@ -1,12 +1,14 @@
 //! The request dispatcher: authentication, routing, and the verbs on resources.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::response::Response;
 use bytes::Bytes;
+use futures::FutureExt;
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
 use serde_json::Value;
 use skiff_api::StatusError;
@@ -14,24 +16,112 @@ use skiff_api::StatusError;
 use crate::body::{self, Output};
 use crate::request::{ResourceRequest, Route, route};
 use crate::tls::Identity;
-use crate::{ApiState, authz, discovery, objects, openapi, watch};
+use crate::{ApiState, authz, discovery, filters, objects, openapi, watch};
 
 pub type Params = HashMap<String, String>;
 
-/// The one entry point for every request: audited, with its `Audit-Id` on the response.
+/// The one entry point for every request, HTTPS and in-process: upstream's filters
+/// (`filters`: panic recovery, the deadline of non-long-running requests, max in flight), then
+/// audited, with its `Audit-Id` on the response.
 pub async fn handle(State(state): State<Arc<ApiState>>, req: Request<Body>) -> Response {
-    let mut audit = crate::audit_request::AuditCtx::new(&req);
-    let response = serve(&state, req, &mut audit).await;
-    audit.finish(&state, response).await
+    let method = req.method().clone();
+    let uri = req.uri().clone();
+    let audit = crate::audit_request::AuditCtx::new(&req);
+    let audit_id = audit.audit_id().clone();
+    let response = match AssertUnwindSafe(filtered(state, req, audit, &method, &uri))
+        .catch_unwind()
+        .await
+    {
+        Ok(response) => response,
+        Err(payload) => panicked(&method, &uri, &audit_id, &*payload),
+    };
+    filters::RecoverBody::wrap(response, &method, &uri)
 }
 
-async fn serve(state: &Arc<ApiState>, req: Request<Body>, audit: &mut crate::audit_request::AuditCtx) -> Response {
-    let (parts, body) = req.into_parts();
-    let path = parts.uri.path().to_string();
-    let params: Params = Query::<Params>::try_from_uri(&parts.uri)
+/// A request whose handler panicked: upstream's 500, logged with the request.
+fn panicked(
+    method: &Method,
+    uri: &http::Uri,
+    audit_id: &HeaderValue,
+    payload: &(dyn std::any::Any + Send),
+) -> Response {
+    tracing::error!(
+        %method,
+        uri = %uri,
+        audit_id = ?audit_id,
+        panic = filters::panic_message(payload),
+        "apiserver panic'd"
+    );
+    let mut r = filters::panicked();
+    r.headers_mut().insert("audit-id", audit_id.clone());
+    r
+}
+
+async fn filtered(
+    state: Arc<ApiState>,
+    req: Request<Body>,
+    mut audit: crate::audit_request::AuditCtx,
+    method: &Method,
+    uri: &http::Uri,
+) -> Response {
+    let path = req.uri().path().to_string();
+    let params: Params = Query::<Params>::try_from_uri(req.uri())
         .map(|q| q.0)
         .unwrap_or_default();
-    let attributes = authz::attributes(&parts.method, &path, &params);
+    let attributes = authz::attributes(req.method(), &path, &params);
+    let watch_param = params.get("watch").is_some_and(|w| authz::is_true(w));
+    let long_running = filters::is_long_running(&attributes, watch_param);
+    if long_running {
+        let response = serve(&state, req, path, params, attributes, true, &mut audit).await;
+        return audit.finish(&state, response).await;
+    }
+    let timeout = match state.filters.deadline_of(params.get("timeout").map(String::as_str)) {
+        Ok(t) => t,
+        Err(e) => return audit.finish(&state, body::error_response(&e)).await,
+    };
+    let deadline = tokio::time::Instant::now() + timeout;
+    let audit_id = audit.audit_id().clone();
+    let req = req.map(|b| Body::new(filters::DeadlineBody::new(b, deadline)));
+    // The handler runs to its end on a task of its own (upstream lets its goroutine finish):
+    // neither the deadline nor a client that goes away cancels it between two writes.
+    let guard = state.filters.track();
+    let mut task = tokio::spawn(async move {
+        let _guard = guard;
+        let response = serve(&state, req, path, params, attributes, false, &mut audit).await;
+        audit.finish(&state, response).await
+    });
+    tokio::select! {
+        biased;
+        _ = tokio::time::sleep_until(deadline) => {
+            tracing::warn!(%method, uri = %uri, audit_id = ?audit_id, timeout = ?timeout, "request timed out, answered 504");
+            let mut r = filters::timed_out();
+            r.headers_mut().insert("audit-id", audit_id);
+            r
+        }
+        joined = &mut task => match joined {
+            Ok(response) => response,
+            Err(e) if e.is_panic() => panicked(method, uri, &audit_id, &*e.into_panic()),
+            Err(e) => {
+                // Only when the runtime stops under it.
+                tracing::warn!(%method, uri = %uri, error = %e, "request handler cancelled");
+                let mut r = body::error_response(&StatusError::internal("the server is shutting down"));
+                r.headers_mut().insert("audit-id", audit_id);
+                r
+            }
+        },
+    }
+}
+
+async fn serve(
+    state: &Arc<ApiState>,
+    req: Request<Body>,
+    path: String,
+    params: Params,
+    attributes: skiff_rbac::Attributes,
+    long_running: bool,
+    audit: &mut crate::audit_request::AuditCtx,
+) -> Response {
+    let (parts, body) = req.into_parts();
     let Some(user) = state.authenticate(&parts.headers, &parts.extensions).await else {
         audit.begin(state, &Identity::default(), &attributes);
         audit.attributes(attributes);
@@ -47,6 +137,20 @@ async fn serve(state: &Arc<ApiState>, req: Request<Body>, audit: &mut crate::aud
         }
     };
     audit.impersonating(&user);
+    // Upstream's max in flight: after impersonation (it counts the user acted as), before
+    // authorization. The slot is held until the handler is done.
+    let in_process = parts.extensions.get::<filters::InProcess>().is_some();
+    let _slot = match state.filters.admit(&attributes, &user, in_process, long_running) {
+        filters::Admission::Refused(response) => {
+            audit.attributes(attributes);
+            return response;
+        }
+        admitted => admitted,
+    };
+    #[cfg(test)]
+    if let Some(response) = crate::filters::test_routes::serve(state, &path).await {
+        return response;
+    }
     let (decision, reason) = state.authz.authorize(&*state.store, &user, &attributes).await;
     // What was refused, and why.
     let mut refusal = (decision != skiff_rbac::Decision::Allow).then(|| (attributes.clone(), reason.clone()));

@@ -15,8 +15,10 @@ use skiff_store::Store;
 use crate::allocator::ServiceRanges;
 use crate::authz::{self, Authorizer};
 use crate::encryption::{self, Encryption};
+use crate::filters::{Filters, InProcess, Limits};
 use crate::pki::{self, Pki};
 use crate::serviceaccount::{self, TokenError, TokenSigner};
+use crate::serving::{Serving, ServingOptions};
 use crate::tls::{self, Identity, TokenAuth};
 
 /// Shared state of every request.
@@ -36,6 +38,8 @@ pub struct ApiState {
     pub audit: crate::audit::Auditor,
     /// Encryption at rest of Secrets (`skiff secrets-encrypt`); `store` already encrypts.
     pub encryption: Option<Arc<Encryption>>,
+    /// Upstream's request filters: deadlines, max in flight, the requests shutdown waits for.
+    pub filters: Filters,
 }
 
 impl ApiState {
@@ -51,6 +55,7 @@ impl ApiState {
             authz: Authorizer::default(),
             audit: crate::audit::Auditor::disabled(),
             encryption: None,
+            filters: Filters::default(),
         })
     }
 
@@ -154,6 +159,10 @@ pub struct ServerOptions {
     /// Whether the default `local-path` StorageClass is created at start when absent (off with
     /// `--disable-local-storage`).
     pub local_storage: bool,
+    /// `--request-timeout`, `--max-requests-inflight`, `--max-mutating-requests-inflight`.
+    pub limits: Limits,
+    /// Connections: how many, how long headers and idleness may take, header sizes.
+    pub serving: ServingOptions,
 }
 
 impl ServerOptions {
@@ -175,6 +184,8 @@ impl ServerOptions {
             },
             encryption_provider_config: None,
             local_storage: true,
+            limits: Limits::default(),
+            serving: ServingOptions::default(),
         }
     }
 }
@@ -187,6 +198,27 @@ pub struct Running {
     /// The `system:masters` kubeconfig (mode 0600).
     pub super_admin_kubeconfig: PathBuf,
     pub url: String,
+    /// The HTTPS listener and its connections, for shutdown.
+    pub serving: Serving,
+}
+
+impl Running {
+    /// Shutdown, first step: the listener is closed and every connection is asked to close once
+    /// its requests are answered (HTTP/2 GOAWAY; HTTP/1.1 closes after the current response).
+    pub fn stop_accepting(&self) {
+        self.serving.stop_accepting();
+    }
+
+    /// Waits until no non-long-running request (HTTPS or in-process) is being handled, or
+    /// `deadline`; whether they all finished. Their writes are committed before they answer.
+    pub async fn drain(&self, deadline: tokio::time::Instant) -> bool {
+        self.state.filters.drained(deadline).await
+    }
+
+    /// Shutdown, last step: every connection still open (watches, streams) is closed.
+    pub fn close_connections(&self) {
+        self.serving.close();
+    }
 }
 
 /// The namespaces every cluster starts with.
@@ -240,6 +272,7 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
     }
     state.audit = crate::audit::Auditor::start(&audit).context("starting the audit log")?;
     state.encryption = Some(encryption.clone());
+    state.filters = Filters::new(&opts.limits);
     let state = Arc::new(state);
     encryption
         .start(generated_now)
@@ -282,7 +315,7 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
             &state.pki.super_admin_key_pem,
         )
         .context("writing the super-admin kubeconfig")?;
-    tokio::spawn(tls::serve_tls(listener, tls_config, router(state.clone())));
+    let serving = Serving::start(listener, tls_config, router(state.clone()), &opts.serving);
     tokio::spawn(compactor(state.store.clone()));
     // The OpenAPI documents are built on first use: an idle server does not hold them.
     Ok(Running {
@@ -291,6 +324,7 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         kubeconfig,
         super_admin_kubeconfig,
         url,
+        serving,
     })
 }
 
@@ -434,6 +468,7 @@ pub fn client_as(state: Arc<ApiState>, identity: Identity) -> kube::Client {
     let service = tower::ServiceBuilder::new()
         .map_request(move |mut req: http::Request<kube::client::Body>| {
             req.extensions_mut().insert(Some(identity.clone()));
+            req.extensions_mut().insert(InProcess);
             req.map(axum::body::Body::new)
         })
         .service(router);
@@ -457,6 +492,7 @@ pub fn controller_client(state: Arc<ApiState>, name: &str) -> kube::Client {
                 own.clone()
             };
             req.extensions_mut().insert(Some(identity));
+            req.extensions_mut().insert(InProcess);
             req.map(axum::body::Body::new)
         })
         .service(router);

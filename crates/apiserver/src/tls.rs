@@ -3,28 +3,21 @@
 //! - [`server_config`]: rustls with the cluster CA as client-certificate root. Anonymous
 //!   connections are accepted (so `/readyz`, `/version` and 401 answers work) but any
 //!   certificate a client presents must chain to the CA, or the handshake fails.
-//! - [`serve_tls`]: the accept loop. Each request carries an `Option<Identity>` extension: the
-//!   user of the client certificate, if any (and `axum::extract::ConnectInfo<SocketAddr>`).
+//! - [`identity_from_cert`]: the user a client certificate names; `serving` puts it on each
+//!   request as an `Option<Identity>` extension.
 //! - [`TokenAuth`]: static bearer tokens from `DIR/tokens.csv`, in the format of upstream's
 //!   `--token-auth-file`. Service account tokens are checked by `serviceaccount`.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 
-use crate::coalesce::{Coalesce, Polled};
 use crate::pki::{ADMIN_GROUP, ADMIN_USER, Pki};
-
-/// How long a client may take to finish the TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An authenticated user, as upstream's `user.Info`: the certificate's CN (or token's user),
 /// its uid, its groups (a certificate's O) and extra attributes (a service account token's
@@ -108,87 +101,6 @@ pub fn identity_from_cert(der: &[u8]) -> Option<Identity> {
         groups,
         ..Default::default()
     })
-}
-
-/// Concurrent streams one HTTP/2 connection may carry.
-const HTTP2_MAX_STREAMS: u32 = 1000;
-
-/// Serves `router` over TLS on `listener` until the task is dropped.
-///
-/// HTTP/1.1 (with upgrades, for WebSockets) and HTTP/2 are both spoken, whichever the client
-/// negotiates. Failed handshakes are logged at debug level and the connection dropped.
-pub async fn serve_tls(listener: tokio::net::TcpListener, config: Arc<rustls::ServerConfig>, router: axum::Router) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    loop {
-        let (tcp, peer) = match listener.accept().await {
-            Ok(conn) => conn,
-            Err(e) => {
-                // Usually out of file descriptors: back off instead of spinning.
-                tracing::warn!(error = %e, "accepting a connection failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let acceptor = acceptor.clone();
-        let router = router.clone();
-        tokio::spawn(async move {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(%peer, error = %e, "setting TCP_NODELAY failed");
-            }
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let identity = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|certs| certs.first())
-                .and_then(|cert| identity_from_cert(cert));
-            // HTTP/2 connections write out once per poll of their task (see `coalesce`).
-            if tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice()) {
-                Polled::new(serve_connection(Coalesce::new(tls), peer, identity, router)).await;
-            } else {
-                serve_connection(tls, peer, identity, router).await;
-            }
-        });
-    }
-}
-
-async fn serve_connection<S>(stream: S, peer: SocketAddr, identity: Option<Identity>, router: axum::Router)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    use tower::ServiceExt;
-    let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
-        req.extensions_mut().insert(identity.clone());
-        req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
-        let router = router.clone();
-        async move {
-            let response = router.oneshot(req.map(axum::body::Body::new)).await;
-            Ok::<_, Infallible>(match response {
-                Ok(r) => r,
-                Err(never) => match never {},
-            })
-        }
-    });
-    let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-    // kube-apiserver's --http2-max-streams-per-connection default: a client multiplexing its
-    // requests over one connection (client-go, skiff's scheduler) is not held to hyper's 200.
-    builder.http2().max_concurrent_streams(HTTP2_MAX_STREAMS);
-    if let Err(e) = builder
-        .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service)
-        .await
-    {
-        tracing::debug!(%peer, error = %e, "connection ended with an error");
-    }
 }
 
 /// Static bearer tokens, as upstream's `--token-auth-file`: CSV lines
@@ -347,6 +259,17 @@ fn parse_csv_line(line: &str) -> anyhow::Result<Vec<String>> {
 mod tests {
     use super::*;
     use crate::pki;
+    use std::net::SocketAddr;
+
+    /// Serves `router` on `listener` for the rest of the test.
+    fn serve_tls(listener: tokio::net::TcpListener, config: Arc<rustls::ServerConfig>, router: axum::Router) {
+        drop(crate::serving::Serving::start(
+            listener,
+            config,
+            router,
+            &crate::serving::ServingOptions::default(),
+        ));
+    }
 
     #[test]
     fn csv_lines() {
@@ -447,7 +370,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let config = server_config(pki).unwrap();
-        tokio::spawn(serve_tls(listener, config, router));
+        serve_tls(listener, config, router);
         addr
     }
 
@@ -578,7 +501,7 @@ mod tests {
             );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(serve_tls(listener, server_config(&pki).unwrap(), router));
+        serve_tls(listener, server_config(&pki).unwrap(), router);
 
         let kubeconfig = dir.path().join("kubeconfig");
         pki.write_kubeconfig(
@@ -692,7 +615,7 @@ mod tests {
             );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(serve_tls(listener, server_config(&pki).unwrap(), router));
+        serve_tls(listener, server_config(&pki).unwrap(), router);
 
         let kubeconfig = dir.path().join("kubeconfig");
         pki.write_kubeconfig(

@@ -179,11 +179,35 @@ struct ServerArgs {
     #[arg(long)]
     disable_local_storage: bool,
     #[command(flatten)]
+    serving: ServingArgs,
+    #[command(flatten)]
     agent: AgentArgs,
     #[command(flatten)]
     node_lifecycle: NodeLifecycleArgs,
     #[command(flatten)]
     audit: AuditArgs,
+}
+
+/// Upstream's limits on requests, and Skiff's on connections.
+#[derive(clap::Args, Clone)]
+struct ServingArgs {
+    /// How long a request that is not long-running (watch, exec, attach, logs, port-forward,
+    /// proxy) may take before it is answered 504; a request's `?timeout=` may shorten it.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    request_timeout: std::time::Duration,
+    /// Read-only requests (get, list) served at once; more are answered 429 (0: no limit).
+    #[arg(long, default_value_t = skiff_apiserver::filters::DEFAULT_MAX_REQUESTS_INFLIGHT)]
+    max_requests_inflight: usize,
+    /// Mutating requests served at once; more are answered 429 (0: no limit).
+    #[arg(long, default_value_t = skiff_apiserver::filters::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT)]
+    max_mutating_requests_inflight: usize,
+    /// Client connections open at once; more wait to be accepted (0: the open-file limit less
+    /// 1024).
+    #[arg(long, default_value_t = 0)]
+    max_connections: usize,
+    /// How long a request's line and headers may take to arrive before the connection is closed.
+    #[arg(long, default_value = "32s", value_parser = parse_duration)]
+    header_read_timeout: std::time::Duration,
 }
 
 /// Upstream's audit flags. The log is on by default, under the data dir.
@@ -369,7 +393,11 @@ fn main() -> anyhow::Result<()> {
         tokio::runtime::Builder::new_multi_thread()
     };
     let rt = runtime.enable_all().build().context("starting the async runtime")?;
-    rt.block_on(run(cli))
+    let result = rt.block_on(run(cli));
+    // Tasks still running (a request's handler past the grace period) are dropped where they
+    // wait; a blocking call is not waited for past this.
+    rt.shutdown_timeout(std::time::Duration::from_millis(500));
+    result
 }
 
 fn default_data_dir() -> PathBuf {
@@ -530,6 +558,14 @@ async fn explain_service(client: kube::Client, namespace: &str, name: &str) -> a
 }
 
 async fn server(args: ServerArgs) -> anyhow::Result<()> {
+    // As Go's runtime does: many idle connections must not exhaust a low soft limit.
+    match skiff_apiserver::serving::raise_open_file_limit() {
+        Ok(limit) => tracing::debug!(limit, "open file limit"),
+        Err(e) => tracing::warn!(error = %e, "could not raise the open file limit"),
+    }
+    // Registered before anything starts, so a SIGTERM during start-up is not fatal to a write.
+    let mut sigterm =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("listening for SIGTERM")?;
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     let mut opts = skiff_apiserver::ServerOptions::new(data_dir.clone(), args.port);
     opts.kubeconfig = args.write_kubeconfig.clone();
@@ -547,6 +583,16 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     };
     opts.encryption_provider_config = args.encryption_provider_config.clone();
     opts.local_storage = !args.disable_local_storage;
+    opts.limits = skiff_apiserver::filters::Limits {
+        request_timeout: args.serving.request_timeout,
+        max_requests_inflight: args.serving.max_requests_inflight,
+        max_mutating_requests_inflight: args.serving.max_mutating_requests_inflight,
+    };
+    opts.serving = skiff_apiserver::serving::ServingOptions {
+        max_connections: args.serving.max_connections,
+        header_read_timeout: args.serving.header_read_timeout,
+        ..Default::default()
+    };
     let running = skiff_apiserver::start(opts).await?;
     println!("skiff: API server listening on {}", running.url);
     println!("skiff: kubeconfig written to {}", running.kubeconfig.display());
@@ -600,16 +646,43 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         }
     }
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {
-            tracing::info!("interrupted, stopping");
-            Ok(())
-        }
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted, shutting down"),
+        _ = sigterm.recv() => tracing::info!("terminated, shutting down"),
         Some(res) = tasks.join_next() => {
-            match res {
+            return match res {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => Err(e),
                 Err(e) => Err(anyhow::anyhow!("a component panicked: {e}")),
-            }
+            };
         }
     }
+    shut_down(&running, tasks).await;
+    Ok(())
+}
+
+/// The whole shutdown takes at most this long.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// Upstream's graceful termination, bounded by [`SHUTDOWN_GRACE`]: no new connections, the
+/// components stopped where they wait (the node agent leaves its containers running: a new
+/// agent finds them by their labels), the requests in flight answered (their writes are
+/// committed before they answer), then the connections still open (watches) closed.
+async fn shut_down(running: &skiff_apiserver::Running, mut tasks: tokio::task::JoinSet<anyhow::Result<()>>) {
+    let started = tokio::time::Instant::now();
+    let deadline = started + SHUTDOWN_GRACE;
+    running.stop_accepting();
+    tasks.abort_all();
+    let components = tokio::time::timeout_at(deadline, async { while tasks.join_next().await.is_some() {} }).await;
+    if components.is_err() {
+        tracing::warn!("components did not stop in time");
+    }
+    let drained = running.drain(deadline).await;
+    if !drained {
+        tracing::warn!(
+            requests = running.state.filters.in_flight(),
+            "requests still in flight at the end of the grace period"
+        );
+    }
+    running.close_connections();
+    tracing::info!(elapsed = ?started.elapsed(), "stopped");
 }

@@ -178,6 +178,13 @@ struct ServerArgs {
     /// Do not create the default `local-path` StorageClass.
     #[arg(long)]
     disable_local_storage: bool,
+    /// How long pods tolerate a not-ready node unless they say otherwise (the
+    /// DefaultTolerationSeconds admission plugin).
+    #[arg(long, default_value_t = 300)]
+    default_not_ready_toleration_seconds: i64,
+    /// How long pods tolerate an unreachable node unless they say otherwise.
+    #[arg(long, default_value_t = 300)]
+    default_unreachable_toleration_seconds: i64,
     #[command(flatten)]
     agent: AgentArgs,
     #[command(flatten)]
@@ -225,6 +232,10 @@ struct AgentArgs {
     /// agent's data dir).
     #[arg(long)]
     default_storage_path: Option<PathBuf>,
+    /// The address this node publishes as its InternalIP (default: the source address of this
+    /// host's default route).
+    #[arg(long)]
+    node_ip: Option<std::net::IpAddr>,
 }
 
 impl AgentArgs {
@@ -245,6 +256,9 @@ impl AgentArgs {
         cfg.eviction_hard = self.thresholds()?;
         if let Some(path) = &self.default_storage_path {
             cfg.storage_path = path.clone();
+        }
+        if self.node_ip.is_some() {
+            cfg.node_ip = self.node_ip;
         }
         Ok(())
     }
@@ -547,6 +561,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     };
     opts.encryption_provider_config = args.encryption_provider_config.clone();
     opts.local_storage = !args.disable_local_storage;
+    skiff_api::defaults::set_default_toleration_seconds(
+        args.default_not_ready_toleration_seconds,
+        args.default_unreachable_toleration_seconds,
+    );
     let running = skiff_apiserver::start(opts).await?;
     println!("skiff: API server listening on {}", running.url);
     println!("skiff: kubeconfig written to {}", running.kubeconfig.display());

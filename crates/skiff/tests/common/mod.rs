@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod multinode;
 pub mod node;
 pub mod seeds;
 pub mod storage;

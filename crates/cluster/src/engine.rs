@@ -72,6 +72,9 @@ pub async fn start(c: &ClusterState, node: &NodeState) -> anyhow::Result<()> {
         cgroup: &process::processes_cgroup(&cgroup),
         log: &dir.join("dockerd.log"),
         pidfile: &dir.join("dockerd.pid"),
+        mounts: process::MountNamespace::New {
+            stash: &run_dir.join("cgroup"),
+        },
     })?;
     wait_ready(c, node).await
 }

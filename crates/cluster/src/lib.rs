@@ -188,6 +188,11 @@ fn start_skiff(c: &ClusterState, node: &NodeState) -> anyhow::Result<()> {
         ip,
     ]);
     args.extend(c.agent_args.iter().cloned());
+    // Into the engine's mount namespace (see `process`).
+    let engine = std::fs::read_to_string(dir.join("dockerd.pid"))
+        .ok()
+        .and_then(|p| p.trim().parse().ok())
+        .with_context(|| format!("reading node {}'s engine pid", node.name))?;
     let mut env = vec![("DOCKER_HOST", c.docker_host(node))];
     if std::env::var_os("SKIFF_LOG").is_none() {
         env.push(("SKIFF_LOG", "info".into()));
@@ -201,6 +206,7 @@ fn start_skiff(c: &ClusterState, node: &NodeState) -> anyhow::Result<()> {
         cgroup: &process::processes_cgroup(&c.cgroup(node)),
         log: &dir.join("skiff.log"),
         pidfile: &dir.join("skiff.pid"),
+        mounts: process::MountNamespace::Join { pid: engine },
     })?;
     Ok(())
 }

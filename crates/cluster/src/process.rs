@@ -2,6 +2,13 @@
 //! their own (a UTS namespace per process, named after the node), in the node's cgroup. The
 //! engine puts its containers under the same cgroup (`--cgroup-parent`), so the cgroup holds
 //! everything that runs on the node, and killing it is the node losing power.
+//!
+//! The engine starts a mount namespace of its own, where `/sys` is a sysfs of the node's network
+//! namespace (so `/sys/class/net` lists the node's interfaces, not the host's: `ip netns exec`
+//! does the same) with the host's cgroup mounts moved back onto `/sys/fs/cgroup` (which `ip netns
+//! exec` loses, and an engine cannot run without). The agent joins that mount namespace, so the
+//! mounts it makes for pods (subPath) are the ones the engine's containers get. Mounts the engine
+//! makes stay in it (propagation from the host is one way) and go with it when the node stops.
 
 use std::ffi::CString;
 use std::os::fd::AsRawFd;
@@ -140,6 +147,16 @@ pub struct Spawn<'a> {
     pub log: &'a Path,
     /// Its pid is written here.
     pub pidfile: &'a Path,
+    pub mounts: MountNamespace<'a>,
+}
+
+/// The mount namespace a node's process runs in.
+pub enum MountNamespace<'a> {
+    /// A new one with the node's own `/sys`; `stash` is an empty directory the cgroup mounts
+    /// pass through while sysfs is mounted over them.
+    New { stash: &'a Path },
+    /// The one of this process (the node's engine).
+    Join { pid: u32 },
 }
 
 /// Starts the process detached (a session of its own, no terminal, not waited for): it keeps
@@ -157,6 +174,24 @@ pub fn spawn(s: Spawn<'_>) -> anyhow::Result<u32> {
         .open(&procs_path)
         .with_context(|| format!("opening {}", procs_path.display()))?;
     let hostname = CString::new(s.hostname).context("a hostname without NUL bytes")?;
+    let c = |p: &str| CString::new(p).context("a path without NUL bytes");
+    let (root, sys, cgroups, sysfs) = (c("/")?, c("/sys")?, c("/sys/fs/cgroup")?, c("sysfs")?);
+    let (stash, join) = match s.mounts {
+        MountNamespace::New { stash } => {
+            std::fs::create_dir_all(stash).with_context(|| format!("creating {}", stash.display()))?;
+            (
+                Some(CString::new(stash.as_os_str().as_encoded_bytes()).context("a path without NUL bytes")?),
+                None,
+            )
+        }
+        MountNamespace::Join { pid } => {
+            let path = format!("/proc/{pid}/ns/mnt");
+            let f = std::fs::File::open(&path)
+                .with_context(|| format!("opening {path} (is the node's engine running?)"))?;
+            (None, Some(f))
+        }
+    };
+    let join_fd = join.as_ref().map(|f| f.as_raw_fd());
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -187,6 +222,43 @@ pub fn spawn(s: Spawn<'_>) -> anyhow::Result<u32> {
             check(libc::setns(netns_fd, libc::CLONE_NEWNET))?;
             check(libc::unshare(libc::CLONE_NEWUTS))?;
             check(libc::sethostname(hostname.as_ptr(), hostname.as_bytes().len()))?;
+            if let Some(fd) = join_fd {
+                check(libc::setns(fd, libc::CLONE_NEWNS))?;
+            }
+            if let Some(stash) = &stash {
+                let none = std::ptr::null::<libc::c_char>();
+                check(libc::unshare(libc::CLONE_NEWNS))?;
+                // Nothing mounted here reaches the host; the host's mounts still reach here.
+                check(libc::mount(
+                    none,
+                    root.as_ptr(),
+                    none,
+                    libc::MS_REC | libc::MS_SLAVE,
+                    std::ptr::null(),
+                ))?;
+                check(libc::mount(
+                    cgroups.as_ptr(),
+                    stash.as_ptr(),
+                    none,
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ))?;
+                let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+                check(libc::mount(
+                    sysfs.as_ptr(),
+                    sys.as_ptr(),
+                    sysfs.as_ptr(),
+                    flags,
+                    std::ptr::null(),
+                ))?;
+                check(libc::mount(
+                    stash.as_ptr(),
+                    cgroups.as_ptr(),
+                    none,
+                    libc::MS_MOVE,
+                    std::ptr::null(),
+                ))?;
+            }
             Ok(())
         });
     }
@@ -195,7 +267,7 @@ pub fn spawn(s: Spawn<'_>) -> anyhow::Result<u32> {
         .with_context(|| format!("starting {} in {}", s.program.display(), s.netns))?;
     let pid = child.id();
     std::fs::write(s.pidfile, format!("{pid}\n")).with_context(|| format!("writing {}", s.pidfile.display()))?;
-    drop((netns, procs));
+    drop((netns, procs, join));
     Ok(pid)
 }
 

@@ -55,6 +55,31 @@ spec:
         command: ["sh", "-c", "echo started on $(hostname); exec sleep 3600"]
 "#;
 
+/// A web server whose only endpoint is itself, on the third node.
+const HAIRPIN: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: hairpin, labels: {app: hairpin}}
+spec:
+  nodeName: e2e-worker2
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: busybox:latest
+    imagePullPolicy: Never
+    command: ["httpd", "-f", "-p", "8080", "-h", "/etc"]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: hairpin}
+spec:
+  selector: {app: hairpin}
+  ports: [{port: 80, targetPort: 8080}]
+"#;
+
+/// Says whether no address of a range would leave the machine (run inside a node's namespace).
+const RANGES_STAY_LOCAL: &str = "/work/shared/tools/ranges-stay-local.sh";
+
 /// `NAME NODE PHASE DELETING` of the pods labelled `app=APP`.
 fn pods(m: &MultiNode, app: &str) -> Vec<(String, String, String, bool)> {
     let out = m.k(&[
@@ -171,6 +196,36 @@ fn three_nodes_on_one_machine() {
         "echo $((6 * 7)) from $(hostname)",
     ]);
     assert_eq!(exec.trim(), format!("42 from {on_worker2}"));
+
+    // A pod reaches itself through its own Service: the node's agent put the pod's port of the
+    // node's bridge in hairpin mode, which it finds in the node's own /sys.
+    m.apply(HAIRPIN);
+    wait_pods(&m, "hairpin", "the hairpin pod Running on the third node", |p| {
+        p.iter().any(|x| &x.1 == worker2 && x.2 == "Running")
+    });
+    let netns = format!("skiff{}-3", m.index());
+    let stays = std::process::Command::new("ip")
+        .args(["netns", "exec", &netns, RANGES_STAY_LOCAL, "10.96.0.0/12"])
+        .output()
+        .expect("ranges-stay-local.sh");
+    assert!(stays.status.success(), "{stays:?}");
+    let answered = eventually(Duration::from_secs(30), || {
+        let out = m.kubectl(&[
+            "exec",
+            "hairpin",
+            "--",
+            "wget",
+            "-q",
+            "-O-",
+            "http://hairpin.default.svc.cluster.local/hostname",
+        ]);
+        String::from_utf8_lossy(&out.stdout).contains("hairpin").then_some(())
+    });
+    assert!(
+        answered.is_some(),
+        "no answer through the pod's own Service\n{}",
+        m.log(worker2)
+    );
 
     // Cordon, drain, uncordon: the worker's spread pod moves to the others, its DaemonSet pod
     // stays; once uncordoned it takes pods again.

@@ -2,10 +2,11 @@
 //! configuration file (so the host's `/etc/docker/daemon.json` does not apply), data root, exec
 //! root, socket, pid file and the `vfs` storage driver (overlay mounts need more than a nested
 //! engine is allowed here). It spawns its own containerd, whose state sits under the same roots.
-//! Its bridge is `cbr0`, made by [`crate::network`] with the node's pod subnet, rather than a
-//! `docker0`: a name the host never has, so whatever looks a bridge up by name in the host's
-//! `/sys` finds nothing rather than the host's own `docker0`. Images come from the host's engine
-//! (`docker save`, then `docker load` into each node's), never from a registry.
+//! Its bridge is `cbr0` (kubenet's name), made by [`crate::network`] with the node's pod subnet
+//! before the engine starts, rather than a `docker0` the engine makes: a name the host never has,
+//! so a tool that looks it up in the host's `/sys` rather than the node's finds nothing instead of
+//! the host's own bridge. Images come from the host's engine (`docker save`, then `docker load`
+//! into each node's), never from a registry.
 
 use std::path::Path;
 use std::time::Duration;

@@ -270,16 +270,22 @@ async fn wait_ready(c: &ClusterState, names: &[&str], timeout: Duration) -> anyh
     let deadline = Instant::now() + timeout;
     loop {
         let mut waiting: Vec<&str> = names.to_vec();
-        match api.list(&Default::default()).await {
-            Ok(list) => {
-                for n in list.items.iter().filter(|n| ready(n)) {
-                    waiting.retain(|w| Some(*w) != n.metadata.name.as_deref());
+        // Not before the API server listens (the client logs every refused connection as an error).
+        let listening = tokio::net::TcpStream::connect((c.node_ip(c.control_plane()?), state::API_PORT))
+            .await
+            .is_ok();
+        if listening {
+            match api.list(&Default::default()).await {
+                Ok(list) => {
+                    for n in list.items.iter().filter(|n| ready(n)) {
+                        waiting.retain(|w| Some(*w) != n.metadata.name.as_deref());
+                    }
+                    if waiting.is_empty() {
+                        return Ok(());
+                    }
                 }
-                if waiting.is_empty() {
-                    return Ok(());
-                }
+                Err(e) => tracing::debug!(error = %e, "listing nodes"),
             }
-            Err(e) => tracing::debug!(error = %e, "listing nodes"),
         }
         for node in c.nodes.iter().filter(|n| waiting.contains(&n.name.as_str())) {
             check_running(c, node)?;

@@ -7,6 +7,8 @@
 //! Objects are JSON; defaulting never fails: a field of an unexpected type is left alone for
 //! validation to report, and unknown fields are kept.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+
 use serde_json::{Map, Value, json};
 
 use crate::quantity::Quantity;
@@ -343,8 +345,20 @@ fn default_volume(v: &mut Map<String, Value>) {
     }
 }
 
+/// The `DefaultTolerationSeconds` admission plugin's settings, process-wide as upstream's
+/// `--default-not-ready-toleration-seconds` and `--default-unreachable-toleration-seconds` flags.
+static NOT_READY_TOLERATION_SECONDS: AtomicI64 = AtomicI64::new(300);
+static UNREACHABLE_TOLERATION_SECONDS: AtomicI64 = AtomicI64::new(300);
+
+/// Sets how long pods tolerate a not-ready and an unreachable node unless they say otherwise
+/// (300 s each until set).
+pub fn set_default_toleration_seconds(not_ready: i64, unreachable: i64) {
+    NOT_READY_TOLERATION_SECONDS.store(not_ready, Ordering::Relaxed);
+    UNREACHABLE_TOLERATION_SECONDS.store(unreachable, Ordering::Relaxed);
+}
+
 /// The `DefaultTolerationSeconds` admission plugin: tolerate not-ready and unreachable nodes
-/// for 300 s unless the pod already tolerates them.
+/// for 300 s (or as set) unless the pod already tolerates them.
 fn default_tolerations(spec: &mut Map<String, Value>) {
     let mut not_ready = false;
     let mut unreachable = false;
@@ -371,16 +385,20 @@ fn default_tolerations(spec: &mut Map<String, Value>) {
     let Some(list) = entry.as_array_mut() else {
         return;
     };
-    for (done, key) in [
-        (not_ready, "node.kubernetes.io/not-ready"),
-        (unreachable, "node.kubernetes.io/unreachable"),
+    for (done, key, seconds) in [
+        (not_ready, "node.kubernetes.io/not-ready", &NOT_READY_TOLERATION_SECONDS),
+        (
+            unreachable,
+            "node.kubernetes.io/unreachable",
+            &UNREACHABLE_TOLERATION_SECONDS,
+        ),
     ] {
         if !done {
             list.push(json!({
                 "key": key,
                 "operator": "Exists",
                 "effect": "NoExecute",
-                "tolerationSeconds": 300
+                "tolerationSeconds": seconds.load(Ordering::Relaxed)
             }));
         }
     }

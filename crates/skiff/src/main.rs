@@ -67,6 +67,14 @@ enum Command {
     /// Questions about authorization.
     #[command(subcommand)]
     Auth(AuthCommand),
+    /// Clusters of several nodes on this machine, each node in a network namespace of its own.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+        /// Where clusters are kept (default ~/.skiff/clusters).
+        #[arg(long, global = true)]
+        dir: Option<PathBuf>,
+    },
     /// Encryption at rest of Secrets on the running server (as k3s's secrets-encrypt).
     SecretsEncrypt {
         #[command(subcommand)]
@@ -125,6 +133,62 @@ struct KubeconfigTarget {
     server: Option<String>,
 }
 
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Create a cluster: the control plane on the first node, an agent on each other, every node
+    /// with an engine of its own; returns once every Node is Ready and prints the kubeconfig.
+    Create {
+        #[arg(long, default_value_t = 1)]
+        nodes: u8,
+        #[arg(long, default_value = "skiff")]
+        name: String,
+        /// A flag for the first node's `skiff server` (repeat for more).
+        #[arg(long = "server-arg", allow_hyphen_values = true)]
+        server_args: Vec<String>,
+        /// A flag for every node's agent, the first node's `skiff server` included (repeat for
+        /// more).
+        #[arg(long = "agent-arg", allow_hyphen_values = true)]
+        agent_args: Vec<String>,
+        /// An image of the host's engine to copy into every node's (default: busybox and the
+        /// pause image, as `skiff images build` makes them).
+        #[arg(long = "image")]
+        images: Vec<String>,
+        /// How long to wait for the nodes to be Ready.
+        #[arg(long, default_value = "120s", value_parser = parse_duration)]
+        timeout: std::time::Duration,
+    },
+    /// Delete a cluster: its processes, containers, mounts, namespaces, interfaces and files.
+    Delete {
+        #[arg(long, default_value = "skiff")]
+        name: String,
+    },
+    /// List the clusters.
+    List,
+    /// Stop or start one node of a cluster.
+    Node {
+        #[command(subcommand)]
+        command: ClusterNodeCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterNodeCommand {
+    /// Kill everything running on the node (agent, engine, containers), as a power cut would.
+    Stop {
+        node: String,
+        #[arg(long, default_value = "skiff")]
+        name: String,
+    },
+    /// Start a stopped node again; returns once it is Ready.
+    Start {
+        node: String,
+        #[arg(long, default_value = "skiff")]
+        name: String,
+        #[arg(long, default_value = "120s", value_parser = parse_duration)]
+        timeout: std::time::Duration,
+    },
+}
+
 #[derive(Subcommand, Clone, Copy)]
 enum SecretsEncryptCommand {
     /// The active provider and key, and how many Secrets are stored under each key.
@@ -178,6 +242,13 @@ struct ServerArgs {
     /// Do not create the default `local-path` StorageClass.
     #[arg(long)]
     disable_local_storage: bool,
+    /// How long pods tolerate a not-ready node unless they say otherwise (the
+    /// DefaultTolerationSeconds admission plugin).
+    #[arg(long, default_value_t = 300)]
+    default_not_ready_toleration_seconds: i64,
+    /// How long pods tolerate an unreachable node unless they say otherwise.
+    #[arg(long, default_value_t = 300)]
+    default_unreachable_toleration_seconds: i64,
     #[command(flatten)]
     serving: ServingArgs,
     #[command(flatten)]
@@ -249,6 +320,10 @@ struct AgentArgs {
     /// agent's data dir).
     #[arg(long)]
     default_storage_path: Option<PathBuf>,
+    /// The address this node publishes as its InternalIP (default: the source address of this
+    /// host's default route).
+    #[arg(long)]
+    node_ip: Option<std::net::IpAddr>,
 }
 
 impl AgentArgs {
@@ -269,6 +344,9 @@ impl AgentArgs {
         cfg.eviction_hard = self.thresholds()?;
         if let Some(path) = &self.default_storage_path {
             cfg.storage_path = path.clone();
+        }
+        if self.node_ip.is_some() {
+            cfg.node_ip = self.node_ip;
         }
         Ok(())
     }
@@ -528,9 +606,87 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", skiff_apiserver::encryption::request(client, op).await?);
             Ok(())
         }
+        Command::Cluster { command, dir } => cluster(command, dir.unwrap_or_else(skiff_cluster::default_dir)).await,
         Command::Images(ImagesCommand::Build) => {
             let docker = skiff_agent::docker::connect().await?;
             skiff_agent::build_local_images(&docker).await
+        }
+    }
+}
+
+async fn cluster(command: ClusterCommand, dir: PathBuf) -> anyhow::Result<()> {
+    match command {
+        ClusterCommand::Create {
+            nodes,
+            name,
+            server_args,
+            agent_args,
+            images,
+            timeout,
+        } => {
+            let started = std::time::Instant::now();
+            let opts = skiff_cluster::CreateOptions {
+                name,
+                nodes,
+                server_args,
+                agent_args,
+                images,
+                skiff: std::env::current_exe().context("finding this binary")?,
+                timeout,
+            };
+            let c = skiff_cluster::create(&dir, opts).await?;
+            let kubeconfig = c.kubeconfig();
+            println!(
+                "skiff: cluster {} ready in {:.1} s: {} nodes on {}",
+                c.name,
+                started.elapsed().as_secs_f64(),
+                c.nodes.len(),
+                c.subnet()
+            );
+            println!("skiff: kubeconfig written to {}", kubeconfig.display());
+            println!("skiff: export KUBECONFIG={}", kubeconfig.display());
+            Ok(())
+        }
+        ClusterCommand::Delete { name } => {
+            if skiff_cluster::delete(&dir, &name).await? {
+                println!("skiff: cluster {name} deleted");
+            } else {
+                println!("skiff: no cluster {name} in {}", dir.display());
+            }
+            Ok(())
+        }
+        ClusterCommand::List => {
+            let clusters = skiff_cluster::list(&dir)?;
+            if clusters.is_empty() {
+                println!("No clusters found.");
+                return Ok(());
+            }
+            println!("{:<20} {:<6} {:<16} {:<8}", "NAME", "NODES", "NETWORK", "RUNNING");
+            for c in clusters {
+                let running = c.nodes.iter().filter(|n| skiff_cluster::node_running(&c, n)).count();
+                println!(
+                    "{:<20} {:<6} {:<16} {:<8}",
+                    c.name,
+                    c.nodes.len(),
+                    c.subnet(),
+                    format!("{running}/{}", c.nodes.len())
+                );
+            }
+            Ok(())
+        }
+        ClusterCommand::Node {
+            command: ClusterNodeCommand::Stop { node, name },
+        } => {
+            skiff_cluster::stop_node(&dir, &name, &node).await?;
+            println!("skiff: node {node} stopped");
+            Ok(())
+        }
+        ClusterCommand::Node {
+            command: ClusterNodeCommand::Start { node, name, timeout },
+        } => {
+            skiff_cluster::start_node(&dir, &name, &node, timeout).await?;
+            println!("skiff: node {node} Ready");
+            Ok(())
         }
     }
 }
@@ -593,6 +749,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         header_read_timeout: args.serving.header_read_timeout,
         ..Default::default()
     };
+    skiff_api::defaults::set_default_toleration_seconds(
+        args.default_not_ready_toleration_seconds,
+        args.default_unreachable_toleration_seconds,
+    );
     let running = skiff_apiserver::start(opts).await?;
     println!("skiff: API server listening on {}", running.url);
     println!("skiff: kubeconfig written to {}", running.kubeconfig.display());

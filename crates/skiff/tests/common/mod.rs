@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 #![cfg(test)]
 
+pub mod multinode;
 pub mod node;
 pub mod seeds;
 pub mod storage;

@@ -5,6 +5,8 @@
 //! node lost and its pods replaced, the node back and its stale pods cleaned up, and `delete`
 //! leaving nothing behind.
 
+#![cfg(test)]
+
 mod common;
 
 use std::time::Duration;

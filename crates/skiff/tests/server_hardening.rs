@@ -7,6 +7,8 @@
 //! Slow requests here are slow because their client sends their body slowly: nothing depends on
 //! how fast the machine is.
 
+#![cfg(test)]
+
 mod common;
 
 use std::io::{Read, Write};

@@ -1497,7 +1497,7 @@ pub enum NetworkNamespace {
 }
 
 impl NetworkNamespace {
-    fn command(&self, program: &str) -> tokio::process::Command {
+    pub(crate) fn command(&self, program: &str) -> tokio::process::Command {
         match self {
             NetworkNamespace::Current => tokio::process::Command::new(program),
             NetworkNamespace::Named(name) => {
@@ -1511,7 +1511,11 @@ impl NetworkNamespace {
 
 /// Runs `command`, with `input` on its standard input; its standard output, or an error with its
 /// standard error.
-async fn run_command(mut command: tokio::process::Command, input: Option<&str>, what: &str) -> anyhow::Result<String> {
+pub(crate) async fn run_command(
+    mut command: tokio::process::Command,
+    input: Option<&str>,
+    what: &str,
+) -> anyhow::Result<String> {
     command
         .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())

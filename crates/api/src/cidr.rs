@@ -8,7 +8,7 @@ use std::str::FromStr;
 use anyhow::Context;
 
 /// An IPv4 network in CIDR notation, such as `10.96.0.0/12`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Ipv4Cidr {
     network: Ipv4Addr,
     prefix: u8,
@@ -90,7 +90,11 @@ impl Ipv4Cidr {
 
     /// The `n`th address of the network (0 is the network address), wrapping inside it.
     pub fn nth(&self, n: u32) -> Ipv4Addr {
-        let host = if self.prefix == 0 { n } else { n & !Self::mask(self.prefix) };
+        let host = if self.prefix == 0 {
+            n
+        } else {
+            n & !Self::mask(self.prefix)
+        };
         Ipv4Addr::from(u32::from(self.network) | host)
     }
 

@@ -587,7 +587,11 @@ fn default_node(obj: &mut Value) {
                 spec.insert("podCIDR".into(), first);
             }
             None => {
-                if let Some(cidr) = spec.get("podCIDR").filter(|c| c.as_str().is_some_and(|c| !c.is_empty())).cloned() {
+                if let Some(cidr) = spec
+                    .get("podCIDR")
+                    .filter(|c| c.as_str().is_some_and(|c| !c.is_empty()))
+                    .cloned()
+                {
                     spec.insert("podCIDRs".into(), Value::Array(vec![cidr]));
                 }
             }

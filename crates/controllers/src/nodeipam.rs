@@ -249,7 +249,9 @@ impl State {
                         tracing::warn!(node = %name, error = %e, "a node's podCIDR is outside the cluster CIDR");
                     }
                 }
-                Err(e) => tracing::warn!(node = %name, cidr = %first, error = %format!("{e:#}"), "a node's podCIDR does not parse"),
+                Err(e) => {
+                    tracing::warn!(node = %name, cidr = %first, error = %format!("{e:#}"), "a node's podCIDR does not parse")
+                }
             }
             return false;
         }
@@ -301,7 +303,10 @@ impl State {
             }
         }
         // Nodes already told keep quiet until a subnet is freed.
-        self.unavailable = unavailable.into_iter().filter(|n| self.waiting.contains_key(n)).collect();
+        self.unavailable = unavailable
+            .into_iter()
+            .filter(|n| self.waiting.contains_key(n))
+            .collect();
         Ok(needs)
     }
 
@@ -376,7 +381,11 @@ pub async fn run(client: kube::Client, config: NodeIpamConfig) -> anyhow::Result
                 }
                 Ok(watcher::Event::Apply(node)) => {
                     let needs = feed.state.lock().observe(&node);
-                    needs.then(|| node.metadata.name.clone()).flatten().into_iter().collect()
+                    needs
+                        .then(|| node.metadata.name.clone())
+                        .flatten()
+                        .into_iter()
+                        .collect()
                 }
                 Ok(watcher::Event::Delete(node)) => feed.state.lock().forget(&node),
                 Err(e) => {
@@ -533,7 +542,10 @@ mod tests {
             CidrSet::new(cidr("10.244.0.0/16"), 15).err(),
             Some(CidrSetError::MaskTooSmall)
         );
-        assert_eq!(CidrSet::new(cidr("10.0.0.0/4"), 30).err(), Some(CidrSetError::SubNetTooBig));
+        assert_eq!(
+            CidrSet::new(cidr("10.0.0.0/4"), 30).err(),
+            Some(CidrSetError::SubNetTooBig)
+        );
         let whole = CidrSet::new(cidr("10.244.0.0/24"), 24).expect("one subnet");
         assert_eq!(whole.max, 1);
     }

@@ -178,6 +178,12 @@ struct ServerArgs {
     /// Do not create the default `local-path` StorageClass.
     #[arg(long)]
     disable_local_storage: bool,
+    /// Give every Node a podCIDR from --cluster-cidr (the node IPAM controller).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    allocate_node_cidrs: bool,
+    /// The length of each Node's podCIDR prefix.
+    #[arg(long, default_value_t = 24)]
+    node_cidr_mask_size: u8,
     #[command(flatten)]
     agent: AgentArgs,
     #[command(flatten)]
@@ -225,6 +231,9 @@ struct AgentArgs {
     /// agent's data dir).
     #[arg(long)]
     default_storage_path: Option<PathBuf>,
+    /// The cluster's pod range (Nodes' podCIDRs come from it).
+    #[arg(long, default_value = "10.244.0.0/16")]
+    cluster_cidr: skiff_api::cidr::Ipv4Cidr,
 }
 
 impl AgentArgs {
@@ -246,6 +255,7 @@ impl AgentArgs {
         if let Some(path) = &self.default_storage_path {
             cfg.storage_path = path.clone();
         }
+        cfg.cluster_cidr = self.cluster_cidr;
         Ok(())
     }
 }
@@ -557,6 +567,17 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let state = running.state.clone();
         move |identity| skiff_apiserver::client_as(state.clone(), identity)
     };
+    let nodeipam = args
+        .allocate_node_cidrs
+        .then(|| skiff_controllers::nodeipam::NodeIpamConfig {
+            cluster_cidr: args.agent.cluster_cidr,
+            node_cidr_mask_size: args.node_cidr_mask_size,
+            service_cidr: args.service_cluster_ip_range.parse().ok(),
+        });
+    if let Some(config) = &nodeipam {
+        // Refused at start, as kube-controller-manager refuses its flags.
+        skiff_controllers::nodeipam::CidrSet::new(config.cluster_cidr, config.node_cidr_mask_size)?;
+    }
     let mut tasks = tokio::task::JoinSet::new();
     if !args.no_controllers {
         let state = running.state.clone();
@@ -564,6 +585,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let cfg = skiff_controllers::ControllersConfig {
             root_ca_pem: Some(running.state.pki.ca_cert_pem.clone()),
             nodelifecycle: Some(args.node_lifecycle.config()),
+            nodeipam: nodeipam.clone(),
             podgc: Some(skiff_controllers::podgc::PodGcConfig {
                 terminated_pod_threshold: args.node_lifecycle.terminated_pod_gc_threshold,
                 ..Default::default()
@@ -594,6 +616,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                 let c = client_as(skiff_apiserver::identities::node(&cfg.node_name));
                 cfg.cluster_ca_pem = Some(running.state.pki.ca_cert_pem.clone());
                 args.agent.apply(&mut cfg)?;
+                // The node IPAM controller runs in this process, or nothing will give a podCIDR.
+                if nodeipam.is_none() || args.no_controllers {
+                    cfg.pod_cidr_wait = std::time::Duration::ZERO;
+                }
                 tasks.spawn(async move { skiff_agent::run(c, cfg).await.context("node agent") });
             }
             Err(e) => tracing::warn!(error = %e, "no Docker Engine reachable: running without a local node"),

@@ -186,7 +186,10 @@ fn validate_pod_cidrs(spec: Option<&Value>, old: Option<&Value>, errs: &mut Vec<
     if cidrs.len() > 1 {
         let dual = families.len() == 2 && families[0] != families[1];
         if !dual || cidrs.len() > 2 {
-            let rendered = format!("[{}]", cidrs.iter().map(|c| format!("{c:?}")).collect::<Vec<_>>().join(","));
+            let rendered = format!(
+                "[{}]",
+                cidrs.iter().map(|c| format!("{c:?}")).collect::<Vec<_>>().join(",")
+            );
             errs.push(FieldError {
                 kind: FieldErrorKind::Invalid(rendered),
                 field: p.as_str().to_string(),
@@ -682,7 +685,9 @@ mod tests {
         let e = errors("", "Node", &with(json!(["10.244.0.0/33"])), None);
         assert_eq!(
             e,
-            ["spec.podCIDRs[0]: Invalid value: \"10.244.0.0/33\": must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"]
+            [
+                "spec.podCIDRs[0]: Invalid value: \"10.244.0.0/33\": must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"
+            ]
         );
         let e = errors("", "Node", &with(json!(["10.244.0.0/24", "10.244.0.0/24"])), None);
         assert_eq!(
@@ -698,7 +703,10 @@ mod tests {
         assert!(errors("", "Node", &set, Some(&none)).is_empty());
         assert!(errors("", "Node", &set, Some(&set)).is_empty());
         let forbidden = ["spec.podCIDRs: Forbidden: node updates may not change podCIDR except from \"\" to valid"];
-        assert_eq!(errors("", "Node", &with(json!(["10.244.1.0/24"])), Some(&set)), forbidden);
+        assert_eq!(
+            errors("", "Node", &with(json!(["10.244.1.0/24"])), Some(&set)),
+            forbidden
+        );
         assert_eq!(errors("", "Node", &none, Some(&set)), forbidden);
         // podCIDR alone is podCIDRs' first element, as upstream's conversion makes it.
         let single = json!({"metadata": {"name": "n"}, "spec": {"podCIDR": "10.244.1.0/24"}});

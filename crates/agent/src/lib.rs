@@ -291,7 +291,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         }
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "local-path provisioner not started"),
     }
-    let pods_on = pod_network_of(&client, &docker, &cfg, &node).await;
+    let pods_on = pod_network_of(&client, &docker, &cfg, &node, node_ip).await;
     let network = service_network::start(&client, &pods_on, &node, node_ip, &cfg.cluster_domain, cfg.services).await;
     // The kubelet's --cluster-dns when given, else this node's own cluster DNS.
     let cluster_dns = if cfg.cluster_dns.is_empty() {
@@ -330,6 +330,7 @@ async fn pod_network_of(
     docker: &bollard::Docker,
     cfg: &AgentConfig,
     node: &k8s_openapi::api::core::v1::Node,
+    node_ip: std::net::IpAddr,
 ) -> pod_network::PodNetwork {
     let netns = proxy::NetworkNamespace::Current;
     if let Err(e) = pod_network::ensure_cluster_cidr_route(&netns, cfg.cluster_cidr).await {
@@ -345,10 +346,15 @@ async fn pod_network_of(
         }
         match pod_network::setup(docker, pod_cidr, cfg.cluster_cidr).await {
             Ok(network) => {
+                let local = match node_ip {
+                    std::net::IpAddr::V4(ip) => Some(ip),
+                    std::net::IpAddr::V6(_) => None,
+                };
                 tokio::spawn(pod_network::run_routes(
                     client.clone(),
                     cfg.node_name.clone(),
                     cfg.cluster_cidr,
+                    local,
                     netns,
                 ));
                 return network;

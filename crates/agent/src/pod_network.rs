@@ -11,8 +11,12 @@
 //!   on Docker's default `bridge` network.
 //! - Routes: for every other node with a podCIDR whose InternalIP is on a directly connected
 //!   subnet, `ip route replace PODCIDR via INTERNALIP proto 83`; routes of that protocol inside
-//!   the cluster CIDR that no node wants any longer are deleted. Nodes reached only through a
-//!   gateway are left without a route (and logged): that needs an overlay (VXLAN), not done.
+//!   the cluster CIDR that no node wants any longer are deleted. A node reached only through a
+//!   gateway is reached through VXLAN in the kernel instead, as flannel's `vxlan` backend: the
+//!   device `skiff.vxlan` (VNI 1, UDP 8472, MTU 1450, no learning) from this node's InternalIP,
+//!   the route `PODCIDR via PODCIDR-NETWORK dev skiff.vxlan onlink proto 83`, a permanent
+//!   neighbour entry for that gateway and a forwarding entry to the node's InternalIP. Each
+//!   device's MAC is `0a:58:` and its node's address, so no node has to publish its own.
 //!   Simulated nodes are left out.
 //! - Safety: before any pod starts, the whole cluster CIDR gets an `unreachable` route (protocol
 //!   83), which the more specific routes (the local bridge's, other nodes') override, so an
@@ -356,18 +360,150 @@ async fn directly_connected(netns: &NetworkNamespace, ip: Ipv4Addr) -> bool {
     }
 }
 
-/// Makes Skiff's routes inside `cluster_cidr` those of `desired` (the nodes whose InternalIP is
-/// directly connected). Returns the podCIDRs left without a route (their node needs a gateway).
+/// The VXLAN device carrying pod traffic to nodes reached through a gateway.
+pub const VXLAN_DEVICE: &str = "skiff.vxlan";
+/// Its VNI and UDP port (flannel's defaults).
+const VXLAN_ID: &str = "1";
+const VXLAN_PORT: &str = "8472";
+
+/// The VXLAN device's MAC address on the node whose InternalIP is `ip`: `0a:58:` and the address,
+/// so every node knows every other's without publishing it.
+pub fn vtep_mac(ip: Ipv4Addr) -> String {
+    let [a, b, c, d] = ip.octets();
+    format!("0a:58:{a:02x}:{b:02x}:{c:02x}:{d:02x}")
+}
+
+async fn run_ip(netns: &NetworkNamespace, program: &str, args: &[&str], what: &str) -> anyhow::Result<String> {
+    let mut command = netns.command(program);
+    command.args(args);
+    run_command(command, None, what).await
+}
+
+/// Makes the VXLAN device (VNI 1, UDP 8472, from `local`, no learning: the agent writes its
+/// forwarding and neighbour entries), unless it is there.
+async fn ensure_vxlan(netns: &NetworkNamespace, local: Ipv4Addr) -> anyhow::Result<()> {
+    if run_ip(netns, "ip", &["link", "show", VXLAN_DEVICE], "ip link show")
+        .await
+        .is_ok()
+    {
+        return Ok(());
+    }
+    let mac = vtep_mac(local);
+    let local = local.to_string();
+    run_ip(
+        netns,
+        "ip",
+        &[
+            "link",
+            "add",
+            VXLAN_DEVICE,
+            "type",
+            "vxlan",
+            "id",
+            VXLAN_ID,
+            "local",
+            &local,
+            "dstport",
+            VXLAN_PORT,
+            "nolearning",
+        ],
+        "ip link add vxlan",
+    )
+    .await?;
+    run_ip(
+        netns,
+        "ip",
+        &["link", "set", VXLAN_DEVICE, "address", &mac, "mtu", "1450", "up"],
+        "ip link set vxlan",
+    )
+    .await
+    .map(drop)
+}
+
+/// Routes `cidr` into the VXLAN towards the node at `remote`: its gateway is the podCIDR's network
+/// address, whose neighbour entry is the remote device's MAC, forwarded to `remote`.
+async fn route_through_vxlan(netns: &NetworkNamespace, cidr: Ipv4Cidr, remote: Ipv4Addr) -> anyhow::Result<()> {
+    let gateway = cidr.network().to_string();
+    let mac = vtep_mac(remote);
+    let remote = remote.to_string();
+    run_ip(
+        netns,
+        "ip",
+        &[
+            "neigh",
+            "replace",
+            &gateway,
+            "lladdr",
+            &mac,
+            "dev",
+            VXLAN_DEVICE,
+            "nud",
+            "permanent",
+        ],
+        "ip neigh replace",
+    )
+    .await?;
+    run_ip(
+        netns,
+        "bridge",
+        &[
+            "fdb",
+            "replace",
+            &mac,
+            "dev",
+            VXLAN_DEVICE,
+            "dst",
+            &remote,
+            "self",
+            "permanent",
+        ],
+        "bridge fdb replace",
+    )
+    .await?;
+    run_ip(
+        netns,
+        "ip",
+        &[
+            "-4",
+            "route",
+            "replace",
+            &cidr.to_string(),
+            "via",
+            &gateway,
+            "dev",
+            VXLAN_DEVICE,
+            "onlink",
+            "proto",
+            &ROUTE_PROTOCOL.to_string(),
+        ],
+        "ip route replace",
+    )
+    .await
+    .map(drop)
+}
+
+/// Makes Skiff's routes inside `cluster_cidr` those of `desired`: through the node's InternalIP
+/// when it is on a directly connected subnet, else through VXLAN from `local` (this node's
+/// InternalIP; without it such nodes get no route). Returns the podCIDRs left without a route.
 pub async fn sync_routes(
     netns: &NetworkNamespace,
     cluster_cidr: Ipv4Cidr,
     desired: &BTreeMap<Ipv4Cidr, Ipv4Addr>,
+    local: Option<Ipv4Addr>,
 ) -> anyhow::Result<Vec<Ipv4Cidr>> {
     let mut unrouted = Vec::new();
     let mut wanted = BTreeSet::new();
     for (cidr, via) in desired {
         if !directly_connected(netns, *via).await {
-            unrouted.push(*cidr);
+            let Some(local) = local else {
+                unrouted.push(*cidr);
+                continue;
+            };
+            ensure_vxlan(netns, local).await.context("making the VXLAN device")?;
+            route_through_vxlan(netns, *cidr, *via)
+                .await
+                .with_context(|| format!("routing {cidr} through VXLAN to {via}"))?;
+            wanted.insert(*cidr);
             continue;
         }
         let mut command = netns.command("ip");
@@ -391,17 +527,23 @@ pub async fn sync_routes(
         if via.is_none() || dst == cluster_cidr || !cluster_cidr.covers(&dst) || wanted.contains(&dst) {
             continue;
         }
-        let mut command = netns.command("ip");
-        command.args([
-            "-4",
-            "route",
-            "del",
-            &dst.to_string(),
-            "proto",
-            &ROUTE_PROTOCOL.to_string(),
-        ]);
-        if let Err(e) = run_command(command, None, "ip route del").await {
+        let dst_text = dst.to_string();
+        let proto = ROUTE_PROTOCOL.to_string();
+        let del = ["-4", "route", "del", dst_text.as_str(), "proto", proto.as_str()];
+        if let Err(e) = run_ip(netns, "ip", &del, "ip route del").await {
             tracing::warn!(route = %dst, error = %format!("{e:#}"), "removing a route of a node that is gone");
+        }
+        // A VXLAN route's neighbour entry goes with it (its forwarding entry is replaced when the
+        // address is used again).
+        if via == Some(dst.network()) {
+            let gateway = dst.network().to_string();
+            let _ = run_ip(
+                netns,
+                "ip",
+                &["neigh", "del", &gateway, "dev", VXLAN_DEVICE],
+                "ip neigh del",
+            )
+            .await;
         }
     }
     Ok(unrouted)
@@ -409,7 +551,13 @@ pub async fn sync_routes(
 
 /// Keeps this node's routes to the other nodes' podCIDRs as the Nodes change (a watch on all
 /// Nodes), checking them again every minute.
-pub async fn run_routes(client: kube::Client, self_name: String, cluster_cidr: Ipv4Cidr, netns: NetworkNamespace) {
+pub async fn run_routes(
+    client: kube::Client,
+    self_name: String,
+    cluster_cidr: Ipv4Cidr,
+    local: Option<Ipv4Addr>,
+    netns: NetworkNamespace,
+) {
     let mut stream = watcher::watcher(Api::<Node>::all(client), watcher::Config::default()).boxed();
     let mut nodes: HashMap<String, Node> = HashMap::new();
     let mut listing: HashMap<String, Node> = HashMap::new();
@@ -462,11 +610,11 @@ pub async fn run_routes(client: kube::Client, self_name: String, cluster_cidr: I
         if applied.as_ref() == Some(&desired) {
             continue;
         }
-        match sync_routes(&netns, cluster_cidr, &desired).await {
+        match sync_routes(&netns, cluster_cidr, &desired, local).await {
             Ok(unrouted) => {
                 for cidr in &unrouted {
                     if unrouted_logged.insert(*cidr) {
-                        tracing::warn!(pod_cidr = %cidr, via = %desired[cidr], "a node's InternalIP is not on a directly connected subnet: its pods are not reachable from here (no overlay)");
+                        tracing::warn!(pod_cidr = %cidr, via = %desired[cidr], "a node's InternalIP is not on a directly connected subnet and this node has no IPv4 InternalIP for VXLAN: its pods are not reachable from here");
                     }
                 }
                 applied = Some(desired);
@@ -710,7 +858,7 @@ mod tests {
         let nodes = vec![
             node("a", Some("10.244.1.0/24"), "192.168.77.1", false),
             node("b", Some("10.244.2.0/24"), "192.168.77.2", false),
-            // Reached only through a gateway: no route (no overlay).
+            // Reached only through a gateway, and no local address for VXLAN: no route.
             node("far", Some("10.244.3.0/24"), "203.0.113.9", false),
         ];
         for (me, ns) in [("a", &a), ("b", &b)] {
@@ -721,7 +869,7 @@ mod tests {
                 .await
                 .expect("the masquerade table");
             let desired = desired_routes(&nodes, me, DEFAULT_CLUSTER_CIDR);
-            let unrouted = sync_routes(&ns.netns(), DEFAULT_CLUSTER_CIDR, &desired)
+            let unrouted = sync_routes(&ns.netns(), DEFAULT_CLUSTER_CIDR, &desired, None)
                 .await
                 .expect("the routes");
             assert_eq!(unrouted, ["10.244.3.0/24".parse::<Ipv4Cidr>().expect("cidr")]);
@@ -754,7 +902,7 @@ mod tests {
 
         // Node b goes: its route goes with it, and its pods' addresses are refused.
         let desired = desired_routes(&nodes[..1], "a", DEFAULT_CLUSTER_CIDR);
-        sync_routes(&a.netns(), DEFAULT_CLUSTER_CIDR, &desired)
+        sync_routes(&a.netns(), DEFAULT_CLUSTER_CIDR, &desired, None)
             .await
             .expect("the routes");
         let routes = a.run(&["ip", "-4", "route", "show", "proto", "83"]);
@@ -764,6 +912,99 @@ mod tests {
             refused.as_ref().is_err_and(|e| e.contains("No route to host")),
             "{refused:?}"
         );
+    }
+
+    /// Two nodes on different subnets joined by a router that knows nothing of the pods: the
+    /// route sync carries pod traffic through VXLAN, the source kept.
+    #[tokio::test]
+    async fn kernel_nodes_behind_a_router_reach_each_others_pods_through_vxlan() {
+        let Some(a) = Netns::create("va") else {
+            eprintln!("SKIPPED: `ip netns add` is not permitted here");
+            return;
+        };
+        let b = Netns::create("vb").expect("a namespace");
+        let router = Netns::create("vr").expect("a namespace");
+        let pod_a = Netns::create("vpa").expect("a namespace");
+        let pod_b = Netns::create("vpb").expect("a namespace");
+        for (node, net) in [(&a, "10"), (&b, "20")] {
+            router.run(&[
+                "ip",
+                "link",
+                "add",
+                &format!("r{net}"),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "up0",
+                "netns",
+                &node.0,
+            ]);
+            router.run(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("192.168.{net}.1/24"),
+                "dev",
+                &format!("r{net}"),
+            ]);
+            router.run(&["ip", "link", "set", &format!("r{net}"), "up"]);
+            node.run(&["ip", "addr", "add", &format!("192.168.{net}.2/24"), "dev", "up0"]);
+            node.run(&["ip", "link", "set", "up0", "up"]);
+            node.run(&["ip", "route", "add", "default", "via", &format!("192.168.{net}.1")]);
+        }
+        router.run(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+        pod_on_bridge(&a, &pod_a, "10.244.1.1", "10.244.1.2");
+        pod_on_bridge(&b, &pod_b, "10.244.2.1", "10.244.2.2");
+        let _servers = Servers(vec![pod_b.serve_peer_address()]);
+
+        let nodes = vec![
+            node("a", Some("10.244.1.0/24"), "192.168.10.2", false),
+            node("b", Some("10.244.2.0/24"), "192.168.20.2", false),
+        ];
+        for (me, ns, ip) in [("a", &a, "192.168.10.2"), ("b", &b, "192.168.20.2")] {
+            ensure_cluster_cidr_route(&ns.netns(), DEFAULT_CLUSTER_CIDR)
+                .await
+                .expect("the cluster CIDR's route");
+            let desired = desired_routes(&nodes, me, DEFAULT_CLUSTER_CIDR);
+            let local = ip.parse().ok();
+            let unrouted = sync_routes(&ns.netns(), DEFAULT_CLUSTER_CIDR, &desired, local)
+                .await
+                .expect("the routes");
+            assert!(unrouted.is_empty(), "{unrouted:?}");
+            // Applying again changes nothing and fails nothing.
+            sync_routes(&ns.netns(), DEFAULT_CLUSTER_CIDR, &desired, local)
+                .await
+                .expect("again");
+        }
+        let routes = a.run(&["ip", "-4", "route", "show", "proto", "83"]);
+        assert!(
+            routes.contains("10.244.2.0/24 via 10.244.2.0 dev skiff.vxlan"),
+            "{routes}"
+        );
+        // The router has no route to the pods: only the overlay carries them.
+        let route = router.output(&["ip", "route", "get", "10.244.2.2"]);
+        assert!(!route.status.success(), "{}", String::from_utf8_lossy(&route.stdout));
+
+        pod_a.ask_until("10.244.2.2", "10.244.1.2");
+
+        // Node b goes: the VXLAN route goes with it.
+        let desired = desired_routes(&nodes[..1], "a", DEFAULT_CLUSTER_CIDR);
+        sync_routes(
+            &a.netns(),
+            DEFAULT_CLUSTER_CIDR,
+            &desired,
+            Some(Ipv4Addr::new(192, 168, 10, 2)),
+        )
+        .await
+        .expect("the routes");
+        let routes = a.run(&["ip", "-4", "route", "show", "proto", "83"]);
+        assert_eq!(routes.trim(), "unreachable 10.244.0.0/16", "{routes}");
+    }
+
+    #[test]
+    fn vtep_macs_follow_the_address() {
+        assert_eq!(vtep_mac(Ipv4Addr::new(192, 168, 10, 2)), "0a:58:c0:a8:0a:02");
     }
 
     /// Processes killed when dropped (before the namespaces they run in are deleted).

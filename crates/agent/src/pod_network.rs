@@ -26,8 +26,9 @@
 //!   applied with `nft -f -` all or nothing, masquerades what comes from the cluster CIDR and goes
 //!   outside it; pod-to-pod traffic across nodes keeps its source address.
 //! - Docker's FORWARD chain drops what it did not publish (its policy is DROP), which includes
-//!   traffic routed in from other nodes: a rule in `DOCKER-USER` accepts what goes into the pod
-//!   bridge for its subnet (Docker 20.10 has no routed gateway mode).
+//!   traffic routed in from other nodes, and what crosses from one of its networks to another:
+//!   rules in `DOCKER-USER` accept what goes into the pod bridge for its subnet and what its pods
+//!   send (Docker 20.10 has no routed gateway mode).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
@@ -223,9 +224,37 @@ pub async fn apply_masquerade(netns: &NetworkNamespace, cluster_cidr: Ipv4Cidr) 
         .context("writing the pod network's masquerade table")
 }
 
-/// Lets traffic routed in from other nodes into the pod bridge past Docker's FORWARD policy: a
-/// rule at the head of `DOCKER-USER` (added once). Without Docker's chains (no Docker, or
-/// `iptables: false`) there is nothing to let past.
+/// The `DOCKER-USER` rules of a pod bridge: what is routed into it for its subnet (from other
+/// nodes, or pods left on another Docker network) is accepted, and so is what its pods send, past
+/// Docker's isolation of its networks from each other (pods that ran on Docker's default network
+/// before the node had a podCIDR keep reaching the new ones, and these them).
+fn forwarding_rules(bridge: &str, subnet: Ipv4Cidr) -> [Vec<String>; 2] {
+    let rule = |direction: &str, address: &str, comment: &str| {
+        [
+            direction,
+            bridge,
+            address,
+            &subnet.to_string(),
+            "-m",
+            "comment",
+            "--comment",
+            comment,
+            "-j",
+            "ACCEPT",
+        ]
+        .map(str::to_string)
+        .to_vec()
+    };
+    [
+        rule("-o", "-d", "skiff: traffic to the node's pods"),
+        rule("-i", "-s", "skiff: traffic from the node's pods"),
+    ]
+}
+
+/// Lets traffic into and out of the pod bridge past Docker's FORWARD chain (policy DROP, and its
+/// isolation of networks from each other): [`forwarding_rules`] at the head of `DOCKER-USER`,
+/// each added once. Without Docker's chains (no Docker, or `iptables: false`) there is nothing to
+/// let past.
 pub async fn allow_forwarding(netns: &NetworkNamespace, bridge: &str, subnet: Ipv4Cidr) -> anyhow::Result<()> {
     let mut list = netns.command("iptables");
     list.args(["-w", "-S", "DOCKER-USER"]);
@@ -233,30 +262,19 @@ pub async fn allow_forwarding(netns: &NetworkNamespace, bridge: &str, subnet: Ip
         tracing::debug!("no DOCKER-USER chain: nothing to let past");
         return Ok(());
     }
-    let subnet = subnet.to_string();
-    let rule = [
-        "-o",
-        bridge,
-        "-d",
-        subnet.as_str(),
-        "-m",
-        "comment",
-        "--comment",
-        "skiff: pod traffic from other nodes",
-        "-j",
-        "ACCEPT",
-    ];
-    let mut check = netns.command("iptables");
-    check.args(["-w", "-C", "DOCKER-USER"]).args(rule);
-    if run_command(check, None, "iptables -C").await.is_ok() {
-        return Ok(());
+    for rule in forwarding_rules(bridge, subnet) {
+        let mut check = netns.command("iptables");
+        check.args(["-w", "-C", "DOCKER-USER"]).args(&rule);
+        if run_command(check, None, "iptables -C").await.is_ok() {
+            continue;
+        }
+        let mut insert = netns.command("iptables");
+        insert.args(["-w", "-I", "DOCKER-USER", "1"]).args(&rule);
+        run_command(insert, None, "iptables -I DOCKER-USER")
+            .await
+            .context("accepting pod traffic in DOCKER-USER")?;
     }
-    let mut insert = netns.command("iptables");
-    insert.args(["-w", "-I", "DOCKER-USER", "1"]).args(rule);
-    run_command(insert, None, "iptables -I DOCKER-USER")
-        .await
-        .context("accepting forwarded pod traffic in DOCKER-USER")
-        .map(drop)
+    Ok(())
 }
 
 /// Sets up the pod network for a node whose podCIDR is `pod_cidr`: the cluster CIDR's route, the

@@ -10,9 +10,9 @@
 //!   a released subnet is not reused at once.
 //! - A Node the range cannot serve gets upstream's `CIDRNotAvailable` event once and waits: it is
 //!   tried again when a subnet is released, never in a loop.
-//! - Simulated nodes (`skiff.dev/simulated`) are left without one: no pod of theirs needs an
-//!   address, and thousands of them would exhaust any range (a podCIDR they already carry is
-//!   still counted as occupied).
+//! - Simulated nodes (`skiff.dev/simulated`) get none: the simulator gives them its own (from
+//!   10.64.0.0/10) as it registers them, and thousands of them would exhaust any range (one they
+//!   carry inside the cluster CIDR is still counted as occupied).
 //! - A podCIDR never changes once set (the API server's validation, as upstream's
 //!   `ValidateNodeUpdate`); a patch that finds one set by someone else releases the reservation.
 
@@ -246,7 +246,12 @@ impl State {
                         let _ = self.set.release(&old);
                     }
                     if let Err(e) = self.set.occupy(&cidr) {
-                        tracing::warn!(node = %name, error = %e, "a node's podCIDR is outside the cluster CIDR");
+                        // Simulated nodes carry the simulator's own (10.64.0.0/10).
+                        if is_simulated(node) {
+                            tracing::trace!(node = %name, error = %e, "a simulated node's podCIDR");
+                        } else {
+                            tracing::warn!(node = %name, error = %e, "a node's podCIDR is outside the cluster CIDR");
+                        }
                     }
                 }
                 Err(e) => {

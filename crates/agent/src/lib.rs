@@ -27,6 +27,7 @@ pub mod eviction;
 pub mod images;
 pub mod local_path;
 pub mod node;
+pub mod pod_network;
 pub mod pods;
 pub mod probes;
 pub mod proxy;
@@ -79,6 +80,12 @@ pub struct AgentConfig {
     /// Where the `local-path` provisioner makes this node's volumes (`--default-storage-path`;
     /// `DATA_DIR/storage` by default).
     pub storage_path: PathBuf,
+    /// The cluster's pod range (`--cluster-cidr`): routed locally, masqueraded when left, and the
+    /// proxy's cluster CIDR once the node has a podCIDR.
+    pub cluster_cidr: proxy::Ipv4Cidr,
+    /// How long the agent waits after registering for its Node to get a podCIDR before it puts
+    /// pods on Docker's default network (zero when no IPAM runs).
+    pub pod_cidr_wait: std::time::Duration,
 }
 
 impl AgentConfig {
@@ -97,6 +104,8 @@ impl AgentConfig {
             services: Default::default(),
             // The defaults parse (a unit test says so); none would mean no pressure reported.
             eviction_hard: eviction::parse_thresholds(eviction::DEFAULT_EVICTION_HARD).unwrap_or_default(),
+            cluster_cidr: pod_network::DEFAULT_CLUSTER_CIDR,
+            pod_cidr_wait: std::time::Duration::from_secs(10),
         }
     }
 
@@ -282,7 +291,8 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         }
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "local-path provisioner not started"),
     }
-    let network = service_network::start(&client, &docker, &node, node_ip, &cfg.cluster_domain, cfg.services).await;
+    let pods_on = pod_network_of(&client, &docker, &cfg, &node, node_ip).await;
+    let network = service_network::start(&client, &pods_on, &node, node_ip, &cfg.cluster_domain, cfg.services).await;
     // The kubelet's --cluster-dns when given, else this node's own cluster DNS.
     let cluster_dns = if cfg.cluster_dns.is_empty() {
         network.cluster_dns.clone()
@@ -303,11 +313,74 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         images: Default::default(),
         dns: resolv_conf::NodeDns::for_host(cluster_dns, &cfg.cluster_domain),
         hairpin_bridge: network.hairpin_bridge.clone(),
+        pod_network: pods_on.name.clone(),
         evicted,
     });
     let result = pods::run(ctx).await;
     drop(network);
     result
+}
+
+/// The network this node's pods go on: the node's podCIDR on a bridge of Skiff's own, with the
+/// routes to the other nodes' podCIDRs kept in a task of its own; Docker's default network when
+/// the Node has no podCIDR (none came within `pod_cidr_wait`) or its network cannot be made. The
+/// cluster CIDR is routed locally first, whichever it is, before any pod starts.
+async fn pod_network_of(
+    client: &kube::Client,
+    docker: &bollard::Docker,
+    cfg: &AgentConfig,
+    node: &k8s_openapi::api::core::v1::Node,
+    node_ip: std::net::IpAddr,
+) -> pod_network::PodNetwork {
+    let netns = proxy::NetworkNamespace::Current;
+    if let Err(e) = pod_network::ensure_cluster_cidr_route(&netns, cfg.cluster_cidr).await {
+        tracing::error!(error = %format!("{e:#}"), "the cluster CIDR is not routed locally");
+    }
+    let pod_cidr = match pod_network::node_pod_cidr(node) {
+        Some(cidr) => Some(cidr),
+        None => pod_network::wait_for_pod_cidr(client, &cfg.node_name, cfg.pod_cidr_wait).await,
+    };
+    if let Some(pod_cidr) = pod_cidr {
+        if !cfg.cluster_cidr.covers(&pod_cidr) {
+            tracing::warn!(pod_cidr = %pod_cidr, cluster_cidr = %cfg.cluster_cidr, "the node's podCIDR is outside the cluster CIDR (--cluster-cidr)");
+        }
+        match pod_network::setup(docker, pod_cidr, cfg.cluster_cidr).await {
+            Ok(network) => {
+                let local = match node_ip {
+                    std::net::IpAddr::V4(ip) => Some(ip),
+                    std::net::IpAddr::V6(_) => None,
+                };
+                tokio::spawn(pod_network::run_routes(
+                    client.clone(),
+                    cfg.node_name.clone(),
+                    cfg.cluster_cidr,
+                    local,
+                    netns,
+                ));
+                return network;
+            }
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "the pod network of the node's podCIDR: pods go on Docker's default network")
+            }
+        }
+    } else {
+        tracing::info!("the node has no podCIDR: pods go on Docker's default network");
+    }
+    let default = pod_network::PodNetwork {
+        name: pod_network::DOCKER_DEFAULT_NETWORK.into(),
+        subnet: None,
+        gateway: None,
+        bridge: None,
+        cluster_cidr: None,
+    };
+    match pod_network::inspect(docker, pod_network::DOCKER_DEFAULT_NETWORK).await {
+        Ok(Some(network)) => network,
+        Ok(None) => default,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "reading Docker's default network");
+            default
+        }
+    }
 }
 
 #[cfg(test)]

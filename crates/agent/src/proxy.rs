@@ -71,7 +71,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::{self, Write as _};
 use std::net::Ipv4Addr;
 use std::process::Stdio;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -87,13 +86,12 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{Notify, watch};
 
+pub use skiff_api::cidr::Ipv4Cidr;
+
 /// The name of Skiff's nftables table (family `ip`) for the default service CIDR.
 pub const TABLE: &str = "skiff";
 /// The default service CIDR (the API server's `--service-cluster-ip-range`).
-pub const DEFAULT_SERVICE_CIDR: Ipv4Cidr = Ipv4Cidr {
-    network: Ipv4Addr::new(10, 96, 0, 0),
-    prefix: 12,
-};
+pub const DEFAULT_SERVICE_CIDR: Ipv4Cidr = Ipv4Cidr::from_network(Ipv4Addr::new(10, 96, 0, 0), 12);
 const FAMILY: &str = "ip";
 
 /// The label naming an EndpointSlice's Service.
@@ -152,75 +150,6 @@ const STALE_CHAIN_DELAY: Duration = Duration::from_secs(1);
 const STALE_CHAIN_SWEEP: Duration = Duration::from_secs(2);
 /// Map elements per `add element` / `delete element` command.
 const ELEMENTS_PER_COMMAND: usize = 1_000;
-
-/// An IPv4 network in CIDR notation, such as `10.96.0.0/12`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Ipv4Cidr {
-    network: Ipv4Addr,
-    prefix: u8,
-}
-
-impl Ipv4Cidr {
-    /// The network of `addr` with a prefix of `prefix` bits (host bits cleared); `None` when
-    /// `prefix` is over 32.
-    pub fn new(addr: Ipv4Addr, prefix: u8) -> Option<Self> {
-        if prefix > 32 {
-            return None;
-        }
-        Some(Self {
-            network: Ipv4Addr::from(u32::from(addr) & Self::mask(prefix)),
-            prefix,
-        })
-    }
-
-    fn mask(prefix: u8) -> u32 {
-        if prefix == 0 {
-            0
-        } else {
-            u32::MAX << (32 - u32::from(prefix))
-        }
-    }
-
-    /// The network address.
-    pub fn network(&self) -> Ipv4Addr {
-        self.network
-    }
-
-    /// The prefix length.
-    pub fn prefix_len(&self) -> u8 {
-        self.prefix
-    }
-
-    /// Whether `ip` is inside the network.
-    pub fn contains(&self, ip: Ipv4Addr) -> bool {
-        u32::from(ip) & Self::mask(self.prefix) == u32::from(self.network)
-    }
-}
-
-impl FromStr for Ipv4Cidr {
-    type Err = anyhow::Error;
-
-    /// `A.B.C.D/N`, or a bare address (a /32).
-    fn from_str(s: &str) -> anyhow::Result<Self> {
-        let (addr, prefix) = match s.trim().split_once('/') {
-            Some((addr, prefix)) => (
-                addr,
-                prefix
-                    .parse::<u8>()
-                    .with_context(|| format!("parsing the prefix length of {s:?}"))?,
-            ),
-            None => (s.trim(), 32),
-        };
-        let addr: Ipv4Addr = addr.parse().with_context(|| format!("parsing the address of {s:?}"))?;
-        Self::new(addr, prefix).with_context(|| format!("the prefix length of {s:?} is over 32"))
-    }
-}
-
-impl fmt::Display for Ipv4Cidr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.network, self.prefix)
-    }
-}
 
 /// What the proxy needs to know of its node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -1568,7 +1497,7 @@ pub enum NetworkNamespace {
 }
 
 impl NetworkNamespace {
-    fn command(&self, program: &str) -> tokio::process::Command {
+    pub(crate) fn command(&self, program: &str) -> tokio::process::Command {
         match self {
             NetworkNamespace::Current => tokio::process::Command::new(program),
             NetworkNamespace::Named(name) => {
@@ -1582,7 +1511,11 @@ impl NetworkNamespace {
 
 /// Runs `command`, with `input` on its standard input; its standard output, or an error with its
 /// standard error.
-async fn run_command(mut command: tokio::process::Command, input: Option<&str>, what: &str) -> anyhow::Result<String> {
+pub(crate) async fn run_command(
+    mut command: tokio::process::Command,
+    input: Option<&str>,
+    what: &str,
+) -> anyhow::Result<String> {
     command
         .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
@@ -2362,23 +2295,6 @@ mod tests {
             &ProxyOptions::default(),
         );
         assert!(matches!(ruleset.transaction(Some(&default), &[]), Transaction::Full(_)));
-    }
-
-    #[test]
-    fn cidrs_parse_and_contain() {
-        let cidr: Ipv4Cidr = "10.96.1.2/12".parse().expect("cidr");
-        assert_eq!(cidr.to_string(), "10.96.0.0/12");
-        assert!(cidr.contains(Ipv4Addr::new(10, 111, 255, 255)));
-        assert!(!cidr.contains(Ipv4Addr::new(10, 112, 0, 0)));
-        assert_eq!("10.0.0.1".parse::<Ipv4Cidr>().expect("bare").to_string(), "10.0.0.1/32");
-        assert!("10.0.0.0/33".parse::<Ipv4Cidr>().is_err());
-        assert!("nonsense/8".parse::<Ipv4Cidr>().is_err());
-        assert!(
-            "0.0.0.0/0"
-                .parse::<Ipv4Cidr>()
-                .expect("all")
-                .contains(Ipv4Addr::BROADCAST)
-        );
     }
 
     #[test]

@@ -3,9 +3,10 @@
 //!
 //! - The service CIDR comes from the cluster's `kubernetes` ServiceCIDR (upstream's proxier reads
 //!   ServiceCIDRs too); the proxy's table is named after it ([`proxy::table_name`]).
-//! - Pods sit on Docker's `bridge` network; its subnet is the proxy's cluster CIDR (traffic from
-//!   elsewhere to a ClusterIP is masqueraded) and its gateway, the node's own address on that
-//!   network, is where cluster DNS listens (port 53, or any free port when 53 is taken, such as by
+//! - Pods sit on the node's pod network ([`crate::pod_network`]): the cluster CIDR (or, on
+//!   Docker's default `bridge` network, that network's subnet) is the proxy's cluster CIDR
+//!   (traffic from elsewhere to a ClusterIP is masqueraded) and its gateway, the node's own
+//!   address on that network, is where cluster DNS listens (port 53, or any free port when 53 is taken, such as by
 //!   a second cluster's agent on the same host). Listening there rather than on every address keeps
 //!   the forwarding resolver away from other machines.
 //! - The agent publishes where its DNS listens as the EndpointSlice `kube-dns-NODE` of
@@ -14,11 +15,10 @@
 //! - Pods get the kube-dns ClusterIP as their name server ([`ServiceNetwork::cluster_dns`]).
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use anyhow::Context;
-use bollard::Docker;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::api::networking::v1::ServiceCIDR;
@@ -27,6 +27,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 
 use crate::dns::{self, ClusterDns, DnsSockets};
+use crate::pod_network::PodNetwork;
 use crate::proxy::{self, Ipv4Cidr, NodeInfo, Proxier, ProxierConfig, ProxyOptions};
 
 /// The namespace and name of the cluster DNS Service.
@@ -34,8 +35,6 @@ pub const DNS_NAMESPACE: &str = "kube-system";
 pub const DNS_SERVICE: &str = "kube-dns";
 /// Who writes the kube-dns EndpointSlices (`endpointslice.kubernetes.io/managed-by`).
 pub const DNS_SLICE_MANAGER: &str = "node-agent.skiff.io";
-/// The Docker network pods are attached to.
-const POD_NETWORK: &str = "bridge";
 /// The port cluster DNS tries first.
 const DNS_PORT: u16 = 53;
 
@@ -64,15 +63,6 @@ pub struct ServiceNetwork {
     pub hairpin_bridge: Option<String>,
 }
 
-/// The pod network of this node: Docker's `bridge` network.
-#[derive(Clone, Debug)]
-pub struct PodNetwork {
-    pub subnet: Option<Ipv4Cidr>,
-    pub gateway: Option<Ipv4Addr>,
-    /// The Linux bridge behind it (`docker0`).
-    pub bridge: Option<String>,
-}
-
 /// Puts every port of the Linux bridge `bridge` in hairpin mode, as the kubelet's
 /// `--hairpin-mode=hairpin-veth` does for its pods' veths: a pod's connection to its own Service
 /// that the proxy sends back to the pod itself leaves the bridge through the port it came in by,
@@ -94,32 +84,6 @@ pub fn set_hairpin_mode(bridge: &str) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Reads the subnet and gateway of the network pods are attached to.
-pub async fn pod_network(docker: &Docker) -> anyhow::Result<PodNetwork> {
-    let network = docker
-        .inspect_network(POD_NETWORK, None)
-        .await
-        .with_context(|| format!("inspecting the Docker network {POD_NETWORK:?}"))?;
-    let config = network.ipam.and_then(|i| i.config).unwrap_or_default();
-    // Docker's default network names no gateway in its IPAM configuration: the bridge has the
-    // subnet's first address, as Docker gives it.
-    let v4 = config.iter().find_map(|c| {
-        let subnet: Ipv4Cidr = c.subnet.as_deref()?.parse().ok()?;
-        let gateway = c.gateway.as_deref().and_then(|g| g.parse::<Ipv4Addr>().ok());
-        let first = Ipv4Addr::from(u32::from(subnet.network()).wrapping_add(1));
-        Some((subnet, Some(gateway.unwrap_or(first))))
-    });
-    let bridge = network
-        .options
-        .as_ref()
-        .and_then(|o| o.get("com.docker.network.bridge.name").cloned());
-    Ok(PodNetwork {
-        subnet: v4.map(|(s, _)| s),
-        gateway: v4.and_then(|(_, g)| g),
-        bridge,
-    })
 }
 
 /// The cluster's service CIDR: the first IPv4 range of the `kubernetes` ServiceCIDR, or the
@@ -237,7 +201,7 @@ async fn bind_dns(ip: IpAddr) -> anyhow::Result<DnsSockets> {
 /// cannot start is logged and left out; the pods still run.
 pub async fn start(
     client: &kube::Client,
-    docker: &Docker,
+    pods: &PodNetwork,
     node: &Node,
     node_ip: IpAddr,
     cluster_domain: &str,
@@ -252,13 +216,6 @@ pub async fn start(
     if !config.proxy && !config.dns {
         return running;
     }
-    let pods = match pod_network(docker).await {
-        Ok(pods) => pods,
-        Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "reading the pod network: no service proxy or cluster DNS");
-            return running;
-        }
-    };
     if config.proxy {
         match service_cidr(client).await {
             Ok(cidr) => {
@@ -270,7 +227,7 @@ pub async fn start(
                     },
                 };
                 let options = ProxyOptions {
-                    cluster_cidr: pods.subnet,
+                    cluster_cidr: pods.cluster_cidr.or(pods.subnet),
                     ..ProxyOptions::for_service_cidr(cidr)
                 };
                 tracing::info!(service_cidr = %cidr, table = %options.table, "starting the service proxy");
@@ -289,7 +246,7 @@ pub async fn start(
         }
     }
     if config.dns {
-        match start_dns(client, node, &pods, cluster_domain).await {
+        match start_dns(client, node, pods, cluster_domain).await {
             Ok((addr, ips)) => {
                 running.dns_addr = Some(addr);
                 running.cluster_dns = ips;

@@ -55,6 +55,8 @@ pub struct Ctx {
     pub dns: crate::resolv_conf::NodeDns,
     /// The pod bridge whose ports go in hairpin mode as sandboxes start (when the proxy runs).
     pub hairpin_bridge: Option<String>,
+    /// The Docker network pods are attached to ([`crate::pod_network`]).
+    pub pod_network: String,
     /// Pods the eviction manager evicted, with their message.
     pub evicted: crate::eviction::Evicted,
 }
@@ -803,7 +805,11 @@ impl PodWorker {
         }
         let dns = spec.dns_config.clone().unwrap_or_default();
         let host_config = HostConfig {
-            network_mode: Some(if host_network { "host".into() } else { "bridge".into() }),
+            network_mode: Some(if host_network {
+                "host".into()
+            } else {
+                self.ctx.pod_network.clone()
+            }),
             ipc_mode: Some(if spec.host_ipc == Some(true) {
                 "host".into()
             } else {

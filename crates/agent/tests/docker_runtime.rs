@@ -201,6 +201,7 @@ impl Harness {
                 host_resolv_conf: "nameserver 192.0.2.53\nsearch corp.example\n".into(),
             },
             hairpin_bridge: None,
+            pod_network: "bridge".into(),
             evicted: Default::default(),
         });
         Harness {

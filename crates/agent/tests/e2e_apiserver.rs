@@ -99,6 +99,8 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
     };
     // No disk thresholds: how full the shared host disk is must not evict the test's pod.
     cfg.eviction_hard = skiff_agent::eviction::parse_thresholds("memory.available<100Mi").expect("a threshold");
+    // No node IPAM runs here: pods go on Docker's default network at once.
+    cfg.pod_cidr_wait = std::time::Duration::ZERO;
     let agent = tokio::spawn(skiff_agent::run(client.clone(), cfg));
 
     let nodes: Api<Node> = Api::all(client.clone());

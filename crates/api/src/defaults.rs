@@ -592,6 +592,29 @@ fn default_node(obj: &mut Value) {
     let Some(root) = obj.as_object_mut() else {
         return;
     };
+    // Upstream's v1 conversion: `podCIDRs` is the truth, `podCIDR` its first element, and a
+    // client that sends only `podCIDR` gets it as `podCIDRs`.
+    if let Some(spec) = existing(root, "spec") {
+        let first = spec
+            .get("podCIDRs")
+            .and_then(Value::as_array)
+            .and_then(|l| l.first())
+            .cloned();
+        match first {
+            Some(first) => {
+                spec.insert("podCIDR".into(), first);
+            }
+            None => {
+                if let Some(cidr) = spec
+                    .get("podCIDR")
+                    .filter(|c| c.as_str().is_some_and(|c| !c.is_empty()))
+                    .cloned()
+                {
+                    spec.insert("podCIDRs".into(), Value::Array(vec![cidr]));
+                }
+            }
+        }
+    }
     let Some(status) = existing(root, "status") else {
         return;
     };

@@ -13,6 +13,7 @@ pub mod garbagecollector;
 pub mod history;
 pub mod job;
 pub mod namespace;
+pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod persistentvolume;
 pub mod podgc;
@@ -53,6 +54,9 @@ pub struct ControllersConfig {
     pub tainteviction: bool,
     /// Nodes that stop reporting are tainted (and how soon); `None`: not run.
     pub nodelifecycle: Option<nodelifecycle::NodeLifecycleConfig>,
+    /// Node IPAM: a podCIDR for every Node from the cluster CIDR; `None`: not run
+    /// (`--allocate-node-cidrs=false`).
+    pub nodeipam: Option<nodeipam::NodeIpamConfig>,
     /// Pods of gone nodes, excess terminated pods; `None`: not run.
     pub podgc: Option<podgc::PodGcConfig>,
     /// Aggregated ClusterRoles (admin, edit, view) collect the rules of the roles labelled for them.
@@ -82,6 +86,7 @@ impl Default for ControllersConfig {
             tainteviction: true,
             clusterroleaggregation: true,
             nodelifecycle: Some(Default::default()),
+            nodeipam: None,
             podgc: Some(Default::default()),
             root_ca_pem: None,
         }
@@ -153,6 +158,11 @@ pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig)
     if let Some(config) = cfg.nodelifecycle {
         let c = clients("node-controller");
         set.spawn(async move { nodelifecycle::run(c, config).await });
+    }
+    if let Some(config) = cfg.nodeipam {
+        // Upstream's node IPAM controller calls as the node controller.
+        let c = clients("node-controller");
+        set.spawn(async move { nodeipam::run(c, config).await });
     }
     if let Some(config) = cfg.podgc {
         let c = clients("pod-garbage-collector");

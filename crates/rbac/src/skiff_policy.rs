@@ -82,14 +82,15 @@ pub fn cluster_roles() -> Vec<Value> {
             ]),
         ),
         // The agent reads its cluster's identity, the uid of the `kube-system` Namespace. Its proxy
-        // reads Services, their EndpointSlices and the service range (what kube-proxy reads,
-        // without kube-proxy's read of every Node); its cluster DNS reads what CoreDNS reads and
-        // publishes where it listens as the EndpointSlice `kube-system/kube-dns-NODE`
-        // (NodeRestriction holds each node to its own).
+        // reads Services, their EndpointSlices and the service range (what kube-proxy reads); its
+        // cluster DNS reads what CoreDNS reads and publishes where it listens as the EndpointSlice
+        // `kube-system/kube-dns-NODE` (NodeRestriction holds each node to its own). Its pod
+        // network lists and watches every Node for their podCIDRs and addresses, as flannel's
+        // role does (a get of another Node stays refused).
         cluster_role(
             "skiff:node",
             json!([
-                {"verbs": ["list", "watch"], "apiGroups": [""], "resources": ["services", "namespaces"]},
+                {"verbs": ["list", "watch"], "apiGroups": [""], "resources": ["services", "namespaces", "nodes"]},
                 // The cluster's identity, labelled on every container the agent makes.
                 {"verbs": ["get"], "apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"]},
                 {"verbs": ["list", "watch"], "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"]},

@@ -251,6 +251,12 @@ struct ServerArgs {
     default_unreachable_toleration_seconds: i64,
     #[command(flatten)]
     serving: ServingArgs,
+    /// Give every Node a podCIDR from --cluster-cidr (the node IPAM controller).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    allocate_node_cidrs: bool,
+    /// The length of each Node's podCIDR prefix.
+    #[arg(long, default_value_t = 24)]
+    node_cidr_mask_size: u8,
     #[command(flatten)]
     agent: AgentArgs,
     #[command(flatten)]
@@ -324,6 +330,9 @@ struct AgentArgs {
     /// host's default route).
     #[arg(long)]
     node_ip: Option<std::net::IpAddr>,
+    /// The cluster's pod range (Nodes' podCIDRs come from it).
+    #[arg(long, default_value = "10.244.0.0/16")]
+    cluster_cidr: skiff_api::cidr::Ipv4Cidr,
 }
 
 impl AgentArgs {
@@ -348,6 +357,7 @@ impl AgentArgs {
         if self.node_ip.is_some() {
             cfg.node_ip = self.node_ip;
         }
+        cfg.cluster_cidr = self.cluster_cidr;
         Ok(())
     }
 }
@@ -763,6 +773,17 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let state = running.state.clone();
         move |identity| skiff_apiserver::client_as(state.clone(), identity)
     };
+    let nodeipam = args
+        .allocate_node_cidrs
+        .then(|| skiff_controllers::nodeipam::NodeIpamConfig {
+            cluster_cidr: args.agent.cluster_cidr,
+            node_cidr_mask_size: args.node_cidr_mask_size,
+            service_cidr: args.service_cluster_ip_range.parse().ok(),
+        });
+    if let Some(config) = &nodeipam {
+        // Refused at start, as kube-controller-manager refuses its flags.
+        skiff_controllers::nodeipam::CidrSet::new(config.cluster_cidr, config.node_cidr_mask_size)?;
+    }
     let mut tasks = tokio::task::JoinSet::new();
     if !args.no_controllers {
         let state = running.state.clone();
@@ -770,6 +791,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let cfg = skiff_controllers::ControllersConfig {
             root_ca_pem: Some(running.state.pki.ca_cert_pem.clone()),
             nodelifecycle: Some(args.node_lifecycle.config()),
+            nodeipam: nodeipam.clone(),
             podgc: Some(skiff_controllers::podgc::PodGcConfig {
                 terminated_pod_threshold: args.node_lifecycle.terminated_pod_gc_threshold,
                 ..Default::default()
@@ -800,6 +822,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                 let c = client_as(skiff_apiserver::identities::node(&cfg.node_name));
                 cfg.cluster_ca_pem = Some(running.state.pki.ca_cert_pem.clone());
                 args.agent.apply(&mut cfg)?;
+                // The node IPAM controller runs in this process, or nothing will give a podCIDR.
+                if nodeipam.is_none() || args.no_controllers {
+                    cfg.pod_cidr_wait = std::time::Duration::ZERO;
+                }
                 tasks.spawn(async move { skiff_agent::run(c, cfg).await.context("node agent") });
             }
             Err(e) => tracing::warn!(error = %e, "no Docker Engine reachable: running without a local node"),

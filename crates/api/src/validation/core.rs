@@ -157,8 +157,79 @@ fn go_taint(t: &Value) -> String {
     )
 }
 
-pub(crate) fn validate_node(obj: &Value, errs: &mut Vec<FieldError>) {
+/// Whether `s` is a CIDR of either family (upstream's `ParseCIDRSloppy` accepts host bits).
+fn is_cidr(s: &str) -> Option<bool> {
+    let (addr, prefix) = s.split_once('/')?;
+    let prefix: u8 = prefix.parse().ok().filter(|_| !prefix.starts_with('+'))?;
+    match addr.parse::<std::net::IpAddr>().ok()? {
+        std::net::IpAddr::V4(_) => (prefix <= 32).then_some(true),
+        std::net::IpAddr::V6(_) => (prefix <= 128).then_some(false),
+    }
+}
+
+/// `spec.podCIDRs` as upstream's `ValidateNode`, and on update `ValidateNodeUpdate`'s rule that a
+/// podCIDR is set once, from empty.
+fn validate_pod_cidrs(spec: Option<&Value>, old: Option<&Value>, errs: &mut Vec<FieldError>) {
+    let p = Path::new("spec").child("podCIDRs");
+    let cidrs: Vec<&str> = arr_at(spec, "podCIDRs").iter().filter_map(Value::as_str).collect();
+    let mut families = Vec::new();
+    for (i, value) in cidrs.iter().enumerate() {
+        match is_cidr(value) {
+            Some(v4) => families.push(v4),
+            None => errs.push(invalid_str(
+                &p.index(i),
+                value,
+                "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)",
+            )),
+        }
+    }
+    if cidrs.len() > 1 {
+        let dual = families.len() == 2 && families[0] != families[1];
+        if !dual || cidrs.len() > 2 {
+            let rendered = format!(
+                "[{}]",
+                cidrs.iter().map(|c| format!("{c:?}")).collect::<Vec<_>>().join(",")
+            );
+            errs.push(FieldError {
+                kind: FieldErrorKind::Invalid(rendered),
+                field: p.as_str().to_string(),
+                detail: "may specify no more than one CIDR for each IP family".to_string(),
+            });
+        }
+        let mut seen = HashSet::new();
+        for (i, value) in cidrs.iter().enumerate() {
+            if !seen.insert(*value) {
+                errs.push(FieldError {
+                    kind: FieldErrorKind::Duplicate(format!("{value:?}")),
+                    field: p.index(i).as_str().to_string(),
+                    detail: String::new(),
+                });
+            }
+        }
+    }
+    let Some(old) = old else { return };
+    let before: Vec<&str> = arr_at(field(Some(old), "spec"), "podCIDRs")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    if before.is_empty() {
+        return;
+    }
+    let message = "node updates may not change podCIDR except from \"\" to valid";
+    if before.len() != cidrs.len() {
+        errs.push(forbidden(&p, message));
+    } else {
+        for (a, b) in before.iter().zip(&cidrs) {
+            if a != b {
+                errs.push(forbidden(&p, message));
+            }
+        }
+    }
+}
+
+pub(crate) fn validate_node(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     let spec = field(Some(obj), "spec");
+    validate_pod_cidrs(spec, old, errs);
     let p = Path::new("spec").child("taints");
     let mut seen: HashSet<(String, String)> = HashSet::new();
     for (i, t) in arr_at(spec, "taints").iter().enumerate() {
@@ -604,6 +675,42 @@ mod tests {
         assert!(e[3].starts_with("spec.taints[3].value: Invalid value: \"-x\": a valid label must be"));
         assert_eq!(e[4], "spec.taints[3].effect: Required value");
         assert_eq!(e.len(), 5);
+    }
+
+    #[test]
+    fn a_node_pod_cidr_is_valid_and_set_once() {
+        let with = |cidrs: Value| json!({"metadata": {"name": "n"}, "spec": {"podCIDRs": cidrs}});
+        assert!(errors("", "Node", &with(json!(["10.244.0.0/24"])), None).is_empty());
+        assert!(errors("", "Node", &with(json!(["10.244.0.0/24", "fd00::/64"])), None).is_empty());
+        let e = errors("", "Node", &with(json!(["10.244.0.0/33"])), None);
+        assert_eq!(
+            e,
+            [
+                "spec.podCIDRs[0]: Invalid value: \"10.244.0.0/33\": must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"
+            ]
+        );
+        let e = errors("", "Node", &with(json!(["10.244.0.0/24", "10.244.0.0/24"])), None);
+        assert_eq!(
+            e,
+            [
+                "spec.podCIDRs: Invalid value: [\"10.244.0.0/24\",\"10.244.0.0/24\"]: may specify no more than one CIDR for each IP family",
+                "spec.podCIDRs[1]: Duplicate value: \"10.244.0.0/24\""
+            ]
+        );
+        // Set from empty: allowed; changed or removed once set: forbidden.
+        let none = json!({"metadata": {"name": "n"}, "spec": {}});
+        let set = with(json!(["10.244.0.0/24"]));
+        assert!(errors("", "Node", &set, Some(&none)).is_empty());
+        assert!(errors("", "Node", &set, Some(&set)).is_empty());
+        let forbidden = ["spec.podCIDRs: Forbidden: node updates may not change podCIDR except from \"\" to valid"];
+        assert_eq!(
+            errors("", "Node", &with(json!(["10.244.1.0/24"])), Some(&set)),
+            forbidden
+        );
+        assert_eq!(errors("", "Node", &none, Some(&set)), forbidden);
+        // podCIDR alone is podCIDRs' first element, as upstream's conversion makes it.
+        let single = json!({"metadata": {"name": "n"}, "spec": {"podCIDR": "10.244.1.0/24"}});
+        assert_eq!(errors_defaulted("", "Node", &single, Some(&set)), forbidden);
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub fn validate(res: &Resource, obj: &Value, old: Option<&Value>) -> Vec<FieldEr
     match (res.group, res.kind) {
         ("", "Pod") => pod::validate_pod(obj, old, &mut errs),
         ("", "Service") => core::validate_service(obj, old, &mut errs),
-        ("", "Node") => core::validate_node(obj, &mut errs),
+        ("", "Node") => core::validate_node(obj, old, &mut errs),
         ("", "Secret") => core::validate_secret(obj, old, &mut errs),
         ("", "ConfigMap") => core::validate_configmap(obj, old, &mut errs),
         ("", "PersistentVolumeClaim") => core::validate_pvc(obj, old, &mut errs),

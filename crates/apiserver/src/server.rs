@@ -95,8 +95,8 @@ impl ApiState {
     }
 
     /// The caller: a verified client certificate (set by the TLS layer or the in-process
-    /// client), else a bearer token: a static one, or a service account token this server
-    /// issued. A request without credentials is `system:anonymous`; one whose token is not
+    /// client), else a bearer token: a static one, a bootstrap token (`ID.SECRET`), or a
+    /// service account token this server issued. A request without credentials is `system:anonymous`; one whose token is not
     /// accepted is `None` (401), as upstream's authenticator chain. Every authenticated user is
     /// in `system:authenticated`.
     pub async fn authenticate(&self, headers: &HeaderMap, ext: &http::Extensions) -> Option<Identity> {
@@ -117,6 +117,9 @@ impl ApiState {
         let token = tls::bearer_token(auth.to_str().ok()?)?;
         if let Some(id) = self.tokens.authenticate(token) {
             return Some(id);
+        }
+        if let Some(answer) = crate::bootstraptoken::authenticate(&*self.store, token, jiff::Timestamp::now()).await {
+            return answer;
         }
         let now = jiff::Timestamp::now().as_second();
         match self.service_accounts.authenticate(&*self.store, token, now).await {
@@ -185,6 +188,10 @@ pub struct Running {
     /// The `system:masters` kubeconfig (mode 0600).
     pub super_admin_kubeconfig: PathBuf,
     pub url: String,
+    /// Where other machines reach the API server (the advertised address).
+    pub join_url: String,
+    /// The join token (`DATA_DIR/server/token`) for `skiff agent --token`.
+    pub join_token: skiff_api::bootstraptoken::JoinToken,
 }
 
 /// The namespaces every cluster starts with.
@@ -280,6 +287,13 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
             &state.pki.super_admin_key_pem,
         )
         .context("writing the super-admin kubeconfig")?;
+    let join_url = format!("https://{}", SocketAddr::new(advertise, addr.port()));
+    crate::join::ensure_cluster_info(&state, &join_url)
+        .await
+        .context("publishing kube-public/cluster-info")?;
+    let join_token = crate::join::ensure_join_token(&state, &opts.data_dir)
+        .await
+        .context("preparing the join token")?;
     tokio::spawn(tls::serve_tls(listener, tls_config, router(state.clone())));
     tokio::spawn(compactor(state.store.clone()));
     // The OpenAPI documents are built on first use: an idle server does not hold them.
@@ -289,6 +303,8 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         kubeconfig,
         super_admin_kubeconfig,
         url,
+        join_url,
+        join_token,
     })
 }
 

@@ -59,7 +59,7 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
     let csrs = cu::spawn_store_watch(
         Api::<CertificateSigningRequest>::all(client.clone()),
         queue.clone(),
-        cu::self_key,
+        |csr: &CertificateSigningRequest| csr.metadata.name.clone().into_iter().collect(),
     );
     let ctx = Ctx { client, csrs };
     queue.run("csrapproving", |name| handle(&ctx, name)).await

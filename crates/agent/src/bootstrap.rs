@@ -306,6 +306,19 @@ pub async fn fetch_ca(server: &str, token: &JoinToken) -> anyhow::Result<String>
                 bt::CLUSTER_INFO_NAME
             )
         })?;
+    let ca = cluster_info_ca(&cm)?;
+    let hash = bt::ca_hash(&ca);
+    if hash != token.ca_hash {
+        bail!(
+            "the server's CA (sha256 {hash}) is not the one the join token names ({}): refusing to trust {server}",
+            token.ca_hash
+        );
+    }
+    String::from_utf8(ca).context("cluster-info's CA is not text")
+}
+
+/// The CA (PEM bytes) the `cluster-info` ConfigMap's kubeconfig carries.
+pub fn cluster_info_ca(cm: &ConfigMap) -> anyhow::Result<Vec<u8>> {
     let text = cm
         .data
         .as_ref()
@@ -318,15 +331,7 @@ pub async fn fetch_ca(server: &str, token: &JoinToken) -> anyhow::Result<String>
         .and_then(|c| c.cluster.as_ref())
         .and_then(|c| c.certificate_authority_data.clone())
         .context("cluster-info's kubeconfig has no certificate-authority-data")?;
-    let ca = BASE64.decode(data.trim()).context("decoding cluster-info's CA")?;
-    let hash = bt::ca_hash(&ca);
-    if hash != token.ca_hash {
-        bail!(
-            "the server's CA (sha256 {hash}) is not the one the join token names ({}): refusing to trust {server}",
-            token.ca_hash
-        );
-    }
-    String::from_utf8(ca).context("cluster-info's CA is not text")
+    BASE64.decode(data.trim()).context("decoding cluster-info's CA")
 }
 
 /// upstream's `digestedName`: the bootstrap request's name follows from its key, subject and

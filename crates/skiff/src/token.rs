@@ -3,7 +3,6 @@
 //! publishes it).
 
 use anyhow::Context;
-use base64::Engine;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -116,21 +115,7 @@ async fn cluster_ca_hash(client: &kube::Client) -> anyhow::Result<String> {
         .get(bt::CLUSTER_INFO_NAME)
         .await
         .context("reading kube-public/cluster-info")?;
-    let text = cm
-        .data
-        .as_ref()
-        .and_then(|d| d.get(bt::CLUSTER_INFO_KUBECONFIG_KEY))
-        .context("cluster-info has no kubeconfig")?;
-    let kc = kube::config::Kubeconfig::from_yaml(text).context("parsing cluster-info's kubeconfig")?;
-    let data = kc
-        .clusters
-        .first()
-        .and_then(|c| c.cluster.as_ref())
-        .and_then(|c| c.certificate_authority_data.clone())
-        .context("cluster-info has no CA")?;
-    let ca = base64::engine::general_purpose::STANDARD
-        .decode(data.trim())
-        .context("decoding cluster-info's CA")?;
+    let ca = skiff_agent::bootstrap::cluster_info_ca(&cm)?;
     Ok(bt::ca_hash(&ca))
 }
 

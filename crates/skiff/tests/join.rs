@@ -37,10 +37,11 @@ fn agent_cmd(c: &Cluster, name: &str, dir: &Path, token: &str) -> Command {
     let mut cmd = Command::new(common::skiff_bin());
     cmd.arg("agent")
         .arg("--server")
-        .arg(format!("https://127.0.0.1:{}", c.port))
-        .arg("--token")
-        .arg(token)
-        .arg("--node-name")
+        .arg(format!("https://127.0.0.1:{}", c.port));
+    if !token.is_empty() {
+        cmd.arg("--token").arg(token);
+    }
+    cmd.arg("--node-name")
         .arg(name)
         .arg("--data-dir")
         .arg(dir)

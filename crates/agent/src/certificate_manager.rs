@@ -63,7 +63,7 @@ impl tower::Service<Request<Body>> for RotatingClient {
 /// random 70% to 90% of its lifetime (upstream's `nextRotationDeadline`).
 pub fn rotation_deadline(not_before: i64, not_after: i64, jitter: f64) -> i64 {
     let total = (not_after - not_before).max(0) as f64;
-    not_before + (total * (0.7 + 0.2 * jitter.clamp(0.0, 1.0))) as i64
+    not_before + (total * (0.7 + 0.2 * jitter.clamp(0.0, 1.0))).round() as i64
 }
 
 /// Renews `identity`'s certificate for ever, swapping each new one into `client`.

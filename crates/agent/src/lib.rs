@@ -14,11 +14,17 @@
 //! - `server`: the agent's HTTPS endpoint (containerLogs, exec, attach, portForward).
 //! - `spdy`: SPDY/3.1 framing and the server session, for kubectl's port-forward tunneled over WebSocket.
 //! - `images`: local busybox and pause images.
+//! - `bootstrap`: joining with a token (the CA pinned by the token's hash, a node client
+//!   certificate through a CertificateSigningRequest), as the kubelet's TLS bootstrap.
+//! - `certificate_manager`: the node certificate renewed at 70-90% of its life, swapped into the
+//!   one client every part of the agent calls through.
 //! - `bench`: `skiff bench startup` (pod startup latency, and the same work done directly in Docker).
 //!
 //! Invariant: the agent never stops containers because it exits; containers are found again by label.
 
 pub mod bench;
+pub mod bootstrap;
+pub mod certificate_manager;
 pub mod dns;
 pub mod docker;
 pub mod env;

@@ -44,6 +44,16 @@ pub fn apply_defaults(res: &Resource, obj: &mut Value) {
             }
         }
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => default_role_binding(obj),
+        ("certificates.k8s.io", "CertificateSigningRequest") => {
+            // certificates/v1's `SetDefaults_CertificateSigningRequestCondition`.
+            if let Some(cs) = obj.pointer_mut("/status/conditions").and_then(Value::as_array_mut) {
+                for c in cs.iter_mut().filter_map(Value::as_object_mut) {
+                    if c.get("status").and_then(Value::as_str).unwrap_or("").is_empty() {
+                        c.insert("status".into(), json!("True"));
+                    }
+                }
+            }
+        }
         ("storage.k8s.io", "StorageClass") => {
             // upstream's storage/v1 `SetDefaults_StorageClass`: only nil pointers are defaulted,
             // so an explicit "" stays for validation to judge.

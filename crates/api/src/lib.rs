@@ -3,6 +3,8 @@
 //! PersistentVolume matching rules the PV binder and the scheduler share.
 //! No I/O lives here.
 
+pub mod bootstraptoken;
+pub mod certificates;
 pub mod cidr;
 pub mod defaults;
 pub mod nodeaffinity;

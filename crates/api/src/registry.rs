@@ -253,6 +253,17 @@ pub static RESOURCES: &[Resource] = &[
         &["status"]
     ),
     res!(
+        "certificates.k8s.io",
+        "v1",
+        "CertificateSigningRequest",
+        "certificatesigningrequests",
+        "certificatesigningrequest",
+        false,
+        &["csr"],
+        &[],
+        &["approval", "status"]
+    ),
+    res!(
         "coordination.k8s.io",
         "v1",
         "Lease",
@@ -546,6 +557,7 @@ mod tests {
                 "authentication.k8s.io",
                 "authorization.k8s.io",
                 "batch",
+                "certificates.k8s.io",
                 "networking.k8s.io",
                 "policy",
                 "rbac.authorization.k8s.io",

@@ -56,6 +56,12 @@ fn build() -> Schemas {
         ("batch", "v1", "Job", api::batch::v1::Job),
         ("batch", "v1", "CronJob", api::batch::v1::CronJob),
         ("coordination.k8s.io", "v1", "Lease", api::coordination::v1::Lease),
+        (
+            "certificates.k8s.io",
+            "v1",
+            "CertificateSigningRequest",
+            api::certificates::v1::CertificateSigningRequest
+        ),
         ("events.k8s.io", "v1", "Event", api::events::v1::Event),
         (
             "policy",

@@ -17,7 +17,8 @@ pub async fn reconcile(state: &ApiState) -> anyhow::Result<()> {
         .into_iter()
         .chain(skiff_rbac::skiff_policy::cluster_roles())
         .map(|r| ("clusterroles", r))
-        .chain(policy::roles().into_iter().map(|r| ("roles", r)));
+        .chain(policy::roles().into_iter().map(|r| ("roles", r)))
+        .chain(skiff_rbac::skiff_policy::roles().into_iter().map(|r| ("roles", r)));
     for (plural, expected) in roles {
         reconcile_one(state, plural, &expected, policy::reconcile_role).await?;
     }
@@ -25,7 +26,12 @@ pub async fn reconcile(state: &ApiState) -> anyhow::Result<()> {
         .into_iter()
         .chain(skiff_rbac::skiff_policy::cluster_role_bindings())
         .map(|b| ("clusterrolebindings", b))
-        .chain(policy::role_bindings().into_iter().map(|b| ("rolebindings", b)));
+        .chain(policy::role_bindings().into_iter().map(|b| ("rolebindings", b)))
+        .chain(
+            skiff_rbac::skiff_policy::role_bindings()
+                .into_iter()
+                .map(|b| ("rolebindings", b)),
+        );
     for (plural, expected) in bindings {
         reconcile_one(state, plural, &expected, policy::reconcile_binding).await?;
     }

@@ -91,7 +91,7 @@ pub fn subresource(r: &Resource, sub: &'static str) -> Option<Subresource> {
         kind,
     };
     let (response_kind, verbs): (Gvk, &'static [&'static str]) = match sub {
-        "status" => (own, &["get", "patch", "update"]),
+        "status" | "approval" => (own, &["get", "patch", "update"]),
         "scale" => (
             Gvk {
                 group: "autoscaling",

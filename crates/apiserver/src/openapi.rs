@@ -718,10 +718,11 @@ fn subresource_paths(
     let rk_def = schema::definition_for(rk.group, rk.version, rk.kind).map(str::to_string);
     let id = |verb: &str| format!("{verb}{}{}{}", n.gv, n.scoped, suffix);
     match sub.name {
-        "status" | "scale" | "ephemeralcontainers" | "resize" => {
+        "status" | "approval" | "scale" | "ephemeralcontainers" | "resize" => {
             let Some(def) = rk_def else { return };
             let what = match sub.name {
                 "status" => "status of",
+                "approval" => "approval of",
                 "scale" => "scale of",
                 "resize" => "resize of",
                 _ => "ephemeralcontainers of",

@@ -102,8 +102,8 @@ impl ApiState {
     }
 
     /// The caller: a verified client certificate (set by the TLS layer or the in-process
-    /// client), else a bearer token: a static one, or a service account token this server
-    /// issued. A request without credentials is `system:anonymous`; one whose token is not
+    /// client), else a bearer token: a static one, a bootstrap token (`ID.SECRET`), or a
+    /// service account token this server issued. A request without credentials is `system:anonymous`; one whose token is not
     /// accepted is `None` (401), as upstream's authenticator chain. Every authenticated user is
     /// in `system:authenticated`.
     pub async fn authenticate(&self, headers: &HeaderMap, ext: &http::Extensions) -> Option<Identity> {
@@ -124,6 +124,9 @@ impl ApiState {
         let token = tls::bearer_token(auth.to_str().ok()?)?;
         if let Some(id) = self.tokens.authenticate(token) {
             return Some(id);
+        }
+        if let Some(answer) = crate::bootstraptoken::authenticate(&*self.store, token, jiff::Timestamp::now()).await {
+            return answer;
         }
         let now = jiff::Timestamp::now().as_second();
         match self.service_accounts.authenticate(&*self.store, token, now).await {
@@ -200,6 +203,10 @@ pub struct Running {
     pub url: String,
     /// The HTTPS listener and its connections, for shutdown.
     pub serving: Serving,
+    /// Where other machines reach the API server (the advertised address).
+    pub join_url: String,
+    /// The join token (`DATA_DIR/server/token`) for `skiff agent --token`.
+    pub join_token: skiff_api::bootstraptoken::JoinToken,
 }
 
 impl Running {
@@ -315,6 +322,13 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
             &state.pki.super_admin_key_pem,
         )
         .context("writing the super-admin kubeconfig")?;
+    let join_url = format!("https://{}", SocketAddr::new(advertise, addr.port()));
+    crate::join::ensure_cluster_info(&state, &join_url)
+        .await
+        .context("publishing kube-public/cluster-info")?;
+    let join_token = crate::join::ensure_join_token(&state, &opts.data_dir)
+        .await
+        .context("preparing the join token")?;
     let serving = Serving::start(listener, tls_config, router(state.clone()), &opts.serving);
     tokio::spawn(compactor(state.store.clone()));
     // The OpenAPI documents are built on first use: an idle server does not hold them.
@@ -325,6 +339,8 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         super_admin_kubeconfig,
         url,
         serving,
+        join_url,
+        join_token,
     })
 }
 

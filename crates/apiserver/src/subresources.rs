@@ -1,4 +1,4 @@
-//! Subresources: status, scale, binding, eviction, namespace finalize, a service account's
+//! Subresources: status (and a CertificateSigningRequest's approval), scale, binding, eviction, namespace finalize, a service account's
 //! token (`token_request`); node-agent streams (log, exec, attach, portforward) are proxied
 //! in `proxy`.
 
@@ -25,15 +25,15 @@ pub async fn handle(ctx: Ctx, bytes: Bytes) -> Result<Response, StatusError> {
         ));
     }
     match (sub.as_str(), ctx.method.clone()) {
-        ("status", Method::GET) => crate::read::get(&ctx).await,
-        ("status", Method::PUT) => {
+        ("status" | "approval", Method::GET) => crate::read::get(&ctx).await,
+        ("status" | "approval", Method::PUT) => {
             let obj = body::decode(&ctx.headers, &bytes)?;
             let (w, warnings) = write::update_object(&ctx, obj, UpdateScope::Status).await?;
             let mut r = render_one(&ctx, StatusCode::OK, w.object());
             body::add_warnings(&mut r, &warnings);
             Ok(r)
         }
-        ("status", Method::PATCH) => {
+        ("status" | "approval", Method::PATCH) => {
             let (w, code) = write::patch_object(&ctx, bytes, UpdateScope::Status).await?;
             Ok(render_one(&ctx, code, w.object()))
         }

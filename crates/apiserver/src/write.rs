@@ -296,10 +296,10 @@ async fn check_namespace(ctx: &Ctx, name: &str) -> Result<(), StatusError> {
     Ok(())
 }
 
-/// Defaulting then validation.
-fn admit(res: &Resource, obj: &mut Value, old: Option<&Value>) -> Result<(), StatusError> {
+/// Defaulting then validation (of a write through `subresource`, "" for the main resource).
+fn admit(res: &Resource, subresource: &str, obj: &mut Value, old: Option<&Value>) -> Result<(), StatusError> {
     skiff_api::defaults::apply_defaults(res, obj);
-    let errs = skiff_api::validation::validate(res, obj, old);
+    let errs = skiff_api::validation::validate_write(res, subresource, obj, old);
     if errs.is_empty() {
         Ok(())
     } else {
@@ -410,7 +410,13 @@ async fn create_stored(
         admit_default_storage_class(ctx, obj).await?;
     }
     reset_status_on_create(res, obj);
-    admit(res, obj, None)?;
+    if crate::certificates::is_csr(res) {
+        crate::certificates::prepare_create(&ctx.user, obj);
+    }
+    admit(res, "", obj, None)?;
+    if crate::certificates::is_csr(res) {
+        crate::certificates::admit(ctx, obj, None).await?;
+    }
     crate::escalation::admit(ctx, obj, None).await?;
     crate::noderestriction::admit(ctx, obj, None)?;
     manage_fields(ctx, None, obj, operation);
@@ -640,7 +646,8 @@ fn reset_status_on_create(res: &Resource, obj: &mut Value) {
 pub enum UpdateScope {
     /// The main resource: status changes are ignored where a status subresource exists.
     Main,
-    /// The status subresource: only status changes.
+    /// The status subresource: only status changes (a CertificateSigningRequest's `approval`
+    /// subresource too, whose strategy then keeps only the conditions).
     Status,
 }
 
@@ -674,7 +681,10 @@ pub async fn finish_update(
     if let Some(e) = changed_uid(old, &new) {
         return Err(StatusError::invalid(res.group, res.kind, objects::name(old), &[e]));
     }
-    if scope == UpdateScope::Status {
+    if crate::certificates::is_csr(res) {
+        // Each of the three writes changes its own part (metadata comes below).
+        new = crate::certificates::prepare_update(&ctx.rr.subresource, old, new);
+    } else if scope == UpdateScope::Status {
         // Only status (and nothing else) changes through the status subresource.
         let status = new.get("status").cloned();
         let mut merged = old.clone();
@@ -721,7 +731,10 @@ pub async fn finish_update(
     if let Some(e) = no_new_finalizers(old, &new) {
         return Err(StatusError::invalid(res.group, res.kind, objects::name(&new), &[e]));
     }
-    admit(res, &mut new, Some(old))?;
+    admit(res, &ctx.rr.subresource, &mut new, Some(old))?;
+    if crate::certificates::is_csr(res) {
+        crate::certificates::admit(ctx, &new, Some(old)).await?;
+    }
     if scope == UpdateScope::Main && res.group.is_empty() && res.plural == "persistentvolumeclaims" {
         crate::persistentvolumeclaimresize::admit(ctx, &new, old).await?;
     }

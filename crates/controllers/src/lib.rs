@@ -4,6 +4,9 @@
 pub mod clusterroleaggregation;
 pub mod controller_utils;
 pub mod cronjob;
+pub mod csrapproving;
+pub mod csrcleaner;
+pub mod csrsigning;
 pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
@@ -28,6 +31,7 @@ pub mod serviceaccounts;
 pub mod servicelb;
 pub mod statefulset;
 pub mod tainteviction;
+pub mod tokencleaner;
 
 /// Which controllers run.
 #[derive(Clone, Debug)]
@@ -63,6 +67,11 @@ pub struct ControllersConfig {
     pub clusterroleaggregation: bool,
     /// The cluster CA (PEM) to publish as `kube-root-ca.crt` in every namespace; None: not published.
     pub root_ca_pem: Option<String>,
+    /// Certificate requests: node client requests approved, approved ones signed with this CA,
+    /// old ones cleaned; `None`: none of the three runs.
+    pub csr_signing: Option<csrsigning::SigningConfig>,
+    /// Expired bootstrap token Secrets are deleted.
+    pub tokencleaner: bool,
 }
 
 impl Default for ControllersConfig {
@@ -89,6 +98,8 @@ impl Default for ControllersConfig {
             nodeipam: None,
             podgc: Some(Default::default()),
             root_ca_pem: None,
+            csr_signing: None,
+            tokencleaner: true,
         }
     }
 }
@@ -184,6 +195,20 @@ pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig)
     if let Some(pem) = cfg.root_ca_pem {
         let c = clients("root-ca-cert-publisher");
         set.spawn(async move { rootcacertpublisher::run(c, pem).await });
+    }
+    if let Some(signing) = cfg.csr_signing {
+        // Upstream's names: the approving and signing controllers and the cleaner run as
+        // `certificate-controller`.
+        let c = clients("certificate-controller");
+        set.spawn(async move { csrsigning::run(c, signing).await });
+        let c = clients("certificate-controller");
+        set.spawn(async move { csrapproving::run(c).await });
+        let c = clients("certificate-controller");
+        set.spawn(async move { csrcleaner::run(c).await });
+    }
+    if cfg.tokencleaner {
+        let c = clients("token-cleaner");
+        set.spawn(async move { tokencleaner::run(c).await });
     }
     match set.join_next().await {
         Some(Ok(r)) => r,

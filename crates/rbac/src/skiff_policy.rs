@@ -1,5 +1,7 @@
 //! Skiff's own additions to the bootstrap policy, for what its parts do beyond upstream's:
-//! the administrators' group, the scheduler's explanation annotation, ServiceLB, and the node
+//! the administrators' group, the scheduler's explanation annotation, ServiceLB, joining nodes
+//! (kubeadm's bootstrap token and certificate auto-approval bindings, the anonymous read of
+//! `kube-public/cluster-info`), and the node
 //! agent's proxy, cluster DNS and local-path provisioner roles (which upstream runs as
 //! kube-proxy, CoreDNS and local-path-provisioner).
 //! Labelled and annotated as upstream's bootstrap objects, so they are reconciled the same way.
@@ -143,5 +145,50 @@ pub fn cluster_role_bindings() -> Vec<Value> {
         ),
         // The node simulator acts for every simulated node with the nodes' role.
         binding("skiff:node-simulator", "system:node", user(NODE_SIMULATOR_USER)),
+        // Joining nodes, as kubeadm binds them: a bootstrap token may ask for a node client
+        // certificate, which the approver approves at once; a node may renew its own.
+        binding(
+            "skiff:kubelet-bootstrap",
+            "system:node-bootstrapper",
+            group(BOOTSTRAPPERS_GROUP),
+        ),
+        binding(
+            "skiff:node-autoapprove-bootstrap",
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            group(BOOTSTRAPPERS_GROUP),
+        ),
+        binding(
+            "skiff:node-autoapprove-certificate-rotation",
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            group("system:nodes"),
+        ),
     ]
+}
+
+/// Every bootstrap token's group.
+pub const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
+
+/// Roles of Skiff's own: anyone may read `kube-public/cluster-info` (kubeadm's
+/// `kubeadm:bootstrap-signer-clusterinfo`), where a joining node finds the CA its join token pins.
+pub fn roles() -> Vec<Value> {
+    let mut meta = meta("skiff:bootstrap-signer-clusterinfo");
+    meta["namespace"] = json!("kube-public");
+    vec![json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": meta,
+        "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["cluster-info"]}],
+    })]
+}
+
+pub fn role_bindings() -> Vec<Value> {
+    let mut meta = meta("skiff:bootstrap-signer-clusterinfo");
+    meta["namespace"] = json!("kube-public");
+    vec![json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": meta,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "skiff:bootstrap-signer-clusterinfo"},
+        "subjects": [user("system:anonymous")],
+    })]
 }

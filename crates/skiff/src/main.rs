@@ -4,6 +4,7 @@ mod auth_why;
 mod bench;
 mod bench_services;
 mod client;
+mod token;
 
 /// The API server allocates and frees many small JSON values per request; mimalloc handles
 /// that pattern far better than the system allocator.
@@ -31,10 +32,19 @@ enum Command {
         #[arg(long)]
         kubeconfig: PathBuf,
     },
-    /// Run a node agent that joins a cluster and runs pods in Docker.
+    /// Run a node agent that joins a cluster and runs pods in Docker: with `--server URL --token
+    /// TOKEN` (the join command `skiff server` prints), or with a node's `--kubeconfig`.
     Agent {
-        #[arg(long)]
-        kubeconfig: PathBuf,
+        /// A kubeconfig with the node's identity (`skiff kubeconfig node NAME`), instead of a token.
+        #[arg(long, conflicts_with_all = ["server", "token"])]
+        kubeconfig: Option<PathBuf>,
+        /// The API server to join, e.g. https://HOST:6443.
+        #[arg(long, required_unless_present = "kubeconfig")]
+        server: Option<String>,
+        /// The join token (`K10<sha256 of the CA>::<id>.<secret>`); not needed once the data dir
+        /// holds a valid node certificate.
+        #[arg(long, env = "SKIFF_TOKEN", hide_env_values = true)]
+        token: Option<String>,
         #[arg(long)]
         node_name: Option<String>,
         #[arg(long)]
@@ -74,6 +84,14 @@ enum Command {
         /// Where clusters are kept (default ~/.skiff/clusters).
         #[arg(long, global = true)]
         dir: Option<PathBuf>,
+    },
+    /// Join tokens for `skiff agent --token` (bootstrap tokens, as `kubeadm token`).
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+        /// The administrator's kubeconfig (default ~/.skiff/kubeconfig).
+        #[arg(long, global = true)]
+        kubeconfig: Option<PathBuf>,
     },
     /// Encryption at rest of Secrets on the running server (as k3s's secrets-encrypt).
     SecretsEncrypt {
@@ -189,6 +207,26 @@ enum ClusterNodeCommand {
     },
 }
 
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a bootstrap token and print its join token.
+    Create {
+        /// How long the token authenticates (`0`: for ever).
+        #[arg(long, default_value = "24h")]
+        ttl: String,
+        /// A description kept with the token.
+        #[arg(long, default_value = "")]
+        description: String,
+        /// Extra groups the token authenticates in (`system:bootstrappers:...`).
+        #[arg(long, value_delimiter = ',')]
+        groups: Vec<String>,
+    },
+    /// List the bootstrap tokens.
+    List,
+    /// Delete bootstrap tokens by id or `id.secret`.
+    Delete { tokens: Vec<String> },
+}
+
 #[derive(Subcommand, Clone, Copy)]
 enum SecretsEncryptCommand {
     /// The active provider and key, and how many Secrets are stored under each key.
@@ -257,6 +295,10 @@ struct ServerArgs {
     /// The length of each Node's podCIDR prefix.
     #[arg(long, default_value_t = 24)]
     node_cidr_mask_size: u8,
+    /// The longest validity of certificates the cluster signs for CertificateSigningRequests
+    /// (kube-controller-manager's flag).
+    #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+    cluster_signing_duration: std::time::Duration,
     #[command(flatten)]
     agent: AgentArgs,
     #[command(flatten)]
@@ -515,19 +557,35 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Agent {
             kubeconfig,
+            server,
+            token,
             node_name,
             data_dir,
             agent,
         } => {
-            let client = client::kube_client(&kubeconfig).await?;
             let mut cfg =
                 skiff_agent::AgentConfig::for_this_host(data_dir.unwrap_or_else(|| default_data_dir().join("agent")));
             if let Some(n) = node_name {
                 cfg.node_name = n;
             }
-            cfg.kubeconfig = Some(kubeconfig);
             agent.apply(&mut cfg)?;
-            skiff_agent::run(client, cfg).await
+            if let Some(kubeconfig) = kubeconfig {
+                let client = client::kube_client(&kubeconfig).await?;
+                cfg.kubeconfig = Some(kubeconfig);
+                return skiff_agent::run(client, cfg).await;
+            }
+            let join = skiff_agent::bootstrap::Join {
+                server: server.context("--server or --kubeconfig is required")?,
+                token,
+                node_name: cfg.node_name.clone(),
+                data_dir: cfg.data_dir.clone(),
+            };
+            let identity = skiff_agent::bootstrap::join(&join).await?;
+            cfg.cluster_ca_pem = Some(identity.ca_pem.clone());
+            let rotating = skiff_agent::certificate_manager::RotatingClient::new(identity.client().await?);
+            let paths = skiff_agent::bootstrap::Paths::new(&cfg.data_dir);
+            tokio::spawn(skiff_agent::certificate_manager::run(identity, paths, rotating.clone()));
+            skiff_agent::run(rotating.client(), cfg).await
         }
         Command::Sim(a) => {
             let client = client::kube_client(&a.kubeconfig).await?;
@@ -603,6 +661,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let text = skiff_apiserver::pki::user_kubeconfig(&dir, target.server.as_deref(), &user, group.as_deref())?;
             print!("{text}");
             Ok(())
+        }
+        Command::Token { command, kubeconfig } => {
+            let path = kubeconfig.unwrap_or_else(|| default_data_dir().join("kubeconfig"));
+            let client = client::kube_client(&path).await?;
+            token::run(client, command).await
         }
         Command::SecretsEncrypt { command, kubeconfig } => {
             use skiff_apiserver::encryption::Command as Op;
@@ -767,6 +830,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     println!("skiff: API server listening on {}", running.url);
     println!("skiff: kubeconfig written to {}", running.kubeconfig.display());
     println!("skiff: export KUBECONFIG={}", running.kubeconfig.display());
+    println!(
+        "skiff: join other nodes with: skiff agent --server {} --token {}",
+        running.join_url, running.join_token
+    );
     // Each part calls the API server in-process as its upstream identity, with what RBAC
     // grants that identity and nothing more.
     let client_as = {
@@ -790,6 +857,12 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let clients = move |name: &str| skiff_apiserver::controller_client(state.clone(), name);
         let cfg = skiff_controllers::ControllersConfig {
             root_ca_pem: Some(running.state.pki.ca_cert_pem.clone()),
+            // The signer runs here, beside the CA's key.
+            csr_signing: Some(skiff_controllers::csrsigning::SigningConfig {
+                ca_cert_pem: running.state.pki.ca_cert_pem.clone(),
+                ca_key_pem: running.state.pki.ca_key_pem.clone(),
+                duration: args.cluster_signing_duration,
+            }),
             nodelifecycle: Some(args.node_lifecycle.config()),
             nodeipam: nodeipam.clone(),
             podgc: Some(skiff_controllers::podgc::PodGcConfig {

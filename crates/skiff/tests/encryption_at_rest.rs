@@ -155,13 +155,14 @@ fn secrets_are_encrypted_by_default_and_keys_rotate() {
     let status = se(&c, "status");
     assert!(status.contains("Encryption at rest of Secrets: enabled"), "{status}");
     assert!(status.contains("Active: secretbox key key-1"), "{status}");
-    assert_eq!(status_row(&status, "secretbox", "key-1"), (1, "active".into()));
+    // The test's Secret and the server's join token (`kube-system/bootstrap-token-ID`).
+    assert_eq!(status_row(&status, "secretbox", "key-1"), (2, "active".into()));
     assert_eq!(status_row(&status, "identity", "-"), (0, "decrypt only".into()));
 
     let rotated = se(&c, "rotate-keys");
     assert!(rotated.contains("New secretbox key key-2"), "{rotated}");
     assert!(
-        rotated.contains("Re-encrypted 1 Secrets with secretbox key key-2"),
+        rotated.contains("Re-encrypted 2 Secrets with secretbox key key-2"),
         "{rotated}"
     );
     assert_eq!(password(&c, "s"), value);
@@ -169,7 +170,7 @@ fn secrets_are_encrypted_by_default_and_keys_rotate() {
     assert_no_plaintext(&c, &[&value]);
     let status = se(&c, "status");
     assert!(status.contains("Active: secretbox key key-2"), "{status}");
-    assert_eq!(status_row(&status, "secretbox", "key-2"), (1, "active".into()));
+    assert_eq!(status_row(&status, "secretbox", "key-2"), (2, "active".into()));
     assert_eq!(status_row(&status, "secretbox", "key-1"), (0, "decrypt only".into()));
 
     // Secrets written after the rotation use the new key, and all read after a restart.
@@ -259,7 +260,8 @@ fn moving_from_identity_to_aesgcm_leaves_no_plaintext() {
     let status = se(&c, "status");
     assert!(status.contains("Encryption at rest of Secrets: disabled"), "{status}");
     assert!(status.contains("given with --encryption-provider-config"), "{status}");
-    assert_eq!(status_row(&status, "identity", "-"), (2, "active".into()));
+    // The test's Secrets and the server's join token.
+    assert_eq!(status_row(&status, "identity", "-"), (3, "active".into()));
 
     // The operator's file is theirs: rotate-keys does not edit it.
     let out = secrets_encrypt(&c, "rotate-keys");
@@ -279,7 +281,7 @@ fn moving_from_identity_to_aesgcm_leaves_no_plaintext() {
     c.restart();
     assert_eq!(password(&c, "changing"), last);
     let out = se(&c, "reencrypt");
-    assert!(out.contains("Re-encrypted 2 Secrets with aesgcm key k1"), "{out}");
+    assert!(out.contains("Re-encrypted 3 Secrets with aesgcm key k1"), "{out}");
     assert_no_plaintext(&c, &all);
     for name in ["kept", "changing"] {
         assert_stored_with(
@@ -291,7 +293,7 @@ fn moving_from_identity_to_aesgcm_leaves_no_plaintext() {
     assert_eq!(password(&c, "kept"), kept);
     assert_eq!(password(&c, "changing"), last);
     let status = se(&c, "status");
-    assert_eq!(status_row(&status, "aesgcm", "k1"), (2, "active".into()));
+    assert_eq!(status_row(&status, "aesgcm", "k1"), (3, "active".into()));
     assert_eq!(status_row(&status, "identity", "-"), (0, "decrypt only".into()));
 
     // Without identity the old plaintext could not be read; nothing is plaintext any more, so

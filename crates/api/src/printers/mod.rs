@@ -6,6 +6,7 @@
 //! kubectl needs for `--show-labels`, `-L` and `-A`.
 
 mod apps;
+mod certificates;
 mod core;
 mod format;
 mod networking;
@@ -103,6 +104,7 @@ enum Printer {
     PriorityClass,
     StorageClass,
     CSINode,
+    CertificateSigningRequest,
     EndpointSlice,
     IPAddress,
     ServiceCIDR,
@@ -138,6 +140,7 @@ fn printer_for(res: &Resource) -> Printer {
         ("scheduling.k8s.io", "PriorityClass") => Printer::PriorityClass,
         ("storage.k8s.io", "StorageClass") => Printer::StorageClass,
         ("storage.k8s.io", "CSINode") => Printer::CSINode,
+        ("certificates.k8s.io", "CertificateSigningRequest") => Printer::CertificateSigningRequest,
         ("discovery.k8s.io", "EndpointSlice") => Printer::EndpointSlice,
         ("networking.k8s.io", "IPAddress") => Printer::IPAddress,
         ("networking.k8s.io", "ServiceCIDR") => Printer::ServiceCIDR,
@@ -173,6 +176,7 @@ fn columns(printer: Printer) -> &'static [Column] {
         Printer::PriorityClass => apps::PRIORITYCLASS_COLUMNS,
         Printer::StorageClass => storage::STORAGECLASS_COLUMNS,
         Printer::CSINode => storage::CSINODE_COLUMNS,
+        Printer::CertificateSigningRequest => certificates::CSR_COLUMNS,
         Printer::EndpointSlice => networking::ENDPOINTSLICE_COLUMNS,
         Printer::IPAddress => networking::IPADDRESS_COLUMNS,
         Printer::ServiceCIDR => networking::SERVICECIDR_COLUMNS,
@@ -217,6 +221,7 @@ pub fn row_cells(res: &Resource, obj: &Value, now: Timestamp) -> Vec<Value> {
         Printer::PriorityClass => apps::priorityclass(obj, now),
         Printer::StorageClass => storage::storageclass(obj, now),
         Printer::CSINode => storage::csinode(obj, now),
+        Printer::CertificateSigningRequest => certificates::csr(obj, now),
         Printer::EndpointSlice => networking::endpointslice(obj, now),
         Printer::IPAddress => networking::ipaddress(obj, now),
         Printer::ServiceCIDR => networking::servicecidr(obj, now),

@@ -13,12 +13,14 @@
 //!   cron schedule parser), PodDisruptionBudget.
 //! - `core`: Service, Node taints, Secret, ConfigMap, PersistentVolumeClaim, PriorityClass.
 //! - `storage`: StorageClass, CSINode.
+//! - `certificates`: CertificateSigningRequest (create, update, status and approval).
 //! - `rbac`: Role, ClusterRole, RoleBinding, ClusterRoleBinding (their metadata included, as
 //!   upstream's strategies validate it in their own order on update).
 //!
 //! Values inside messages are rendered as upstream's `field.Error` renders them, including
 //! Go's `%#v` of structs where upstream passes a struct (selectors, strategies, taints).
 
+mod certificates;
 mod core;
 mod meta;
 mod pod;
@@ -34,6 +36,7 @@ use crate::quantity::Quantity;
 use crate::registry::Resource;
 use crate::status::{FieldError, FieldErrorKind};
 
+pub use certificates::CsrWrite;
 pub use meta::{
     is_dns1035_label, is_dns1123_label, is_dns1123_subdomain, is_qualified_name, is_valid_label_value,
     validate_label_selector, validate_labels,
@@ -43,6 +46,12 @@ pub use workloads::{parse_go_duration, validate_cron_schedule};
 /// Every problem with `obj` (and, on update, with the change from `old`), in upstream's order
 /// as far as it is deterministic. Empty means valid.
 pub fn validate(res: &Resource, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    validate_write(res, "", obj, old)
+}
+
+/// As [`validate`], for a write through `subresource` ("" for the main resource): the
+/// CertificateSigningRequest rules differ between the main resource, `status` and `approval`.
+pub fn validate_write(res: &Resource, subresource: &str, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
     // Upstream defaults the stored object as it decodes it, so an object stored before a
     // default existed compares equal to its defaulted successor.
     let old_defaulted = old.map(|o| {
@@ -71,6 +80,14 @@ pub fn validate(res: &Resource, obj: &Value, old: Option<&Value>) -> Vec<FieldEr
         ("scheduling.k8s.io", "PriorityClass") => core::validate_priority_class(obj, old, &mut errs),
         ("storage.k8s.io", "StorageClass") => storage::validate_storage_class(obj, old, &mut errs),
         ("storage.k8s.io", "CSINode") => storage::validate_csinode(obj, old, &mut errs),
+        ("certificates.k8s.io", "CertificateSigningRequest") => {
+            let write = match subresource {
+                "status" => CsrWrite::Status,
+                "approval" => CsrWrite::Approval,
+                _ => CsrWrite::Main,
+            };
+            certificates::validate_csr(obj, old, write, &mut errs)
+        }
         ("apps", "Deployment") => workloads::validate_deployment(obj, old, &mut errs),
         ("apps", "ReplicaSet") => workloads::validate_replicaset(obj, old, &mut errs),
         ("apps", "DaemonSet") => workloads::validate_daemonset(obj, old, &mut errs),
@@ -89,8 +106,22 @@ fn name_validator(res: &Resource) -> fn(&str, bool) -> Vec<String> {
         ("", "Namespace") => meta::name_is_dns_label,
         ("", "Service") => meta::name_is_dns1035_label,
         ("apps", "StatefulSet") => meta::name_is_dns_label,
+        ("certificates.k8s.io", "CertificateSigningRequest") => name_is_path_segment,
         _ => meta::name_is_dns_subdomain,
     }
+}
+
+/// upstream's `ValidateCertificateRequestName` ("We don't care what you call your certificate
+/// requests") leaves only the REST layer's `IsValidPathSegmentName`.
+fn name_is_path_segment(name: &str, _prefix: bool) -> Vec<String> {
+    if name == "." || name == ".." {
+        return vec![format!("may not be '{name}'")];
+    }
+    ["/", "%"]
+        .iter()
+        .filter(|bad| name.contains(**bad))
+        .map(|bad| format!("may not contain '{bad}'"))
+        .collect()
 }
 
 // ---- field paths ----------------------------------------------------------------------------

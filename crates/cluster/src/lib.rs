@@ -94,6 +94,24 @@ pub async fn create(root: &Path, opts: CreateOptions) -> anyhow::Result<ClusterS
     }
 }
 
+/// The pod range the cluster's nodes take their podCIDRs from: the servers' `--cluster-cidr`.
+fn cluster_cidr(opts: &CreateOptions) -> anyhow::Result<skiff_api::cidr::Ipv4Cidr> {
+    let mut value = "10.244.0.0/16".to_string();
+    let mut args = opts.server_args.iter().chain(&opts.agent_args);
+    while let Some(arg) = args.next() {
+        if let Some(v) = arg.strip_prefix("--cluster-cidr=") {
+            value = v.to_string();
+        } else if arg == "--cluster-cidr"
+            && let Some(v) = args.next()
+        {
+            value = v.clone();
+        }
+    }
+    value
+        .parse()
+        .with_context(|| format!("parsing --cluster-cidr {value:?}"))
+}
+
 async fn build(c: &ClusterState, opts: &CreateOptions) -> anyhow::Result<()> {
     let started = Instant::now();
     let archive = c.dir.join("images.tar");
@@ -105,6 +123,10 @@ async fn build(c: &ClusterState, opts: &CreateOptions) -> anyhow::Result<()> {
     let (saved, switch) = tokio::join!(engine::save_images(&images, &archive), network::create_switch(c));
     saved?;
     switch?;
+    // The host sends nothing to pods, and no address of their range may leave it either: the
+    // range is routed unreachable here as on every node (the route stays, as an agent's does).
+    let cidr = cluster_cidr(opts)?;
+    skiff_agent::pod_network::ensure_cluster_cidr_route(&skiff_agent::proxy::NetworkNamespace::Current, cidr).await?;
     // The nodes' namespaces and engines, all at once.
     futures::future::try_join_all(c.nodes.iter().map(|node| {
         let archive = &archive;

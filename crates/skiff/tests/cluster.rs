@@ -1,7 +1,9 @@
 //! `skiff cluster`: three real nodes on this machine, each a network namespace with its own
 //! engine and agent, the control plane on the first. One cluster serves every step (creating
 //! one costs seconds, the steps share them): nodes and their addresses, a DaemonSet on every
-//! node, pods spread over them, logs and exec on the third node, cordon / drain / uncordon, a
+//! node, pods spread over them, logs and exec on the third node, the pod network (pod to pod
+//! across nodes, a Service and a StatefulSet's pod by name from every node), cordon / drain /
+//! uncordon, a
 //! node lost and its pods replaced, the node back and its stale pods cleaned up, and `delete`
 //! leaving nothing behind.
 
@@ -54,7 +56,43 @@ spec:
       - name: c
         image: busybox:latest
         imagePullPolicy: Never
-        command: ["sh", "-c", "echo started on $(hostname); exec sleep 3600"]
+        command: ["sh", "-c", "echo started on $(hostname); exec httpd -f -p 8080 -h /etc"]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: spread}
+spec:
+  selector: {app: spread}
+  ports: [{port: 80, targetPort: 8080}]
+"#;
+
+/// A StatefulSet behind its headless Service, so its pod has the name `web-0.nginx`.
+const WEB: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: nginx}
+spec:
+  clusterIP: None
+  selector: {app: web}
+  ports: [{port: 8080}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: web}
+spec:
+  serviceName: nginx
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      nodeSelector: {kubernetes.io/hostname: e2e-control-plane}
+      containers:
+      - name: c
+        image: busybox:latest
+        imagePullPolicy: Never
+        command: ["httpd", "-f", "-p", "8080", "-h", "/etc"]
 "#;
 
 /// A web server whose only endpoint is itself, on the third node.
@@ -228,6 +266,89 @@ fn three_nodes_on_one_machine() {
         "no answer through the pod's own Service\n{}",
         m.log(worker2)
     );
+
+    // The pod network: every node has a podCIDR of its own and its pods' addresses are in it; no
+    // address of the range leaves any node, nor the host.
+    let mut cidrs = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let cidr = node_field(&m, node, ".spec.podCIDR");
+        assert!(
+            cidr.starts_with("10.244.") && cidr.ends_with(".0/24"),
+            "{node}: {cidr:?}"
+        );
+        cidrs.push(cidr);
+        // Other nodes' podCIDRs go through them (host-gw, on the cluster's own network); an
+        // address no node owns goes nowhere.
+        let route = std::process::Command::new("ip")
+            .args(["netns", "exec", &format!("skiff{}-{}", m.index(), i + 1)])
+            .args(["ip", "route", "get", "10.244.255.254"])
+            .output()
+            .expect("ip route get");
+        let route = String::from_utf8_lossy(&route.stdout).to_string() + &String::from_utf8_lossy(&route.stderr);
+        assert!(
+            route.contains("unreachable") || route.contains("No route to host"),
+            "{node}: {route}"
+        );
+    }
+    cidrs.sort();
+    cidrs.dedup();
+    assert_eq!(cidrs.len(), 3, "podCIDRs are not distinct: {cidrs:?}");
+    let host = std::process::Command::new(RANGES_STAY_LOCAL)
+        .output()
+        .expect("ranges-stay-local.sh");
+    assert!(host.status.success(), "the host: {host:?}");
+    let pod_ip = |name: &str| m.k(&["get", "pod", name, "-o", "jsonpath={.status.podIP}"]);
+    let clients: Vec<(String, String)> = pods(&m, "every-node").into_iter().map(|p| (p.0, p.1)).collect();
+    assert_eq!(clients.len(), 3);
+    for (client, node) in &clients {
+        let cidr = node_field(&m, node, ".spec.podCIDR");
+        let ip = pod_ip(client);
+        assert!(
+            ip.starts_with(cidr.trim_end_matches("0/24")),
+            "{client} on {node} has {ip}, outside {cidr}"
+        );
+    }
+    // Pod to pod by address, from every node to the third node's pod.
+    let target = pod_ip("hairpin");
+    let fetch = |client: &str, url: &str| {
+        let out = m.kubectl(&["exec", client, "--", "timeout", "5", "wget", "-q", "-O-", url]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    for (client, node) in &clients {
+        let got = eventually(Duration::from_secs(30), || {
+            (fetch(client, &format!("http://{target}:8080/hostname")) == "hairpin").then_some(())
+        });
+        assert!(
+            got.is_some(),
+            "{client} on {node} did not reach {target}\n{}",
+            m.log(node)
+        );
+    }
+    // A Service whose replicas are on the three nodes, by name from every node (each node's own
+    // DNS): every replica answers every node.
+    let replicas: std::collections::BTreeSet<String> = pods(&m, "spread").into_iter().map(|p| p.0).collect();
+    for (client, node) in &clients {
+        let mut seen = std::collections::BTreeSet::new();
+        let all = eventually(Duration::from_secs(60), || {
+            let name = fetch(client, "http://spread.default.svc.cluster.local/hostname");
+            if !name.is_empty() {
+                seen.insert(name);
+            }
+            (seen == replicas).then_some(())
+        });
+        assert!(all.is_some(), "{client} on {node} reached {seen:?} of {replicas:?}");
+    }
+    // A StatefulSet's pod by its stable name, from the other nodes.
+    m.apply(WEB);
+    wait_pods(&m, "web", "web-0 Running", |p| {
+        p.iter().any(|x| x.0 == "web-0" && x.2 == "Running")
+    });
+    for (client, node) in clients.iter().filter(|c| &c.1 != cp) {
+        let got = eventually(Duration::from_secs(30), || {
+            (fetch(client, "http://web-0.nginx.default.svc.cluster.local:8080/hostname") == "web-0").then_some(())
+        });
+        assert!(got.is_some(), "{client} on {node} did not reach web-0.nginx");
+    }
 
     // Cordon, drain, uncordon: the worker's spread pod moves to the others, its DaemonSet pod
     // stays; once uncordoned it takes pods again.

@@ -150,20 +150,20 @@ async fn build(c: &ClusterState, opts: &CreateOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How an agent joins the control plane: a kubeconfig for `system:node:NAME` issued from the
-/// cluster's CA (as `skiff kubeconfig node NAME` does).
-fn join_args(c: &ClusterState, node: &NodeState) -> anyhow::Result<Vec<String>> {
-    let path = c.node_dir(node).join("node.kubeconfig");
+/// How an agent joins the control plane: as upstream's TLS bootstrap, with the join token the
+/// first node's `skiff server` keeps (`DATA_DIR/server/token`, `K10<sha256 of the CA>::ID.SECRET`):
+/// the agent checks the CA against the token, asks for its `system:node:NAME` certificate with
+/// a CertificateSigningRequest, which is approved and signed at once, and keeps it (and renews
+/// it) in its data dir. No credential of the control plane is copied to the node. The token goes
+/// in the environment (`SKIFF_TOKEN`), not on the command line other users can read.
+fn join_args(c: &ClusterState) -> anyhow::Result<(Vec<String>, String)> {
     let cp_dir = c.skiff_dir(c.control_plane()?);
-    let text = skiff_apiserver::pki::user_kubeconfig(
-        &cp_dir,
-        Some(&c.server_url()?),
-        &format!("system:node:{}", node.name),
-        Some("system:nodes"),
-    )
-    .with_context(|| format!("issuing node {}'s kubeconfig", node.name))?;
-    write_private(&path, &text)?;
-    Ok(vec!["--kubeconfig".into(), path.display().to_string()])
+    let path = skiff_apiserver::join::token_path(&cp_dir);
+    let token = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading the join token {}", path.display()))?
+        .trim()
+        .to_string();
+    Ok((vec!["--server".into(), c.server_url()?], token))
 }
 
 fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
@@ -186,6 +186,7 @@ fn start_skiff(c: &ClusterState, node: &NodeState) -> anyhow::Result<()> {
     let data = c.skiff_dir(node);
     std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
     let ip = c.node_ip(node).to_string();
+    let mut env = vec![("DOCKER_HOST", c.docker_host(node))];
     let mut args: Vec<String> = if node.index == 1 {
         let mut a = vec![
             "server".to_string(),
@@ -197,8 +198,10 @@ fn start_skiff(c: &ClusterState, node: &NodeState) -> anyhow::Result<()> {
         a.extend(c.server_args.iter().cloned());
         a
     } else {
+        let (join, token) = join_args(c)?;
+        env.push(("SKIFF_TOKEN", token));
         let mut a = vec!["agent".to_string()];
-        a.extend(join_args(c, node)?);
+        a.extend(join);
         a
     };
     args.extend([
@@ -215,7 +218,6 @@ fn start_skiff(c: &ClusterState, node: &NodeState) -> anyhow::Result<()> {
         .ok()
         .and_then(|p| p.trim().parse().ok())
         .with_context(|| format!("reading node {}'s engine pid", node.name))?;
-    let mut env = vec![("DOCKER_HOST", c.docker_host(node))];
     if std::env::var_os("SKIFF_LOG").is_none() {
         env.push(("SKIFF_LOG", "info".into()));
     }

@@ -194,6 +194,26 @@ fn three_nodes_on_one_machine() {
         let engine = m.docker(i + 1, &["info", "--format", "{{.Name}}"]);
         assert_eq!(engine.trim(), node, "node {node}'s engine");
     }
+    // The workers joined with the server's token, as upstream's TLS bootstrap: each asked for
+    // its node certificate, approved and issued, as its bootstrap token's user.
+    let csrs = m.k(&[
+        "get",
+        "csr",
+        "-o",
+        "jsonpath={range .items[*]}{.spec.username} {.spec.signerName} {.status.conditions[0].type} {.status.certificate}{\"\\n\"}{end}",
+    ]);
+    let joined: Vec<&str> = csrs
+        .lines()
+        .filter(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.len() == 4
+                && w[0].starts_with("system:bootstrap:")
+                && w[1] == "kubernetes.io/kube-apiserver-client-kubelet"
+                && w[2] == "Approved"
+                && !w[3].is_empty()
+        })
+        .collect();
+    assert_eq!(joined.len(), 2, "{csrs}");
     let listed = m.list();
     assert!(listed.contains("e2e") && listed.contains("3/3"), "{listed}");
 

@@ -366,6 +366,28 @@ fn parse_routes(text: &str) -> Vec<(Ipv4Cidr, Option<Ipv4Addr>)> {
 }
 
 /// Whether `ip` is on a subnet this namespace is directly connected to (not local, no gateway).
+/// Whether `ip` is an address of this machine (its route is `local`).
+async fn is_local_address(netns: &NetworkNamespace, ip: Ipv4Addr) -> bool {
+    let mut command = netns.command("ip");
+    command.args(["-4", "route", "get", &ip.to_string()]);
+    match run_command(command, None, "ip route get").await {
+        Ok(route) => route.lines().next().unwrap_or_default().starts_with("local "),
+        Err(_) => false,
+    }
+}
+
+/// Whether the main table holds a route for exactly `cidr` that is not Skiff's (protocol 83).
+async fn has_foreign_route(netns: &NetworkNamespace, cidr: Ipv4Cidr) -> bool {
+    let mut command = netns.command("ip");
+    command.args(["-4", "route", "show", "exact", &cidr.to_string()]);
+    match run_command(command, None, "ip route show exact").await {
+        Ok(routes) => routes
+            .lines()
+            .any(|l| !l.trim().is_empty() && !l.contains(&format!(" proto {ROUTE_PROTOCOL}"))),
+        Err(_) => false,
+    }
+}
+
 async fn directly_connected(netns: &NetworkNamespace, ip: Ipv4Addr) -> bool {
     let mut command = netns.command("ip");
     command.args(["-4", "route", "get", &ip.to_string()]);
@@ -512,6 +534,12 @@ pub async fn sync_routes(
     let mut unrouted = Vec::new();
     let mut wanted = BTreeSet::new();
     for (cidr, via) in desired {
+        // A node on this very machine (its InternalIP is one of ours: several agents on one
+        // host) has its podCIDR on a bridge here already; and a route Skiff did not make (a
+        // local bridge's) is never replaced, or this machine would lose its own pods.
+        if is_local_address(netns, *via).await || has_foreign_route(netns, *cidr).await {
+            continue;
+        }
         if !directly_connected(netns, *via).await {
             let Some(local) = local else {
                 unrouted.push(*cidr);
@@ -934,6 +962,51 @@ mod tests {
 
     /// Two nodes on different subnets joined by a router that knows nothing of the pods: the
     /// route sync carries pod traffic through VXLAN, the source kept.
+    /// Several agents on one machine: a node whose InternalIP is this machine's own gets no
+    /// route (its podCIDR is on a bridge here), and a route Skiff did not make (that bridge's) is
+    /// never replaced, whoever claims its podCIDR.
+    #[tokio::test]
+    async fn kernel_nodes_on_this_machine_never_take_a_local_bridges_route() {
+        let Some(host) = Netns::create("lh") else {
+            eprintln!("SKIPPED: `ip netns add` is not permitted here");
+            return;
+        };
+        let pod = Netns::create("lp").expect("a namespace");
+        pod_on_bridge(&host, &pod, "10.244.0.1", "10.244.0.2");
+        host.run(&["ip", "link", "add", "up0", "type", "veth", "peer", "name", "up0p"]);
+        host.run(&["ip", "addr", "add", "192.168.78.1/24", "dev", "up0"]);
+        host.run(&["ip", "link", "set", "up0p", "up"]);
+        host.run(&["ip", "link", "set", "up0", "up"]);
+        let bridge_route = || host.run(&["ip", "-4", "route", "show", "exact", "10.244.0.0/24"]);
+        let before = bridge_route();
+        assert!(
+            before.contains("dev cbr0") && before.contains("proto kernel"),
+            "{before}"
+        );
+        for via in ["192.168.78.1", "192.168.78.2"] {
+            let desired = BTreeMap::from([("10.244.0.0/24".parse().expect("cidr"), via.parse().expect("address"))]);
+            sync_routes(&host.netns(), DEFAULT_CLUSTER_CIDR, &desired, None)
+                .await
+                .expect("route sync");
+            assert_eq!(bridge_route(), before, "through {via}");
+        }
+        // A node on this machine with a podCIDR of its own gets no route through itself.
+        let desired = BTreeMap::from([(
+            "10.244.1.0/24".parse().expect("cidr"),
+            "192.168.78.1".parse().expect("address"),
+        )]);
+        sync_routes(
+            &host.netns(),
+            DEFAULT_CLUSTER_CIDR,
+            &desired,
+            Some("192.168.78.1".parse().expect("address")),
+        )
+        .await
+        .expect("route sync");
+        let routes = host.run(&["ip", "-4", "route", "show", "proto", "83"]);
+        assert!(!routes.contains("10.244.1.0/24"), "{routes}");
+    }
+
     #[tokio::test]
     async fn kernel_nodes_behind_a_router_reach_each_others_pods_through_vxlan() {
         let Some(a) = Netns::create("va") else {

@@ -61,6 +61,16 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// `skiff cluster create` to every node Ready, then pod startup on a worker node (the
+    /// cluster in a directory of its own, deleted afterwards; root).
+    Cluster {
+        #[arg(long, default_value_t = 3)]
+        nodes: u8,
+        #[arg(long, default_value_t = 30)]
+        pods: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Pod startup latency on this machine's node, next to the same work done directly in Docker.
     Startup {
         #[arg(long, default_value_t = 30)]
@@ -233,6 +243,7 @@ pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Startup { pods, image, json } => bench_startup(pods, &image, json).await,
+        BenchCommand::Cluster { nodes, pods, json } => bench_cluster(nodes, pods, json).await,
         BenchCommand::Api {
             pods,
             clients,
@@ -441,6 +452,54 @@ async fn remove_node_containers(docker: &bollard::Docker, node: &str) {
             }
         }
     }
+}
+
+async fn bench_cluster(nodes: u8, pods: usize, as_json: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(nodes >= 2, "--nodes: a cluster with a worker node takes at least 2");
+    let dir = tempfile::tempdir().context("a directory for the cluster")?;
+    let name = "bench".to_string();
+    let opts = skiff_cluster::CreateOptions {
+        name: name.clone(),
+        nodes,
+        server_args: vec![],
+        // No eviction on this machine's disk while measuring (kind's thresholds).
+        agent_args: vec!["--eviction-hard=memory.available<1Mi,nodefs.available<1Mi,imagefs.available<1Mi".into()],
+        images: vec![],
+        skiff: std::env::current_exe().context("finding this binary")?,
+        timeout: Duration::from_secs(120),
+    };
+    let started = Instant::now();
+    let created = skiff_cluster::create(dir.path(), opts).await;
+    let create_s = started.elapsed().as_secs_f64();
+    let measured = async {
+        let c = created?;
+        let client = crate::client::kube_client(&c.kubeconfig()).await?;
+        let worker = format!("{name}-worker");
+        let opts = |n: usize| skiff_agent::StartupBench {
+            pods: n,
+            node_selector: [("kubernetes.io/hostname".to_string(), worker.clone())].into(),
+            ..Default::default()
+        };
+        let single = skiff_agent::bench_startup(client.clone(), opts(1)).await?;
+        let many = skiff_agent::bench_startup(client, opts(pods)).await?;
+        anyhow::Ok((single, many))
+    }
+    .await;
+    // Whatever happened, nothing of the cluster stays.
+    if let Err(e) = skiff_cluster::delete(dir.path(), &name).await {
+        tracing::warn!(error = %e, "deleting the benchmark's cluster");
+    }
+    let (single, many) = measured?;
+    let result = json!({
+        "nodes": nodes,
+        "create_to_ready_s": round2(create_s),
+        "pods": pods,
+        "single_ms": round2(single.p50_ms),
+        "p50_ms": round2(many.p50_ms),
+        "p99_ms": round2(many.p99_ms),
+    });
+    print_result(&result, as_json);
+    Ok(())
 }
 
 async fn bench_startup(pods: usize, image: &str, as_json: bool) -> anyhow::Result<()> {

@@ -214,6 +214,55 @@ fn three_nodes_on_one_machine() {
         })
         .collect();
     assert_eq!(joined.len(), 2, "{csrs}");
+    // A wrong token, or an expired one, joins nothing: the agent says why and exits, and no
+    // Node appears.
+    let server = format!("https://172.29.{}.1:6443", m.index());
+    let token_file = m
+        .home
+        .path()
+        .join(".skiff/clusters/e2e/nodes/e2e-control-plane/skiff/server/token");
+    let token = std::fs::read_to_string(&token_file).expect("the join token");
+    let (pinned, bearer) = token.trim().rsplit_once("::").expect("K10HASH::ID.SECRET");
+    let (id, _) = bearer.split_once('.').expect("ID.SECRET");
+    let created = m.skiff(&[
+        "token",
+        "create",
+        "--ttl",
+        "1s",
+        "--kubeconfig",
+        &m.kubeconfig.display().to_string(),
+    ]);
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let expired = String::from_utf8_lossy(&created.stdout).trim().to_string();
+    std::thread::sleep(Duration::from_millis(1500));
+    for refused in [format!("{pinned}::{id}.0000000000000000"), expired] {
+        let data = tempfile::tempdir().expect("agent data dir");
+        let out = std::process::Command::new(common::skiff_bin())
+            .args([
+                "agent",
+                "--server",
+                &server,
+                "--node-name",
+                "e2e-intruder",
+                "--data-dir",
+            ])
+            .arg(data.path())
+            .env("SKIFF_TOKEN", &refused)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .expect("skiff agent");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("refused the join token (401"),
+            "{refused}: {err}"
+        );
+    }
+    assert!(
+        m.kubectl(&["get", "node", "e2e-intruder"])
+            .stderr
+            .starts_with(b"Error from server (NotFound)"),
+        "a refused agent registered its node"
+    );
     let listed = m.list();
     assert!(listed.contains("e2e") && listed.contains("3/3"), "{listed}");
 

@@ -272,49 +272,29 @@ pub async fn http_status(
     };
     let scheme = http.scheme.as_deref().unwrap_or("HTTP").to_lowercase();
     let url = format!("{scheme}://{host}:{port}{path}");
-    if scheme == "https" {
-        // TLS is not verified by upstream's prober either; a completed TCP connect is taken as success.
-        return match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host.as_str(), port))).await {
-            Ok(Ok(_)) => Ok(200),
-            Ok(Err(e)) => Err(format!(
-                "Get \"{url}\": dial tcp {host}:{port}: connect: {}",
-                io_reason(&e)
-            )),
-            Err(_) => Err(format!("Get \"{url}\": context deadline exceeded")),
-        };
+    let mut request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: kube-probe/1.33\r\nAccept: */*\r\nConnection: close\r\n"
+    );
+    for h in http.http_headers.iter().flatten() {
+        request.push_str(&format!("{}: {}\r\n", h.name, h.value));
     }
+    request.push_str("\r\n");
     let work = async {
-        let mut stream = tokio::net::TcpStream::connect((host.as_str(), port))
+        let stream = tokio::net::TcpStream::connect((host.as_str(), port))
             .await
             .map_err(|e| format!("Get \"{url}\": dial tcp {host}:{port}: connect: {}", io_reason(&e)))?;
-        let mut request = format!(
-            "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: kube-probe/1.33\r\nAccept: */*\r\nConnection: close\r\n"
-        );
-        for h in http.http_headers.iter().flatten() {
-            request.push_str(&format!("{}: {}\r\n", h.name, h.value));
-        }
-        request.push_str("\r\n");
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|e| format!("Get \"{url}\": {e}"))?;
-        let mut buf = vec![0u8; 1024];
-        let mut read = 0;
-        while read < 12 {
-            let n = stream
-                .read(&mut buf[read..])
+        if scheme == "https" {
+            // As upstream's prober: TLS without verifying the certificate, then the same GET.
+            let name =
+                rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| format!("Get \"{url}\": {e}"))?;
+            let tls = tokio_rustls::TlsConnector::from(insecure_tls_config()?)
+                .connect(name, stream)
                 .await
                 .map_err(|e| format!("Get \"{url}\": {e}"))?;
-            if n == 0 {
-                break;
-            }
-            read += n;
+            status_over(tls, &request, &url).await
+        } else {
+            status_over(stream, &request, &url).await
         }
-        let head = String::from_utf8_lossy(&buf[..read]).into_owned();
-        head.split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse::<u16>().ok())
-            .ok_or_else(|| format!("Get \"{url}\": malformed HTTP response"))
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(r) => r,
@@ -322,6 +302,85 @@ pub async fn http_status(
             "Get \"{url}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
         )),
     }
+}
+
+/// Sends the request and reads the status code of the answer.
+async fn status_over<S>(mut stream: S, request: &str, url: &str) -> Result<u16, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| format!("Get \"{url}\": {e}"))?;
+    let mut buf = vec![0u8; 1024];
+    let mut read = 0;
+    while read < 12 {
+        let n = stream
+            .read(&mut buf[read..])
+            .await
+            .map_err(|e| format!("Get \"{url}\": {e}"))?;
+        if n == 0 {
+            break;
+        }
+        read += n;
+    }
+    let head = String::from_utf8_lossy(&buf[..read]).into_owned();
+    head.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse::<u16>().ok())
+        .ok_or_else(|| format!("Get \"{url}\": malformed HTTP response"))
+}
+
+/// Accepts any server certificate (upstream's prober sets InsecureSkipVerify), still checking
+/// the handshake's signatures.
+#[derive(Debug)]
+struct AnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+fn insecure_tls_config() -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS setup: {e}"))?
+        .dangerous()
+        .with_custom_certificate_verifier(std::sync::Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    Ok(std::sync::Arc::new(config))
 }
 
 fn io_reason(e: &std::io::Error) -> String {
@@ -400,6 +459,67 @@ mod tests {
         assert_eq!(resolve_port(&IntOrString::Int(81), &c), Ok(81));
         assert_eq!(resolve_port(&IntOrString::String("90".into()), &c), Ok(90));
         assert!(resolve_port(&IntOrString::String("nope".into()), &c).is_err());
+    }
+
+    /// HTTPS probes do the TLS handshake (any certificate, as upstream's) and the GET, and judge
+    /// the status code; a port that answers in plain HTTP, or nothing at all, fails them.
+    #[tokio::test]
+    async fn https_probe_does_tls_and_reads_status_codes() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["pod.invalid".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let config =
+            rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![cert.der().clone()],
+                    rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+                )
+                .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            for code in ["200 OK", "500 Internal Server Error"] {
+                let (s, _) = listener.accept().await.unwrap();
+                let mut s = acceptor.accept(s).await.unwrap();
+                let mut buf = [0u8; 512];
+                let n = s.read(&mut buf).await.unwrap();
+                assert!(buf[..n].starts_with(b"GET /healthz HTTP/1.1\r\n"));
+                s.write_all(format!("HTTP/1.1 {code}\r\nContent-Length: 0\r\n\r\n").as_bytes())
+                    .await
+                    .unwrap();
+                let _ = s.shutdown().await;
+            }
+        });
+        let action = |port: u16| HTTPGetAction {
+            port: IntOrString::Int(port as i32),
+            path: Some("/healthz".into()),
+            scheme: Some("HTTPS".into()),
+            ..Default::default()
+        };
+        let c = container();
+        let t = Duration::from_secs(5);
+        assert_eq!(http_status(&action(port), "127.0.0.1", &c, t).await, Ok(200));
+        assert_eq!(http_status(&action(port), "127.0.0.1", &c, t).await, Ok(500));
+        // A server that speaks plain HTTP is no HTTPS endpoint, though its port is open.
+        let plain = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let plain_port = plain.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut s, _) = plain.accept().await.unwrap();
+            let mut buf = [0u8; 512];
+            let _ = s.read(&mut buf).await;
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await;
+        });
+        let err = http_status(&action(plain_port), "127.0.0.1", &c, t).await.unwrap_err();
+        assert!(
+            err.starts_with(&format!("Get \"https://127.0.0.1:{plain_port}/healthz\": ")),
+            "{err}"
+        );
     }
 
     #[tokio::test]

@@ -14,7 +14,7 @@ mod common;
 use std::time::Duration;
 
 use common::multinode::MultiNode;
-use common::{TEST_EVICTION_HARD, eventually};
+use common::{RANGES_STAY_LOCAL, TEST_EVICTION_HARD, eventually};
 
 const DAEMONSET: &str = r#"
 apiVersion: apps/v1
@@ -116,9 +116,6 @@ spec:
   selector: {app: hairpin}
   ports: [{port: 80, targetPort: 8080}]
 "#;
-
-/// Says whether no address of a range would leave the machine (run inside a node's namespace).
-const RANGES_STAY_LOCAL: &str = "/work/shared/tools/ranges-stay-local.sh";
 
 /// `NAME NODE PHASE DELETING` of the pods labelled `app=APP`.
 fn pods(m: &MultiNode, app: &str) -> Vec<(String, String, String, bool)> {

@@ -11,10 +11,9 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::node::Node;
+use common::node::{CLIENT, Node};
 use common::{Cluster, eventually, tail};
 
-const RANGES_STAY_LOCAL: &str = "/work/shared/tools/ranges-stay-local.sh";
 const CLUSTER_CIDR: &str = "10.244.0.0/16";
 
 const SERVER: &str = r#"
@@ -33,45 +32,6 @@ spec:
     ports:
     - {name: http, containerPort: 8080}
 "#;
-
-const CLIENT: &str = r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: client
-spec:
-  terminationGracePeriodSeconds: 0
-  containers:
-  - name: c
-    image: busybox:latest
-    imagePullPolicy: IfNotPresent
-    command: ["sleep", "3600"]
-"#;
-
-/// `sh -c script` in `pod`: its output and whether it succeeded.
-fn sh(n: &Node, pod: &str, script: &str) -> (String, bool) {
-    let out = n.c.kubectl(&["exec", pod, "--", "sh", "-c", script]);
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (text.trim().to_string(), out.status.success())
-}
-
-/// Waits until `ranges-stay-local.sh CLUSTER_CIDR` passes (the agent routes the range first).
-fn assert_cluster_cidr_stays_local(n: &Node) {
-    let local = eventually(Duration::from_secs(30), || {
-        let status = Command::new(RANGES_STAY_LOCAL).arg(CLUSTER_CIDR).status();
-        status.is_ok_and(|s| s.success()).then_some(())
-    });
-    let out = Command::new(RANGES_STAY_LOCAL).arg(CLUSTER_CIDR).output();
-    assert!(
-        local.is_some(),
-        "{CLUSTER_CIDR} is not routed locally: {out:?}\n{}",
-        tail(&n.c.log(), 30)
-    );
-}
 
 /// Whether `ip` is in 10.244.0.0/24.
 fn in_first_pod_cidr(ip: &str) -> bool {
@@ -92,7 +52,7 @@ fn pods_get_addresses_of_their_nodes_pod_cidr_and_reach_each_other() {
     assert_eq!(pod_cidr, "10.244.0.0/24 [\"10.244.0.0/24\"]");
 
     // The whole cluster CIDR stays here: an address no node owns has no gateway.
-    assert_cluster_cidr_stays_local(&n);
+    n.assert_range_stays_local(CLUSTER_CIDR);
     let route = Command::new("ip")
         .args(["route", "get", "10.244.200.9"])
         .output()
@@ -138,27 +98,27 @@ fn pods_get_addresses_of_their_nodes_pod_cidr_and_reach_each_other() {
     assert_eq!(String::from_utf8_lossy(&network.stdout).trim(), "10.244.0.0/24 false");
 
     // Pod to pod, by address.
-    let (body, ok) = sh(&n, "client", &format!("timeout 10 wget -qO- http://{server_ip}:8080/"));
-    assert!(ok && body == "server", "{body}");
+    let (body, ok) = n.sh("client", &format!("timeout 10 wget -qO- http://{server_ip}:8080/"));
+    assert!(ok && body.trim() == "server", "{body}");
     // Pod to Service, by name (cluster DNS on the bridge's gateway, then the proxy).
     let ok = eventually(Duration::from_secs(20), || {
-        let (body, ok) = sh(&n, "client", "timeout 10 wget -qO- http://server/");
-        (ok && body == "server").then_some(())
+        let (body, ok) = n.sh("client", "timeout 10 wget -qO- http://server/");
+        (ok && body.trim() == "server").then_some(())
     });
     assert!(
         ok.is_some(),
         "{:?}",
-        sh(&n, "client", "timeout 10 wget -qO- http://server/")
+        n.sh("client", "timeout 10 wget -qO- http://server/")
     );
     let cluster_ip = n.c.k(&["get", "svc", "server", "-o", "jsonpath={.spec.clusterIP}"]);
-    let (answer, ok) = sh(&n, "client", "nslookup server.default.svc.cluster.local");
+    let (answer, ok) = n.sh("client", "nslookup server.default.svc.cluster.local");
     assert!(ok && answer.contains(&cluster_ip), "{answer}");
     let dns =
         n.c.get_json(&["endpointslices", "-n", "kube-system", &format!("kube-dns-{}", n.name)]);
     assert_eq!(dns["endpoints"][0]["addresses"][0], "10.244.0.1", "{dns}");
 
     // An address of the node's podCIDR that no pod has is refused, not sent anywhere else.
-    let (out, ok) = sh(&n, "client", "timeout 5 wget -qO- http://10.244.3.3:8080/");
+    let (out, ok) = n.sh("client", "timeout 5 wget -qO- http://10.244.3.3:8080/");
     assert!(!ok, "{out}");
 }
 

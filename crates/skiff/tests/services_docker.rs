@@ -18,11 +18,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::node::Node;
+use common::node::{CLIENT, Node};
 use common::seeds::statefulset_web_on_busybox;
 use common::{PortForward, eventually, http_get, tail};
-
-const RANGES_STAY_LOCAL: &str = "/work/shared/tools/ranges-stay-local.sh";
 
 const WEB: &str = r#"
 apiVersion: apps/v1
@@ -51,41 +49,16 @@ spec:
           failureThreshold: 1
 "#;
 
-const CLIENT: &str = r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: client
-spec:
-  terminationGracePeriodSeconds: 0
-  containers:
-  - name: c
-    image: busybox:latest
-    imagePullPolicy: IfNotPresent
-    command: ["sleep", "3600"]
-"#;
-
-/// Runs `script` with `sh -c` in `pod`; its output and whether it succeeded.
-fn sh(n: &Node, pod: &str, script: &str) -> (String, bool) {
-    let out = n.c.kubectl(&["exec", pod, "--", "sh", "-c", script]);
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (text, out.status.success())
-}
-
 /// `wget -qO- URL` in `pod`, bounded by busybox's `timeout` (its wget crashes given `-T`).
 fn fetch(n: &Node, pod: &str, url: &str) -> (String, bool) {
-    let (out, ok) = sh(n, pod, &format!("timeout 10 wget -qO- {url}"));
+    let (out, ok) = n.sh(pod, &format!("timeout 10 wget -qO- {url}"));
     (out.trim().to_string(), ok)
 }
 
 /// How many of `count` requests from `pod` to `url` each pod (by hostname) answered.
 fn spread(n: &Node, pod: &str, url: &str, count: usize) -> BTreeMap<String, usize> {
     let script = format!("for i in $(seq {count}); do timeout 10 wget -qO- {url} || echo FAILED; done");
-    let (out, ok) = sh(n, pod, &script);
+    let (out, ok) = n.sh(pod, &script);
     assert!(ok, "{script}: {out}");
     let mut hits = BTreeMap::new();
     for line in out.lines().map(str::trim).filter(|l| !l.is_empty()) {
@@ -146,22 +119,6 @@ fn ready_endpoints(n: &Node, service: &str) -> BTreeSet<String> {
     ips
 }
 
-/// Asserts that no address of the cluster's service range would leave this machine (waiting for
-/// the agent to route it locally first).
-fn assert_range_stays_local(n: &Node) {
-    let range = n.c.service_range.clone().expect("the cluster's own service range");
-    let local = eventually(Duration::from_secs(30), || {
-        let status = Command::new(RANGES_STAY_LOCAL).arg(&range).status();
-        status.is_ok_and(|s| s.success()).then_some(())
-    });
-    let out = Command::new(RANGES_STAY_LOCAL).arg(&range).output();
-    assert!(
-        local.is_some(),
-        "{range} is not routed locally: {out:?}\n{}",
-        tail(&n.c.log(), 30)
-    );
-}
-
 /// Whether `ip` is an address of this machine (traffic to it never leaves).
 fn is_local_address(ip: &str) -> bool {
     let out = Command::new("ip").args(["route", "get", ip]).output();
@@ -182,7 +139,7 @@ fn cluster_ip(n: &Node, service: &str) -> String {
 #[test]
 fn services_carry_traffic_by_name_to_ready_pods() {
     let mut n = Node::start("svc", &[]);
-    assert_range_stays_local(&n);
+    n.assert_range_stays_local(n.c.service_range.as_deref().expect("the cluster's own service range"));
     n.c.apply(WEB, &[]);
     n.c.apply(CLIENT, &[]);
     n.c.k(&["expose", "deployment", "web", "--port", "80", "--target-port", "http"]);
@@ -202,7 +159,7 @@ fn services_carry_traffic_by_name_to_ready_pods() {
         "-o",
         "jsonpath={.spec.clusterIP}",
     ]);
-    let (resolv, _) = sh(&n, "client", "cat /etc/resolv.conf");
+    let (resolv, _) = n.sh("client", "cat /etc/resolv.conf");
     assert!(resolv.contains(&format!("nameserver {dns_ip}")), "{resolv}");
     assert!(
         resolv.contains("search default.svc.cluster.local svc.cluster.local cluster.local"),
@@ -224,7 +181,7 @@ fn services_carry_traffic_by_name_to_ready_pods() {
     );
 
     // Every name of the Service answers, from a pod.
-    assert_range_stays_local(&n);
+    n.assert_range_stays_local(n.c.service_range.as_deref().expect("the cluster's own service range"));
     for url in [
         "http://web",
         "http://web.default",
@@ -242,7 +199,7 @@ fn services_carry_traffic_by_name_to_ready_pods() {
             tail(&n.c.log(), 30)
         );
     }
-    let (lookup, ok) = sh(&n, "client", "nslookup web.default.svc.cluster.local");
+    let (lookup, ok) = n.sh("client", "nslookup web.default.svc.cluster.local");
     assert!(ok && lookup.contains(&format!("Address: {ip}")), "{lookup}");
 
     // 60 requests reach all three replicas.
@@ -252,7 +209,7 @@ fn services_carry_traffic_by_name_to_ready_pods() {
     // A pod that fails its readiness probe stops receiving traffic within seconds.
     let sick = web.iter().next().cloned().unwrap_or_default();
     let sick_ip = n.field(&sick, ".status.podIP");
-    let (out, ok) = sh(&n, &sick, "rm /www/healthz");
+    let (out, ok) = n.sh(&sick, "rm /www/healthz");
     assert!(ok, "{out}");
     let out_of_slice = eventually(Duration::from_secs(15), || {
         let ready = ready_endpoints(&n, "web");
@@ -272,7 +229,7 @@ fn services_carry_traffic_by_name_to_ready_pods() {
         "{sick} still answers: {:?}",
         spread(&n, "client", "http://web", 30)
     );
-    sh(&n, &sick, "echo ok > /www/healthz");
+    n.sh(&sick, "echo ok > /www/healthz");
     let back = eventually(Duration::from_secs(15), || {
         (ready_endpoints(&n, "web").len() == 3).then_some(())
     });
@@ -403,24 +360,24 @@ fn services_carry_traffic_by_name_to_ready_pods() {
         seed_ips.push(pod_ip.clone());
         let name = format!("{pod}.nginx.default.svc.cluster.local");
         let resolved = eventually(Duration::from_secs(20), || {
-            let (out, ok) = sh(&n, "client", &format!("nslookup {name}"));
+            let (out, ok) = n.sh("client", &format!("nslookup {name}"));
             (ok && out.contains(&format!("Address: {pod_ip}"))).then_some(())
         });
         assert!(
             resolved.is_some(),
             "{name}: {:?}",
-            sh(&n, "client", &format!("nslookup {name}"))
+            n.sh("client", &format!("nslookup {name}"))
         );
         let (out, ok) = fetch(&n, "client", &format!("http://{pod}.nginx"));
         assert!(ok && out == pod, "http://{pod}.nginx: {out}");
     }
     // The headless Service's name is its ready pods' addresses.
-    let (out, ok) = sh(&n, "client", "nslookup nginx.default.svc.cluster.local");
+    let (out, ok) = n.sh("client", "nslookup nginx.default.svc.cluster.local");
     assert!(
         ok && seed_ips.iter().all(|ip| out.contains(&format!("Address: {ip}"))),
         "{out}"
     );
-    let (out, ok) = sh(&n, "client", "nslookup no-such-service.default.svc.cluster.local");
+    let (out, ok) = n.sh("client", "nslookup no-such-service.default.svc.cluster.local");
     assert!(!ok || out.contains("NXDOMAIN"), "{out}");
 
     // A restart of the server keeps every address and the traffic flowing.
@@ -438,7 +395,7 @@ fn services_carry_traffic_by_name_to_ready_pods() {
         n.c.k(&["get", "svc", "web-np", "-o", "jsonpath={.spec.ports[0].nodePort}"]),
         node_port.to_string()
     );
-    assert_range_stays_local(&n);
+    n.assert_range_stays_local(n.c.service_range.as_deref().expect("the cluster's own service range"));
     let flowing = eventually(Duration::from_secs(30), || {
         let (out, ok) = fetch(&n, "client", "http://web");
         (ok && web.contains(&out)).then_some(())

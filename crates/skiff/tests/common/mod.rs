@@ -48,6 +48,10 @@ pub fn proxy_table(range: &str) -> String {
 /// The eviction thresholds of test nodes, as kind configures its nodes: upstream's memory
 /// threshold, none on disk. The disk is the host's, shared with everything else on the machine;
 /// how full it happens to be must not evict a test's pods.
+/// Says whether any address of the given ranges would be routed off this machine; every test
+/// runs it before it sends traffic to the service or the cluster range.
+pub const RANGES_STAY_LOCAL: &str = "/work/shared/tools/ranges-stay-local.sh";
+
 pub const TEST_EVICTION_HARD: &str =
     "memory.available<100Mi,nodefs.available<0%,nodefs.inodesFree<0%,imagefs.available<0%,imagefs.inodesFree<0%";
 

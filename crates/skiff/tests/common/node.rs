@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use super::{Cluster, eventually, tail};
+use super::{Cluster, RANGES_STAY_LOCAL, eventually, tail};
 
 pub struct Node {
     pub c: Cluster,
@@ -37,7 +37,48 @@ impl Node {
     pub fn field(&self, pod: &str, path: &str) -> String {
         self.c.k(&["get", "pod", pod, "-o", &format!("jsonpath={{{path}}}")])
     }
+
+    /// Runs `script` with `sh -c` in `pod`; its output and whether it succeeded.
+    pub fn sh(&self, pod: &str, script: &str) -> (String, bool) {
+        let out = self.c.kubectl(&["exec", pod, "--", "sh", "-c", script]);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (text, out.status.success())
+    }
+
+    /// Asserts that no address of `range` would leave this machine, waiting (30 s at most) for
+    /// the agent to route it locally first.
+    pub fn assert_range_stays_local(&self, range: &str) {
+        let local = eventually(Duration::from_secs(30), || {
+            let status = Command::new(RANGES_STAY_LOCAL).arg(range).status();
+            status.is_ok_and(|s| s.success()).then_some(())
+        });
+        let out = Command::new(RANGES_STAY_LOCAL).arg(range).output();
+        assert!(
+            local.is_some(),
+            "{range} is not routed locally: {out:?}\n{}",
+            tail(&self.c.log(), 30)
+        );
+    }
 }
+
+/// A busybox pod that only sleeps, to run commands from.
+pub const CLIENT: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: client
+spec:
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: c
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "3600"]
+"#;
 
 impl Drop for Node {
     fn drop(&mut self) {

@@ -166,6 +166,8 @@ pub struct ServerOptions {
     pub limits: Limits,
     /// Connections: how many, how long headers and idleness may take, header sizes.
     pub serving: ServingOptions,
+    /// `--etcd-compaction-interval`: how often history is compacted (zero: never).
+    pub compaction_interval: Duration,
 }
 
 impl ServerOptions {
@@ -189,6 +191,7 @@ impl ServerOptions {
             local_storage: true,
             limits: Limits::default(),
             serving: ServingOptions::default(),
+            compaction_interval: DEFAULT_COMPACTION_INTERVAL,
         }
     }
 }
@@ -330,7 +333,9 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         .await
         .context("preparing the join token")?;
     let serving = Serving::start(listener, tls_config, router(state.clone()), &opts.serving);
-    tokio::spawn(compactor(state.store.clone()));
+    if !opts.compaction_interval.is_zero() {
+        tokio::spawn(compactor(state.store.clone(), opts.compaction_interval));
+    }
     // The OpenAPI documents are built on first use: an idle server does not hold them.
     Ok(Running {
         state,
@@ -445,28 +450,28 @@ async fn ensure_local_storage_class(state: &ApiState) -> anyhow::Result<()> {
     }
 }
 
-/// How much history the store keeps for watches and paginated lists.
-const KEEP_REVISIONS: i64 = 100_000;
-const COMPACT_EVERY: Duration = Duration::from_secs(60);
+/// Upstream's `--etcd-compaction-interval` default.
+pub const DEFAULT_COMPACTION_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
-/// Compact old history periodically, as upstream's apiserver asks etcd to.
-async fn compactor(store: Arc<dyn Store>) {
-    let mut tick = tokio::time::interval(COMPACT_EVERY);
+/// Compacts history as upstream's API server asks etcd to (`storage/etcd3/compact.go`): at each
+/// tick, up to the revision seen at the tick before, so at least one interval of history stays
+/// for watches to resume from and paginated lists to finish, and nothing older is kept (neither
+/// rows on disk nor events in memory).
+async fn compactor(store: Arc<dyn Store>, interval: Duration) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick completes at once: it only records where the next compaction goes.
+    let mut previous = 0;
     loop {
         tick.tick().await;
-        let current = match store.current_revision().await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading the current revision for compaction");
-                continue;
-            }
-        };
-        let target = current - KEEP_REVISIONS;
-        if target <= 0 {
-            continue;
+        if previous > 0
+            && let Err(e) = store.compact(previous).await
+        {
+            tracing::warn!(error = %e, revision = previous, "compaction failed");
         }
-        if let Err(e) = store.compact(target).await {
-            tracing::warn!(error = %e, revision = target, "compaction failed");
+        match store.current_revision().await {
+            Ok(r) => previous = r,
+            Err(e) => tracing::warn!(error = %e, "reading the current revision for compaction"),
         }
     }
 }
@@ -548,5 +553,45 @@ pub mod identities {
     /// The simulator of many nodes (as kwok, which runs as one client for all its nodes).
     pub fn node_simulator() -> Identity {
         Identity::new("skiff:node-simulator", &[])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn wait_compacted(store: &Arc<dyn Store>, revision: i64) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while store.compacted_revision().await.unwrap() < revision {
+            assert!(tokio::time::Instant::now() < deadline, "never compacted to {revision}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Each compaction goes up to the revision of the tick before: history one interval old
+    /// stays, what is older goes.
+    #[tokio::test]
+    async fn the_compactor_keeps_one_interval_of_history() {
+        let store: Arc<dyn Store> = skiff_store::MemoryStore::new();
+        for i in 0..3 {
+            store.create(&format!("/a/{i}"), b"x".to_vec()).await.unwrap();
+        }
+        tokio::spawn(compactor(store.clone(), Duration::from_secs(1)));
+        // The first tick, at once, only records revision 3.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(store.compacted_revision().await.unwrap(), 0);
+        store.create("/a/3", b"x".to_vec()).await.unwrap();
+        wait_compacted(&store, 3).await;
+        assert_eq!(
+            store.compacted_revision().await.unwrap(),
+            3,
+            "revision 4 is less than an interval old"
+        );
+        assert!(
+            store.watch("/a/", 3).await.is_ok(),
+            "the last interval's events are kept"
+        );
+        wait_compacted(&store, 4).await;
+        assert!(store.watch("/a/", 3).await.is_err());
     }
 }

@@ -71,6 +71,14 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The API server's memory over rounds of ConfigMap creates and deletes, and after the
+    /// compaction of their history.
+    Churn {
+        #[command(flatten)]
+        options: crate::bench_churn::ChurnBench,
+        #[arg(long)]
+        json: bool,
+    },
     /// Pod startup latency on this machine's node, next to the same work done directly in Docker.
     Startup {
         #[arg(long, default_value_t = 30)]
@@ -252,6 +260,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             server_args,
         } => bench_api(pods, clients, json, as_user, &server_args).await,
         BenchCommand::Services { options, json } => crate::bench_services::bench_services(options, json).await,
+        BenchCommand::Churn { options, json } => crate::bench_churn::bench_churn(options, json).await,
         BenchCommand::Scheduling {
             nodes,
             pods,

@@ -2,6 +2,7 @@
 
 mod auth_why;
 mod bench;
+mod bench_churn;
 mod bench_services;
 mod client;
 mod token;
@@ -280,6 +281,10 @@ struct ServerArgs {
     /// Do not create the default `local-path` StorageClass.
     #[arg(long)]
     disable_local_storage: bool,
+    /// How often the store's history is compacted, up to the revision of the compaction
+    /// before (0s: never), as upstream's flag of that name.
+    #[arg(long, default_value = "5m", value_parser = parse_duration_or_zero)]
+    etcd_compaction_interval: std::time::Duration,
     /// How long pods tolerate a not-ready node unless they say otherwise (the
     /// DefaultTolerationSeconds admission plugin).
     #[arg(long, default_value_t = 300)]
@@ -448,7 +453,7 @@ impl NodeLifecycleArgs {
 }
 
 /// A duration as Go writes them: `500ms`, `5s`, `1m`, `1h` (or bare seconds).
-fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
     let (number, unit) = s.split_at(split);
@@ -466,6 +471,14 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         return Err(format!("{s:?} must be positive"));
     }
     Ok(std::time::Duration::from_secs_f64(seconds))
+}
+
+/// As [`parse_duration`], where zero means "never".
+fn parse_duration_or_zero(s: &str) -> Result<std::time::Duration, String> {
+    match s.trim().trim_end_matches(['s', 'm', 'h']) {
+        "0" => Ok(std::time::Duration::ZERO),
+        _ => parse_duration(s),
+    }
 }
 
 #[derive(clap::Args, Clone)]
@@ -812,6 +825,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     };
     opts.encryption_provider_config = args.encryption_provider_config.clone();
     opts.local_storage = !args.disable_local_storage;
+    opts.compaction_interval = args.etcd_compaction_interval;
     opts.limits = skiff_apiserver::filters::Limits {
         request_timeout: args.serving.request_timeout,
         max_requests_inflight: args.serving.max_requests_inflight,

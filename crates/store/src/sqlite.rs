@@ -914,6 +914,38 @@ mod tests {
         }
     }
 
+    /// A compaction drops the events at or before it from memory as well as from disk: after
+    /// objects are created and deleted, their values are not held until the window rolls over.
+    #[tokio::test]
+    async fn compaction_releases_the_event_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_in(&dir, SqliteOptions::default());
+        for i in 0..500 {
+            store.create(&format!("/c/{i:03}"), vec![b'x'; 256]).await.unwrap();
+        }
+        let half = store.current_revision().await.unwrap();
+        for i in 0..500 {
+            store.delete(&format!("/c/{i:03}"), None).await.unwrap();
+        }
+        assert_eq!(store.state.read().window_len(), 1000);
+        store.compact(half).await.unwrap();
+        assert_eq!(store.state.read().window_len(), 500);
+        // Watches and lists after the compaction point still see the deletes.
+        let mut watch = store.watch("/c/", half).await.unwrap();
+        assert!(matches!(next_event(&mut watch).await, Event::Delete { .. }));
+        let current = store.current_revision().await.unwrap();
+        store.compact(current).await.unwrap();
+        assert_eq!(store.state.read().window_len(), 0);
+        assert!(
+            store
+                .list("/c/", ListOptions::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+        );
+    }
+
     /// The checkpointer thread copies the WAL back into the database while the store is
     /// open (SQLite's own checkpoints after a commit are off).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -263,6 +263,12 @@ impl Inner {
         self.compacted
     }
 
+    /// Events held in memory for lists and watches at recent revisions.
+    #[cfg(test)]
+    pub(crate) fn window_len(&self) -> usize {
+        self.window.len()
+    }
+
     /// Applies committed events (in revision order, all newer than
     /// `revision`) and publishes them to watchers.
     pub(crate) fn apply(&mut self, events: Vec<Event>) {
@@ -313,15 +319,18 @@ impl Inner {
         }
     }
 
-    /// Records a compaction. Without disk, the window is the history: drop
-    /// what is now unreachable.
+    /// Records a compaction and drops the events at or before it: no list or watch can reach
+    /// them any more (a list at `revision` itself starts from the latest values and undoes only
+    /// later events), so keeping them would only hold their values in memory.
     pub(crate) fn set_compacted(&mut self, revision: Revision) {
         self.compacted = self.compacted.max(revision);
-        if self.limits.compact_with_window {
-            let keep_from = self.window.partition_point(|e| e.revision() <= revision);
-            self.window.drain(..keep_from);
-            self.window_floor = self.window_floor.max(revision);
+        let keep_from = self.window.partition_point(|e| e.revision() <= revision);
+        self.window.drain(..keep_from);
+        // A VecDeque keeps its capacity: give back most of what a burst grew.
+        if self.window.len() < self.window.capacity() / 4 {
+            self.window.shrink_to(self.window.len() * 2);
         }
+        self.window_floor = self.window_floor.max(revision);
     }
 
     /// Checks a requested revision against the compaction point and the present.

@@ -289,6 +289,8 @@ struct ServerArgs {
     default_unreachable_toleration_seconds: i64,
     #[command(flatten)]
     serving: ServingArgs,
+    #[command(flatten)]
+    etcd: EtcdArgs,
     /// Give every Node a podCIDR from --cluster-cidr (the node IPAM controller).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     allocate_node_cidrs: bool,
@@ -448,6 +450,51 @@ impl NodeLifecycleArgs {
 }
 
 /// A duration as Go writes them: `500ms`, `5s`, `1m`, `1h` (or bare seconds).
+/// The etcd backend (kube-apiserver's flags); without `--etcd-servers` the store is SQLite in the
+/// data dir.
+#[derive(clap::Args, Debug, Clone)]
+struct EtcdArgs {
+    /// etcd client URLs, comma-separated: keep the cluster's objects in etcd instead of SQLite
+    /// (several API servers can then share it).
+    #[arg(long, value_delimiter = ',')]
+    etcd_servers: Vec<String>,
+    /// The prefix of every key in etcd.
+    #[arg(long, default_value = "/registry")]
+    etcd_prefix: String,
+    /// CA bundle to verify etcd's serving certificate.
+    #[arg(long)]
+    etcd_cafile: Option<PathBuf>,
+    /// Client certificate for etcd.
+    #[arg(long)]
+    etcd_certfile: Option<PathBuf>,
+    /// Client key for etcd.
+    #[arg(long)]
+    etcd_keyfile: Option<PathBuf>,
+    /// How often etcd is compacted (0 never); one API server per interval does it.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    etcd_compaction_interval: std::time::Duration,
+}
+
+impl EtcdArgs {
+    /// The etcd store these flags ask for, if any.
+    async fn open(&self) -> anyhow::Result<Option<std::sync::Arc<dyn skiff_store::Store>>> {
+        if self.etcd_servers.is_empty() {
+            return Ok(None);
+        }
+        let store = skiff_store::EtcdStore::open(skiff_store::EtcdOptions {
+            endpoints: self.etcd_servers.clone(),
+            prefix: self.etcd_prefix.clone(),
+            ca_file: self.etcd_cafile.clone(),
+            cert_file: self.etcd_certfile.clone(),
+            key_file: self.etcd_keyfile.clone(),
+            compaction_interval: self.etcd_compaction_interval,
+            ..Default::default()
+        })
+        .await?;
+        Ok(Some(store))
+    }
+}
+
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
@@ -826,7 +873,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         args.default_not_ready_toleration_seconds,
         args.default_unreachable_toleration_seconds,
     );
-    let running = skiff_apiserver::start(opts).await?;
+    let running = match args.etcd.open().await? {
+        Some(store) => skiff_apiserver::start_with_store(opts, store).await?,
+        None => skiff_apiserver::start(opts).await?,
+    };
     println!("skiff: API server listening on {}", running.url);
     println!("skiff: kubeconfig written to {}", running.kubeconfig.display());
     println!("skiff: export KUBECONFIG={}", running.kubeconfig.display());

@@ -249,8 +249,24 @@ impl EtcdStore {
     pub async fn open(opts: EtcdOptions) -> anyhow::Result<Arc<EtcdStore>> {
         let client = connect(&opts).await?;
         let keys = Keys::new(&opts.prefix);
-        let (base, created) = claim_prefix(&client, &keys, &opts.prefix).await?;
-        let loaded = load(&client, &keys, base, created.then_some(base)).await?;
+        // A member that is down or an election fails a request now and then: try again for a while.
+        let mut tries = 0;
+        let (base, loaded) = loop {
+            let attempt = async {
+                let (base, created) = claim_prefix(&client, &keys, &opts.prefix).await?;
+                let loaded = load(&client, &keys, base, created.then_some(base)).await?;
+                anyhow::Ok((base, loaded))
+            };
+            match attempt.await {
+                Ok(done) => break done,
+                Err(e) if tries < 10 && e.downcast_ref::<Refused>().is_none() => {
+                    tries += 1;
+                    tracing::warn!(error = format!("{e:#}"), "opening the etcd store failed; trying again");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let compacted = read_compacted(&client).await?.map_or(0, |c| (c - base).max(0));
         let limits = Limits {
             event_window: opts.event_window.max(1),
@@ -313,14 +329,25 @@ impl EtcdStore {
         })
     }
 
-    /// etcd's current revision, linearizably (a count of the marker key).
+    /// etcd's current revision, linearizably (a count of the marker key). Retried a few times:
+    /// a member that went down or an election fails a request or two.
     async fn etcd_revision(&self) -> Result<i64> {
-        let resp = self
-            .kv()
-            .get(self.keys.marker(), Some(GetOptions::new().with_count_only()))
-            .await
-            .map_err(backend)?;
-        Ok(resp.header().map_or(0, |h| h.revision()))
+        let mut tries = 0;
+        loop {
+            match self
+                .kv()
+                .get(self.keys.marker(), Some(GetOptions::new().with_count_only()))
+                .await
+            {
+                Ok(resp) => return Ok(resp.header().map_or(0, |h| h.revision())),
+                Err(e) if tries < 3 => {
+                    tries += 1;
+                    tracing::debug!(error = %e, "asking etcd for its revision failed; trying again");
+                    tokio::time::sleep(Duration::from_millis(100 * tries)).await;
+                }
+                Err(e) => return Err(backend(e)),
+            }
+        }
     }
 
     fn applied(&self) -> i64 {
@@ -694,6 +721,11 @@ impl EtcdStore {
     }
 }
 
+/// The prefix belongs to someone else.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Refused(String);
+
 /// Claims the prefix for this store: refuses one holding keys without the marker, writes the
 /// marker on first use. Returns the base revision (the marker's create revision) and whether
 /// this call wrote it.
@@ -715,14 +747,15 @@ async fn claim_prefix(client: &Client, keys: &Keys, prefix: &str) -> anyhow::Res
         .await
         .context("look for keys under the etcd prefix")?;
     if let Some(first) = existing.kvs().first() {
-        anyhow::bail!(
+        return Err(Refused(format!(
             "etcd prefix {prefix:?} already holds {} keys (such as {:?}) that this store did not write \
              (it has no marker key {:?}); refusing to use it: choose another --etcd-prefix or an etcd \
              that is Skiff's",
             existing.count(),
             String::from_utf8_lossy(first.key()),
             String::from_utf8_lossy(&keys.marker()),
-        );
+        ))
+        .into());
     }
     let txn = Txn::new()
         .when([Compare::create_revision(keys.marker(), CompareOp::Equal, 0)])
@@ -1187,5 +1220,383 @@ mod tests {
         );
         assert!(keys.encode("/a\0b").is_err());
         assert_eq!(range_end(b"/registry/"), b"/registry0");
+    }
+}
+
+/// What only a shared store shows: several replicas on one 3-member cluster.
+#[cfg(test)]
+mod replicas {
+    use std::sync::Mutex as StdMutex;
+
+    use futures::StreamExt;
+    use skiff_testkit::EtcdCluster;
+
+    use super::*;
+    use crate::conformance::{next_event, take_events};
+
+    async fn cluster(n: usize) -> EtcdCluster {
+        tokio::task::spawn_blocking(move || EtcdCluster::start(n))
+            .await
+            .unwrap()
+    }
+
+    async fn replica(endpoints: Vec<String>, prefix: &str) -> Arc<EtcdStore> {
+        EtcdStore::open(EtcdOptions {
+            endpoints,
+            prefix: prefix.into(),
+            compaction_interval: Duration::ZERO,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+    }
+
+    /// A write acknowledged by one replica is seen by the next read on the other, also when
+    /// writes outside the prefix took the latest revisions (they never reach the watch).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_on_one_replica_is_read_on_the_other() {
+        let etcd = cluster(3).await;
+        let a = replica(etcd.endpoints(), "/registry").await;
+        let b = replica(etcd.endpoints(), "/registry").await;
+        let mut foreign = Client::connect(etcd.endpoints(), None).await.unwrap();
+        for i in 0..100 {
+            let key = format!("/registry/pods/ns/p{i}");
+            let (w, r) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+            let kv = w.create(&key, format!("v{i}").into_bytes()).await.unwrap();
+            assert_eq!(r.get(&key).await.unwrap(), Some(kv.clone()), "write {i}");
+            let listed = r.list("/registry/pods/", ListOptions::default()).await.unwrap();
+            assert_eq!(listed.items.len(), i + 1);
+            assert!(listed.revision >= kv.mod_revision);
+            if i % 10 == 0 {
+                foreign.put(format!("/elsewhere/{i}"), "x", None).await.unwrap();
+                let updated = w.update(&key, b"u".to_vec(), kv.mod_revision).await.unwrap();
+                foreign.put(format!("/elsewhere/{i}"), "y", None).await.unwrap();
+                assert_eq!(r.get(&key).await.unwrap(), Some(updated.clone()));
+                // Memory serves while only foreign keys move.
+                assert!(r.get(&key).await.unwrap().is_some());
+                let deleted = r.delete(&key, None).await.unwrap();
+                assert_eq!(w.get(&key).await.unwrap(), None);
+                w.create(&key, format!("v{i}").into_bytes()).await.unwrap();
+                assert!(deleted.mod_revision > updated.mod_revision);
+            }
+        }
+        // Both replicas watch the same history.
+        let mut wa = a.watch("/registry/pods/", 0).await.unwrap();
+        let mut wb = b.watch("/registry/pods/", 0).await.unwrap();
+        let ea = take_events(&mut wa, 100).await;
+        let eb = take_events(&mut wb, 100).await;
+        assert_eq!(ea, eb);
+    }
+
+    /// Read-modify-write loops on both replicas against the same keys lose no increment: the
+    /// loser of each race gets a conflict and retries against the winner's value.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn conflicting_updates_from_two_replicas() {
+        let etcd = cluster(3).await;
+        let stores = [
+            replica(etcd.endpoints(), "/registry").await,
+            replica(etcd.endpoints(), "/registry").await,
+        ];
+        stores[0].create("/registry/counters/c", b"0".to_vec()).await.unwrap();
+        let conflicts = Arc::new(StdMutex::new(0));
+        let tasks: Vec<_> = (0..8)
+            .map(|t| {
+                let store = stores[t % 2].clone();
+                let conflicts = conflicts.clone();
+                tokio::spawn(async move {
+                    for _ in 0..20 {
+                        loop {
+                            let kv = store.get("/registry/counters/c").await.unwrap().unwrap();
+                            let n: u64 = std::str::from_utf8(&kv.value).unwrap().parse().unwrap();
+                            match store
+                                .update(
+                                    "/registry/counters/c",
+                                    (n + 1).to_string().into_bytes(),
+                                    kv.mod_revision,
+                                )
+                                .await
+                            {
+                                Ok(_) => break,
+                                Err(StoreError::Conflict { actual, .. }) => {
+                                    assert!(actual > kv.mod_revision);
+                                    *conflicts.lock().unwrap() += 1;
+                                }
+                                Err(e) => panic!("{e}"),
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        for store in &stores {
+            let kv = store.get("/registry/counters/c").await.unwrap().unwrap();
+            assert_eq!(&kv.value[..], b"160");
+        }
+        assert!(*conflicts.lock().unwrap() > 0, "the replicas raced");
+    }
+
+    /// More than the client's 4 MiB response limit: loaded, listed and listed at an old revision
+    /// (read from etcd, paginated).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lists_larger_than_a_response() {
+        let etcd = cluster(1).await;
+        let a = EtcdStore::open(EtcdOptions {
+            endpoints: etcd.endpoints(),
+            compaction_interval: Duration::ZERO,
+            event_window: 4,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let value = vec![b'x'; 200 * 1024];
+        for i in 0..40 {
+            a.create(&format!("/registry/configmaps/ns/c{i:02}"), value.clone())
+                .await
+                .unwrap();
+        }
+        let at = a.current_revision().await.unwrap();
+        for i in 0..10 {
+            a.delete(&format!("/registry/configmaps/ns/c{i:02}"), None)
+                .await
+                .unwrap();
+        }
+        let old = a
+            .list(
+                "/registry/configmaps/",
+                ListOptions {
+                    revision: Some(at),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(old.items.len(), 40);
+        assert_eq!(old.revision, at);
+        assert!(old.items.iter().all(|kv| kv.value.len() == value.len()));
+        let paged = a
+            .list(
+                "/registry/configmaps/",
+                ListOptions {
+                    revision: Some(at),
+                    limit: 25,
+                    start_after: Some("/registry/configmaps/ns/c04".into()),
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(paged.items.len(), 25);
+        assert!(paged.more);
+        assert_eq!(paged.items[0].key, "/registry/configmaps/ns/c05");
+        // A new replica loads all of it.
+        let b = replica(etcd.endpoints(), "/registry").await;
+        let now = b.list("/registry/configmaps/", ListOptions::default()).await.unwrap();
+        assert_eq!(now.items.len(), 30);
+        // A watch from before the window reads etcd's history.
+        let mut w = b.watch("/registry/configmaps/", at).await.unwrap();
+        let events = take_events(&mut w, 10).await;
+        assert!(
+            events
+                .iter()
+                .all(|e| matches!(e, Event::Delete { prev, .. } if prev.value.len() == value.len()))
+        );
+    }
+
+    /// A replica whose watch breaks while etcd compacts past it relists: its watchers end, a
+    /// watch from before gets `Compacted` (the API's 410), and a relist sees everything.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_watch_resumed_after_compaction_gets_compacted() {
+        let mut etcd = cluster(3).await;
+        // b talks to one follower only, a to the two others.
+        let victim = (tokio::task::block_in_place(|| etcd.leader()) + 1) % 3;
+        let others: Vec<String> = (0..3).filter(|&i| i != victim).map(|i| etcd.endpoint(i)).collect();
+        let a = replica(others, "/registry").await;
+        let b = replica(vec![etcd.endpoint(victim)], "/registry").await;
+        let first = a.create("/registry/pods/ns/first", b"1".to_vec()).await.unwrap();
+        assert!(b.get("/registry/pods/ns/first").await.unwrap().is_some());
+        let mut live = b.watch("/registry/pods/", first.mod_revision).await.unwrap();
+        tokio::task::block_in_place(|| etcd.kill(victim));
+        let mut last = 0;
+        for i in 0..20 {
+            last = a
+                .create(&format!("/registry/pods/ns/p{i}"), b"x".to_vec())
+                .await
+                .unwrap()
+                .mod_revision;
+        }
+        a.compact(last).await.unwrap();
+        tokio::task::block_in_place(|| {
+            etcd.restart(victim);
+            etcd.wait_healthy(Duration::from_secs(30));
+        });
+        // The watcher's stream ends once the replica relists (it gets no event it missed).
+        let ended = tokio::time::timeout(Duration::from_secs(30), live.by_ref().collect::<Vec<_>>())
+            .await
+            .expect("the watch stream ends");
+        assert!(ended.is_empty(), "{ended:?}");
+        let err = b.watch("/registry/pods/", first.mod_revision).await.err().unwrap();
+        assert!(matches!(err, StoreError::Compacted { .. }), "{err:?}");
+        let relisted = b.list("/registry/pods/", ListOptions::default()).await.unwrap();
+        assert_eq!(relisted.items.len(), 21);
+        let mut again = b.watch("/registry/pods/", relisted.revision).await.unwrap();
+        a.create("/registry/pods/ns/after", b"y".to_vec()).await.unwrap();
+        assert_eq!(next_event(&mut again).await.key(), "/registry/pods/ns/after");
+        assert!(b.health().await.is_ok());
+    }
+
+    /// kill -9 of the leader while two replicas write: every acknowledged write survives.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn killing_the_leader_loses_no_acknowledged_write() {
+        let mut etcd = cluster(3).await;
+        let stores = [
+            replica(etcd.endpoints(), "/registry").await,
+            replica(etcd.endpoints(), "/registry").await,
+        ];
+        let acked = Arc::new(StdMutex::new(Vec::new()));
+        let failed = Arc::new(StdMutex::new(0usize));
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks: Vec<_> = (0..16)
+            .map(|t| {
+                let store = stores[t % 2].clone();
+                let (acked, failed, stop) = (acked.clone(), failed.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let mut i = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        let key = format!("/registry/pods/ns/w{t}-{i}");
+                        i += 1;
+                        match store.create(&key, vec![t as u8; 64]).await {
+                            Ok(_) => acked.lock().unwrap().push(key),
+                            Err(StoreError::Backend(_)) => {
+                                *failed.lock().unwrap() += 1;
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                            // A retried create that had committed.
+                            Err(StoreError::AlreadyExists(_)) => {}
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let before = acked.lock().unwrap().len();
+        let leader = tokio::task::block_in_place(|| etcd.leader());
+        tokio::task::block_in_place(|| etcd.kill(leader));
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let during = acked.lock().unwrap().len();
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert!(before > 50, "writes went through before the kill ({before})");
+        assert!(during > before, "writes went on after the kill");
+        tokio::task::block_in_place(|| {
+            etcd.restart(leader);
+            etcd.wait_healthy(Duration::from_secs(30));
+        });
+        let fresh = replica(etcd.endpoints(), "/registry").await;
+        let listed = fresh.list("/registry/pods/", ListOptions::default()).await.unwrap();
+        let present: HashSet<String> = listed.items.into_iter().map(|kv| kv.key).collect();
+        let acked = acked.lock().unwrap();
+        for key in acked.iter() {
+            assert!(present.contains(key), "{key} lost");
+            assert!(
+                stores[0].get(key).await.unwrap().is_some(),
+                "{key} not seen by a replica"
+            );
+        }
+        println!(
+            "{} acknowledged, {} failed during the election",
+            acked.len(),
+            failed.lock().unwrap()
+        );
+    }
+
+    /// A prefix holding keys this store did not write is refused, with the reason.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn refuses_a_prefix_it_did_not_write() {
+        let etcd = cluster(1).await;
+        tokio::task::block_in_place(|| etcd.etcdctl(&["put", "/theirs/pods/ns/x", "{}"]));
+        let err = EtcdStore::open(EtcdOptions {
+            endpoints: etcd.endpoints(),
+            prefix: "/theirs".into(),
+            compaction_interval: Duration::ZERO,
+            ..Default::default()
+        })
+        .await
+        .err()
+        .expect("refused");
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains("refusing to use it") && msg.contains("/theirs/pods/ns/x"),
+            "{msg}"
+        );
+        // Nothing was written there; an empty prefix next to it is taken, and taken again.
+        assert_eq!(
+            tokio::task::block_in_place(|| etcd.etcdctl(&["get", "--prefix", "--keys-only", "/theirs"])).trim(),
+            "/theirs/pods/ns/x"
+        );
+        let mine = replica(etcd.endpoints(), "/mine").await;
+        mine.create("/registry/pods/ns/a", b"{}".to_vec()).await.unwrap();
+        drop(mine);
+        let again = replica(etcd.endpoints(), "/mine").await;
+        assert!(again.get("/registry/pods/ns/a").await.unwrap().is_some());
+        assert_eq!(
+            tokio::task::block_in_place(|| etcd.etcdctl(&["get", "/mine/pods/ns/a", "--print-value-only"])).trim(),
+            "{}"
+        );
+    }
+
+    /// Health fails once etcd is gone, and recovers with it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn health_follows_etcd() {
+        let mut etcd = cluster(1).await;
+        let store = replica(etcd.endpoints(), "/registry").await;
+        store.health().await.unwrap();
+        tokio::task::block_in_place(|| etcd.stop_all());
+        assert!(store.health().await.is_err());
+        tokio::task::block_in_place(|| etcd.start_all());
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while store.health().await.is_err() {
+            assert!(std::time::Instant::now() < deadline, "health never recovered");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Upstream's compactor: replicas take turns through compact_rev_key, and every replica's
+    /// history floor follows.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn periodic_compaction_through_compact_rev_key() {
+        let etcd = cluster(1).await;
+        let open = || {
+            EtcdStore::open(EtcdOptions {
+                endpoints: etcd.endpoints(),
+                compaction_interval: Duration::from_millis(700),
+                ..Default::default()
+            })
+        };
+        let (a, b) = (open().await.unwrap(), open().await.unwrap());
+        let first = a.create("/registry/pods/ns/a", b"1".to_vec()).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            a.create(&format!("/registry/events/ns/{}", std::process::id()), b"x".to_vec())
+                .await
+                .ok();
+            let (ca, cb) = (
+                a.compacted_revision().await.unwrap(),
+                b.compacted_revision().await.unwrap(),
+            );
+            if ca > first.mod_revision && cb > first.mod_revision {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no compaction: {ca} {cb}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let err = b.watch("/registry/pods/", first.mod_revision - 1).await.err().unwrap();
+        assert!(matches!(err, StoreError::Compacted { .. }), "{err:?}");
+        let version = tokio::task::block_in_place(|| etcd.etcdctl(&["get", "compact_rev_key", "-w", "json"]));
+        assert!(version.contains("\"version\""), "{version}");
     }
 }

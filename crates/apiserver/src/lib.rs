@@ -44,5 +44,6 @@ pub mod watch;
 pub mod write;
 
 pub use server::{
-    ApiState, Running, ServerOptions, client, client_as, controller_client, identities, start, start_with_store,
+    ApiState, EtcdConfig, Running, ServerOptions, client, client_as, controller_client, identities, start,
+    start_with_store,
 };

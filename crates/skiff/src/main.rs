@@ -477,21 +477,15 @@ struct EtcdArgs {
 
 impl EtcdArgs {
     /// The etcd store these flags ask for, if any.
-    async fn open(&self) -> anyhow::Result<Option<std::sync::Arc<dyn skiff_store::Store>>> {
-        if self.etcd_servers.is_empty() {
-            return Ok(None);
-        }
-        let store = skiff_store::EtcdStore::open(skiff_store::EtcdOptions {
+    fn config(&self) -> Option<skiff_apiserver::EtcdConfig> {
+        (!self.etcd_servers.is_empty()).then(|| skiff_apiserver::EtcdConfig {
             endpoints: self.etcd_servers.clone(),
             prefix: self.etcd_prefix.clone(),
             ca_file: self.etcd_cafile.clone(),
             cert_file: self.etcd_certfile.clone(),
             key_file: self.etcd_keyfile.clone(),
             compaction_interval: self.etcd_compaction_interval,
-            ..Default::default()
         })
-        .await?;
-        Ok(Some(store))
     }
 }
 
@@ -873,10 +867,8 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         args.default_not_ready_toleration_seconds,
         args.default_unreachable_toleration_seconds,
     );
-    let running = match args.etcd.open().await? {
-        Some(store) => skiff_apiserver::start_with_store(opts, store).await?,
-        None => skiff_apiserver::start(opts).await?,
-    };
+    opts.etcd = args.etcd.config();
+    let running = skiff_apiserver::start(opts).await?;
     println!("skiff: API server listening on {}", running.url);
     println!("skiff: kubeconfig written to {}", running.kubeconfig.display());
     println!("skiff: export KUBECONFIG={}", running.kubeconfig.display());

@@ -1499,7 +1499,7 @@ mod replicas {
         let fresh = replica(etcd.endpoints(), "/registry").await;
         let listed = fresh.list("/registry/pods/", ListOptions::default()).await.unwrap();
         let present: HashSet<String> = listed.items.into_iter().map(|kv| kv.key).collect();
-        let acked = acked.lock().unwrap();
+        let acked = acked.lock().unwrap().clone();
         for key in acked.iter() {
             assert!(present.contains(key), "{key} lost");
             assert!(
@@ -1598,5 +1598,34 @@ mod replicas {
         assert!(matches!(err, StoreError::Compacted { .. }), "{err:?}");
         let version = tokio::task::block_in_place(|| etcd.etcdctl(&["get", "compact_rev_key", "-w", "json"]));
         assert!(version.contains("\"version\""), "{version}");
+    }
+}
+
+#[cfg(test)]
+mod bench {
+    use super::*;
+
+    /// `cargo test -p skiff-store --release -- --ignored bench_etcd --nocapture`: creates through
+    /// one replica on a local 3-member cluster, beside `etcdctl check perf` on the same cluster.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "benchmark"]
+    async fn bench_etcd_creates() {
+        let etcd = tokio::task::spawn_blocking(|| skiff_testkit::EtcdCluster::start(3))
+            .await
+            .unwrap();
+        let store = EtcdStore::open(EtcdOptions {
+            endpoints: etcd.endpoints(),
+            compaction_interval: Duration::ZERO,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let result = crate::bench_creates(store, 10_000, 64).await;
+        println!(
+            "etcd (3 members): 10000 creates, 64 clients: {:.0} creates/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
+            result.creates_per_second, result.p50_ms, result.p99_ms, result.errors
+        );
+        let perf = tokio::task::block_in_place(|| etcd.etcdctl(&["check", "perf", "--load=s"]));
+        println!("etcdctl check perf --load=s:\n{perf}");
     }
 }

@@ -303,6 +303,11 @@ impl EtcdStore {
             up: watch_up,
         };
         store.tasks.push(tokio::spawn(watcher.run()));
+        // Ready once the watch is established (health reports a watch that is not).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !store.watch_up.load(Ordering::Acquire) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         if !opts.compaction_interval.is_zero() {
             store
                 .tasks
@@ -616,11 +621,7 @@ impl EtcdStore {
             match op {
                 Op::Create { value, .. } => {
                     compares.push(Compare::mod_revision(k.clone(), CompareOp::Equal, 0));
-                    then.push(TxnOp::put(
-                        k.clone(),
-                        value.clone(),
-                        Some(PutOptions::new().with_prev_key()),
-                    ));
+                    then.push(TxnOp::put(k.clone(), value.clone(), None));
                 }
                 Op::Update { value, expected, .. } => {
                     compares.push(Compare::mod_revision(k.clone(), CompareOp::Equal, expected + self.base));

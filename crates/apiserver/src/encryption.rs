@@ -1041,6 +1041,10 @@ impl Store for EncryptedStore {
         self.inner.current_revision().await
     }
 
+    async fn health(&self) -> Result<()> {
+        self.inner.health().await
+    }
+
     async fn compact(&self, revision: Revision) -> Result<()> {
         self.inner.compact(revision).await
     }

@@ -291,7 +291,7 @@ async fn health(state: &ApiState, name: &str, path: &str, verbose: bool) -> Resp
         );
         r
     };
-    let store = state.store.current_revision().await;
+    let store = state.store.health().await;
     if name == "check" {
         // `/readyz/CHECK`: one check.
         let check = path.splitn(3, '/').nth(2).unwrap_or("").trim_end_matches('/');

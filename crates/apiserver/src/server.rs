@@ -144,6 +144,8 @@ impl ApiState {
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
     pub data_dir: PathBuf,
+    /// Keep objects in etcd (upstream's `--etcd-*` flags) instead of SQLite in the data dir.
+    pub etcd: Option<EtcdConfig>,
     pub port: u16,
     pub bind: IpAddr,
     /// Where to write the admin kubeconfig (default: DATA_DIR/kubeconfig).
@@ -174,6 +176,7 @@ impl ServerOptions {
     pub fn new(data_dir: PathBuf, port: u16) -> Self {
         ServerOptions {
             data_dir,
+            etcd: None,
             port,
             bind: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             kubeconfig: None,
@@ -239,9 +242,34 @@ pub fn router(state: Arc<ApiState>) -> Router {
 }
 
 /// Open the store, make sure certificates and initial namespaces exist, and serve HTTPS.
+/// Where the objects live when they are in etcd.
+#[derive(Clone, Debug)]
+pub struct EtcdConfig {
+    pub endpoints: Vec<String>,
+    pub prefix: String,
+    pub ca_file: Option<PathBuf>,
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+}
+
 pub async fn start(opts: ServerOptions) -> anyhow::Result<Running> {
     std::fs::create_dir_all(&opts.data_dir)
         .with_context(|| format!("creating data dir {}", opts.data_dir.display()))?;
+    if let Some(etcd) = &opts.etcd {
+        let store: Arc<dyn Store> = skiff_store::EtcdStore::open(skiff_store::EtcdOptions {
+            endpoints: etcd.endpoints.clone(),
+            prefix: etcd.prefix.clone(),
+            ca_file: etcd.ca_file.clone(),
+            cert_file: etcd.cert_file.clone(),
+            key_file: etcd.key_file.clone(),
+            // etcd's compactor coordinates the replicas through compact_rev_key; the server's
+            // own compactor is for a store only this process writes.
+            compaction_interval: opts.compaction_interval,
+            ..Default::default()
+        })
+        .await?;
+        return start_with_store(ServerOptions { compaction_interval: Duration::ZERO, ..opts }, store).await;
+    }
     let store_path = opts.data_dir.join("state.db");
     let store: Arc<dyn Store> = skiff_store::sqlite::SqliteStore::open(&store_path)
         .with_context(|| format!("opening store {}", store_path.display()))?;

@@ -27,6 +27,9 @@ pub enum BenchCommand {
         /// `--server-arg=--audit-log-path=` to measure without the audit log.
         #[arg(long = "server-arg", allow_hyphen_values = true)]
         server_args: Vec<String>,
+        /// Measure a server whose objects are in this etcd (`skiff server --etcd-servers`).
+        #[arg(long)]
+        etcd_servers: Option<String>,
     },
     /// Scheduling throughput on upstream's scheduler_perf shapes.
     Scheduling {
@@ -257,8 +260,14 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             clients,
             json,
             as_user,
-            server_args,
-        } => bench_api(pods, clients, json, as_user, &server_args).await,
+            mut server_args,
+            etcd_servers,
+        } => {
+            if let Some(etcd) = etcd_servers {
+                server_args.push(format!("--etcd-servers={etcd}"));
+            }
+            bench_api(pods, clients, json, as_user, &server_args).await
+        }
         BenchCommand::Services { options, json } => crate::bench_services::bench_services(options, json).await,
         BenchCommand::Churn { options, json } => crate::bench_churn::bench_churn(options, json).await,
         BenchCommand::Scheduling {

@@ -281,10 +281,6 @@ struct ServerArgs {
     /// Do not create the default `local-path` StorageClass.
     #[arg(long)]
     disable_local_storage: bool,
-    /// How often the store's history is compacted, up to the revision of the compaction
-    /// before (0s: never), as upstream's flag of that name.
-    #[arg(long, default_value = "5m", value_parser = parse_duration_or_zero)]
-    etcd_compaction_interval: std::time::Duration,
     /// How long pods tolerate a not-ready node unless they say otherwise (the
     /// DefaultTolerationSeconds admission plugin).
     #[arg(long, default_value_t = 300)]
@@ -294,6 +290,8 @@ struct ServerArgs {
     default_unreachable_toleration_seconds: i64,
     #[command(flatten)]
     serving: ServingArgs,
+    #[command(flatten)]
+    etcd: EtcdArgs,
     /// Give every Node a podCIDR from --cluster-cidr (the node IPAM controller).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     allocate_node_cidrs: bool,
@@ -449,6 +447,45 @@ impl NodeLifecycleArgs {
             unhealthy_zone_threshold: self.unhealthy_zone_threshold,
             large_cluster_threshold: self.large_cluster_size_threshold,
         }
+    }
+}
+
+/// The etcd backend (kube-apiserver's flags); without `--etcd-servers` the store is SQLite in the
+/// data dir.
+#[derive(clap::Args, Debug, Clone)]
+struct EtcdArgs {
+    /// etcd client URLs, comma-separated: keep the cluster's objects in etcd instead of SQLite
+    /// (several API servers can then share it).
+    #[arg(long, value_delimiter = ',')]
+    etcd_servers: Vec<String>,
+    /// The prefix of every key in etcd.
+    #[arg(long, default_value = "/registry")]
+    etcd_prefix: String,
+    /// CA bundle to verify etcd's serving certificate.
+    #[arg(long)]
+    etcd_cafile: Option<PathBuf>,
+    /// Client certificate for etcd.
+    #[arg(long)]
+    etcd_certfile: Option<PathBuf>,
+    /// Client key for etcd.
+    #[arg(long)]
+    etcd_keyfile: Option<PathBuf>,
+    /// How often the store's history is compacted, up to the revision seen an interval
+    /// before (0s: never); on etcd one API server per interval does it.
+    #[arg(long, default_value = "5m", value_parser = parse_duration_or_zero)]
+    etcd_compaction_interval: std::time::Duration,
+}
+
+impl EtcdArgs {
+    /// The etcd store these flags ask for, if any.
+    fn config(&self) -> Option<skiff_apiserver::EtcdConfig> {
+        (!self.etcd_servers.is_empty()).then(|| skiff_apiserver::EtcdConfig {
+            endpoints: self.etcd_servers.clone(),
+            prefix: self.etcd_prefix.clone(),
+            ca_file: self.etcd_cafile.clone(),
+            cert_file: self.etcd_certfile.clone(),
+            key_file: self.etcd_keyfile.clone(),
+        })
     }
 }
 
@@ -825,7 +862,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     };
     opts.encryption_provider_config = args.encryption_provider_config.clone();
     opts.local_storage = !args.disable_local_storage;
-    opts.compaction_interval = args.etcd_compaction_interval;
+    opts.compaction_interval = args.etcd.etcd_compaction_interval;
     opts.limits = skiff_apiserver::filters::Limits {
         request_timeout: args.serving.request_timeout,
         max_requests_inflight: args.serving.max_requests_inflight,
@@ -840,6 +877,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         args.default_not_ready_toleration_seconds,
         args.default_unreachable_toleration_seconds,
     );
+    opts.etcd = args.etcd.config();
     let running = skiff_apiserver::start(opts).await?;
     println!("skiff: API server listening on {}", running.url);
     println!("skiff: kubeconfig written to {}", running.kubeconfig.display());

@@ -616,19 +616,22 @@ pub(crate) async fn transactions_write_all_or_nothing(store: Arc<dyn Store>) {
                 key: "/ip/1".into(),
                 value: b"a".to_vec(),
             },
-            // Later ops see the earlier ones.
-            Op::Update {
-                key: "/ip/1".into(),
-                value: b"a2".to_vec(),
-                expected: 3,
+            Op::Create {
+                key: "/ip/2".into(),
+                value: b"b".to_vec(),
             },
         ])
         .await
         .unwrap();
     let revs: Vec<_> = kvs.iter().map(|kv| kv.mod_revision).collect();
-    assert_eq!(revs, [2, 3, 4]);
-    assert_eq!(kvs[2].create_revision, 3);
-    assert_eq!(&store.get("/ip/1").await.unwrap().unwrap().value[..], b"a2");
+    // One revision for all (etcd) or consecutive ones (SQLite, memory), after every earlier write.
+    assert!(revs == [2, 2, 2] || revs == [2, 3, 4], "{revs:?}");
+    let last = revs[2];
+    assert_eq!(kvs[1].create_revision, revs[1]);
+    assert_eq!(kvs[0].create_revision, 1);
+    assert_eq!(&store.get("/ip/1").await.unwrap().unwrap().value[..], b"a");
+    assert_eq!(store.get("/s/a").await.unwrap().unwrap().mod_revision, revs[0]);
+    assert_eq!(store.current_revision().await.unwrap(), last);
 
     // One op that does not hold: its error, and nothing written.
     let err = store
@@ -646,7 +649,7 @@ pub(crate) async fn transactions_write_all_or_nothing(store: Arc<dyn Store>) {
         .unwrap_err();
     assert!(matches!(&err, StoreError::AlreadyExists(k) if k == "/ip/1"), "{err:?}");
     assert_eq!(store.get("/s/b").await.unwrap(), None);
-    assert_eq!(store.current_revision().await.unwrap(), 4);
+    assert_eq!(store.current_revision().await.unwrap(), last);
     let err = store
         .txn(vec![
             Op::Delete {
@@ -655,29 +658,34 @@ pub(crate) async fn transactions_write_all_or_nothing(store: Arc<dyn Store>) {
             },
             Op::Delete {
                 key: "/ip/1".into(),
-                expected: Some(3),
+                expected: Some(1),
             },
         ])
         .await
         .unwrap_err();
-    assert!(matches!(err, StoreError::Conflict { actual: 4, .. }), "{err:?}");
+    assert!(
+        matches!(err, StoreError::Conflict { actual, .. } if actual == revs[1]),
+        "{err:?}"
+    );
     assert!(store.get("/s/a").await.unwrap().is_some());
 
     let done = store
         .txn(vec![
             Op::Delete {
                 key: "/s/a".into(),
-                expected: Some(2),
+                expected: Some(revs[0]),
             },
             Op::Delete {
                 key: "/ip/1".into(),
-                expected: Some(4),
+                expected: Some(revs[1]),
             },
         ])
         .await
         .unwrap();
     assert_eq!(done.len(), 2);
+    assert!(done[0].mod_revision > last);
     assert_eq!(store.get("/s/a").await.unwrap(), None);
+    assert_eq!(store.get("/ip/1").await.unwrap(), None);
     // Watchers see each write of a transaction, in order, and nothing of a failed one.
     let seen: Vec<_> = take_events(&mut watch, 6)
         .await
@@ -688,11 +696,11 @@ pub(crate) async fn transactions_write_all_or_nothing(store: Arc<dyn Store>) {
         seen,
         [
             ("/s/a".to_string(), 1),
-            ("/s/a".to_string(), 2),
-            ("/ip/1".to_string(), 3),
-            ("/ip/1".to_string(), 4),
-            ("/s/a".to_string(), 5),
-            ("/ip/1".to_string(), 6),
+            ("/s/a".to_string(), revs[0]),
+            ("/ip/1".to_string(), revs[1]),
+            ("/ip/2".to_string(), revs[2]),
+            ("/s/a".to_string(), done[0].mod_revision),
+            ("/ip/1".to_string(), done[1].mod_revision),
         ]
     );
     assert_quiet(&mut watch).await;

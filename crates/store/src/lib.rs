@@ -5,7 +5,8 @@
 //! server is the only user of this crate: every other component talks to the API.
 //!
 //! Backends implement [`Store`]: [`SqliteStore`] (default, durable, group
-//! commit) and [`MemoryStore`] (tests, simulations). Both keep the latest value
+//! commit), [`EtcdStore`] (scale-out: several API servers on one etcd) and
+//! [`MemoryStore`] (tests, simulations). All keep the latest value
 //! of every key and a window of recent events in memory (`state`), so reads at
 //! the current revision and recent watches never touch disk.
 //! [`bench_creates`] measures a backend's write throughput and latency.
@@ -18,11 +19,13 @@ use futures::stream::BoxStream;
 mod bench;
 #[cfg(test)]
 mod conformance;
+pub mod etcd;
 pub mod memory;
 pub mod sqlite;
 mod state;
 
 pub use bench::{BenchResult, bench_creates};
+pub use etcd::{EtcdOptions, EtcdStore};
 pub use memory::{MemoryOptions, MemoryStore};
 pub use sqlite::{SqliteOptions, SqliteStore};
 pub use state::Op;
@@ -128,8 +131,13 @@ pub trait Store: Send + Sync + 'static {
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue>;
 
     /// All of `ops` or none (etcd's `Txn` with a compare per op): each is checked as its own
-    /// write would be, seeing the ones before it, at consecutive revisions. Fails with the error of
-    /// the first op that does not hold, and then nothing is written. Durable when it returns.
+    /// write would be. Fails with the error of the first op that does not hold, and then nothing
+    /// is written. Durable when it returns.
+    ///
+    /// The writes get revisions after every earlier write and before every later one, in op
+    /// order but not necessarily distinct: etcd gives all of them the transaction's one revision,
+    /// SQLite and memory consecutive ones. Callers write a key at most once per transaction
+    /// (etcd refuses more; the other backends let a later op see an earlier one).
     async fn txn(&self, ops: Vec<Op>) -> Result<Vec<KeyValue>>;
 
     /// The current value of `key`.
@@ -157,4 +165,8 @@ pub trait Store: Send + Sync + 'static {
     /// from disk, not only from reads. For rare operations such as re-encrypting Secrets: it
     /// holds writes back while it runs.
     async fn erase_history(&self, revision: Revision) -> Result<()>;
+
+    /// Whether the backend can serve reads and commit writes now (`/readyz`'s `etcd` check):
+    /// SQLite's writer commits, etcd is reachable and the replica's watch is up and caught up.
+    async fn health(&self) -> Result<()>;
 }

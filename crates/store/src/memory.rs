@@ -141,6 +141,10 @@ impl Store for MemoryStore {
     async fn erase_history(&self, revision: Revision) -> Result<()> {
         self.compact(revision).await
     }
+
+    async fn health(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

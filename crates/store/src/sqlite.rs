@@ -100,7 +100,14 @@ enum Request {
         revision: Revision,
         reply: oneshot::Sender<Result<()>>,
     },
+    /// Commit a heartbeat: proves the writer runs and the database takes a commit.
+    Health {
+        reply: oneshot::Sender<Result<()>>,
+    },
 }
+
+/// Free space below which the store reports itself unhealthy: commits are about to fail.
+const MIN_FREE_BYTES: u64 = 1 << 20;
 
 pub struct SqliteStore {
     state: Arc<State>,
@@ -568,6 +575,10 @@ impl Writer {
                         };
                         let _ = reply.send(result);
                     }
+                    Request::Health { reply } => {
+                        self.commit_writes(&mut writes);
+                        let _ = reply.send(self.heartbeat().map_err(StoreError::Backend));
+                    }
                 }
                 if taken < self.max_batch {
                     next = rx.try_recv().ok();
@@ -674,6 +685,17 @@ impl Writer {
                 }
             }
         }
+    }
+
+    fn heartbeat(&mut self) -> anyhow::Result<()> {
+        let tx = self.conn.transaction().context("begin a heartbeat")?;
+        tx.execute(
+            "INSERT INTO meta (name, value) VALUES ('heartbeat', 1)
+             ON CONFLICT (name) DO UPDATE SET value = value + 1",
+            [],
+        )
+        .context("write a heartbeat")?;
+        tx.commit().context("commit a heartbeat")
     }
 
     fn insert(&mut self, events: &[Event]) -> anyhow::Result<()> {
@@ -881,6 +903,30 @@ impl Store for SqliteStore {
 
     async fn erase_history(&self, revision: Revision) -> Result<()> {
         self.request(|reply| Request::Erase { revision, reply }).await
+    }
+
+    /// The writer commits a heartbeat within 5 s, and the database's filesystem has room.
+    async fn health(&self) -> Result<()> {
+        let dir = match self.readers.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        let free = tokio::task::spawn_blocking(move || rustix::fs::statvfs(&dir))
+            .await
+            .context("join a statvfs")?
+            .context("statvfs the database's filesystem")?;
+        let free = free.f_bavail.saturating_mul(free.f_frsize);
+        if free < MIN_FREE_BYTES {
+            return Err(StoreError::Backend(anyhow::anyhow!(
+                "the database's filesystem is full ({free} bytes free)"
+            )));
+        }
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            self.request(|reply| Request::Health { reply }),
+        )
+        .await
+        .map_err(|_| StoreError::Backend(anyhow::anyhow!("the store writer did not commit within 5s")))?
     }
 }
 

@@ -269,6 +269,23 @@ impl Inner {
         self.window.len()
     }
 
+    /// Number of live keys.
+    pub(crate) fn len(&self) -> usize {
+        self.kvs.len()
+    }
+
+    /// Replaces everything with `kvs` at `revision` (a relist after the source's history was
+    /// compacted past what was applied): the window restarts empty and every watcher's stream
+    /// ends, so that its owner watches again and learns, from the compaction point, to relist.
+    pub(crate) fn reset(&mut self, kvs: BTreeMap<String, KeyValue>, revision: Revision, compacted: Revision) {
+        self.kvs = kvs;
+        self.revision = revision;
+        self.compacted = self.compacted.max(compacted);
+        self.window.clear();
+        self.window_floor = revision;
+        self.watchers.clear();
+    }
+
     /// Applies committed events (in revision order, all newer than
     /// `revision`) and publishes them to watchers.
     pub(crate) fn apply(&mut self, events: Vec<Event>) {
@@ -317,6 +334,12 @@ impl Inner {
                 self.compacted = self.compacted.max(self.window_floor);
             }
         }
+    }
+
+    /// Moves the revision to `revision` when the source reports a change at it that carries no
+    /// event of its own (a key of the backend's bookkeeping).
+    pub(crate) fn advance(&mut self, revision: Revision) {
+        self.revision = self.revision.max(revision);
     }
 
     /// Records a compaction and drops the events at or before it: no list or watch can reach

@@ -43,4 +43,7 @@ pub mod token_request;
 pub mod watch;
 pub mod write;
 
-pub use server::{ApiState, Running, ServerOptions, client, client_as, controller_client, identities, start};
+pub use server::{
+    ApiState, InProcessService, Running, ServerOptions, client, client_as, controller_client, controller_service,
+    identities, service_as, start,
+};

@@ -68,6 +68,14 @@ pub struct LeaderElector {
     reported_leader: String,
     /// When the last successful acquisition or renewal began.
     renewed_at: Option<Instant>,
+    /// Set when a term was lost, until the next is won: the candidate campaigns as a new one
+    /// would, waiting out even a record that names it (upstream's component exits when it
+    /// loses, and its restart is a candidate of another identity). So a standby that saw the
+    /// lapse takes over, and a paused process resumed does not win back at once.
+    rejoining: bool,
+    /// Tests hold the renew loop still with this, as a paused process's is.
+    #[cfg(test)]
+    pub(crate) paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl LeaderElector {
@@ -98,6 +106,9 @@ impl LeaderElector {
             observed_time: None,
             reported_leader: String::new(),
             renewed_at: None,
+            rejoining: false,
+            #[cfg(test)]
+            paused: Default::default(),
         })
     }
 
@@ -177,6 +188,7 @@ impl LeaderElector {
 
         // 1. The holder's fast path: update the record it last saw, assuming it is current.
         if self.is_leader()
+            && !self.rejoining
             && self.is_lease_valid(started)
             && let Some(observed) = &self.observed
         {
@@ -210,6 +222,7 @@ impl LeaderElector {
                         self.set_observed(Record::from_lease(&created));
                         self.lease = Some(created);
                         self.renewed_at = Some(started);
+                        self.rejoining = false;
                         true
                     }
                     Err(e) => {
@@ -230,13 +243,14 @@ impl LeaderElector {
         if self.observed.as_ref() != Some(&old) {
             self.set_observed(old.clone());
         }
-        if !old.holder_identity.is_empty() && self.is_lease_valid(started) && !self.is_leader() {
+        let holds = self.is_leader() && !self.rejoining;
+        if !old.holder_identity.is_empty() && self.is_lease_valid(started) && !holds {
             tracing::debug!(%lease, holder = %old.holder_identity, "the lease is held and has not yet expired");
             return false;
         }
 
         // 4. Take it over, or renew it.
-        if self.is_leader() {
+        if holds {
             record.acquire_time = old.acquire_time;
             record.leader_transitions = old.leader_transitions;
         } else {
@@ -245,6 +259,7 @@ impl LeaderElector {
         match self.update(&record).await {
             Ok(()) => {
                 self.renewed_at = Some(started);
+                self.rejoining = false;
                 true
             }
             Err(e) => {
@@ -291,6 +306,10 @@ impl LeaderElector {
         'renewals: loop {
             tokio::time::sleep(self.config.retry_period).await;
             loop {
+                #[cfg(test)]
+                while self.paused.load(std::sync::atomic::Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
                 let Some(deadline) = self.renewed_at.map(|at| at + self.config.renew_deadline) else {
                     break 'renewals;
                 };
@@ -316,8 +335,16 @@ impl LeaderElector {
             }
         }
         fence.revoke();
-        self.renewed_at = None;
         self.record_event("stopped leading");
+        self.lost();
+    }
+
+    /// The term ended without a release: campaign again as a new candidate.
+    pub(crate) fn lost(&mut self) {
+        self.renewed_at = None;
+        self.observed = None;
+        self.observed_time = None;
+        self.rejoining = true;
     }
 
     /// Give the Lease up if this candidate holds it (upstream's `release`, for

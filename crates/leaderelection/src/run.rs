@@ -93,7 +93,12 @@ where
             _ = elector.renew(&fence) => End::Lost,
             ended = &mut components => {
                 let result = ended.context("the leader's components panicked").and_then(|r| r);
-                if fence.holds() { End::Exited(result) } else { End::Lost }
+                if fence.holds() {
+                    End::Exited(result)
+                } else {
+                    elector.lost();
+                    End::Lost
+                }
             }
         };
         fence.revoke();

@@ -350,3 +350,79 @@ async fn a_lost_term_stops_its_tasks_and_the_next_term_starts_clean() {
     run.await.unwrap().unwrap();
     assert_eq!(record(&running).await.0.holder_identity, "");
 }
+
+/// A holder whose renew loop stands still (a paused process): its fence closes at the renew
+/// deadline, a standby takes the Lease once it has seen it unchanged for the lease duration, and
+/// the holder, resumed, finds its deadline past and writes nothing; campaigning again, it waits
+/// out the standby's record like any candidate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holder_loses_to_a_standby_and_writes_nothing_when_it_resumes() {
+    let (_dir, running) = server().await;
+    let mut a = candidate(&running, "host-a_1");
+    let mut b = candidate(&running, "host-b_2");
+    let paused = a.paused.clone();
+    let fence = a.acquire().await;
+    let term_fence = fence.clone();
+    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<LeaderElector>();
+    tokio::spawn(async move {
+        a.renew(&fence).await;
+        let _ = lost_tx.send(a);
+    });
+    // Renewing: b cannot take it.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert!(!b.try_acquire_or_renew().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (held, _) = record(&running).await;
+    assert_eq!(held.holder_identity, "host-a_1");
+
+    paused.store(true, Ordering::SeqCst);
+    let paused_at = Instant::now();
+    let taken_at = loop {
+        if b.try_acquire_or_renew().await {
+            break Instant::now();
+        }
+        assert!(!term_fence.holds() || paused_at.elapsed() < Duration::from_millis(1600));
+        assert!(
+            paused_at.elapsed() < Duration::from_secs(4),
+            "b never took the lease over"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The last renewal was at most a retry period (and a request) before the pause.
+    let waited = taken_at - paused_at;
+    assert!(waited >= Duration::from_millis(1500), "taken after {waited:?}");
+    assert!(!term_fence.holds(), "the fence closed before the standby took over");
+    let (taken, lease) = record(&running).await;
+    assert_eq!(taken.holder_identity, "host-b_2");
+    assert_eq!(taken.leader_transitions, 1);
+
+    // a resumes: its renew loop ends without a write.
+    paused.store(false, Ordering::SeqCst);
+    let mut a = tokio::time::timeout(Duration::from_secs(2), lost_rx)
+        .await
+        .unwrap()
+        .unwrap();
+    let (after, unchanged) = record(&running).await;
+    assert_eq!(after, taken);
+    assert_eq!(unchanged.metadata.resource_version, lease.metadata.resource_version);
+
+    // Campaigning again, a waits out b's record while b renews, and takes it only once b stops.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert!(b.try_acquire_or_renew().await);
+        assert!(!a.try_acquire_or_renew().await, "took the lease from a renewing holder");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let stopped = Instant::now();
+    let _ = tokio::time::timeout(Duration::from_secs(4), a.acquire()).await.unwrap();
+    assert!(
+        stopped.elapsed() >= Duration::from_millis(1800),
+        "{:?}",
+        stopped.elapsed()
+    );
+    let (back, _) = record(&running).await;
+    assert_eq!(back.holder_identity, "host-a_1");
+    assert_eq!(back.leader_transitions, 2);
+}

@@ -426,3 +426,59 @@ async fn a_paused_holder_loses_to_a_standby_and_writes_nothing_when_it_resumes()
     assert_eq!(back.holder_identity, "host-a_1");
     assert_eq!(back.leader_transitions, 2);
 }
+
+/// What the fence costs a component: the same writes (ConfigMap creates) and reads through the
+/// plain in-process client and through a term's client. Run with `--ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn fenced_client_overhead() {
+    let (_dir, running) = server().await;
+    let mut a = candidate(&running, "host-a_1");
+    let fence = a.acquire().await;
+    fence.extend(Instant::now() + Duration::from_secs(3600));
+    let started = Instant::now();
+    let mut held = 0usize;
+    for _ in 0..1_000_000 {
+        held += usize::from(std::hint::black_box(&fence).holds());
+    }
+    println!("fence check: {:?} each ({held} held)", started.elapsed() / 1_000_000);
+    let term = Term::new(fence, tokio::runtime::Handle::current());
+    let identity = || skiff_apiserver::tls::Identity::new("system:skiff", &[skiff_apiserver::authz::MASTERS]);
+    let plain = kube::Client::new(
+        skiff_apiserver::service_as(running.state.clone(), identity()),
+        "default",
+    );
+    let fenced = term.client(skiff_apiserver::service_as(running.state.clone(), identity()));
+    const N: usize = 1000;
+    for round in 0..4 {
+        let mut order = [("plain", &plain), ("fenced", &fenced)];
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for (label, client) in order {
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+            let started = Instant::now();
+            for i in 0..N {
+                let cm = ConfigMap {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(format!("{label}-{round}-{i}")),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                api.create(&PostParams::default(), &cm).await.unwrap();
+            }
+            let writes = started.elapsed();
+            let started = Instant::now();
+            for i in 0..N {
+                api.get(&format!("{label}-{round}-{i}")).await.unwrap();
+            }
+            let reads = started.elapsed();
+            println!(
+                "round {round} {label}: create {:?}/request, get {:?}/request",
+                writes / N as u32,
+                reads / N as u32
+            );
+        }
+    }
+}

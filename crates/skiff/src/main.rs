@@ -893,8 +893,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     // With leader election, each elected part runs only while this process holds its Lease
     // (its identity is this process's), and its clients refuse writes once it may not.
-    // The embedded store is this process's alone.
-    let election = args.leader_election.config(false)?;
+    let election = args.leader_election.config(store_is_shared(&args))?;
     let elected = Elected::new(election, &running);
     if !args.no_controllers {
         let cfg = skiff_controllers::ControllersConfig {
@@ -991,6 +990,13 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     shut_down(&running, &elected, tasks).await;
     Ok(())
+}
+
+/// Whether other servers may share this server's store: what `--leader-elect` defaults to.
+/// The embedded SQLite store is this process's alone (as k3s' single server, which does not
+/// elect); a store shared by several servers (etcd) makes this true.
+fn store_is_shared(_args: &ServerArgs) -> bool {
+    false
 }
 
 /// The parts of `skiff server` that run on one replica at a time: with leader election, each

@@ -834,6 +834,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     // Registered before anything starts, so a SIGTERM during start-up is not fatal to a write.
     let mut sigterm =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("listening for SIGTERM")?;
+    // With leader election, each elected part runs only while this process holds its Lease
+    // (its identity is this process's), and its clients refuse writes once it may not.
+    // Checked before anything starts.
+    let election = args.leader_election.config(store_is_shared(&args))?;
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     let mut opts = skiff_apiserver::ServerOptions::new(data_dir.clone(), args.port);
     opts.kubeconfig = args.write_kubeconfig.clone();
@@ -891,9 +895,6 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         skiff_controllers::nodeipam::CidrSet::new(config.cluster_cidr, config.node_cidr_mask_size)?;
     }
     let mut tasks = tokio::task::JoinSet::new();
-    // With leader election, each elected part runs only while this process holds its Lease
-    // (its identity is this process's), and its clients refuse writes once it may not.
-    let election = args.leader_election.config(store_is_shared(&args))?;
     let elected = Elected::new(election, &running);
     if !args.no_controllers {
         let cfg = skiff_controllers::ControllersConfig {

@@ -72,12 +72,16 @@ where
     let mut cancel = std::pin::pin!(cancel);
     loop {
         let fence = tokio::select! {
-            _ = &mut cancel => return Ok(()),
+            _ = &mut cancel => {
+                // An attempt cut short may have written the record as ours.
+                elector.release().await;
+                return Ok(());
+            }
             fence = elector.acquire() => fence,
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(worker_threads.max(1))
-            .thread_name(lease.replace('/', "-"))
+            .thread_name(lease.rsplit('/').next().unwrap_or("leader"))
             .enable_all()
             .build()
             .context("starting the runtime of the leader's components")?;

@@ -226,6 +226,23 @@ fn server_leads_while_it_renews_and_a_standby_takes_over_after_a_stop() {
         "{}",
         common::tail(&log, 30)
     );
+    // Upstream's events on the Lease tell the story.
+    let events = c.k(&[
+        "get",
+        "events",
+        "-n",
+        "kube-system",
+        "--field-selector",
+        "reason=LeaderElection,involvedObject.name=kube-scheduler",
+        "-o",
+        "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+    ]);
+    for said in ["became leader", "stopped leading"] {
+        assert!(
+            events.lines().any(|m| m == format!("{server_id} {said}")),
+            "no '{said}' event: {events}"
+        );
+    }
     // The Leases nobody else wanted are the server's again (a new term each).
     for name in ["kube-controller-manager", "skiff-sim"] {
         let back = eventually(Duration::from_secs(15), || {

@@ -128,10 +128,19 @@ where
             tracing::debug!(method = %req.method(), uri = %req.uri(), "{e}");
             return Box::pin(std::future::ready(Err(Box::new(e) as BoxError)));
         }
-        let served = self.server.spawn(self.inner.call(req));
+        // A write is checked again when its handling starts: the task may run later than this
+        // call (a busy runtime, a pause in between).
+        let write = (!is_read(req.method())).then(|| self.fence.clone());
+        let call = self.inner.call(req);
+        let served = self.server.spawn(async move {
+            if let Some(fence) = write {
+                fence.check()?;
+            }
+            call.await.map_err(Into::into)
+        });
         Box::pin(async move {
             match served.await {
-                Ok(answer) => answer.map_err(Into::into),
+                Ok(answer) => answer,
                 Err(e) => Err(Box::new(e) as BoxError),
             }
         })

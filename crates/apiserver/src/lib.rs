@@ -44,6 +44,6 @@ pub mod watch;
 pub mod write;
 
 pub use server::{
-    ApiState, EtcdConfig, Running, ServerOptions, client, client_as, controller_client, identities, start,
-    start_with_store,
+    ApiState, EtcdConfig, InProcessService, Running, ServerOptions, client, client_as, controller_client,
+    controller_service, identities, service_as, start, start_with_store,
 };

@@ -511,17 +511,50 @@ pub fn client(state: Arc<ApiState>) -> kube::Client {
     client_as(state, Identity::new("system:skiff", &[authz::MASTERS]))
 }
 
+/// The in-process service [`client_as`] and [`controller_client`] wrap: requests go to the router
+/// with their caller's identity attached, no sockets between. A caller that must gate them (the
+/// leader election fence) wraps this service before making its client.
+pub trait InProcessService:
+    tower::Service<
+        http::Request<kube::client::Body>,
+        Response = http::Response<axum::body::Body>,
+        Error = std::convert::Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> InProcessService for S where
+    S: tower::Service<
+            http::Request<kube::client::Body>,
+            Response = http::Response<axum::body::Body>,
+            Error = std::convert::Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// A kube client that calls this server in-process (no sockets) as `identity`.
 pub fn client_as(state: Arc<ApiState>, identity: Identity) -> kube::Client {
+    kube::Client::new(service_as(state, identity), "default")
+}
+
+/// The service under [`client_as`].
+pub fn service_as(state: Arc<ApiState>, identity: Identity) -> impl InProcessService {
     let router = router(state);
-    let service = tower::ServiceBuilder::new()
+    tower::ServiceBuilder::new()
         .map_request(move |mut req: http::Request<kube::client::Body>| {
             req.extensions_mut().insert(Some(identity.clone()));
             req.extensions_mut().insert(InProcess);
             req.map(axum::body::Body::new)
         })
-        .service(router);
-    kube::Client::new(service, "default")
+        .service(router)
 }
 
 /// A kube client for one controller, calling in-process as upstream's controller manager does
@@ -529,10 +562,15 @@ pub fn client_as(state: Arc<ApiState>, identity: Identity) -> kube::Client {
 /// listers on them) as `system:kube-controller-manager`, its writes as the controller's own
 /// service account `kube-system/NAME`, whose role the bootstrap policy binds.
 pub fn controller_client(state: Arc<ApiState>, name: &str) -> kube::Client {
+    kube::Client::new(controller_service(state, name), "default")
+}
+
+/// The service under [`controller_client`].
+pub fn controller_service(state: Arc<ApiState>, name: &str) -> impl InProcessService {
     let informers = identities::controller_manager();
     let own = identities::controller(name);
     let router = router(state);
-    let service = tower::ServiceBuilder::new()
+    tower::ServiceBuilder::new()
         .map_request(move |mut req: http::Request<kube::client::Body>| {
             // get, list and watch are exactly the GETs.
             let identity = if matches!(*req.method(), http::Method::GET | http::Method::HEAD) {
@@ -544,8 +582,7 @@ pub fn controller_client(state: Arc<ApiState>, name: &str) -> kube::Client {
             req.extensions_mut().insert(InProcess);
             req.map(axum::body::Body::new)
         })
-        .service(router);
-    kube::Client::new(service, "default")
+        .service(router)
 }
 
 /// Upstream's identities of the control plane's parts.

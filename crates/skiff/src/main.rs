@@ -308,6 +308,45 @@ struct ServerArgs {
     node_lifecycle: NodeLifecycleArgs,
     #[command(flatten)]
     audit: AuditArgs,
+    #[command(flatten)]
+    leader_election: LeaderElectionArgs,
+}
+
+/// Upstream's leader election flags (kube-scheduler's and kube-controller-manager's).
+#[derive(clap::Args, Clone)]
+struct LeaderElectionArgs {
+    /// Run the scheduler, the controllers and the simulated nodes only while this process holds
+    /// their Lease in kube-system (kube-scheduler, kube-controller-manager, skiff-sim), so that
+    /// one replica of several over a shared store is active. Default: on when the store is
+    /// shared, off for the embedded store (a restart need not wait out a lease).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    leader_elect: Option<bool>,
+    /// How long a standby waits, from the last renewal it saw, before taking a Lease over.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    leader_elect_lease_duration: std::time::Duration,
+    /// How long the holder keeps trying to renew before it stops its components.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    leader_elect_renew_deadline: std::time::Duration,
+    /// How long candidates wait between attempts to acquire or renew.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    leader_elect_retry_period: std::time::Duration,
+}
+
+impl LeaderElectionArgs {
+    /// The election's timing if leader election is on: by `--leader-elect`, else by whether
+    /// the store is shared with other servers (the one place that default is decided).
+    fn config(&self, store_is_shared: bool) -> anyhow::Result<Option<skiff_leaderelection::Config>> {
+        if !self.leader_elect.unwrap_or(store_is_shared) {
+            return Ok(None);
+        }
+        let config = skiff_leaderelection::Config {
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+        };
+        config.validate().context("invalid leader election flags")?;
+        Ok(Some(config))
+    }
 }
 
 /// Upstream's limits on requests, and Skiff's on connections.
@@ -845,6 +884,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     // Registered before anything starts, so a SIGTERM during start-up is not fatal to a write.
     let mut sigterm =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("listening for SIGTERM")?;
+    // With leader election, each elected part runs only while this process holds its Lease
+    // (its identity is this process's), and its clients refuse writes once it may not.
+    // Checked before anything starts.
+    let election = args.leader_election.config(store_is_shared(&args))?;
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     let mut opts = skiff_apiserver::ServerOptions::new(data_dir.clone(), args.port);
     opts.kubeconfig = args.write_kubeconfig.clone();
@@ -904,9 +947,8 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         skiff_controllers::nodeipam::CidrSet::new(config.cluster_cidr, config.node_cidr_mask_size)?;
     }
     let mut tasks = tokio::task::JoinSet::new();
+    let elected = Elected::new(election, &running);
     if !args.no_controllers {
-        let state = running.state.clone();
-        let clients = move |name: &str| skiff_apiserver::controller_client(state.clone(), name);
         let cfg = skiff_controllers::ControllersConfig {
             root_ca_pem: Some(running.state.pki.ca_cert_pem.clone()),
             // The signer runs here, beside the CA's key.
@@ -923,19 +965,51 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             }),
             ..Default::default()
         };
-        tasks.spawn(async move { skiff_controllers::run(clients, cfg).await.context("controllers") });
+        let state = running.state.clone();
+        elected.spawn(
+            &mut tasks,
+            "kube-controller-manager",
+            skiff_apiserver::identities::controller_manager(),
+            move |term| {
+                let (state, cfg) = (state.clone(), cfg.clone());
+                async move {
+                    let clients = move |name: &str| match &term {
+                        Some(term) => term.client(skiff_apiserver::controller_service(state.clone(), name)),
+                        None => skiff_apiserver::controller_client(state.clone(), name),
+                    };
+                    skiff_controllers::run(clients, cfg).await.context("controllers")
+                }
+            },
+        )?;
     }
     if !args.no_scheduler {
-        let c = client_as(skiff_apiserver::identities::scheduler());
-        tasks.spawn(async move { skiff_scheduler::run(c, Default::default()).await.context("scheduler") });
+        let state = running.state.clone();
+        elected.spawn(
+            &mut tasks,
+            "kube-scheduler",
+            skiff_apiserver::identities::scheduler(),
+            move |term| {
+                let c = Elected::client(&state, skiff_apiserver::identities::scheduler(), term.as_ref());
+                async move { skiff_scheduler::run(c, Default::default()).await.context("scheduler") }
+            },
+        )?;
     }
     if args.sim_nodes > 0 {
-        let c = client_as(skiff_apiserver::identities::node_simulator());
+        let state = running.state.clone();
         let cfg = skiff_agent::sim::SimConfig {
             nodes: args.sim_nodes,
             ..Default::default()
         };
-        tasks.spawn(async move { skiff_agent::sim::run(c, cfg).await.context("simulated nodes") });
+        elected.spawn(
+            &mut tasks,
+            "skiff-sim",
+            skiff_apiserver::identities::node_simulator(),
+            move |term| {
+                let c = Elected::client(&state, skiff_apiserver::identities::node_simulator(), term.as_ref());
+                let cfg = cfg.clone();
+                async move { skiff_agent::sim::run(c, cfg).await.context("simulated nodes") }
+            },
+        )?;
     }
     if !args.no_agent {
         match skiff_agent::docker::connect().await {
@@ -967,8 +1041,95 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             };
         }
     }
-    shut_down(&running, tasks).await;
+    shut_down(&running, &elected, tasks).await;
     Ok(())
+}
+
+/// Whether other servers may share this server's store: what `--leader-elect` defaults to.
+/// The embedded SQLite store is this process's alone (as k3s' single server, which does not
+/// elect); a store shared by several servers (etcd) is.
+fn store_is_shared(args: &ServerArgs) -> bool {
+    !args.etcd.etcd_servers.is_empty()
+}
+
+/// The parts of `skiff server` that run on one replica at a time: with leader election, each
+/// while this process holds its Lease in kube-system, else always.
+struct Elected {
+    config: Option<skiff_leaderelection::Config>,
+    identity: String,
+    state: std::sync::Arc<skiff_apiserver::ApiState>,
+    /// Set on shutdown: the holders stop their parts and release their Leases.
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Elected {
+    fn new(config: Option<skiff_leaderelection::Config>, running: &skiff_apiserver::Running) -> Elected {
+        Elected {
+            config,
+            identity: skiff_leaderelection::identity(),
+            state: running.state.clone(),
+            stop: tokio::sync::watch::channel(false).0,
+        }
+    }
+
+    /// An in-process client as `identity`, gated by the term's fence if there is one.
+    fn client(
+        state: &std::sync::Arc<skiff_apiserver::ApiState>,
+        identity: skiff_apiserver::tls::Identity,
+        term: Option<&skiff_leaderelection::Term>,
+    ) -> kube::Client {
+        match term {
+            Some(term) => term.client(skiff_apiserver::service_as(state.clone(), identity)),
+            None => skiff_apiserver::client_as(state.clone(), identity),
+        }
+    }
+
+    /// Run the part `start` makes: at once without leader election (`start(None)`), else on
+    /// each term this process wins of the Lease `kube-system/LEASE`, contested as
+    /// `elector_identity` (upstream's component's own user, which RBAC lets update that Lease).
+    fn spawn<F, Fut>(
+        &self,
+        tasks: &mut tokio::task::JoinSet<anyhow::Result<()>>,
+        lease: &str,
+        elector_identity: skiff_apiserver::tls::Identity,
+        mut start: F,
+    ) -> anyhow::Result<()>
+    where
+        F: FnMut(Option<skiff_leaderelection::Term>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let Some(config) = self.config else {
+            tasks.spawn(start(None));
+            return Ok(());
+        };
+        let elector = skiff_leaderelection::LeaderElector::new(
+            skiff_apiserver::client_as(self.state.clone(), elector_identity),
+            "kube-system",
+            lease,
+            self.identity.clone(),
+            config,
+        )?
+        .with_events(lease);
+        let mut stop = self.stop.subscribe();
+        // Held until the Lease is released: shutdown waits for every one to go.
+        let releasing = self.stop.subscribe();
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let lease = lease.to_string();
+        tasks.spawn(async move {
+            let _releasing = releasing;
+            skiff_leaderelection::run(
+                elector,
+                threads,
+                async move {
+                    let _ = stop.wait_for(|stop| *stop).await;
+                },
+                move |term| start(Some(term)),
+            )
+            .await
+            .with_context(|| format!("leader election for kube-system/{lease}"))
+        });
+        Ok(())
+    }
 }
 
 /// The whole shutdown takes at most this long.
@@ -978,10 +1139,26 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(4);
 /// components stopped where they wait (the node agent leaves its containers running: a new
 /// agent finds them by their labels), the requests in flight answered (their writes are
 /// committed before they answer), then the connections still open (watches) closed.
-async fn shut_down(running: &skiff_apiserver::Running, mut tasks: tokio::task::JoinSet<anyhow::Result<()>>) {
+async fn shut_down(
+    running: &skiff_apiserver::Running,
+    elected: &Elected,
+    mut tasks: tokio::task::JoinSet<anyhow::Result<()>>,
+) {
     let started = tokio::time::Instant::now();
     let deadline = started + SHUTDOWN_GRACE;
     running.stop_accepting();
+    if elected.config.is_some() {
+        // Leaders stop their parts and release their Leases (upstream's ReleaseOnCancel), so a
+        // standby takes over at once; the rest of the grace is kept for the requests.
+        elected.stop.send_replace(true);
+        // Each holder drops its receiver once it has released.
+        if tokio::time::timeout(SHUTDOWN_GRACE / 2, elected.stop.closed())
+            .await
+            .is_err()
+        {
+            tracing::warn!("leases not released in time");
+        }
+    }
     tasks.abort_all();
     let components = tokio::time::timeout_at(deadline, async { while tasks.join_next().await.is_some() {} }).await;
     if components.is_err() {

@@ -30,6 +30,7 @@ pub mod docker;
 pub mod env;
 pub mod events;
 pub mod eviction;
+pub mod grpc_probe;
 pub mod images;
 pub mod local_path;
 pub mod node;

@@ -62,15 +62,12 @@ async fn target(ctx: &Ctx) -> Result<Target, StatusError> {
                 .collect()
         })
         .unwrap_or_default();
-    let init: Vec<String> = pod
-        .pointer("/spec/initContainers")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
+    let init: Vec<String> = ["/spec/initContainers", "/spec/ephemeralContainers"]
+        .iter()
+        .filter_map(|p| pod.pointer(p).and_then(Value::as_array))
+        .flatten()
+        .filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_string))
+        .collect();
     let container = match ctx.param("container").filter(|c| !c.is_empty()) {
         Some(c) => {
             if !containers.iter().chain(init.iter()).any(|x| x == c) {

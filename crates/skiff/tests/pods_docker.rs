@@ -713,3 +713,40 @@ spec:
         "{err}"
     );
 }
+
+/// `nodes/NAME/proxy/...` reaches the node agent's endpoint, as upstream's node proxy reaches
+/// the kubelet, authorized on `nodes/proxy`.
+#[test]
+fn node_proxy_reaches_the_agent() {
+    let n = Node::start("nodeproxy", &["--no-controllers"]);
+    let base = format!("/api/v1/nodes/{}/proxy", n.name);
+    assert_eq!(n.c.k(&["get", "--raw", &format!("{base}/healthz")]), "ok");
+    n.c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: talker\nspec:\n  containers:\n  - name: c\n    image: busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"echo via-node-proxy; sleep 3600\"]\n",
+        &[],
+    );
+    n.wait_running("talker");
+    let logs = eventually(Duration::from_secs(20), || {
+        let out = n.c.kubectl(&[
+            "get",
+            "--raw",
+            &format!("{base}/containerLogs/default/talker/c?tailLines=5"),
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.contains("via-node-proxy").then_some(text)
+    });
+    assert_eq!(logs.as_deref(), Some("via-node-proxy\n"));
+    // The agent's own answers pass through, errors included.
+    let err =
+        n.c.k_err(&["get", "--raw", &format!("{base}/containerLogs/default/talker/nope")]);
+    assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
+    // Authorized on nodes/proxy.
+    let err = n.c.k_err(&["get", "--raw", &format!("{base}/healthz"), "--as=jane"]);
+    assert!(
+        err.contains(&format!(
+            "nodes \"{}\" is forbidden: User \"jane\" cannot get resource \"nodes/proxy\" in API group \"\" at the cluster scope",
+            n.name
+        )),
+        "{err}"
+    );
+}

@@ -750,3 +750,39 @@ fn node_proxy_reaches_the_agent() {
         "{err}"
     );
 }
+
+/// With `shareProcessNamespace`, the sandbox's pause process is PID 1 of the pod and inherits
+/// its orphans: it reaps them when they exit, as upstream's pause does, so no zombies pile up.
+#[test]
+fn pause_reaps_orphans_in_a_shared_process_namespace() {
+    let n = Node::start("reap", &["--no-controllers"]);
+    n.c.apply(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: orphans
+spec:
+  shareProcessNamespace: true
+  containers:
+  - name: c
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "for i in 1 2 3; do (sleep 1 &); done; exec sleep 3600"]
+"#,
+        &[],
+    );
+    n.wait_running("orphans");
+    // The orphans' parent, once their subshells exit, is PID 1: pause.
+    let zombies = "sleep 4; grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l";
+    let (out, ok) = n.sh("orphans", zombies);
+    assert!(ok, "{out}");
+    let (init, _) = n.sh("orphans", "cat /proc/1/cmdline");
+    assert!(init.contains("/pause"), "{init}");
+    assert_eq!(
+        out.trim(),
+        "0",
+        "zombies under pause: {}",
+        n.sh("orphans", "ps -o pid,ppid,stat,comm").0
+    );
+}

@@ -225,6 +225,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
                 docker: docker.clone(),
                 node: cfg.node_name.clone(),
                 cluster: cluster.clone(),
+                client: Some(client.clone()),
             };
             let sans = vec![
                 node_ip.to_string(),

@@ -736,6 +736,16 @@ fn node_proxy_reaches_the_agent() {
         text.contains("via-node-proxy").then_some(text)
     });
     assert_eq!(logs.as_deref(), Some("via-node-proxy\n"));
+    let pods: serde_json::Value =
+        serde_json::from_str(&n.c.k(&["get", "--raw", &format!("{base}/pods")])).expect("a PodList");
+    assert_eq!(pods["kind"], "PodList");
+    let names: Vec<&str> = pods["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .collect();
+    assert!(names.contains(&"talker"), "{names:?}");
     // The agent's own answers pass through, errors included.
     let err =
         n.c.k_err(&["get", "--raw", &format!("{base}/containerLogs/default/talker/nope")]);

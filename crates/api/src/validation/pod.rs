@@ -1236,6 +1236,64 @@ mod tests {
         assert!(e.is_empty(), "{e:?}");
     }
 
+    /// upstream's ValidatePodEphemeralContainersUpdate: allowed fields only (an empty struct is
+    /// unset), unique names, an existing target, existing ones kept as they are.
+    #[test]
+    fn ephemeral_containers_follow_upstreams_rules() {
+        let res = crate::registry::lookup_kind("", "Pod").unwrap();
+        let base = json!({"containers": [{"name": "app", "image": "x"}]});
+        let with = |eph: Value| {
+            let mut p = pod(base.clone());
+            p["spec"]["ephemeralContainers"] = eph;
+            p
+        };
+        let check = |new: &Value, old: &Value| -> Vec<String> {
+            let mut new = new.clone();
+            crate::defaults::apply_defaults(res, &mut new);
+            crate::validation::validate_write(res, "ephemeralcontainers", &new, Some(old))
+                .iter()
+                .map(|e| e.to_string())
+                .collect()
+        };
+        let old = pod(base.clone());
+        let dbg = json!({"name": "dbg", "image": "busybox", "targetContainerName": "app", "resources": {},
+            "stdin": true, "tty": true, "terminationMessagePolicy": "File"});
+        let e = check(&with(json!([dbg.clone()])), &old);
+        assert!(e.is_empty(), "{e:?}");
+        let bad = with(json!([{"name": "app", "image": "b", "targetContainerName": "nope",
+            "ports": [{"containerPort": 80}], "readinessProbe": {"exec": {"command": ["true"]}}}]));
+        assert_eq!(
+            check(&bad, &old),
+            vec![
+                "spec.ephemeralContainers[0].name: Duplicate value: \"app\"",
+                "spec.ephemeralContainers[0].targetContainerName: Not found: \"nope\"",
+                "spec.ephemeralContainers[0].ports: Forbidden: cannot be set for an Ephemeral Container",
+                "spec.ephemeralContainers[0].readinessProbe: Forbidden: cannot be set for an Ephemeral Container",
+            ]
+        );
+        let old = with(json!([dbg.clone()]));
+        let e = check(&pod(base.clone()), &old);
+        assert_eq!(
+            e,
+            vec!["spec.ephemeralContainers: Forbidden: existing ephemeral containers \"dbg\" may not be removed\n"]
+        );
+        let mut changed = dbg.clone();
+        changed["image"] = json!("other");
+        let e = check(&with(json!([changed])), &old);
+        assert!(
+            e[0].starts_with(
+                "spec.ephemeralContainers: Forbidden: existing ephemeral containers \"dbg\" may not be changed"
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            pod_errors(
+                json!({"containers": [{"name": "app", "image": "x"}], "ephemeralContainers": [{"name": "e", "image": "x"}]})
+            ),
+            vec!["spec.ephemeralContainers: Forbidden: cannot be set on create"]
+        );
+    }
+
     #[test]
     fn containers_required_named_and_imaged() {
         assert_eq!(pod_errors(json!({})), vec!["spec.containers: Required value"]);

@@ -25,6 +25,8 @@ pub const LABEL_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 pub const LABEL_HASH: &str = "io.kubernetes.container.hash";
 pub const LABEL_TYPE: &str = "io.kubernetes.docker.type";
 pub const LABEL_INIT: &str = "io.skiff.container.init";
+/// An ephemeral (debug) container, added through the pod's `ephemeralcontainers` subresource.
+pub const LABEL_EPHEMERAL: &str = "io.skiff.container.ephemeral";
 pub const LABEL_ATTEMPT: &str = "io.kubernetes.sandbox.attempt";
 pub const LABEL_GRACE: &str = "io.kubernetes.pod.terminationGracePeriod";
 pub const TYPE_SANDBOX: &str = "podsandbox";

@@ -10,13 +10,14 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 /// The sandbox image every pod's first container runs.
-pub const PAUSE_IMAGE: &str = "skiff/pause:3.10";
+/// (3.10.1: pause reaps its children.)
+pub const PAUSE_IMAGE: &str = "skiff/pause:3.10.1";
 /// The busybox image tests use.
 pub const BUSYBOX_IMAGE: &str = "busybox:latest";
 
 const BUSYBOX_PATHS: [&str; 2] = ["/bin/busybox", "/usr/bin/busybox"];
 
-/// Builds `busybox:latest` from the host's static busybox and `skiff/pause:3.10`, a static binary that
+/// Builds `busybox:latest` from the host's static busybox and `skiff/pause:3.10.1`, a static binary that
 /// sleeps until SIGTERM or SIGINT and then exits 0 (as upstream's pause does).
 pub async fn build_local_images(docker: &Docker) -> anyhow::Result<()> {
     build_pause_image(docker).await?;
@@ -44,7 +45,7 @@ pub async fn build_local_images(docker: &Docker) -> anyhow::Result<()> {
 pub async fn build_pause_image(docker: &Docker) -> anyhow::Result<()> {
     let mut pause = TarBuilder::default();
     pause.file("pause", 0o755, &pause_elf());
-    import(docker, pause.finish(), "skiff/pause", "3.10", "[\"/pause\"]").await
+    import(docker, pause.finish(), "skiff/pause", "3.10.1", "[\"/pause\"]").await
 }
 
 fn busybox_tar(busybox: &[u8], applets: &str) -> Vec<u8> {
@@ -88,8 +89,9 @@ async fn import(docker: &Docker, tar: Vec<u8>, repo: &str, tag: &str, cmd: &str)
     Ok(())
 }
 
-/// A static x86-64 ELF executable: installs a SIGTERM and SIGINT handler that calls exit_group(0), then
-/// loops on pause(2). Machine code (Intel syntax):
+/// A static x86-64 ELF executable: installs a SIGTERM and SIGINT handler that calls exit_group(0), ignores
+/// SIGCHLD (so its children, the orphans of a shared PID namespace included, are reaped by the kernel
+/// and never stay zombies), then loops on pause(2). Machine code (Intel syntax):
 ///
 /// ```text
 /// sub rsp, 32 ; lea rax, [rip+handler] ; mov [rsp], rax          ; sa_handler
@@ -97,17 +99,27 @@ async fn import(docker: &Docker, tar: Vec<u8>, repo: &str, tag: &str, cmd: &str)
 /// mov eax, 0x04000000 ; mov [rsp+8], rax                          ; sa_flags = SA_RESTORER
 /// xor eax, eax ; mov [rsp+24], rax                                ; sa_mask = 0
 /// rt_sigaction(15, rsp, 0, 8) ; rt_sigaction(2, rsp, 0, 8)
+/// mov qword [rsp], 1 ; rt_sigaction(17, rsp, 0, 8)                ; SIGCHLD = SIG_IGN
 /// loop: pause() ; jmp loop
 /// handler: exit_group(0)
 /// ```
 pub fn pause_elf() -> Vec<u8> {
-    const CODE: [u8; 101] = [
-        0x48, 0x83, 0xec, 0x20, 0x48, 0x8d, 0x05, 0x51, 0x00, 0x00, 0x00, 0x48, 0x89, 0x04, 0x24, 0x48, 0x89, 0x44,
+    // sub rsp, 32; the sigaction {handler, flags = SA_RESTORER, restorer, mask = 0} on the stack;
+    // rt_sigaction(SIGTERM) and rt_sigaction(SIGINT) to the exit handler; then SIGCHLD set to
+    // SIG_IGN, so the kernel reaps every child (orphans of a shared PID namespace are pause's
+    // children) as upstream's pause reaps them with waitpid; then pause() forever. The handler
+    // is exit_group(0).
+    const CODE: [u8; 132] = [
+        0x48, 0x83, 0xec, 0x20, 0x48, 0x8d, 0x05, 0x70, 0x00, 0x00, 0x00, 0x48, 0x89, 0x04, 0x24, 0x48, 0x89, 0x44,
         0x24, 0x10, 0xb8, 0x00, 0x00, 0x00, 0x04, 0x48, 0x89, 0x44, 0x24, 0x08, 0x31, 0xc0, 0x48, 0x89, 0x44, 0x24,
         0x18, 0xbf, 0x0f, 0x00, 0x00, 0x00, 0x48, 0x89, 0xe6, 0x31, 0xd2, 0x41, 0xba, 0x08, 0x00, 0x00, 0x00, 0xb8,
         0x0d, 0x00, 0x00, 0x00, 0x0f, 0x05, 0xbf, 0x02, 0x00, 0x00, 0x00, 0x48, 0x89, 0xe6, 0x31, 0xd2, 0x41, 0xba,
-        0x08, 0x00, 0x00, 0x00, 0xb8, 0x0d, 0x00, 0x00, 0x00, 0x0f, 0x05, 0xb8, 0x22, 0x00, 0x00, 0x00, 0x0f, 0x05,
-        0xeb, 0xf7, 0x31, 0xff, 0xb8, 0xe7, 0x00, 0x00, 0x00, 0x0f, 0x05,
+        0x08, 0x00, 0x00, 0x00, 0xb8, 0x0d, 0x00, 0x00, 0x00, 0x0f, 0x05, // rt_sigaction(SIGINT)
+        0x48, 0xc7, 0x04, 0x24, 0x01, 0x00, 0x00, 0x00, // mov qword [rsp], SIG_IGN
+        0xbf, 0x11, 0x00, 0x00, 0x00, 0x48, 0x89, 0xe6, 0x31, 0xd2, 0x41, 0xba, 0x08, 0x00, 0x00, 0x00, 0xb8, 0x0d,
+        0x00, 0x00, 0x00, 0x0f, 0x05, // rt_sigaction(SIGCHLD)
+        0xb8, 0x22, 0x00, 0x00, 0x00, 0x0f, 0x05, 0xeb, 0xf7, // pause loop
+        0x31, 0xff, 0xb8, 0xe7, 0x00, 0x00, 0x00, 0x0f, 0x05, // exit_group(0)
     ];
     const BASE: u64 = 0x40_0000;
     const HEADERS: u64 = 64 + 56;

@@ -30,6 +30,7 @@ pub mod docker;
 pub mod env;
 pub mod events;
 pub mod eviction;
+pub mod grpc_probe;
 pub mod images;
 pub mod local_path;
 pub mod node;
@@ -224,6 +225,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
                 docker: docker.clone(),
                 node: cfg.node_name.clone(),
                 cluster: cluster.clone(),
+                client: Some(client.clone()),
             };
             let sans = vec![
                 node_ip.to_string(),

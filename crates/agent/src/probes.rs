@@ -1,4 +1,4 @@
-//! Liveness, readiness and startup probes (exec, httpGet, tcpSocket) and lifecycle hooks
+//! Liveness, readiness and startup probes (exec, httpGet, tcpSocket, grpc) and lifecycle hooks
 //! (postStart, preStop), with upstream's timing fields and messages.
 
 use std::sync::Arc;
@@ -176,12 +176,14 @@ pub async fn run_probe(probe: &Probe, target: &Target, timeout: Duration) -> Out
         return tcp_socket(tcp, target, timeout).await;
     }
     if let Some(grpc) = &probe.grpc {
-        // gRPC health checking is approximated by a TCP connect to the port.
-        let tcp = TCPSocketAction {
-            port: IntOrString::Int(grpc.port),
-            host: None,
+        let Ok(port) = u16::try_from(grpc.port) else {
+            return Outcome::Failure(format!("invalid port number: {}", grpc.port));
         };
-        return tcp_socket(&tcp, target, timeout).await;
+        let service = grpc.service.as_deref().unwrap_or_default();
+        return match crate::grpc_probe::probe(&target.pod_ip, port, service, timeout).await {
+            Ok(_) => Outcome::Success,
+            Err(message) => Outcome::Failure(message),
+        };
     }
     Outcome::Failure("missing probe handler".into())
 }
@@ -520,6 +522,44 @@ mod tests {
             err.starts_with(&format!("Get \"https://127.0.0.1:{plain_port}/healthz\": ")),
             "{err}"
         );
+    }
+
+    /// A gRPC probe asks the health service: an open port whose service says NOT_SERVING fails.
+    #[tokio::test]
+    async fn grpc_probe_asks_the_health_service() {
+        let (reporter, service) = tonic_health::server::health_reporter();
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+        reporter
+            .set_service_status("db", tonic_health::ServingStatus::Serving)
+            .await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let target = Target {
+            docker: Docker::connect_with_local_defaults().unwrap(),
+            container_id: String::new(),
+            pod_ip: "127.0.0.1".into(),
+            container: container(),
+        };
+        let probe = |service: Option<&str>| Probe {
+            grpc: Some(k8s_openapi::api::core::v1::GRPCAction {
+                port: port as i32,
+                service: service.map(str::to_string),
+            }),
+            ..Default::default()
+        };
+        let t = Duration::from_secs(2);
+        assert_eq!(
+            run_probe(&probe(None), &target, t).await,
+            Outcome::Failure("service unhealthy (responded with \"NOT_SERVING\")".into())
+        );
+        assert_eq!(run_probe(&probe(Some("db")), &target, t).await, Outcome::Success);
     }
 
     #[tokio::test]

@@ -63,6 +63,8 @@ pub struct ServerState {
     pub node: String,
     /// The cluster's identity, which the node's containers are labelled with.
     pub cluster: String,
+    /// The API client `/pods` lists this node's pods with (none: `/pods` is not served).
+    pub client: Option<kube::Client>,
 }
 
 impl ServerState {
@@ -214,6 +216,7 @@ pub fn tls_config(ca_pem: &str, sans: Vec<String>) -> anyhow::Result<(rustls::Se
 pub fn router(state: ServerState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route("/pods", get(node_pods))
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
         .route("/exec/{ns}/{pod}/{container}", any(exec))
         .route("/exec/{ns}/{pod}/{uid}/{container}", any(exec_with_uid))
@@ -222,6 +225,27 @@ pub fn router(state: ServerState) -> Router {
         .route("/portForward/{ns}/{pod}", any(port_forward))
         .route("/portForward/{ns}/{pod}/{uid}", any(port_forward_with_uid))
         .with_state(state)
+}
+
+/// `/pods`: the pods bound to this node, as a PodList (the kubelet's `/pods`).
+async fn node_pods(State(state): State<ServerState>) -> Response {
+    let Some(client) = state.client.clone() else {
+        return error(StatusCode::NOT_FOUND, "404 page not found".into());
+    };
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(client);
+    let params = kube::api::ListParams::default().fields(&format!("spec.nodeName={}", state.node));
+    match api.list(&params).await {
+        Ok(list) => {
+            let pods = serde_json::json!({
+                "kind": "PodList",
+                "apiVersion": "v1",
+                "metadata": {},
+                "items": list.items,
+            });
+            ([(http::header::CONTENT_TYPE, "application/json")], pods.to_string()).into_response()
+        }
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("listing pods: {e}")),
+    }
 }
 
 /// Parses a query string into repeated key/values (percent-decoded, `+` as space).

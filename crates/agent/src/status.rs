@@ -67,6 +67,21 @@ pub fn compute(input: &StatusInput<'_>) -> PodStatus {
         .map(|c| container_status(c, false, input, !init_done))
         .collect();
 
+    // Ephemeral containers never make a pod ready or unready.
+    let ephemeral_statuses: Vec<ContainerStatus> = spec
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .filter_map(|ec| {
+            let mut v = serde_json::to_value(ec).ok()?;
+            v.as_object_mut()?.remove("targetContainerName");
+            let c: Container = serde_json::from_value(v).ok()?;
+            let mut s = container_status(&c, false, input, false);
+            s.ready = false;
+            Some(s)
+        })
+        .collect();
+
     let phase = if init_failed_never {
         "Failed"
     } else if !init_done {
@@ -146,6 +161,7 @@ pub fn compute(input: &StatusInput<'_>) -> PodStatus {
         qos_class: Some(qos_class(pod).to_string()),
         init_container_statuses: Some(init_statuses).filter(|s| !s.is_empty()),
         container_statuses: Some(statuses),
+        ephemeral_container_statuses: Some(ephemeral_statuses).filter(|s| !s.is_empty()),
         message: old.message.clone(),
         reason: old.reason.clone(),
         nominated_node_name: old.nominated_node_name.clone(),

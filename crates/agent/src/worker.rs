@@ -186,6 +186,13 @@ fn hex_prefix(bytes: &[u8]) -> String {
     bytes.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
+/// An ephemeral container as the container it runs (the same fields, less the target).
+fn ephemeral_as_container(ec: &k8s_openapi::api::core::v1::EphemeralContainer) -> Option<Container> {
+    let mut v = serde_json::to_value(ec).ok()?;
+    v.as_object_mut()?.remove("targetContainerName");
+    serde_json::from_value(v).ok()
+}
+
 fn grace_seconds(pod: &Pod) -> i64 {
     pod.metadata
         .deletion_grace_period_seconds
@@ -488,6 +495,27 @@ impl PodWorker {
                     }
                 }
             }
+        }
+        // Ephemeral containers: started once each, whether or not initialization is done (as
+        // upstream), never restarted.
+        for ec in spec.ephemeral_containers.iter().flatten() {
+            if !rt.instances(&ec.name, false).is_empty() {
+                continue;
+            }
+            let Some(c) = ephemeral_as_container(ec) else {
+                continue;
+            };
+            // The target's PID namespace, when it runs (upstream's targetContainerName).
+            let target = ec.target_container_name.as_deref().filter(|t| !t.is_empty()).map(|t| {
+                rt.instances(t, false)
+                    .into_iter()
+                    .chain(rt.instances(t, true))
+                    .find(|r| r.state == RunState::Running)
+                    .map(|r| r.id.clone())
+                    .unwrap_or_default()
+            });
+            self.start_container_as(pod, &c, false, 0, &sandbox, &pod_ip, Some(target.as_deref()))
+                .await?;
         }
         let rt = if started_empty {
             let mut rt = PodRuntime {
@@ -1175,6 +1203,23 @@ impl PodWorker {
         sandbox: &ContainerRecord,
         pod_ip: &str,
     ) -> anyhow::Result<()> {
+        self.start_container_as(pod, c, init, restart_count, sandbox, pod_ip, None)
+            .await
+    }
+
+    /// Starts a container; `ephemeral` is `Some(target container id)` for an ephemeral container
+    /// (`Some(None)` without a target).
+    #[allow(clippy::too_many_arguments)]
+    async fn start_container_as(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        init: bool,
+        restart_count: i32,
+        sandbox: &ContainerRecord,
+        pod_ip: &str,
+        ephemeral: Option<Option<&str>>,
+    ) -> anyhow::Result<()> {
         let key = (init, c.name.clone());
         let field = Some((init, c.name.as_str()));
         if !self.ensure_image(pod, c, init).await? {
@@ -1300,6 +1345,8 @@ impl PodWorker {
             }),
             pid_mode: if spec.host_pid == Some(true) {
                 Some("host".into())
+            } else if let Some(Some(target)) = ephemeral {
+                Some(format!("container:{target}"))
             } else if spec.share_process_namespace == Some(true) {
                 Some(sandbox_mode.clone())
             } else {
@@ -1331,6 +1378,9 @@ impl PodWorker {
         labels.insert(docker::LABEL_HASH.into(), container_hash(c));
         if init {
             labels.insert(docker::LABEL_INIT.into(), "true".into());
+        }
+        if ephemeral.is_some() {
+            labels.insert(docker::LABEL_EPHEMERAL.into(), "true".into());
         }
         let config = ContainerCreateBody {
             image: c.image.clone(),

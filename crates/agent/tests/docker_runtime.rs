@@ -1308,6 +1308,7 @@ async fn https_endpoint_serves_logs_and_exec_to_ca_signed_clients() {
         docker: h.ctx.docker.clone(),
         node: h.node.clone(),
         cluster: h.ctx.cluster.clone(),
+        client: None,
     };
     let addr = skiff_agent::server::serve(
         "127.0.0.1:0".parse().unwrap(),

@@ -224,6 +224,24 @@ async fn serve(
                 Err(e) => body::error_response(&e),
             }
         }
+        Route::Resource(rr) if rr.resource.plural == "nodes" && rr.subresource == "proxy" => {
+            let bytes = match body::read_limited(body).await {
+                Ok(b) => b,
+                Err(e) => return body::error_response(&e),
+            };
+            let ctx = Ctx {
+                state: state.clone(),
+                rr,
+                params,
+                headers,
+                method,
+                user,
+            };
+            match crate::proxy::node_proxy(&ctx, &parts, bytes).await {
+                Ok(resp) => resp,
+                Err(e) => body::error_response(&e),
+            }
+        }
         Route::Resource(rr) => {
             let bytes = match body::read_limited(body).await {
                 Ok(b) => b,

@@ -1,4 +1,4 @@
-//! Streams served by node agents (log, exec, attach, portforward), proxied as upstream
+//! Streams served by node agents (log, exec, attach, portforward) and `nodes/NAME/proxy/...`, proxied as upstream
 //! proxies to the kubelet: the API server finds the pod's node, connects to the node
 //! agent's HTTPS endpoint (InternalIP and `status.daemonEndpoints.kubeletEndpoint.port`)
 //! presenting the cluster's admin client certificate, and relays the stream.
@@ -62,15 +62,12 @@ async fn target(ctx: &Ctx) -> Result<Target, StatusError> {
                 .collect()
         })
         .unwrap_or_default();
-    let init: Vec<String> = pod
-        .pointer("/spec/initContainers")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
+    let init: Vec<String> = ["/spec/initContainers", "/spec/ephemeralContainers"]
+        .iter()
+        .filter_map(|p| pod.pointer(p).and_then(Value::as_array))
+        .flatten()
+        .filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_string))
+        .collect();
     let container = match ctx.param("container").filter(|c| !c.is_empty()) {
         Some(c) => {
             if !containers.iter().chain(init.iter()).any(|x| x == c) {
@@ -100,14 +97,26 @@ async fn target(ctx: &Ctx) -> Result<Target, StatusError> {
             }
         }
     };
+    let (host, port, pin) = node_endpoint(ctx, &node_name).await?;
+    Ok(Target {
+        host,
+        port,
+        pin,
+        container,
+    })
+}
+
+/// Where a node's agent listens: its InternalIP (or Hostname), the kubelet endpoint port, and
+/// the pinned serving certificate hash.
+async fn node_endpoint(ctx: &Ctx, node_name: &str) -> Result<(String, u16, Option<String>), StatusError> {
     let nodes = skiff_api::registry::lookup("", "v1", "nodes").ok_or_else(|| StatusError::internal("no nodes"))?;
     let kv = ctx
         .state
         .store
-        .get(&objects::key(nodes, "", &node_name))
+        .get(&objects::key(nodes, "", node_name))
         .await
         .map_err(|e| ctx.store_err(e))?
-        .ok_or_else(|| StatusError::not_found("", "nodes", &node_name))?;
+        .ok_or_else(|| StatusError::not_found("", "nodes", node_name))?;
     let node = objects::decode_kv(&kv).ok_or_else(|| StatusError::internal("stored node is not valid JSON"))?;
     let port = node
         .pointer("/status/daemonEndpoints/kubeletEndpoint/Port")
@@ -138,12 +147,7 @@ async fn target(ctx: &Ctx) -> Result<Target, StatusError> {
         .and_then(|a| a.get(SERVING_CERT_ANNOTATION))
         .and_then(Value::as_str)
         .map(str::to_ascii_lowercase);
-    Ok(Target {
-        host,
-        port,
-        pin,
-        container,
-    })
+    Ok((host, port, pin))
 }
 
 /// Accepts the agent's certificate if it matches the pinned hash (or, without a pin,
@@ -371,6 +375,63 @@ async fn relay(client: WebSocket, agent: tokio_tungstenite::WebSocketStream<TlsS
         _ = &mut down => {}
         _ = &mut up => { down.await; }
     }
+}
+
+/// `nodes/NAME/proxy/PATH`: the request relayed to the node agent's endpoint at PATH (with its
+/// query), its answer passed back as it is, as upstream's node proxy to the kubelet.
+pub async fn node_proxy(ctx: &Ctx, parts: &http::request::Parts, body: bytes::Bytes) -> Result<Response, StatusError> {
+    let (host, port, pin) = node_endpoint(ctx, &ctx.rr.name).await?;
+    let t = Target {
+        host,
+        port,
+        pin,
+        container: String::new(),
+    };
+    let prefix = format!("/nodes/{}/proxy", ctx.rr.name);
+    let full = parts.uri.path();
+    let tail = full.find(&prefix).map(|i| &full[i + prefix.len()..]).unwrap_or("");
+    let mut path = if tail.is_empty() {
+        "/".to_string()
+    } else {
+        tail.to_string()
+    };
+    if let Some(q) = parts.uri.query().filter(|q| !q.is_empty()) {
+        path = format!("{path}?{q}");
+    }
+    let stream = connect(&ctx.state, &t, true).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .map_err(|e| StatusError::new(503, "ServiceUnavailable", format!("agent connection: {e}")))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "node proxy connection ended");
+        }
+    });
+    let mut req = http::Request::builder()
+        .method(parts.method.clone())
+        .uri(&path)
+        .header(header::HOST, format!("{}:{}", t.host, t.port));
+    for name in [header::CONTENT_TYPE, header::ACCEPT] {
+        if let Some(v) = parts.headers.get(&name) {
+            req = req.header(name, v);
+        }
+    }
+    let req = req
+        .body(http_body_util::Full::new(body))
+        .map_err(|e| StatusError::bad_request(format!("proxy request: {e}")))?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| StatusError::new(503, "ServiceUnavailable", format!("error trying to reach service: {e}")))?;
+    let (head, body) = resp.into_parts();
+    let mut r = Response::new(Body::new(body));
+    *r.status_mut() = head.status;
+    for name in [header::CONTENT_TYPE, header::CONTENT_ENCODING] {
+        if let Some(v) = head.headers.get(&name) {
+            r.headers_mut().insert(name, v.clone());
+        }
+    }
+    Ok(r)
 }
 
 async fn proxy_logs(ctx: &Ctx, t: &Target, path: &str) -> Result<Response, StatusError> {

@@ -119,6 +119,11 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
             Some(_) => Route::NotFound,
             None => Route::UnknownResource(plural.to_string()),
         },
+        // A node's proxy carries the agent's path after it.
+        [plural, name, "proxy", _, ..] => match lookup(plural) {
+            Some(r) if !r.namespaced && r.has_subresource("proxy") => mk(r, "", name, "proxy"),
+            _ => Route::NotFound,
+        },
         [plural, name, sub] => match lookup(plural) {
             Some(r) if !r.namespaced => mk(r, "", name, sub),
             _ => Route::NotFound,

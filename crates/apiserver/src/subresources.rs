@@ -1,4 +1,4 @@
-//! Subresources: status (and a CertificateSigningRequest's approval), scale, binding, eviction, namespace finalize, a service account's
+//! Subresources: status (and a CertificateSigningRequest's approval), a pod's ephemeralcontainers, scale, binding, eviction, namespace finalize, a service account's
 //! token (`token_request`); node-agent streams (log, exec, attach, portforward) are proxied
 //! in `proxy`.
 
@@ -35,6 +35,18 @@ pub async fn handle(ctx: Ctx, bytes: Bytes) -> Result<Response, StatusError> {
         }
         ("status" | "approval", Method::PATCH) => {
             let (w, code) = write::patch_object(&ctx, bytes, UpdateScope::Status).await?;
+            Ok(render_one(&ctx, code, w.object()))
+        }
+        ("ephemeralcontainers", Method::GET) => crate::read::get(&ctx).await,
+        ("ephemeralcontainers", Method::PUT) => {
+            let obj = body::decode(&ctx.headers, &bytes)?;
+            let (w, warnings) = write::update_object(&ctx, obj, UpdateScope::EphemeralContainers).await?;
+            let mut r = render_one(&ctx, StatusCode::OK, w.object());
+            body::add_warnings(&mut r, &warnings);
+            Ok(r)
+        }
+        ("ephemeralcontainers", Method::PATCH) => {
+            let (w, code) = write::patch_object(&ctx, bytes, UpdateScope::EphemeralContainers).await?;
             Ok(render_one(&ctx, code, w.object()))
         }
         ("scale", Method::GET) => {

@@ -649,6 +649,8 @@ pub enum UpdateScope {
     /// The status subresource: only status changes (a CertificateSigningRequest's `approval`
     /// subresource too, whose strategy then keeps only the conditions).
     Status,
+    /// A pod's `ephemeralcontainers` subresource: only `spec.ephemeralContainers` changes.
+    EphemeralContainers,
 }
 
 /// Outcome of a write to an existing object.
@@ -692,6 +694,17 @@ pub async fn finish_update(
             match status {
                 Some(s) => m.insert("status".into(), s),
                 None => m.remove("status"),
+            };
+        }
+        new = merged;
+    } else if scope == UpdateScope::EphemeralContainers {
+        // upstream's dropNonEphemeralContainerUpdates: everything else stays as stored.
+        let ephemeral = new.pointer("/spec/ephemeralContainers").cloned();
+        let mut merged = old.clone();
+        if let Some(spec) = merged.get_mut("spec").and_then(Value::as_object_mut) {
+            match ephemeral {
+                Some(e) => spec.insert("ephemeralContainers".into(), e),
+                None => spec.remove("ephemeralContainers"),
             };
         }
         new = merged;

@@ -560,3 +560,239 @@ fn two_clusters_with_one_node_name_keep_to_their_own_containers() {
     assert_eq!(a.c.k(&["exec", "twin", "--", "sh", "-c", "echo $WHO"]).trim(), "a");
     assert_eq!(b.c.k(&["exec", "twin", "--", "sh", "-c", "echo $WHO"]).trim(), "b");
 }
+
+/// `kubectl debug` adds ephemeral containers through `pods/ephemeralcontainers`: the agent runs
+/// them in the pod's network and in the target container's process namespace, reports them in
+/// `status.ephemeralContainerStatuses`, and logs, exec and attach reach them. Existing ones can be
+/// neither removed nor changed, and ports are refused, as upstream.
+#[test]
+fn kubectl_debug_runs_ephemeral_containers_in_the_target() {
+    let n = Node::start("debug", &["--no-controllers"]);
+    n.c.apply(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: target
+spec:
+  containers:
+  - name: app
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "mkdir -p /www && echo from-app > /www/index.html && httpd -f -p 8080 -h /www"]
+"#,
+        &[],
+    );
+    n.wait_running("target");
+    let out = n.c.k(&[
+        "debug",
+        "target",
+        "--image=busybox:latest",
+        "--image-pull-policy=IfNotPresent",
+        "--target=app",
+        "--container=dbg",
+        "--",
+        "sh",
+        "-c",
+        "ps; wget -qO- http://localhost:8080/; sleep 3600",
+    ]);
+    assert!(!out.contains("disabled"), "{out}");
+    let running = eventually(Duration::from_secs(60), || {
+        (!n.field(
+            "target",
+            ".status.ephemeralContainerStatuses[0].state.running.startedAt",
+        )
+        .is_empty())
+        .then_some(())
+    });
+    assert!(running.is_some(), "{}", n.c.k(&["describe", "pod", "target"]));
+    assert_eq!(n.field("target", ".status.ephemeralContainerStatuses[0].name"), "dbg");
+    // The target's processes are visible, and its port answers on localhost.
+    let logs = eventually(Duration::from_secs(20), || {
+        let out = n.c.k(&["logs", "target", "-c", "dbg"]);
+        out.contains("from-app").then_some(out)
+    })
+    .expect("debug container logs");
+    assert!(logs.contains("httpd -f -p 8080"), "{logs}");
+    // It is the target's process namespace (its PID 1 is the target's process), and exec
+    // reaches the debug container.
+    let ps = n.c.k(&["exec", "target", "-c", "dbg", "--", "ps"]);
+    let first = ps.lines().nth(1).unwrap_or_default().to_string();
+    assert!(first.trim_start().starts_with("1 ") && first.contains("httpd"), "{ps}");
+    assert!(ps.contains("sleep 3600"), "{ps}");
+
+    // Interactive: stdin reaches the debug container through attach.
+    let out = n.c.stdin_kubectl(
+        &[
+            "debug",
+            "-i",
+            "target",
+            "--image=busybox:latest",
+            "--image-pull-policy=IfNotPresent",
+            "--target=app",
+            "--container=dbg2",
+            "--",
+            "sh",
+        ],
+        "echo through-$((40+2)); ps\nexit\n",
+    );
+    assert!(out.contains("through-42"), "{out}");
+    let dbg2 = eventually(Duration::from_secs(30), || {
+        let code = n.field(
+            "target",
+            ".status.ephemeralContainerStatuses[?(@.name==\"dbg2\")].state.terminated.exitCode",
+        );
+        (!code.is_empty()).then_some(code)
+    });
+    assert_eq!(
+        dbg2.as_deref(),
+        Some("0"),
+        "{}",
+        n.c.k(&["get", "pod", "target", "-o", "yaml"])
+    );
+    assert_eq!(n.field("target", ".status.phase"), "Running");
+
+    // Upstream's rules: no removal, no change, no ports; none on create.
+    let err = n.c.k_err(&[
+        "patch",
+        "pod",
+        "target",
+        "--subresource=ephemeralcontainers",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/ephemeralContainers/0"}]"#,
+    ]);
+    assert!(
+        err.contains("existing ephemeral containers \"dbg\" may not be removed"),
+        "{err}"
+    );
+    let err = n.c.k_err(&[
+        "patch",
+        "pod",
+        "target",
+        "--subresource=ephemeralcontainers",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/ephemeralContainers/0/image","value":"other"}]"#,
+    ]);
+    assert!(
+        err.contains("existing ephemeral containers \"dbg\" may not be changed"),
+        "{err}"
+    );
+    let err = n.c.k_err(&[
+        "patch",
+        "pod",
+        "target",
+        "--subresource=ephemeralcontainers",
+        "--type=strategic",
+        "-p",
+        r#"{"spec":{"ephemeralContainers":[{"name":"bad","image":"busybox","ports":[{"containerPort":80}]}]}}"#,
+    ]);
+    assert!(
+        err.contains("].ports: Forbidden: cannot be set for an Ephemeral Container"),
+        "{err}"
+    );
+    // Only the ephemeral containers change through the subresource.
+    n.c.k(&[
+        "patch",
+        "pod",
+        "target",
+        "--subresource=ephemeralcontainers",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"labels":{"sneaky":"yes"}},"spec":{"activeDeadlineSeconds":5}}"#,
+    ]);
+    assert_eq!(n.field("target", ".metadata.labels.sneaky"), "");
+    assert_eq!(n.field("target", ".spec.activeDeadlineSeconds"), "");
+    let err = n.c.stdin_kubectl_err(
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: born\nspec:\n  containers:\n  - name: c\n    image: busybox\n  ephemeralContainers:\n  - name: e\n    image: busybox\n",
+    );
+    assert!(
+        err.contains("spec.ephemeralContainers: Forbidden: cannot be set on create"),
+        "{err}"
+    );
+}
+
+/// `nodes/NAME/proxy/...` reaches the node agent's endpoint, as upstream's node proxy reaches
+/// the kubelet, authorized on `nodes/proxy`.
+#[test]
+fn node_proxy_reaches_the_agent() {
+    let n = Node::start("nodeproxy", &["--no-controllers"]);
+    let base = format!("/api/v1/nodes/{}/proxy", n.name);
+    assert_eq!(n.c.k(&["get", "--raw", &format!("{base}/healthz")]), "ok");
+    n.c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: talker\nspec:\n  containers:\n  - name: c\n    image: busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"echo via-node-proxy; sleep 3600\"]\n",
+        &[],
+    );
+    n.wait_running("talker");
+    let logs = eventually(Duration::from_secs(20), || {
+        let out = n.c.kubectl(&[
+            "get",
+            "--raw",
+            &format!("{base}/containerLogs/default/talker/c?tailLines=5"),
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.contains("via-node-proxy").then_some(text)
+    });
+    assert_eq!(logs.as_deref(), Some("via-node-proxy\n"));
+    let pods: serde_json::Value =
+        serde_json::from_str(&n.c.k(&["get", "--raw", &format!("{base}/pods")])).expect("a PodList");
+    assert_eq!(pods["kind"], "PodList");
+    let names: Vec<&str> = pods["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .collect();
+    assert!(names.contains(&"talker"), "{names:?}");
+    // The agent's own answers pass through, errors included.
+    let err =
+        n.c.k_err(&["get", "--raw", &format!("{base}/containerLogs/default/talker/nope")]);
+    assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
+    // Authorized on nodes/proxy.
+    let err = n.c.k_err(&["get", "--raw", &format!("{base}/healthz"), "--as=jane"]);
+    assert!(
+        err.contains(&format!(
+            "nodes \"{}\" is forbidden: User \"jane\" cannot get resource \"nodes/proxy\" in API group \"\" at the cluster scope",
+            n.name
+        )),
+        "{err}"
+    );
+}
+
+/// With `shareProcessNamespace`, the sandbox's pause process is PID 1 of the pod and inherits
+/// its orphans: it reaps them when they exit, as upstream's pause does, so no zombies pile up.
+#[test]
+fn pause_reaps_orphans_in_a_shared_process_namespace() {
+    let n = Node::start("reap", &["--no-controllers"]);
+    n.c.apply(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: orphans
+spec:
+  shareProcessNamespace: true
+  containers:
+  - name: c
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "for i in 1 2 3; do (sleep 1 &); done; exec sleep 3600"]
+"#,
+        &[],
+    );
+    n.wait_running("orphans");
+    // The orphans' parent, once their subshells exit, is PID 1: pause.
+    let zombies = "sleep 4; grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l";
+    let (out, ok) = n.sh("orphans", zombies);
+    assert!(ok, "{out}");
+    let (init, _) = n.sh("orphans", "cat /proc/1/cmdline");
+    assert!(init.contains("/pause"), "{init}");
+    assert_eq!(
+        out.trim(),
+        "0",
+        "zombies under pause: {}",
+        n.sh("orphans", "ps -o pid,ppid,stat,comm").0
+    );
+}

@@ -71,7 +71,10 @@ pub fn validate_write(res: &Resource, subresource: &str, obj: &Value, old: Optio
         meta::validate_object_meta_update(obj.get("metadata"), old.get("metadata"), &mut errs);
     }
     match (res.group, res.kind) {
-        ("", "Pod") => pod::validate_pod(obj, old, &mut errs),
+        ("", "Pod") => match (subresource, old) {
+            ("ephemeralcontainers", Some(old)) => pod::validate_pod_ephemeral_containers_update(obj, old, &mut errs),
+            _ => pod::validate_pod(obj, old, &mut errs),
+        },
         ("", "Service") => core::validate_service(obj, old, &mut errs),
         ("", "Node") => core::validate_node(obj, old, &mut errs),
         ("", "Secret") => core::validate_secret(obj, old, &mut errs),

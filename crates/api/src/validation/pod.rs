@@ -25,10 +25,133 @@ const UPDATABLE_POD_SPEC_FIELDS: &[&str] = &[
 pub(crate) fn validate_pod(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     let spec = field(Some(obj), "spec");
     let sp = Path::new("spec");
-    if let Some(old) = old {
-        validate_pod_update(spec, field(Some(old), "spec"), errs);
+    match old {
+        Some(old) => validate_pod_update(spec, field(Some(old), "spec"), errs),
+        // upstream's ValidatePodCreate: ephemeral containers come only through their subresource.
+        None if !arr_at(spec, "ephemeralContainers").is_empty() => {
+            errs.push(forbidden(&sp.child("ephemeralContainers"), "cannot be set on create"));
+        }
+        None => {}
     }
     validate_pod_spec(spec, &sp, errs);
+}
+
+/// upstream's `ValidatePodEphemeralContainersUpdate` (the `ephemeralcontainers` subresource):
+/// the pod spec as a whole, then existing ephemeral containers neither removed nor changed.
+pub(crate) fn validate_pod_ephemeral_containers_update(obj: &Value, old: &Value, errs: &mut Vec<FieldError>) {
+    let annotations = field(field(Some(old), "metadata"), "annotations");
+    if field(annotations, "kubernetes.io/config.mirror").is_some() {
+        errs.clear();
+        errs.push(forbidden(
+            &Path::new(""),
+            "static pods do not support ephemeral containers",
+        ));
+        return;
+    }
+    let spec = field(Some(obj), "spec");
+    validate_pod_spec(spec, &Path::new("spec"), errs);
+    let sp = Path::new("spec").child("ephemeralContainers");
+    let new_list = arr_at(spec, "ephemeralContainers");
+    for o in arr_at(field(Some(old), "spec"), "ephemeralContainers") {
+        let name = str_at(Some(o), "name");
+        match new_list.iter().find(|n| str_at(Some(n), "name") == name) {
+            None => errs.push(forbidden(
+                &sp,
+                &format!("existing ephemeral containers \"{name}\" may not be removed\n"),
+            )),
+            Some(n) if !semantic_eq(n, o) => {
+                let mut diff = Vec::new();
+                diff_paths("", o, n, &mut diff);
+                errs.push(forbidden(
+                    &sp,
+                    &format!(
+                        "existing ephemeral containers \"{name}\" may not be changed\n{}",
+                        diff.join("\n")
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+/// The fields an ephemeral container may set (upstream's `allowedEphemeralContainerFields`);
+/// the rest (ports, probes, lifecycle, resources, ...) are for the pod's own containers.
+const ALLOWED_EPHEMERAL_FIELDS: &[&str] = &[
+    "name",
+    "image",
+    "command",
+    "args",
+    "workingDir",
+    "env",
+    "envFrom",
+    "volumeMounts",
+    "volumeDevices",
+    "terminationMessagePath",
+    "terminationMessagePolicy",
+    "imagePullPolicy",
+    "securityContext",
+    "stdin",
+    "stdinOnce",
+    "tty",
+    "targetContainerName",
+];
+
+/// upstream's `validateEphemeralContainers`.
+fn validate_ephemeral_containers(
+    spec: Option<&Value>,
+    p: &Path,
+    volumes: &HashSet<String>,
+    errs: &mut Vec<FieldError>,
+) {
+    let others: HashSet<&str> = arr_at(spec, "containers")
+        .iter()
+        .chain(arr_at(spec, "initContainers"))
+        .map(|c| str_at(Some(c), "name"))
+        .collect();
+    let mut names: HashSet<String> = others.iter().map(|n| n.to_string()).collect();
+    for (i, c) in arr_at(spec, "ephemeralContainers").iter().enumerate() {
+        let ep = p.index(i);
+        // Names are checked against every container of the pod by validate_container.
+        validate_container_common(c, &ep, volumes, &mut names, errs);
+        let target = str_at(Some(c), "targetContainerName");
+        if !target.is_empty() && !others.contains(target) {
+            errs.push(FieldError::not_found(
+                ep.child("targetContainerName").as_str(),
+                &Value::String(target.to_string()),
+            ));
+        }
+        if let Some(m) = c.as_object() {
+            for (k, v) in m {
+                if !ALLOWED_EPHEMERAL_FIELDS.contains(&k.as_str()) && !is_zero(v) {
+                    errs.push(forbidden(&ep.child(k), "cannot be set for an Ephemeral Container"));
+                }
+            }
+        }
+        for (j, m) in arr_at(Some(c), "volumeMounts").iter().enumerate() {
+            for key in ["subPath", "subPathExpr"] {
+                if !str_at(Some(m), key).is_empty() {
+                    errs.push(forbidden(
+                        &ep.child("volumeMounts").index(j).child(key),
+                        "cannot be set for an Ephemeral Container",
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Go's zero value test of upstream's allow-list check (absent, null, empty).
+fn is_zero(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        // A struct is zero when every field is (kubectl sends `resources: {}`).
+        Value::Object(m) => m.values().all(is_zero),
+    }
 }
 
 /// upstream's `ValidatePodTemplateSpec`: template labels and annotations, then the pod spec.
@@ -73,6 +196,7 @@ pub(crate) fn validate_pod_spec(spec: Option<&Value>, p: &Path, errs: &mut Vec<F
         let cp = p.child("initContainers").index(i);
         validate_container(c, &cp, &volumes, &mut names, true, errs);
     }
+    validate_ephemeral_containers(spec, &p.child("ephemeralContainers"), &volumes, errs);
     validate_restart_policy(spec, &p.child("restartPolicy"), errs);
     if let Some(v) = field(spec, "dnsPolicy") {
         match v.as_str().unwrap_or("") {
@@ -572,6 +696,19 @@ fn validate_container(
     init: bool,
     errs: &mut Vec<FieldError>,
 ) {
+    validate_container_common(c, p, volumes, names, errs);
+    validate_container_kind(c, p, init, errs);
+}
+
+/// The rules every kind of container follows (upstream's `validateContainerCommon`), and a name
+/// unique among all of the pod's containers.
+fn validate_container_common(
+    c: &Value,
+    p: &Path,
+    volumes: &HashSet<String>,
+    names: &mut HashSet<String>,
+    errs: &mut Vec<FieldError>,
+) {
     let name = str_at(Some(c), "name");
     if name.is_empty() {
         errs.push(required(&p.child("name"), ""));
@@ -668,6 +805,10 @@ fn validate_container(
     if !name.is_empty() && !names.insert(name.to_string()) {
         errs.push(duplicate(&p.child("name"), &Value::String(name.to_string())));
     }
+}
+
+/// The rules of regular and init containers (lifecycle, probes, restartPolicy).
+fn validate_container_kind(c: &Value, p: &Path, init: bool, errs: &mut Vec<FieldError>) {
     let sidecar = init && str_at(Some(c), "restartPolicy") == "Always";
     if init
         && let Some(rp) = field(Some(c), "restartPolicy")
@@ -1093,6 +1234,64 @@ mod tests {
             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                 {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}, {"key": "cores", "operator": "Gt", "values": ["2"]}]}]}}}}));
         assert!(e.is_empty(), "{e:?}");
+    }
+
+    /// upstream's ValidatePodEphemeralContainersUpdate: allowed fields only (an empty struct is
+    /// unset), unique names, an existing target, existing ones kept as they are.
+    #[test]
+    fn ephemeral_containers_follow_upstreams_rules() {
+        let res = crate::registry::lookup_kind("", "Pod").unwrap();
+        let base = json!({"containers": [{"name": "app", "image": "x"}]});
+        let with = |eph: Value| {
+            let mut p = pod(base.clone());
+            p["spec"]["ephemeralContainers"] = eph;
+            p
+        };
+        let check = |new: &Value, old: &Value| -> Vec<String> {
+            let mut new = new.clone();
+            crate::defaults::apply_defaults(res, &mut new);
+            crate::validation::validate_write(res, "ephemeralcontainers", &new, Some(old))
+                .iter()
+                .map(|e| e.to_string())
+                .collect()
+        };
+        let old = pod(base.clone());
+        let dbg = json!({"name": "dbg", "image": "busybox", "targetContainerName": "app", "resources": {},
+            "stdin": true, "tty": true, "terminationMessagePolicy": "File"});
+        let e = check(&with(json!([dbg.clone()])), &old);
+        assert!(e.is_empty(), "{e:?}");
+        let bad = with(json!([{"name": "app", "image": "b", "targetContainerName": "nope",
+            "ports": [{"containerPort": 80}], "readinessProbe": {"exec": {"command": ["true"]}}}]));
+        assert_eq!(
+            check(&bad, &old),
+            vec![
+                "spec.ephemeralContainers[0].name: Duplicate value: \"app\"",
+                "spec.ephemeralContainers[0].targetContainerName: Not found: \"nope\"",
+                "spec.ephemeralContainers[0].ports: Forbidden: cannot be set for an Ephemeral Container",
+                "spec.ephemeralContainers[0].readinessProbe: Forbidden: cannot be set for an Ephemeral Container",
+            ]
+        );
+        let old = with(json!([dbg.clone()]));
+        let e = check(&pod(base.clone()), &old);
+        assert_eq!(
+            e,
+            vec!["spec.ephemeralContainers: Forbidden: existing ephemeral containers \"dbg\" may not be removed\n"]
+        );
+        let mut changed = dbg.clone();
+        changed["image"] = json!("other");
+        let e = check(&with(json!([changed])), &old);
+        assert!(
+            e[0].starts_with(
+                "spec.ephemeralContainers: Forbidden: existing ephemeral containers \"dbg\" may not be changed"
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            pod_errors(
+                json!({"containers": [{"name": "app", "image": "x"}], "ephemeralContainers": [{"name": "e", "image": "x"}]})
+            ),
+            vec!["spec.ephemeralContainers: Forbidden: cannot be set on create"]
+        );
     }
 
     #[test]

@@ -43,4 +43,7 @@ pub mod token_request;
 pub mod watch;
 pub mod write;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 pub use server::{ApiState, Running, ServerOptions, client, client_as, controller_client, identities, start};

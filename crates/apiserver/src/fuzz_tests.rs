@@ -225,7 +225,7 @@ fn write_case() -> impl Strategy<Value = WriteCase> {
                 Just(patch_type),
                 body,
                 byte_edits(3),
-                prop::collection::vec(prop::sample::select(QUERY.to_vec()), 0..3),
+                prop::collection::vec(prop::sample::select(QUERY.to_vec()), 0..2),
                 any::<bool>(),
             )
                 .prop_map(

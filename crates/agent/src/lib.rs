@@ -49,6 +49,9 @@ pub mod subpath;
 pub mod volumes;
 pub mod worker;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;

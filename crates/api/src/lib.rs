@@ -19,5 +19,8 @@ pub mod status;
 pub mod validation;
 pub mod volume;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 pub use registry::Resource;
 pub use status::{FieldError, StatusError};

@@ -43,6 +43,9 @@ pub mod token_request;
 pub mod watch;
 pub mod write;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 pub use server::{
     ApiState, EtcdConfig, InProcessService, Running, ServerOptions, client, client_as, controller_client,
     controller_service, identities, service_as, start, start_with_store,

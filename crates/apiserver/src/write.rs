@@ -163,6 +163,67 @@ fn check_patched_json_types(res: &Resource, patched: &Value) -> Result<(), Statu
     }
 }
 
+/// upstream's `ValidateCreateOptions` / `ValidateUpdateOptions` / `ValidatePatchOptions` on a
+/// write's query parameters (`kind` is `CreateOptions`, `UpdateOptions` or `PatchOptions`):
+/// `dryRun` may only be `All`, `fieldValidation` only `Ignore`, `Warn` or `Strict`, a
+/// `fieldManager` is at most 128 printable characters, and `force` belongs to apply patches
+/// only. Checked before anything is written, so an unknown `dryRun` value is refused instead
+/// of being taken for a real write or a dry run.
+pub fn validate_write_options(ctx: &Ctx, kind: &str, patch_type: Option<PatchType>) -> Result<(), StatusError> {
+    use skiff_api::FieldError;
+    let mut errs = Vec::new();
+    if kind == "PatchOptions" && patch_type != Some(PatchType::Apply) && ctx.param("force").is_some() {
+        errs.push(FieldError::forbidden(
+            "force",
+            "may not be specified for non-apply patch",
+        ));
+    }
+    if let Some(manager) = ctx.param("fieldManager") {
+        if manager.len() > FIELD_MANAGER_MAX_LENGTH {
+            errs.push(FieldError::too_long("fieldManager", FIELD_MANAGER_MAX_LENGTH));
+        }
+        for (i, c) in manager.char_indices() {
+            // Go's unicode.IsPrint: graphic characters and the ASCII space.
+            if c.is_control() || (c.is_whitespace() && c != ' ') {
+                errs.push(FieldError::invalid(
+                    "fieldManager",
+                    &json!(manager),
+                    format!("invalid character U+{:04X} (at position {i})", u32::from(c)),
+                ));
+            }
+        }
+    }
+    if let Some(dry_run) = ctx.param("dryRun")
+        && dry_run != "All"
+    {
+        errs.push(skiff_api::FieldError {
+            kind: skiff_api::status::FieldErrorKind::NotSupported {
+                value: format!("[]string{{{dry_run:?}}}"),
+                supported: vec!["\"All\"".to_string()],
+            },
+            field: "dryRun".to_string(),
+            detail: String::new(),
+        });
+    }
+    if let Some(mode) = ctx.param("fieldValidation")
+        && !["", "Ignore", "Strict", "Warn"].contains(&mode)
+    {
+        errs.push(FieldError::not_supported(
+            "fieldValidation",
+            &json!(mode),
+            &["", "Ignore", "Strict", "Warn"],
+        ));
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(StatusError::invalid("meta.k8s.io", kind, "", &errs))
+    }
+}
+
+/// upstream's `FieldManagerMaxLength`.
+const FIELD_MANAGER_MAX_LENGTH: usize = 128;
+
 /// `fieldValidation`: Strict rejects unknown fields, Warn (the default) warns, Ignore ignores.
 fn ignores_unknown_fields(ctx: &Ctx) -> bool {
     ctx.param("fieldValidation")
@@ -321,6 +382,7 @@ fn manage_fields(ctx: &Ctx, old: Option<&Value>, new: &mut Value, operation: &st
 }
 
 pub async fn create(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
+    validate_write_options(ctx, "CreateOptions", None)?;
     let mut obj = body::decode(&ctx.headers, &bytes)?;
     // As upstream: a create names no version to compare against.
     if !objects::resource_version(&obj).is_empty() {
@@ -842,6 +904,7 @@ pub async fn update_object(
     mut obj: Value,
     scope: UpdateScope,
 ) -> Result<(Written, Vec<String>), StatusError> {
+    validate_write_options(ctx, "UpdateOptions", None)?;
     let res = ctx.rr.resource;
     check_type(res, &mut obj)?;
     let body_name = objects::name(&obj).to_string();
@@ -896,6 +959,7 @@ fn patch_document(ctx: &Ctx, bytes: &Bytes) -> Result<(PatchType, Value), Status
 pub async fn patch_object(ctx: &Ctx, bytes: Bytes, scope: UpdateScope) -> Result<(Written, StatusCode), StatusError> {
     let res = ctx.rr.resource;
     let (ptype, doc) = patch_document(ctx, &bytes)?;
+    validate_write_options(ctx, "PatchOptions", Some(ptype))?;
     let def = skiff_api::schema::definition_for(res.group, res.version, res.kind).unwrap_or("");
     let force = ctx.flag("force");
     let manager = ctx.manager();
@@ -1577,5 +1641,70 @@ mod tests {
         let held = json!({"metadata": {"name": "p", "finalizers": ["f"]}});
         assert!(!delete_during_update(res, &zero, &held));
         assert!(!delete_during_update(res, &new, &new), "not being deleted");
+    }
+
+    /// Found by fuzzing: `?dryRun=bogus` was taken for a dry run (201, nothing stored) where
+    /// upstream refuses the options; the other write options are checked as upstream does too.
+    #[tokio::test]
+    async fn unsupported_write_options_are_refused_before_anything_is_written() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (state, token) = crate::server::ApiState::for_tests(dir.path());
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}});
+        let (code, _) = state
+            .call_for_tests(&token, "POST", "/api/v1/namespaces", &ns.to_string())
+            .await;
+        assert_eq!(code, 201);
+        const CMS: &str = "/api/v1/namespaces/default/configmaps";
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}});
+        let (code, v) = state
+            .call_for_tests(&token, "POST", &format!("{CMS}?dryRun=bogus"), &cm.to_string())
+            .await;
+        assert_eq!(code, 422, "{v}");
+        assert_eq!(
+            v["message"],
+            "CreateOptions.meta.k8s.io \"\" is invalid: dryRun: Unsupported value: []string{\"bogus\"}: supported values: \"All\""
+        );
+        let (code, _) = state.call_for_tests(&token, "GET", &format!("{CMS}/cm"), "").await;
+        assert_eq!(code, 404, "nothing was written");
+        let (code, v) = state
+            .call_for_tests(
+                &token,
+                "POST",
+                &format!("{CMS}?fieldValidation=strict-ish"),
+                &cm.to_string(),
+            )
+            .await;
+        assert_eq!(code, 422, "{v}");
+        assert_eq!(
+            v["message"],
+            "CreateOptions.meta.k8s.io \"\" is invalid: fieldValidation: Unsupported value: \"strict-ish\": supported values: \"\", \"Ignore\", \"Strict\", \"Warn\""
+        );
+        let (code, v) = state
+            .call_for_tests(&token, "POST", &format!("{CMS}?fieldManager=a%09b"), &cm.to_string())
+            .await;
+        assert_eq!(code, 422, "{v}");
+        assert_eq!(
+            v["message"],
+            "CreateOptions.meta.k8s.io \"\" is invalid: fieldManager: Invalid value: \"a\\tb\": invalid character U+0009 (at position 1)"
+        );
+        let (code, v) = state
+            .call_for_tests(&token, "POST", &format!("{CMS}?dryRun=All"), &cm.to_string())
+            .await;
+        assert_eq!(code, 201, "{v}");
+        let (code, _) = state.call_for_tests(&token, "POST", CMS, &cm.to_string()).await;
+        assert_eq!(code, 201);
+        let (code, v) = state
+            .call_for_tests(&token, "PUT", &format!("{CMS}/cm?dryRun=x"), &cm.to_string())
+            .await;
+        assert_eq!(code, 422, "{v}");
+        assert!(
+            v["message"].as_str().unwrap().starts_with("UpdateOptions.meta.k8s.io"),
+            "{v}"
+        );
+        let (code, v) = state
+            .call_for_tests(&token, "PATCH", &format!("{CMS}/cm?force=true"), "{}")
+            .await;
+        // call_for_tests sends application/json, which is no patch type: 415 comes first.
+        assert_eq!(code, 415, "{v}");
     }
 }

@@ -52,6 +52,83 @@ enum Kind {
     Cron(Box<croner::Cron>),
     /// `@every`: robfig/cron's ConstantDelaySchedule, whole seconds, at least one.
     Every(jiff::SignedDuration),
+    /// Days of the month that no month has (`0 0 31 4 *`, `0 0 30 2 *`): upstream's cron library
+    /// gives up after five years and the schedule never runs.
+    Never,
+}
+
+/// Upstream's cron library reads a range that starts with `*` or `?` (`*-5`, `?-3/2`) as the
+/// whole range, ignoring what follows the hyphen, a list with such a part (`*,6`) as `*`, and
+/// takes `+5` for `5` and a step past the range (`*/90`) for the range's start; the API accepts such
+/// fields, so they are rewritten (`*` keeping any step, `5`) for the cron library here, which
+/// refuses them.
+fn star_ranges(expr: &str) -> String {
+    // Each field's bounds: a step past the range leaves only its start.
+    const BOUNDS: [(u64, u64); 5] = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 6)];
+    expr.split_whitespace()
+        .enumerate()
+        .map(|(i, field)| {
+            let (min, max) = BOUNDS.get(i).copied().unwrap_or((0, 59));
+            let parts = field
+                .split(',')
+                .map(|part| {
+                    // Numbers are Go's strconv.Atoi there, which takes a leading `+`.
+                    let part = part.replace("-+", "-").replace("/+", "/");
+                    let part = part.strip_prefix('+').unwrap_or(&part);
+                    let (range, step) = match part.split_once('/') {
+                        Some((r, s)) => (r, Some(s)),
+                        None => (part, None),
+                    };
+                    let low = range.split('-').next().unwrap_or(range);
+                    let range = if range.contains('-') && (low == "*" || low == "?") {
+                        "*"
+                    } else {
+                        range
+                    };
+                    if step.and_then(|s| s.parse::<u64>().ok()).is_some_and(|s| s > max - min) {
+                        return if range == "*" || range == "?" {
+                            min.to_string()
+                        } else {
+                            low.to_string()
+                        };
+                    }
+                    match step {
+                        Some(s) => format!("{range}/{s}"),
+                        None => range.to_string(),
+                    }
+                })
+                .collect::<Vec<_>>();
+            // A list with a whole-range part (`*,6`) is the whole range, star included.
+            if parts.iter().any(|p| matches!(p.as_str(), "*" | "?" | "*/1" | "?/1")) {
+                return "*".to_string();
+            }
+            parts.join(",")
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Whether the schedule names only days that its months do not have, with every day of the
+/// week allowed (a restricted day of the week would run it on those days). Searching such a
+/// schedule walks day by day to the cron library's year 5000: over a second each time the
+/// controller asks, for a schedule the API accepts.
+fn never_fires(cron: &croner::Cron) -> bool {
+    const ALL: u8 = 1;
+    let set = |c: &croner::Cron, field: u8, pos: u16| {
+        let component = match field {
+            0 => &c.pattern.days,
+            1 => &c.pattern.months,
+            _ => &c.pattern.days_of_week,
+        };
+        component.is_bit_set(pos, ALL).unwrap_or(false)
+    };
+    let every_weekday = (0..=6).all(|d| set(cron, 2, d));
+    let days: Vec<u16> = (1..=31).filter(|&d| set(cron, 0, d)).collect();
+    if !every_weekday || days.is_empty() {
+        return false;
+    }
+    const LAST_DAY: [u16; 12] = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    !(1..=12u16).any(|m| set(cron, 1, m) && days.iter().any(|&d| d <= LAST_DAY[usize::from(m - 1)]))
 }
 
 impl Schedule {
@@ -86,7 +163,10 @@ impl Schedule {
             "@hourly" => "0 * * * *",
             other => other,
         };
-        let cron = croner::Cron::from_str(expr).map_err(|e| e.to_string())?;
+        let cron = croner::Cron::from_str(&star_ranges(expr)).map_err(|e| e.to_string())?;
+        if never_fires(&cron) {
+            return Ok(Schedule { kind: Kind::Never, tz });
+        }
         Ok(Schedule {
             kind: Kind::Cron(Box::new(cron)),
             tz,
@@ -99,6 +179,7 @@ impl Schedule {
             Kind::Cron(cron) => cron,
             // Upstream: the time rounded down to the second, plus the delay.
             Kind::Every(d) => return jiff::Timestamp::from_second(t.as_second()).ok()?.checked_add(*d).ok(),
+            Kind::Never => return None,
         };
         let civil = t.to_zoned(self.tz.clone()).datetime();
         let naive = chrono::NaiveDate::from_ymd_opt(
@@ -579,5 +660,107 @@ mod tests {
     #[test]
     fn job_names_use_minutes_since_epoch() {
         assert_eq!(job_name("hello", ts("2024-01-01T00:01:00Z")), "hello-28401121");
+    }
+
+    /// Found by fuzzing: a schedule on a day its months lack made every `next` walk to the cron
+    /// library's year 5000 (over a second per call); it now never runs at once, as upstream's.
+    #[test]
+    fn schedules_on_days_their_months_lack_never_run() {
+        for schedule in [
+            "0 0 31 4,6 *",
+            "0 0 30 2 *",
+            "0 0 31 2,4,6,9,11 *",
+            "0 0 30,31 FEB *",
+            "0 0 31 4 *,6",
+        ] {
+            let s = Schedule::parse(schedule, None).unwrap();
+            let started = std::time::Instant::now();
+            assert_eq!(s.next(ts("2024-01-01T00:00:00Z")), None, "{schedule}");
+            assert!(started.elapsed() < std::time::Duration::from_millis(100), "{schedule}");
+        }
+        // Every one of these does run.
+        for (schedule, next) in [
+            ("0 0 29 2 *", "2024-02-29T00:00:00Z"),
+            ("0 0 31 4,5 *", "2024-05-31T00:00:00Z"),
+            ("0 0 31 4 1", "2024-04-01T00:00:00Z"),
+            // Found by fuzzing too: `*-1` is `*` for upstream's parser (the API accepted it, the
+            // cron library refused it, so the CronJob never ran).
+            ("*/5 * *-1 * *", "2024-01-01T00:00:00Z"),
+            ("0 0 ?-3/2 * *", "2024-01-01T00:00:00Z"),
+            ("0 0 30 +2-+3 *", "2024-03-30T00:00:00Z"),
+            ("0 0 30 4 *,6", "2024-04-30T00:00:00Z"),
+            ("*/854775807 * * * *", "2024-01-01T00:00:00Z"),
+            ("5 3-9/100 * * *", "2024-01-01T03:05:00Z"),
+        ] {
+            let s = Schedule::parse(schedule, None).unwrap();
+            assert_eq!(s.next(ts("2023-12-31T23:59:00Z")), Some(ts(next)), "{schedule}");
+        }
+    }
+
+    /// Any schedule the API accepts is one the controller can use: it parses, and the next
+    /// activation (from a few instants, DST changes included) comes back at once, later than
+    /// the instant asked about, or as none.
+    #[test]
+    fn fuzz_cron_schedules() {
+        use skiff_fuzz::proptest::prelude::*;
+        let seeds = [
+            "*/5 * * * *",
+            "0 0 * * 0",
+            "@hourly",
+            "@every 1h30m",
+            "TZ=UTC 0 12 1-15/2 JAN-MAR MON-FRI",
+            "59 23 31 12 7",
+            "1,2,3 * * * *",
+            "0 0 30 2 *",
+            "0 0 29 2 *",
+            "30 2 * * *",
+            "@yearly",
+            "0 0 31 4,6 *",
+        ];
+        let zones = vec![
+            None,
+            Some("UTC"),
+            Some("Europe/Berlin"),
+            Some("America/New_York"),
+            Some("Australia/Lord_Howe"),
+        ];
+        let instants = vec![
+            "2024-01-01T00:00:00Z",
+            "2024-03-31T00:59:59Z",
+            "2024-11-03T05:30:00Z",
+            "2024-02-29T23:59:00Z",
+        ];
+        let strategy = (
+            skiff_fuzz::mutated_text(&seeds, &[b"-", b"/", b"*", b"?", b"L", b"W", b"#", b"TZ=", b"0"], 5),
+            prop::sample::select(zones),
+            prop::sample::select(instants),
+        );
+        skiff_fuzz::run("fuzz_cron_schedules", 1500, strategy, |(schedule, zone, at)| {
+            if skiff_api::validation::validate_cron_schedule(&schedule).is_err() {
+                return Ok(());
+            }
+            let parsed = match Schedule::parse(&schedule, zone) {
+                Ok(p) => p,
+                // A `TZ=` prefix naming no zone is refused here, with the time zone's error.
+                Err(e) if e.starts_with("unknown time zone") => return Ok(()),
+                Err(e) => {
+                    return Err(format!(
+                        "the API accepts {schedule:?} but the controller refuses it: {e}"
+                    ));
+                }
+            };
+            let t = ts(at);
+            let started = std::time::Instant::now();
+            let next = parsed.next(t);
+            if started.elapsed() > std::time::Duration::from_secs(1) {
+                return Err(format!("next({at}) of {schedule:?} took {:?}", started.elapsed()));
+            }
+            if let Some(n) = next
+                && n <= t
+            {
+                return Err(format!("next({at}) of {schedule:?} is {n}, not later"));
+            }
+            Ok(())
+        });
     }
 }

@@ -32,6 +32,7 @@ pub mod events;
 pub mod eviction;
 pub mod images;
 pub mod local_path;
+pub mod metrics;
 pub mod node;
 pub mod pod_network;
 pub mod pods;

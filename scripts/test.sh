@@ -11,6 +11,7 @@ command -v curl >/dev/null || need_apt+=(curl)
 [ -x /bin/busybox ] || need_apt+=(busybox-static)
 command -v nft >/dev/null || need_apt+=(nftables)
 command -v conntrack >/dev/null || need_apt+=(conntrack)
+command -v prometheus >/dev/null || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

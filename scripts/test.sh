@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace. On a fresh machine it first installs what the tests
 # need: curl, Debian's busybox-static (for the local busybox image), nftables and conntrack (the
-# proxy's kernel tests, in network namespaces of their own), the Python Kubernetes client, and
+# proxy's kernel tests, in network namespaces of their own), Prometheus (the metrics test scrapes
+# a server with it), the Python Kubernetes client, and
 # builds the local images into Docker.
 set -euo pipefail
 cd "$(dirname "$0")/.."

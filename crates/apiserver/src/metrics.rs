@@ -363,12 +363,15 @@ enum StoreOp {
 
 const STORE_OPS: [&str; 6] = ["get", "list", "create", "update", "delete", "txn"];
 
+/// One store type's histogram per operation, each resolved on its first use.
+type TypeHistograms = [OnceLock<Histogram>; STORE_OPS.len()];
+
 /// The store, timed per call in `etcd_request_duration_seconds{operation,type}` (upstream's
 /// `RecordEtcdRequest` around each etcd call). Each (type, operation) histogram is resolved
 /// once and then reached by a read lock and a hash of the type.
 pub struct StoreMetrics {
     inner: Arc<dyn Store>,
-    resolved: RwLock<HashMap<Box<str>, Arc<[OnceLock<Histogram>; 6]>>>,
+    resolved: RwLock<HashMap<Box<str>, Arc<TypeHistograms>>>,
 }
 
 impl StoreMetrics {

@@ -2,8 +2,8 @@
 # Runs every test of the workspace. On a fresh machine it first installs what the tests
 # need: curl, Debian's busybox-static (for the local busybox image), nftables and conntrack (the
 # proxy's kernel tests, in network namespaces of their own), protoc (to build the etcd client),
-# etcd and etcdctl (the etcd backend's tests), the Python Kubernetes client, and builds the local
-# images into Docker.
+# etcd and etcdctl (the etcd backend's tests), Prometheus (the metrics test scrapes a server with
+# it), the Python Kubernetes client, and builds the local images into Docker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +15,7 @@ command -v conntrack >/dev/null || need_apt+=(conntrack)
 command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
 command -v etcd >/dev/null || need_apt+=(etcd-server)
 command -v etcdctl >/dev/null || need_apt+=(etcd-client)
+command -v prometheus >/dev/null || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

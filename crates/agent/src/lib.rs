@@ -33,6 +33,7 @@ pub mod eviction;
 pub mod grpc_probe;
 pub mod images;
 pub mod local_path;
+pub mod metrics;
 pub mod node;
 pub mod pod_network;
 pub mod pods;

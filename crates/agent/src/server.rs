@@ -100,6 +100,7 @@ pub async fn serve(addr: SocketAddr, ca_pem: &str, sans: Vec<String>, state: Ser
         Err(e) => return Err(e).with_context(|| format!("binding {addr}")),
     };
     let bound = listener.local_addr()?;
+    crate::metrics::init();
     let app = router(state);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     tokio::spawn(async move {
@@ -151,6 +152,16 @@ pub async fn serve(addr: SocketAddr, ca_pem: &str, sans: Vec<String>, state: Ser
         addr: bound,
         cert_sha256,
     })
+}
+
+/// The process's metrics (the agent's `kubelet_*` and the process's), in the Prometheus text format.
+async fn metrics() -> Response {
+    let mut r = Response::new(axum::body::Body::from(skiff_metrics::encode()));
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(skiff_metrics::CONTENT_TYPE),
+    );
+    r
 }
 
 /// The client certificate's CN the API server calls agents with (kubeadm's
@@ -217,6 +228,7 @@ pub fn router(state: ServerState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/pods", get(node_pods))
+        .route("/metrics", get(metrics))
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
         .route("/exec/{ns}/{pod}/{container}", any(exec))
         .route("/exec/{ns}/{pod}/{uid}/{container}", any(exec_with_uid))

@@ -247,18 +247,28 @@ pub async fn run_with_wake(
         created: Vec::new(),
     };
     let mut resync = RESYNC;
+    // For kubelet_pod_start_duration_seconds and kubelet_pod_worker_duration_seconds.
+    let seen = std::time::Instant::now();
+    let mut started = false;
+    let mut operation = "create";
     loop {
         let pod = pods.borrow_and_update().clone();
         let synced = pod.clone();
+        let sync_start = std::time::Instant::now();
         match pod {
             None => {
                 if let Err(e) = worker.teardown(None).await {
                     tracing::warn!(uid = %worker.uid, error = %format!("{e:#}"), "tearing down a removed pod");
                 }
+                crate::metrics::pod_removed(&worker.uid);
                 return;
             }
             Some(pod) if pod.metadata.deletion_timestamp.is_some() => match worker.delete(&pod).await {
-                Ok(()) => return,
+                Ok(()) => {
+                    crate::metrics::pod_worker("kill", sync_start);
+                    crate::metrics::pod_removed(&worker.uid);
+                    return;
+                }
                 Err(e) => {
                     tracing::warn!(uid = %worker.uid, error = %format!("{e:#}"), "terminating a pod")
                 }
@@ -273,6 +283,14 @@ pub async fn run_with_wake(
                 }
             },
         }
+        if synced.as_ref().is_some_and(|p| p.metadata.deletion_timestamp.is_none()) {
+            crate::metrics::pod_worker(operation, sync_start);
+            if !started && worker.settled {
+                started = true;
+                crate::metrics::pod_started(seen);
+            }
+        }
+        operation = "sync";
         let wake = worker.wake.clone();
         let next_resync = tokio::time::sleep(resync);
         tokio::pin!(next_resync);
@@ -285,6 +303,7 @@ pub async fn run_with_wake(
                     // The worker's own status writes come back through the watch: they change
                     // nothing it acts on, so they do not cost another pass over the engine.
                     if !status_only_change(synced.as_ref(), pods.borrow().as_ref()) {
+                        operation = "update";
                         break;
                     }
                 }
@@ -596,6 +615,7 @@ impl PodWorker {
 
     /// Writes the status if it changed since the last write.
     async fn report(&mut self, pod: &Pod, rt: &PodRuntime) -> anyhow::Result<()> {
+        crate::metrics::pod_runtime(&self.uid, rt);
         let status = self.compute_status(pod, rt);
         self.settled = status.phase.as_deref() == Some("Running")
             && status

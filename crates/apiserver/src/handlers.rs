@@ -10,13 +10,14 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures::FutureExt;
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
+use http_body_util::BodyExt;
 use serde_json::Value;
 use skiff_api::StatusError;
 
 use crate::body::{self, Output};
 use crate::request::{ResourceRequest, Route, route};
 use crate::tls::Identity;
-use crate::{ApiState, authz, discovery, filters, objects, openapi, watch};
+use crate::{ApiState, authz, discovery, filters, metrics, objects, openapi, watch};
 
 pub type Params = HashMap<String, String>;
 
@@ -71,9 +72,22 @@ async fn filtered(
     let attributes = authz::attributes(req.method(), &path, &params);
     let watch_param = params.get("watch").is_some_and(|w| authz::is_true(w));
     let long_running = filters::is_long_running(&attributes, watch_param);
+    let start = std::time::Instant::now();
+    let labels = metrics::request_labels(&attributes, method, &params, req.headers());
     if long_running {
+        let guard = labels.as_ref().map(metrics::long_running);
         let response = serve(&state, req, path, params, attributes, true, &mut audit).await;
-        return audit.finish(&state, response).await;
+        let response = audit.finish(&state, response).await;
+        if let Some(labels) = labels {
+            metrics::record(labels, response.status().as_u16(), start);
+        }
+        // Counted as long-running until its stream ends.
+        return response.map(|b| {
+            Body::new(b.map_frame(move |f| {
+                let _ = &guard;
+                f
+            }))
+        });
     }
     let timeout = match state.filters.deadline_of(params.get("timeout").map(String::as_str)) {
         Ok(t) => t,
@@ -85,12 +99,14 @@ async fn filtered(
     // The handler runs to its end on a task of its own (upstream lets its goroutine finish):
     // neither the deadline nor a client that goes away cancels it between two writes.
     let guard = state.filters.track();
+    let in_flight = metrics::in_flight(&attributes.verb);
     let mut task = tokio::spawn(async move {
         let _guard = guard;
+        let _in_flight = in_flight;
         let response = serve(&state, req, path, params, attributes, false, &mut audit).await;
         audit.finish(&state, response).await
     });
-    tokio::select! {
+    let response = tokio::select! {
         biased;
         _ = tokio::time::sleep_until(deadline) => {
             tracing::warn!(%method, uri = %uri, audit_id = ?audit_id, timeout = ?timeout, "request timed out, answered 504");
@@ -109,7 +125,11 @@ async fn filtered(
                 r
             }
         },
+    };
+    if let Some(labels) = labels {
+        metrics::record(labels, response.status().as_u16(), start);
     }
+    response
 }
 
 async fn serve(
@@ -179,6 +199,14 @@ async fn serve(
     let headers = parts.headers.clone();
     match r {
         Route::Version => body::value_response(StatusCode::OK, &discovery::version_info()),
+        Route::Metrics => {
+            let mut r = Response::new(Body::from(skiff_metrics::encode()));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(skiff_metrics::CONTENT_TYPE),
+            );
+            r
+        }
         Route::Health(name) => health(state, name, &path, params.contains_key("verbose")).await,
         Route::CoreDiscovery => discovery_response(&headers, true),
         Route::GroupsDiscovery => discovery_response(&headers, false),

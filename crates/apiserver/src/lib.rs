@@ -21,6 +21,7 @@ pub mod handlers;
 pub mod impersonation;
 pub mod join;
 pub mod kubernetesservice;
+pub mod metrics;
 pub mod node_authorizer;
 pub mod noderestriction;
 pub mod objects;

@@ -20,6 +20,8 @@ pub struct ResourceRequest {
 #[derive(Clone, Debug)]
 pub enum Route {
     Version,
+    /// `/metrics`: the process's metrics in the Prometheus text format.
+    Metrics,
     Health(&'static str),
     /// `/api` (legacy core discovery).
     CoreDiscovery,
@@ -53,6 +55,9 @@ pub fn route(path: &str) -> Route {
     let trimmed = path.trim_end_matches('/');
     if trimmed == "/version" {
         return Route::Version;
+    }
+    if path == "/metrics" {
+        return Route::Metrics;
     }
     if let Some(h) = is_health(trimmed) {
         return Route::Health(h);

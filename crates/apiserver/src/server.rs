@@ -46,8 +46,9 @@ impl ApiState {
     /// The state over `store`, with the service account signer made from the PKI's key.
     pub fn new(store: Arc<dyn Store>, tokens: TokenAuth, pki: Pki) -> anyhow::Result<ApiState> {
         let service_accounts = TokenSigner::from_pem(&pki.service_account_key_pem, serviceaccount::DEFAULT_ISSUER)?;
+        crate::metrics::init();
         Ok(ApiState {
-            store,
+            store: crate::metrics::StoreMetrics::wrap(store),
             tokens,
             pki,
             service_accounts,
@@ -364,6 +365,7 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
     if !opts.compaction_interval.is_zero() {
         tokio::spawn(compactor(state.store.clone(), opts.compaction_interval));
     }
+    tokio::spawn(crate::metrics::storage_objects_loop(state.store.clone()));
     // The OpenAPI documents are built on first use: an idle server does not hold them.
     Ok(Running {
         state,

@@ -109,6 +109,7 @@ pub async fn serve(ctx: Ctx, _name: Option<String>) -> Result<Response, StatusEr
     };
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(512);
     let watch = store.watch(&prefix, start).await;
+    let sent = crate::metrics::watch_events(res);
     tokio::spawn(async move {
         let mut events = match watch {
             Ok(s) => s,
@@ -127,6 +128,7 @@ pub async fn serve(ctx: Ctx, _name: Option<String>) -> Result<Response, StatusEr
             if tx.send(Ok(encoder.event("ADDED", obj))).await.is_err() {
                 return;
             }
+            sent.inc();
         }
         if send_initial && bookmarks {
             let b = bookmark(res, start, true);
@@ -160,6 +162,7 @@ pub async fn serve(ctx: Ctx, _name: Option<String>) -> Result<Response, StatusEr
                 if tx.send(Ok(raw_event(&ev))).await.is_err() {
                     return;
                 }
+                sent.inc();
                 continue;
             }
             let Some((kind, obj)) = translate(&ev, &filter) else {
@@ -168,6 +171,7 @@ pub async fn serve(ctx: Ctx, _name: Option<String>) -> Result<Response, StatusEr
             if tx.send(Ok(encoder.event(kind, &obj))).await.is_err() {
                 return;
             }
+            sent.inc();
         }
     });
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);

@@ -61,11 +61,14 @@ pub struct WorkQueue {
 
 #[derive(Default)]
 struct QueueState {
-    queued: HashSet<String>,
+    /// Queued keys and when each was queued.
+    queued: HashMap<String, std::time::Instant>,
     order: VecDeque<String>,
     processing: HashSet<String>,
     again: HashSet<String>,
     failures: HashMap<String, u32>,
+    /// The queue's metrics, once [`WorkQueue::run`] has named it.
+    metrics: Option<crate::metrics::QueueMetrics>,
 }
 
 impl WorkQueue {
@@ -79,8 +82,14 @@ impl WorkQueue {
             s.again.insert(key);
             return;
         }
-        if s.queued.insert(key.clone()) {
+        if let std::collections::hash_map::Entry::Vacant(e) = s.queued.entry(key) {
+            let key = e.key().clone();
+            e.insert(std::time::Instant::now());
             s.order.push_back(key);
+            if let Some(m) = &s.metrics {
+                m.adds.inc();
+                m.depth.set(s.order.len() as i64);
+            }
             drop(s);
             self.notify.notify_one();
         }
@@ -103,6 +112,9 @@ impl WorkQueue {
     fn add_rate_limited(&self, key: String) {
         let n = {
             let mut s = self.inner.lock();
+            if let Some(m) = &s.metrics {
+                m.retries.inc();
+            }
             let n = s.failures.entry(key.clone()).or_insert(0);
             *n = n.saturating_add(1);
             *n
@@ -121,7 +133,13 @@ impl WorkQueue {
             {
                 let mut s = self.inner.lock();
                 if let Some(k) = s.order.pop_front() {
-                    s.queued.remove(&k);
+                    let queued = s.queued.remove(&k);
+                    if let Some(m) = &s.metrics {
+                        m.depth.set(s.order.len() as i64);
+                        if let Some(t) = queued {
+                            m.queue_duration.observe(skiff_metrics::seconds_since(t));
+                        }
+                    }
                     s.processing.insert(k.clone());
                     return k;
                 }
@@ -151,12 +169,24 @@ impl WorkQueue {
         Fut: Future<Output = anyhow::Result<Option<Duration>>>,
     {
         use futures::stream::FuturesUnordered;
+        let metrics = crate::metrics::QueueMetrics::new(name);
+        {
+            let mut s = self.inner.lock();
+            metrics.depth.set(s.order.len() as i64);
+            s.metrics = Some(metrics.clone());
+        }
         let mut inflight = FuturesUnordered::new();
         loop {
             tokio::select! {
                 key = self.next(), if inflight.len() < WORKERS => {
                     let fut = sync(key.clone());
-                    inflight.push(async move { (key, fut.await) });
+                    let work = metrics.work_duration.clone();
+                    inflight.push(async move {
+                        let start = std::time::Instant::now();
+                        let result = fut.await;
+                        work.observe(skiff_metrics::seconds_since(start));
+                        (key, result)
+                    });
                 }
                 Some((key, result)) = inflight.next(), if !inflight.is_empty() => {
                     self.done(&key);
@@ -963,6 +993,58 @@ mod tests {
         assert_eq!(scaled_value(Some(&p), 10, false).unwrap(), 2);
         assert_eq!(scaled_value(Some(&IntOrString::Int(2)), 10, false).unwrap(), 2);
         assert!(scaled_value(Some(&IntOrString::String("2".into())), 10, false).is_err());
+    }
+
+    #[tokio::test]
+    async fn queue_metrics_count_adds_retries_and_durations() {
+        let q = WorkQueue::new();
+        q.add("a".into());
+        q.add("a".into());
+        q.add("b".into());
+        let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let runner = {
+            let q = q.clone();
+            let failed = failed.clone();
+            tokio::spawn(q.run("metrics-test-queue", move |key| {
+                let failed = failed.clone();
+                async move {
+                    if key == "b" && !failed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                        anyhow::bail!("first sync of b fails");
+                    }
+                    Ok(None)
+                }
+            }))
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        q.add("c".into());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        runner.abort();
+        let text = skiff_metrics::encode();
+        let value = |prefix: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .unwrap_or_else(|| panic!("{prefix} missing: {text}"))
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        // "a" and "b" were queued before the controller ran (and named its queue): only "c"
+        // and the retry of "b" are adds it saw.
+        assert_eq!(value("workqueue_adds_total{name=\"metrics-test-queue\"} "), 2.0);
+        assert_eq!(value("workqueue_retries_total{name=\"metrics-test-queue\"} "), 1.0);
+        assert_eq!(value("workqueue_depth{name=\"metrics-test-queue\"} "), 0.0);
+        assert_eq!(
+            value("workqueue_queue_duration_seconds_count{name=\"metrics-test-queue\"} "),
+            4.0
+        );
+        assert_eq!(
+            value("workqueue_work_duration_seconds_count{name=\"metrics-test-queue\"} "),
+            4.0
+        );
+        assert!(
+            text.contains("workqueue_work_duration_seconds_bucket{name=\"metrics-test-queue\",le=\"1e-08\"}"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

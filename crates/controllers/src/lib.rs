@@ -15,6 +15,7 @@ pub mod endpointutil;
 pub mod garbagecollector;
 pub mod history;
 pub mod job;
+pub mod metrics;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;

@@ -17,6 +17,7 @@ pub mod explain;
 pub mod framework;
 pub mod labels;
 pub mod lean_pod;
+pub mod metrics;
 pub mod plugins;
 mod quantity;
 pub mod queue;

@@ -105,6 +105,20 @@ impl SchedulingQueue {
         self.entries.contains_key(uid)
     }
 
+    /// Pods waiting in the active heap, in backoff and in the unschedulable pool.
+    pub fn pool_counts(&self) -> (usize, usize, usize) {
+        let mut counts = (0, 0, 0);
+        for e in self.entries.values() {
+            match e.pool {
+                Pool::Active => counts.0 += 1,
+                Pool::Backoff => counts.1 += 1,
+                Pool::Unschedulable => counts.2 += 1,
+                Pool::InFlight => {}
+            }
+        }
+        counts
+    }
+
     pub fn num_unschedulable(&self) -> usize {
         self.unschedulable_uids
             .iter()

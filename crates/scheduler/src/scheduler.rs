@@ -25,6 +25,7 @@ use crate::explain::{EXPLAIN_ANNOTATION, Explain, add_excluded, group_rejections
 use crate::framework::{Framework, PreBindWork, Reservation, Unreserve};
 use crate::labels::Selector;
 use crate::lean_pod::LeanPod;
+use crate::metrics::AttemptResult;
 use crate::plugins;
 use crate::plugins::default_preemption::{self, Pdb};
 use crate::queue::{QueuedPod, SchedulingQueue};
@@ -120,6 +121,7 @@ enum Msg {
         /// Undoes the pod's reservations when the binding failed.
         unreserve: Vec<Unreserve>,
         result: Result<(), BindFailure>,
+        timing: AttemptTiming,
     },
 }
 
@@ -274,6 +276,17 @@ struct Scheduler {
     pending_explains: HashMap<String, String>,
     stats: Stats,
     pdbs: HashMap<String, Pdb>,
+    /// Each profile's attempt metrics, resolved once.
+    profiles: Vec<Arc<crate::metrics::ProfileMetrics>>,
+}
+
+/// When a pod's attempt began, when it first entered the queue, and its attempt number: what
+/// the attempt and SLI metrics record once its binding is done.
+#[derive(Clone, Copy, Debug)]
+pub struct AttemptTiming {
+    pub start: Instant,
+    pub queued: Instant,
+    pub attempts: u32,
 }
 
 fn spawn_watch<K, F>(api: Api<K>, tx: mpsc::UnboundedSender<Msg>, wrap: F)
@@ -432,8 +445,14 @@ pub async fn run_with_signal(
         pending_explains: HashMap::new(),
         stats: Stats::default(),
         pdbs: HashMap::new(),
+        profiles: cfg
+            .scheduler_names
+            .iter()
+            .map(|n| Arc::new(crate::metrics::ProfileMetrics::new(n)))
+            .collect(),
         cfg,
     };
+    let mut last_pending = Instant::now() - Duration::from_secs(1);
     tracing::info!(names = ?s.cfg.scheduler_names, "scheduler started");
     let mut last_report = Instant::now();
     let mut reported = Stats::default();
@@ -453,6 +472,11 @@ pub async fn run_with_signal(
             );
             reported = d;
             last_report = Instant::now();
+        }
+        if last_pending.elapsed() >= Duration::from_secs(1) {
+            let (active, backoff, unschedulable) = s.queue.pool_counts();
+            crate::metrics::pending(active, backoff, unschedulable);
+            last_pending = Instant::now();
         }
         let mut drained = 0;
         while drained < 8192 {
@@ -585,7 +609,8 @@ impl Scheduler {
                 node,
                 unreserve,
                 result,
-            } => self.handle_bound(info, node, unreserve, result),
+                timing,
+            } => self.handle_bound(info, node, unreserve, result, timing),
         }
     }
 
@@ -912,9 +937,13 @@ impl Scheduler {
         node: String,
         unreserve: Vec<Unreserve>,
         result: Result<(), BindFailure>,
+        timing: AttemptTiming,
     ) {
+        let profile = self.profile_metrics(&info.scheduler_name);
         let failure = match result {
             Ok(()) => {
+                profile.attempt(AttemptResult::Scheduled, timing.start);
+                crate::metrics::pod_scheduled(timing.attempts, timing.queued);
                 if self.cfg.record_events {
                     self.writer.event(
                         &info,
@@ -926,7 +955,10 @@ impl Scheduler {
                 }
                 return;
             }
-            Err(f) => f,
+            Err(f) => {
+                profile.attempt(AttemptResult::Error, timing.start);
+                f
+            }
         };
         // Upstream's handleBindingCycleError: Unreserve, forget the pod, and retry it.
         Reservation {
@@ -972,9 +1004,29 @@ impl Scheduler {
         self.queue.requeue_with_backoff(info, Instant::now());
     }
 
+    /// The attempt metrics of the pod's profile (the first profile's for a name not served,
+    /// which the queue never admits).
+    fn profile_metrics(&self, name: &str) -> Arc<crate::metrics::ProfileMetrics> {
+        match self
+            .profiles
+            .iter()
+            .find(|p| p.profile == name)
+            .or(self.profiles.first())
+        {
+            Some(p) => p.clone(),
+            None => Arc::new(crate::metrics::ProfileMetrics::new(name)),
+        }
+    }
+
     fn schedule_one(&mut self, qp: QueuedPod) {
         let pod = qp.info;
         let now = Instant::now();
+        let timing = AttemptTiming {
+            start: now,
+            queued: qp.added,
+            attempts: qp.attempts,
+        };
+        let profile = self.profile_metrics(&pod.scheduler_name);
         self.stats.attempts += 1;
         let outcome = self.fw.schedule(&pod, &self.cache);
         self.stats.cycle_time += now.elapsed();
@@ -1009,6 +1061,7 @@ impl Scheduler {
                         // Upstream: Unreserve (done), forget the pod, and retry after backoff.
                         self.cache.forget_pod(&pod.uid);
                         tracing::info!(pod = %pod.key(), node = %node, message = %st.message(), "reserve failed");
+                        profile.attempt(AttemptResult::Error, now);
                         self.scheduling_error(pod, st.message());
                         return;
                     }
@@ -1019,7 +1072,7 @@ impl Scheduler {
                 if let Some(e) = &explain {
                     self.pending_explains.insert(pod.uid.clone(), e.clone());
                 }
-                self.bind(pod, node, explain, reservation);
+                self.bind(pod, node, explain, reservation, timing);
             }
             Err(failure) => {
                 let (mut diag, state) = *failure;
@@ -1057,6 +1110,13 @@ impl Scheduler {
                     diag.message()
                 };
                 self.stats.unschedulable += 1;
+                // Upstream: a FitError is `unschedulable`; no nodes at all is an error.
+                let result = if diag.num_all_nodes == 0 {
+                    AttemptResult::Error
+                } else {
+                    AttemptResult::Unschedulable
+                };
+                profile.attempt(result, now);
                 tracing::debug!(pod = %pod.key(), %message, "pod is unschedulable");
                 self.queue.unschedulable(&pod.uid, diag.unschedulable_plugins, now);
                 if let Some(n) = &nominated {
@@ -1094,7 +1154,14 @@ impl Scheduler {
 
     /// The binding cycle, on a task of its own: the PreBind work (which may wait long, for
     /// volumes to be bound), then the binding itself.
-    fn bind(&self, pod: Arc<PodInfo>, node: String, explain: Option<String>, reservation: Reservation) {
+    fn bind(
+        &self,
+        pod: Arc<PodInfo>,
+        node: String,
+        explain: Option<String>,
+        reservation: Reservation,
+        timing: AttemptTiming,
+    ) {
         let client = self.client.clone();
         let tx = self.tx.clone();
         let limit = self.binds.clone();
@@ -1114,6 +1181,7 @@ impl Scheduler {
                 node,
                 unreserve,
                 result,
+                timing,
             });
         });
     }

@@ -1,29 +1,10 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace. On a fresh machine it first installs what the tests
-# need: curl, Debian's busybox-static (for the local busybox image), nftables and conntrack (the
-# proxy's kernel tests, in network namespaces of their own), protoc (to build the etcd client),
-# etcd and etcdctl (the etcd backend's tests), Prometheus (the metrics test scrapes a server with
-# it), the Python Kubernetes client, and builds the local images into Docker.
+# Runs every test of the workspace. On a fresh machine it first installs what the tests need
+# (scripts/install-deps.sh) and builds the local images into Docker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_apt=()
-command -v curl >/dev/null || need_apt+=(curl)
-[ -x /bin/busybox ] || need_apt+=(busybox-static)
-command -v nft >/dev/null || need_apt+=(nftables)
-command -v conntrack >/dev/null || need_apt+=(conntrack)
-command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
-command -v etcd >/dev/null || need_apt+=(etcd-server)
-command -v etcdctl >/dev/null || need_apt+=(etcd-client)
-command -v prometheus >/dev/null || need_apt+=(prometheus)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq "${need_apt[@]}"
-fi
-python3 -c 'import kubernetes' 2>/dev/null || python3 -m pip install -q kubernetes
-command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest
-
+./scripts/install-deps.sh
 cargo build --workspace --bins
 if docker info >/dev/null 2>&1; then
   ./target/debug/skiff images build

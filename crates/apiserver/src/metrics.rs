@@ -462,6 +462,9 @@ impl Store for StoreMetrics {
     async fn erase_history(&self, revision: Revision) -> Result<()> {
         self.inner.erase_history(revision).await
     }
+    async fn health(&self) -> Result<()> {
+        self.inner.health().await
+    }
 }
 
 #[cfg(test)]

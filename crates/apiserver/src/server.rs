@@ -269,7 +269,14 @@ pub async fn start(opts: ServerOptions) -> anyhow::Result<Running> {
             ..Default::default()
         })
         .await?;
-        return start_with_store(ServerOptions { compaction_interval: Duration::ZERO, ..opts }, store).await;
+        return start_with_store(
+            ServerOptions {
+                compaction_interval: Duration::ZERO,
+                ..opts
+            },
+            store,
+        )
+        .await;
     }
     let store_path = opts.data_dir.join("state.db");
     let store: Arc<dyn Store> = skiff_store::sqlite::SqliteStore::open(&store_path)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what building and testing the workspace need on a fresh machine: curl, Debian's
+# busybox-static (for the local busybox image), nftables and conntrack (the proxy's kernel tests,
+# in network namespaces of their own), protoc (to build the etcd client), etcd and etcdctl (the
+# etcd backend's tests), Prometheus (the metrics test scrapes a server with it), the Python
+# Kubernetes client and cargo-nextest. Whatever is already there is left alone.
+set -euo pipefail
+
+need_apt=()
+command -v curl >/dev/null || need_apt+=(curl)
+[ -x /bin/busybox ] || need_apt+=(busybox-static)
+command -v nft >/dev/null || need_apt+=(nftables)
+command -v conntrack >/dev/null || need_apt+=(conntrack)
+command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
+command -v etcd >/dev/null || need_apt+=(etcd-server)
+command -v etcdctl >/dev/null || need_apt+=(etcd-client)
+command -v prometheus >/dev/null || need_apt+=(prometheus)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}"
+fi
+python3 -c 'import kubernetes' 2>/dev/null || python3 -m pip install -q kubernetes
+command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest

@@ -472,9 +472,8 @@ mod tests {
         assert_eq!(get(addr, again).await.unwrap().1, "anonymous");
     }
 
-    /// Runs the real kubectl against a test server: `cargo test -p skiff-apiserver -- --ignored kubectl`.
+    /// Runs the real kubectl against a test server.
     #[tokio::test]
-    #[ignore = "needs /usr/bin/kubectl"]
     async fn kubectl_talks_to_serve_tls() {
         let dir = tempfile::tempdir().unwrap();
         let pki = pki::load_or_create(dir.path(), &[]).unwrap();
@@ -531,9 +530,8 @@ mod tests {
     }
 
     /// `kubectl exec` opens a WebSocket (`v5.channel.k8s.io`); it must come over HTTP/1.1 with
-    /// an upgrade: `cargo test -p skiff-apiserver -- --ignored kubectl`.
+    /// an upgrade.
     #[tokio::test]
-    #[ignore = "needs /usr/bin/kubectl"]
     async fn kubectl_exec_websocket() {
         use axum::extract::ws::{Message, WebSocketUpgrade};
         let dir = tempfile::tempdir().unwrap();

@@ -53,6 +53,9 @@ pub enum BenchCommand {
         /// a fresh `skiff server` child; its nodes and pods are left alone.
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
+        /// Measure a fresh server whose objects are in this etcd (`skiff server --etcd-servers`).
+        #[arg(long, conflicts_with = "kubeconfig")]
+        etcd_servers: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -278,12 +281,16 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             init_pods,
             event_writes,
             kubeconfig,
+            etcd_servers,
             json,
         } => {
             let (_server, client) = match kubeconfig {
                 Some(path) => (None, crate::client::kube_client_h2(&path).await?),
                 None => {
-                    let server = ChildServer::start(&["--no-agent", "--no-scheduler", "--no-controllers"]).await?;
+                    let etcd_flag = etcd_servers.map(|e| format!("--etcd-servers={e}"));
+                    let mut flags = vec!["--no-agent", "--no-scheduler", "--no-controllers"];
+                    flags.extend(etcd_flag.as_deref());
+                    let server = ChildServer::start(&flags).await?;
                     let client = crate::client::kube_client_h2(&server.kubeconfig).await?;
                     (Some(server), client)
                 }

@@ -224,7 +224,9 @@ impl History {
         for w in &writes {
             let v = w.value.as_deref().unwrap_or_default();
             if by_value.insert(v, w).is_some() {
-                bad.push(format!("value {v:?} written twice: the history cannot tell the writes apart"));
+                bad.push(format!(
+                    "value {v:?} written twice: the history cannot tell the writes apart"
+                ));
             }
         }
         // Acknowledged resourceVersions are unique.
@@ -274,9 +276,9 @@ impl History {
             None => bad.push(format!("{place}: {key}={value:?} at {at} was never written")),
             Some(w) if w.key != key => bad.push(format!("{place}: {value:?} seen on {key}, written to {}", w.key)),
             Some(w) => match &w.outcome {
-                Outcome::Failed(why) => {
-                    bad.push(format!("{place}: {key}={value:?} seen, but its write was refused ({why})"))
-                }
+                Outcome::Failed(why) => bad.push(format!(
+                    "{place}: {key}={value:?} seen, but its write was refused ({why})"
+                )),
                 Outcome::Ok(r) if *r != at => bad.push(format!(
                     "{place}: {key}={value:?} seen at resourceVersion {at}, acknowledged at {r}"
                 )),
@@ -454,7 +456,14 @@ mod tests {
                 write(OpKind::Update, "a", "a2", 11, 20, Outcome::Ok(11)),
                 write(OpKind::Create, "b", "b1", 21, 22, Outcome::Ok(12)),
                 write(OpKind::Update, "b", "b2", 23, 40, Outcome::Unknown("timeout".into())),
-                write(OpKind::Create, "a", "a3", 30, 31, Outcome::Failed("AlreadyExists".into())),
+                write(
+                    OpKind::Create,
+                    "a",
+                    "a3",
+                    30,
+                    31,
+                    Outcome::Failed("AlreadyExists".into()),
+                ),
                 read("a", 21, 25, Some(("a2", 11))),
                 read("b", 5, 8, None),
             ],
@@ -484,7 +493,10 @@ mod tests {
 
     fn fails(h: &History, expect: &str) {
         let bad = h.check();
-        assert!(bad.iter().any(|b| b.contains(expect)), "expected {expect:?} in {bad:#?}");
+        assert!(
+            bad.iter().any(|b| b.contains(expect)),
+            "expected {expect:?} in {bad:#?}"
+        );
     }
 
     #[test]
@@ -492,7 +504,10 @@ mod tests {
         let h = good();
         assert_eq!(h.check(), Vec::<String>::new());
         let s = h.summary();
-        assert_eq!((s.acknowledged, s.failed, s.unknown, s.reads, s.watch_events, s.gone), (3, 1, 1, 2, 3, 1));
+        assert_eq!(
+            (s.acknowledged, s.failed, s.unknown, s.reads, s.watch_events, s.gone),
+            (3, 1, 1, 2, 3, 1)
+        );
     }
 
     #[test]
@@ -540,9 +555,7 @@ mod tests {
     fn a_watch_gap_fails() {
         let mut h = good();
         h.watches[0].segments[1].events.clear();
-        h.watches[0].segments[1]
-            .events
-            .push(ev("MODIFIED", "b", "b2", 13));
+        h.watches[0].segments[1].events.push(ev("MODIFIED", "b", "b2", 13));
         fails(&h, "gap, a=\"a2\" acknowledged at 11");
         // The open segment has to reach the final state.
         let mut h = good();

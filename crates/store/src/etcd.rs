@@ -394,9 +394,12 @@ impl EtcdStore {
     /// `now` then existed unchanged at `applied`, and none was removed.
     async fn unchanged_between(&self, applied: i64, count: usize, now: i64) -> Result<bool> {
         let (start, end) = self.keys.all();
+        // Not count-only: etcd counts the range before it filters by modification revision,
+        // so a count would be every key. One key modified after `applied`, if any, says it.
         let modified = GetOptions::new()
             .with_range(end.clone())
-            .with_count_only()
+            .with_keys_only()
+            .with_limit(1)
             .with_revision(now)
             .with_min_mod_revision(applied + 1);
         let all = GetOptions::new().with_range(end).with_count_only().with_revision(now);
@@ -406,16 +409,16 @@ impl EtcdStore {
             Err(e) if is_compacted(&e) => return Ok(false),
             Err(e) => return Err(backend(e)),
         };
-        let counts: Vec<i64> = resp
+        let gets: Vec<(usize, i64)> = resp
             .op_responses()
             .into_iter()
             .filter_map(|r| match r {
-                TxnOpResponse::Get(g) => Some(g.count()),
+                TxnOpResponse::Get(g) => Some((g.kvs().len(), g.count())),
                 _ => None,
             })
             .collect();
         // The marker is the one key of the prefix memory does not hold.
-        Ok(counts.len() == 2 && counts[0] == 0 && counts[1] == count as i64 + 1)
+        Ok(gets.len() == 2 && gets[0].0 == 0 && gets[1].1 == count as i64 + 1)
     }
 
     /// After a write at etcd revision `rev`: returns once memory holds it, or after a while
@@ -1564,6 +1567,33 @@ mod replicas {
             assert!(std::time::Instant::now() < deadline, "health never recovered");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// Revisions taken by keys outside the prefix (the compactor's compact_rev_key, another
+    /// cluster's prefix) leave memory fresh: health passes and reads are served from memory,
+    /// for as long as nothing under the prefix changes. (etcd counts a range before it applies
+    /// min_mod_revision, so a count-only request cannot tell whether anything changed.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_outside_the_prefix_keep_memory_fresh() {
+        let etcd = cluster(1).await;
+        let store = replica(etcd.endpoints(), "/registry").await;
+        store.create("/registry/a", b"1".to_vec()).await.unwrap();
+        store.health().await.unwrap();
+        let applied = store.applied();
+        for i in 0..3 {
+            store.kv().put(format!("/elsewhere/{i}"), "x", None).await.unwrap();
+        }
+        assert!(store.etcd_revision().await.unwrap() > applied);
+        assert_eq!(store.sync(Duration::from_millis(100)).await.unwrap(), None);
+        store.health().await.unwrap();
+        // A change under the prefix the watch has not applied yet is still caught.
+        let (applied, count) = {
+            let inner = store.state.read();
+            (inner.revision() + store.base, inner.len())
+        };
+        store.kv().put("/registry/b", "2", None).await.unwrap();
+        let now = store.etcd_revision().await.unwrap();
+        assert!(!store.unchanged_between(applied, count, now).await.unwrap());
     }
 
     /// Upstream's compactor: replicas take turns through compact_rev_key, and every replica's

@@ -3,6 +3,8 @@
 //! and restart member by member. Everything is killed and removed when the fixture drops.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod history;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -1435,8 +1435,10 @@ mod replicas {
             etcd.restart(victim);
             etcd.wait_healthy(Duration::from_secs(30));
         });
-        // The watcher's stream ends once the replica relists (it gets no event it missed).
-        let ended = tokio::time::timeout(Duration::from_secs(30), live.by_ref().collect::<Vec<_>>())
+        // The watcher's stream ends once the replica relists (it gets no event it missed). The
+        // replica first has to notice its only member died (keep-alive: up to 15 s) and reconnect
+        // with backoff, which under a loaded machine takes longer than the 2 s it takes alone.
+        let ended = tokio::time::timeout(Duration::from_secs(90), live.by_ref().collect::<Vec<_>>())
             .await
             .expect("the watch stream ends");
         assert!(ended.is_empty(), "{ended:?}");

@@ -45,6 +45,7 @@ pub mod server;
 pub mod service_network;
 pub mod sim;
 pub mod spdy;
+pub mod stats;
 pub mod status;
 pub mod subpath;
 pub mod volumes;
@@ -225,11 +226,18 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
     let cluster_ca = cfg.cluster_ca().context("reading the cluster CA")?;
     let (port, cert_sha256) = match &cluster_ca {
         Some(ca) => {
+            let sampler = stats::Sampler::default();
+            tokio::spawn(
+                sampler
+                    .clone()
+                    .run(docker.clone(), cfg.node_name.clone(), cluster.clone()),
+            );
             let state = server::ServerState {
                 docker: docker.clone(),
                 node: cfg.node_name.clone(),
                 cluster: cluster.clone(),
                 client: Some(client.clone()),
+                stats: sampler,
             };
             let sans = vec![
                 node_ip.to_string(),

@@ -65,6 +65,8 @@ pub struct ServerState {
     pub cluster: String,
     /// The API client `/pods` lists this node's pods with (none: `/pods` is not served).
     pub client: Option<kube::Client>,
+    /// The node's resource usage, served at `/stats/summary`.
+    pub stats: crate::stats::Sampler,
 }
 
 impl ServerState {
@@ -228,6 +230,7 @@ pub fn router(state: ServerState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/pods", get(node_pods))
+        .route("/stats/summary", get(stats_summary))
         .route("/metrics", get(metrics))
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
         .route("/exec/{ns}/{pod}/{container}", any(exec))
@@ -240,6 +243,12 @@ pub fn router(state: ServerState) -> Router {
 }
 
 /// `/pods`: the pods bound to this node, as a PodList (the kubelet's `/pods`).
+/// The kubelet's Summary API: the node's and its pods' containers' CPU and memory.
+async fn stats_summary(State(state): State<ServerState>) -> Response {
+    let summary = state.stats.summary(&state.node);
+    ([(http::header::CONTENT_TYPE, "application/json")], summary.to_string()).into_response()
+}
+
 async fn node_pods(State(state): State<ServerState>) -> Response {
     let Some(client) = state.client.clone() else {
         return error(StatusCode::NOT_FOUND, "404 page not found".into());

@@ -1309,6 +1309,7 @@ async fn https_endpoint_serves_logs_and_exec_to_ca_signed_clients() {
         node: h.node.clone(),
         cluster: h.ctx.cluster.clone(),
         client: None,
+        stats: skiff_agent::stats::Sampler::default(),
     };
     let addr = skiff_agent::server::serve(
         "127.0.0.1:0".parse().unwrap(),

@@ -12,6 +12,7 @@ pub mod patch;
 pub mod printers;
 pub mod quantity;
 pub mod registry;
+pub mod resourcemetrics;
 pub mod schema;
 pub mod selector;
 pub mod skeleton;

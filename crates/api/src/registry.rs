@@ -46,6 +46,12 @@ impl Resource {
         self.subresources.contains(&sub)
     }
 
+    /// Whether the resource is a view of resource usage (`metrics.k8s.io`): read from the node
+    /// agents at each request, only got and listed, never stored.
+    pub fn is_metrics(&self) -> bool {
+        self.group == "metrics.k8s.io"
+    }
+
     /// Whether the resource only takes creates and stores nothing: the legacy `bindings` and
     /// the access and token reviews, which upstream answers and forgets.
     pub fn is_create_only(&self) -> bool {
@@ -472,6 +478,28 @@ pub static RESOURCES: &[Resource] = &[
         &[],
         &[]
     ),
+    res!(
+        "metrics.k8s.io",
+        "v1beta1",
+        "NodeMetrics",
+        "nodes",
+        "",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "metrics.k8s.io",
+        "v1beta1",
+        "PodMetrics",
+        "pods",
+        "",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
 ];
 
 /// Upstream's `GroupPriorityMinimum` of each named group kube-apiserver 1.33 serves (the
@@ -496,6 +524,8 @@ const GROUP_PRIORITIES: &[(&str, u32)] = &[
     ("discovery.k8s.io", 16200),
     ("resource.k8s.io", 16200),
     ("flowcontrol.apiserver.k8s.io", 16100),
+    // metrics-server's APIService.
+    ("metrics.k8s.io", 100),
 ];
 
 /// A group's priority; a group upstream does not list goes last.
@@ -548,7 +578,8 @@ mod tests {
 
     #[test]
     fn groups_in_upstream_order() {
-        // As kube-apiserver 1.33 lists them under /apis (less the groups Skiff does not serve).
+        // As kube-apiserver 1.33 lists them under /apis (less the groups Skiff does not serve), with
+        // metrics-server's group last.
         assert_eq!(
             groups(),
             [
@@ -565,6 +596,7 @@ mod tests {
                 "scheduling.k8s.io",
                 "coordination.k8s.io",
                 "discovery.k8s.io",
+                "metrics.k8s.io",
             ]
         );
     }

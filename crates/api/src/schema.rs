@@ -153,6 +153,18 @@ fn build() -> Schemas {
             "TokenRequest",
             api::authentication::v1::TokenRequest
         ),
+        (
+            "metrics.k8s.io",
+            "v1beta1",
+            "NodeMetrics",
+            crate::resourcemetrics::NodeMetrics
+        ),
+        (
+            "metrics.k8s.io",
+            "v1beta1",
+            "PodMetrics",
+            crate::resourcemetrics::PodMetrics
+        ),
         ("meta.k8s.io", "v1", "Status", metav1::Status),
         ("meta.k8s.io", "v1", "DeleteOptions", metav1::DeleteOptions),
     );

@@ -66,6 +66,9 @@ pub fn verbs(r: &Resource) -> &'static [&'static str] {
     if r.is_create_only() {
         return CREATE_ONLY;
     }
+    if r.is_metrics() {
+        return &["get", "list"];
+    }
     match (r.group, r.plural) {
         ("", "namespaces") => NAMESPACE_VERBS,
         _ => ALL_VERBS,

@@ -450,6 +450,9 @@ async fn dispatch(ctx: Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     if crate::reviews::is_review(res.group) {
         return crate::reviews::handle(&ctx, bytes).await;
     }
+    if res.is_metrics() {
+        return crate::resourcemetrics::handle(&ctx).await;
+    }
     if !rr.subresource.is_empty() {
         return crate::subresources::handle(ctx, bytes).await;
     }

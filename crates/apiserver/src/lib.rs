@@ -33,6 +33,7 @@ pub mod proxy;
 pub mod raw;
 pub mod read;
 pub mod request;
+pub mod resourcemetrics;
 pub mod reviews;
 pub mod server;
 pub mod serviceaccount;

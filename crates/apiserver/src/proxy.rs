@@ -434,6 +434,69 @@ pub async fn node_proxy(ctx: &Ctx, parts: &http::request::Parts, body: bytes::By
     Ok(r)
 }
 
+/// GETs `path` from node `node_name`'s agent and decodes its JSON answer (the Summary API for
+/// `metrics.k8s.io`), bounded by `timeout`.
+pub async fn node_get_json(
+    ctx: &Ctx,
+    node_name: &str,
+    path: &str,
+    timeout: std::time::Duration,
+) -> Result<Value, StatusError> {
+    let (host, port, pin) = node_endpoint(ctx, node_name).await?;
+    let t = Target {
+        host,
+        port,
+        pin,
+        container: String::new(),
+    };
+    let fetch = async {
+        let stream = connect(&ctx.state, &t, true).await?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| StatusError::new(503, "ServiceUnavailable", format!("agent connection: {e}")))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "agent connection ended");
+            }
+        });
+        let req = http::Request::get(path)
+            .header(header::HOST, format!("{}:{}", t.host, t.port))
+            .header(header::ACCEPT, "application/json")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .map_err(|e| StatusError::internal(format!("agent request: {e}")))?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| StatusError::new(503, "ServiceUnavailable", format!("agent request failed: {e}")))?;
+        let status = resp.status();
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .map(|b| b.to_bytes())
+            .map_err(|e| StatusError::new(503, "ServiceUnavailable", format!("reading the agent's answer: {e}")))?;
+        if !status.is_success() {
+            return Err(StatusError::new(
+                503,
+                "ServiceUnavailable",
+                format!("node {node_name} answered {path} with {status}"),
+            ));
+        }
+        serde_json::from_slice::<Value>(&body).map_err(|e| {
+            StatusError::new(
+                503,
+                "ServiceUnavailable",
+                format!("node {node_name} answered {path}: {e}"),
+            )
+        })
+    };
+    tokio::time::timeout(timeout, fetch).await.unwrap_or_else(|_| {
+        Err(StatusError::new(
+            503,
+            "ServiceUnavailable",
+            format!("node {node_name} did not answer {path} in {timeout:?}"),
+        ))
+    })
+}
+
 async fn proxy_logs(ctx: &Ctx, t: &Target, path: &str) -> Result<Response, StatusError> {
     let stream = connect(&ctx.state, t, true).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))

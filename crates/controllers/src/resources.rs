@@ -15,12 +15,12 @@ pub fn api_resource(r: &Resource) -> ApiResource {
 }
 
 /// Resources holding objects that can own or be owned (skips the create-only ones, bindings
-/// and the access and token reviews, which cannot be listed, and the events.k8s.io view of
-/// events).
+/// and the access and token reviews, which cannot be listed, the resource usage views, and the
+/// events.k8s.io view of events).
 pub fn stored_resources() -> impl Iterator<Item = &'static Resource> {
     skiff_api::registry::RESOURCES
         .iter()
-        .filter(|r| !r.is_create_only() && r.group != "events.k8s.io")
+        .filter(|r| !r.is_create_only() && !r.is_metrics() && r.group != "events.k8s.io")
 }
 
 /// An API handle for a resource, in one namespace or across all.

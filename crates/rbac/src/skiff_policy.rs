@@ -58,7 +58,17 @@ const EVENTS: [&str; 3] = ["create", "patch", "update"];
 const READ: [&str; 3] = ["get", "list", "watch"];
 
 pub fn cluster_roles() -> Vec<Value> {
+    // metrics-server's reader role: the resource metrics API (`kubectl top`) is readable by
+    // whoever holds view, edit or admin, into which the aggregation controller folds it.
+    let mut metrics_reader = cluster_role(
+        "system:aggregated-metrics-reader",
+        json!([{"verbs": READ, "apiGroups": ["metrics.k8s.io"], "resources": ["pods", "nodes"]}]),
+    );
+    for to in ["view", "edit", "admin"] {
+        metrics_reader["metadata"]["labels"][format!("rbac.authorization.k8s.io/aggregate-to-{to}")] = json!("true");
+    }
     vec![
+        metrics_reader,
         // The scheduler records each attempt's verdicts on the pod (`skiff explain pod`).
         // It also resolves priorities from PriorityClasses itself.
         cluster_role(

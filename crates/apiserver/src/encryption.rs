@@ -1327,8 +1327,15 @@ impl Encryption {
         if !generated_now {
             return Ok(());
         }
-        let status = self.status().await?;
-        let unreadable: usize = status.unreadable.iter().map(|u| u.secrets).sum();
+        // Decrypted, not classified by key name: a generated key has the same name as the
+        // cluster's (`key-1`) and other bytes.
+        let t = self.current();
+        let listed = self.inner.list(SECRETS_PREFIX, ListOptions::default()).await?;
+        let unreadable = listed
+            .items
+            .iter()
+            .filter(|kv| t.decrypt(&kv.key, &kv.value).is_err())
+            .count();
         if unreadable > 0 {
             // Nothing was written with it: the next start generates it again, or finds the
             // one copied in its place.
@@ -1339,7 +1346,7 @@ impl Encryption {
                 "{unreadable} Secrets in the shared store are encrypted with keys the encryption configuration \
                  just generated ({}) does not hold: copy encryption-config.yaml (and pki/) from a running server \
                  into {} before starting this one",
-                status.config,
+                self.source.path().display(),
                 data_dir.display()
             );
         }

@@ -262,7 +262,7 @@ fn two_replicas_on_one_etcd() {
     let mut a = Replica::new("replica a", &etcd, ip_a, port);
     a.start();
     assert!(
-        read(&a.kubeconfig()).contains(&format!("server: https://{ip_a}:{port}")),
+        read(&a.kubeconfig()).contains(&format!("server: \"https://{ip_a}:{port}\"")),
         "{}",
         read(&a.kubeconfig())
     );
@@ -279,7 +279,7 @@ fn two_replicas_on_one_etcd() {
     keyless.copy_from(&a, false);
     let (status, log) = keyless.start_and_fail();
     assert!(!status.success());
-    assert!(log.contains("encrypted with keys"), "{}", tail(&log, 20));
+    assert!(log.contains("encrypted with keys"), "{status}: {log}");
     drop((stranger, keyless));
 
     let mut b = Replica::new("replica b", &etcd, ip_b, port);

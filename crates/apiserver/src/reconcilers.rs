@@ -11,7 +11,9 @@
 //!   live (renewed within its `leaseDurationSeconds`), sorted, and are written together in one
 //!   store transaction. A replica that stops cleanly deletes its Lease and reconciles at once
 //!   (upstream's `RemoveEndpoints`); one killed drops out once its TTL has passed, when the next
-//!   reconciliation of any replica deletes its expired Lease.
+//!   reconciliation of any replica deletes its expired Lease. Liveness is judged by the reading
+//!   replica's clock against the writer's `renewTime` (upstream's etcd TTL has no such need), so
+//!   the replicas' clocks must agree to well within the TTL (NTP).
 //! - `master-count` (the default of the embedded store, which only one server uses): the
 //!   Endpoints and EndpointSlice list this server alone, as upstream's with `--apiserver-count 1`.
 //! - `none`: nothing is written.

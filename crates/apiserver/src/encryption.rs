@@ -1320,6 +1320,39 @@ impl Encryption {
         })
     }
 
+    /// At start-up on a store other API servers share: a configuration generated just now
+    /// while the store holds Secrets it cannot read means this server did not get the
+    /// cluster's; it refuses to start rather than serve (and write) Secrets the others cannot read.
+    pub async fn check_shared(&self, generated_now: bool, data_dir: &std::path::Path) -> anyhow::Result<()> {
+        if !generated_now {
+            return Ok(());
+        }
+        // Decrypted, not classified by key name: a generated key has the same name as the
+        // cluster's (`key-1`) and other bytes.
+        let t = self.current();
+        let listed = self.inner.list(SECRETS_PREFIX, ListOptions::default()).await?;
+        let unreadable = listed
+            .items
+            .iter()
+            .filter(|kv| t.decrypt(&kv.key, &kv.value).is_err())
+            .count();
+        if unreadable > 0 {
+            // Nothing was written with it: the next start generates it again, or finds the
+            // one copied in its place.
+            if let Source::Generated(path) = &self.source {
+                let _ = std::fs::remove_file(path);
+            }
+            anyhow::bail!(
+                "{unreadable} Secrets in the shared store are encrypted with keys the encryption configuration \
+                 just generated ({}) does not hold: copy encryption-config.yaml (and pki/) from a running server \
+                 into {} before starting this one",
+                self.source.path().display(),
+                data_dir.display()
+            );
+        }
+        Ok(())
+    }
+
     /// At start-up: warns of Secrets no provider can read; re-encrypts the Secrets of a data
     /// dir that had them before its configuration was generated (stored as they are).
     pub async fn start(&self, generated_now: bool) -> anyhow::Result<()> {

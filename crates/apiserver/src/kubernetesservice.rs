@@ -1,11 +1,9 @@
 //! The Services every cluster has, reconciled at each start as upstream's API server reconciles
 //! `default/kubernetes` (`pkg/controlplane/controller/kubernetesservice`): the API server's own
-//! Service on the range's first address (443 to the API server's port) with its Endpoints and
-//! EndpointSlice, the default ServiceCIDR, and `kube-system/kube-dns` on the range's tenth address
+//! Service on the range's first address (443 to the API server's port; its Endpoints and
+//! EndpointSlice are kept by the endpoint reconciler, `reconcilers.rs`), the default ServiceCIDR, and `kube-system/kube-dns` on the range's tenth address
 //! (53/UDP, 53/TCP, `internalTrafficPolicy: Local`), which a kubeadm cluster gets from its CoreDNS
 //! addon and Skiff's node agents answer themselves (each publishes its own EndpointSlice).
-
-use std::net::IpAddr;
 
 use anyhow::Context;
 use serde_json::{Value, json};
@@ -110,9 +108,10 @@ async fn ensure_service(state: &ApiState, namespace: &str, name: &str, desired: 
     }
 }
 
-/// Reconciles the cluster's own Services; `advertise` and `port` are where the API server is
-/// reached from the nodes.
-pub async fn reconcile_all(state: &ApiState, advertise: IpAddr, port: u16) -> anyhow::Result<()> {
+/// Reconciles the cluster's own Services; `port` is the API server's secure port. The
+/// `kubernetes` Service's Endpoints and EndpointSlice are the endpoint reconciler's
+/// (`reconcilers.rs`).
+pub async fn reconcile_all(state: &ApiState, port: u16) -> anyhow::Result<()> {
     let ranges = state.service_ranges;
     let cidr = ranges.cidr();
     reconcile(
@@ -148,39 +147,6 @@ pub async fn reconcile_all(state: &ApiState, advertise: IpAddr, port: u16) -> an
         }),
     )
     .await?;
-    let address = advertise.to_string();
-    let endpoint_ports = json!([{"name": "https", "port": port, "protocol": "TCP"}]);
-    reconcile(
-        state,
-        "/registry/endpoints/default/kubernetes",
-        json!({
-            "kind": "Endpoints",
-            "apiVersion": "v1",
-            "metadata": metadata("kubernetes", Some("default"),
-                json!({"endpointslice.kubernetes.io/skip-mirror": "true"})),
-            "subsets": [{"addresses": [{"ip": address}], "ports": endpoint_ports}],
-        }),
-        &["/subsets"],
-    )
-    .await
-    .context("reconciling the kubernetes Endpoints")?;
-    reconcile(
-        state,
-        "/registry/endpointslices.discovery.k8s.io/default/kubernetes",
-        json!({
-            "kind": "EndpointSlice",
-            "apiVersion": "discovery.k8s.io/v1",
-            "metadata": metadata("kubernetes", Some("default"),
-                json!({"kubernetes.io/service-name": "kubernetes"})),
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [address], "conditions": {"ready": true}}],
-            "ports": endpoint_ports,
-        }),
-        &["/endpoints", "/ports"],
-    )
-    .await
-    .context("reconciling the kubernetes EndpointSlice")?;
-
     ensure_service(
         state,
         "kube-system",

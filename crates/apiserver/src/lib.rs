@@ -32,6 +32,7 @@ pub mod protobuf;
 pub mod proxy;
 pub mod raw;
 pub mod read;
+pub mod reconcilers;
 pub mod request;
 pub mod resourcemetrics;
 pub mod reviews;

@@ -171,6 +171,9 @@ pub struct ServerOptions {
     pub serving: ServingOptions,
     /// `--etcd-compaction-interval`: how often history is compacted (zero: never).
     pub compaction_interval: Duration,
+    /// `--endpoint-reconciler-type`, `--master-endpoint-reconcile-ttl`: how the `kubernetes`
+    /// Service's endpoints are kept.
+    pub endpoint_reconciler: crate::reconcilers::ReconcilerOptions,
 }
 
 impl ServerOptions {
@@ -196,6 +199,7 @@ impl ServerOptions {
             limits: Limits::default(),
             serving: ServingOptions::default(),
             compaction_interval: DEFAULT_COMPACTION_INTERVAL,
+            endpoint_reconciler: Default::default(),
         }
     }
 }
@@ -214,6 +218,8 @@ pub struct Running {
     pub join_url: String,
     /// The join token (`DATA_DIR/server/token`) for `skiff agent --token`.
     pub join_token: skiff_api::bootstraptoken::JoinToken,
+    /// Keeps the `kubernetes` Service's endpoints; removes this server from them at shutdown.
+    pub endpoints: Arc<crate::reconcilers::EndpointReconciler>,
 }
 
 impl Running {
@@ -227,6 +233,18 @@ impl Running {
     /// `deadline`; whether they all finished. Their writes are committed before they answer.
     pub async fn drain(&self, deadline: tokio::time::Instant) -> bool {
         self.state.filters.drained(deadline).await
+    }
+
+    /// Shutdown: this server leaves the `kubernetes` Service's endpoints (upstream's
+    /// `RemoveEndpoints`; with the `lease` reconciler its identity Lease is deleted), at once
+    /// rather than after its TTL.
+    pub async fn remove_endpoints(&self) {
+        if let Err(e) = self.endpoints.remove().await {
+            tracing::warn!(
+                error = format!("{e:#}"),
+                "removing this server from the kubernetes Service's endpoints"
+            );
+        }
     }
 
     /// Shutdown, last step: every connection still open (watches, streams) is closed.
@@ -286,6 +304,9 @@ pub async fn start(opts: ServerOptions) -> anyhow::Result<Running> {
 
 /// Serve over `store`, whose Secrets are encrypted at rest as the encryption configuration says.
 pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> anyhow::Result<Running> {
+    // Other API servers may share the store (etcd): they must agree on the CA, the keys and
+    // what start-up writes.
+    let shared = opts.etcd.is_some();
     // An invalid configuration stops the start with upstream's error.
     let loaded = encryption::load(&opts.data_dir, opts.encryption_provider_config.as_deref())?;
     let generated_now = loaded.generated_now;
@@ -299,6 +320,9 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
     let advertise = opts.advertise_address.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
     names.push(opts.service_ranges.nth(1).to_string());
     names.push(advertise.to_string());
+    if !opts.bind.is_unspecified() {
+        names.push(opts.bind.to_string());
+    }
     for name in [
         "kubernetes",
         "kubernetes.default",
@@ -320,6 +344,10 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
     state.encryption = Some(encryption.clone());
     state.filters = Filters::new(&opts.limits);
     let state = Arc::new(state);
+    if shared {
+        crate::join::check_cluster_ca(&state, &opts.data_dir).await?;
+        encryption.check_shared(generated_now, &opts.data_dir).await?;
+    }
     encryption
         .start(generated_now)
         .await
@@ -336,12 +364,34 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
 
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(opts.bind, opts.port))
         .await
-        .with_context(|| format!("binding port {}", opts.port))?;
+        .with_context(|| format!("binding {}", SocketAddr::new(opts.bind, opts.port)))?;
     let addr = listener.local_addr().context("reading the bound address")?;
-    crate::kubernetesservice::reconcile_all(&state, advertise, addr.port())
+    crate::kubernetesservice::reconcile_all(&state, addr.port())
         .await
         .context("reconciling the cluster's own Services")?;
-    let url = format!("https://127.0.0.1:{}", addr.port());
+    let kind = opts.endpoint_reconciler.kind.unwrap_or(if shared {
+        crate::reconcilers::ReconcilerType::Lease
+    } else {
+        crate::reconcilers::ReconcilerType::MasterCount
+    });
+    let endpoints = crate::reconcilers::EndpointReconciler::new(
+        state.clone(),
+        kind,
+        SocketAddr::new(advertise, addr.port()),
+        &hostname().unwrap_or_default(),
+        &opts.endpoint_reconciler,
+    );
+    endpoints
+        .reconcile()
+        .await
+        .context("reconciling the kubernetes Service's endpoints")?;
+    // Clients on this machine reach the listener where it is bound.
+    let local = if opts.bind.is_unspecified() {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        opts.bind
+    };
+    let url = format!("https://{}", SocketAddr::new(local, addr.port()));
     let kubeconfig = opts
         .kubeconfig
         .clone()
@@ -362,10 +412,10 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         )
         .context("writing the super-admin kubeconfig")?;
     let join_url = format!("https://{}", SocketAddr::new(advertise, addr.port()));
-    crate::join::ensure_cluster_info(&state, &join_url)
+    crate::join::ensure_cluster_info(&state, &join_url, shared)
         .await
         .context("publishing kube-public/cluster-info")?;
-    let join_token = crate::join::ensure_join_token(&state, &opts.data_dir)
+    let join_token = crate::join::ensure_join_token(&state, &opts.data_dir, shared)
         .await
         .context("preparing the join token")?;
     let serving = Serving::start(listener, tls_config, router(state.clone()), &opts.serving);
@@ -373,6 +423,7 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         tokio::spawn(compactor(state.store.clone(), opts.compaction_interval));
     }
     tokio::spawn(crate::metrics::storage_objects_loop(state.store.clone()));
+    tokio::spawn(endpoints.clone().run());
     // The OpenAPI documents are built on first use: an idle server does not hold them.
     Ok(Running {
         state,
@@ -383,6 +434,7 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         serving,
         join_url,
         join_token,
+        endpoints,
     })
 }
 

@@ -247,6 +247,19 @@ struct ServerArgs {
     data_dir: Option<PathBuf>,
     #[arg(long, default_value_t = 6443)]
     port: u16,
+    /// The address the API server listens on (default: every address). Replicas on one machine
+    /// listen on different addresses with the same port, e.g. 127.0.0.2 and 127.0.0.3.
+    #[arg(long)]
+    bind_address: Option<std::net::IpAddr>,
+    /// How the `kubernetes` Service's endpoints are kept: lease (each API server's record with a
+    /// TTL; the default on etcd), master-count (this server alone; the default of the embedded
+    /// store) or none.
+    #[arg(long)]
+    endpoint_reconciler_type: Option<skiff_apiserver::reconcilers::ReconcilerType>,
+    /// How long an API server's endpoint record lives without renewal (the lease reconciler);
+    /// it is renewed every 10 s, or every two thirds of the TTL when that is shorter.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    master_endpoint_reconcile_ttl: std::time::Duration,
     /// Where to write the admin kubeconfig (default DATA_DIR/kubeconfig).
     #[arg(long)]
     write_kubeconfig: Option<PathBuf>,
@@ -891,6 +904,14 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     let mut opts = skiff_apiserver::ServerOptions::new(data_dir.clone(), args.port);
     opts.kubeconfig = args.write_kubeconfig.clone();
+    if let Some(bind) = args.bind_address {
+        opts.bind = bind;
+    }
+    opts.endpoint_reconciler = skiff_apiserver::reconcilers::ReconcilerOptions {
+        kind: args.endpoint_reconciler_type,
+        ttl: args.master_endpoint_reconcile_ttl,
+        ..Default::default()
+    };
     opts.service_ranges = skiff_apiserver::allocator::ServiceRanges::parse(
         &args.service_cluster_ip_range,
         &args.service_node_port_range,
@@ -1147,6 +1168,13 @@ async fn shut_down(
     let started = tokio::time::Instant::now();
     let deadline = started + SHUTDOWN_GRACE;
     running.stop_accepting();
+    // Out of the kubernetes Service's endpoints at once, not after the TTL.
+    if tokio::time::timeout(SHUTDOWN_GRACE / 4, running.remove_endpoints())
+        .await
+        .is_err()
+    {
+        tracing::warn!("not removed from the kubernetes Service's endpoints in time");
+    }
     if elected.config.is_some() {
         // Leaders stop their parts and release their Leases (upstream's ReleaseOnCancel), so a
         // standby takes over at once; the rest of the grace is kept for the requests.

@@ -363,16 +363,37 @@ impl LeaderElector {
             leader_transitions: self.observed.as_ref().map_or(0, |r| r.leader_transitions),
         };
         self.renewed_at = None;
-        match self.update(&record).await {
-            Ok(()) => {
-                tracing::info!(lease = %self.describe(), "released the lease");
-                true
-            }
-            Err(e) => {
-                tracing::error!(lease = %self.describe(), error = %e, "failed to release the lease");
-                false
+        // A renewal cut short by the stop may still have been written after the record this
+        // candidate last saw: on a conflict, read the Lease again and release it if it is still
+        // ours.
+        for _ in 0..3 {
+            match self.update(&record).await {
+                Ok(()) => {
+                    tracing::info!(lease = %self.describe(), "released the lease");
+                    return true;
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => match self.api.get_opt(&self.name).await {
+                    Ok(Some(current)) => {
+                        let held = Record::from_lease(&current).holder_identity == self.identity;
+                        self.lease = Some(current);
+                        if !held {
+                            return true;
+                        }
+                    }
+                    Ok(None) => return true,
+                    Err(e) => {
+                        tracing::error!(lease = %self.describe(), error = %e, "failed to release the lease");
+                        return false;
+                    }
+                },
+                Err(e) => {
+                    tracing::error!(lease = %self.describe(), error = %e, "failed to release the lease");
+                    return false;
+                }
             }
         }
+        tracing::error!(lease = %self.describe(), "failed to release the lease: it kept changing");
+        false
     }
 
     /// Upstream's `LeaseLock.RecordEvent`: a Normal `LeaderElection` event on the Lease,

@@ -92,11 +92,15 @@ impl Replica {
             "/registry".into(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
+        let port = free_port();
+        // Replicas of one cluster share its service range (each would otherwise reconcile the
+        // default ServiceCIDR to its own at every start).
+        args.extend(["--service-cluster-ip-range".into(), common::own_service_range(port)]);
         let mut r = Replica {
             name,
             dir: tempfile::tempdir().unwrap(),
             home: tempfile::tempdir().unwrap(),
-            port: free_port(),
+            port,
             args,
             child: None,
         };
@@ -152,7 +156,6 @@ impl Replica {
             .arg("--data-dir")
             .arg(self.dir.path())
             .args(["--port", &self.port.to_string()])
-            .args(["--service-cluster-ip-range", &common::own_service_range(self.port)])
             .args(&self.args)
             .env("HOME", self.home.path())
             .env("SKIFF_LOG", "info")

@@ -38,6 +38,7 @@ pub fn apply_defaults(res: &Resource, obj: &mut Value) {
         ("apps", "DaemonSet") => default_daemonset(obj),
         ("batch", "Job") => default_job(obj),
         ("batch", "CronJob") => default_cronjob(obj),
+        ("autoscaling", "HorizontalPodAutoscaler") => default_horizontal_pod_autoscaler(obj),
         ("scheduling.k8s.io", "PriorityClass") => {
             if let Some(m) = obj.as_object_mut() {
                 default_str(m, "preemptionPolicy", "PreemptLowerPriority");
@@ -882,6 +883,48 @@ fn generate_job_selector(spec: &mut Map<String, Value>, name: &str, uid: &str) {
     {
         ml.entry(CONTROLLER_UID_LABEL.to_string())
             .or_insert_with(|| Value::String(uid.to_string()));
+    }
+}
+
+/// autoscaling/v2's `SetDefaults_HorizontalPodAutoscaler`: one replica at least, CPU at 80% of
+/// the requests when no metric is named, and a behavior given in part completed with the
+/// defaults of its direction (`GenerateHPAScaleUpRules` / `GenerateHPAScaleDownRules`).
+fn default_horizontal_pod_autoscaler(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if spec.get("minReplicas").is_none_or(Value::is_null) {
+        spec.insert("minReplicas".into(), json!(1));
+    }
+    if spec
+        .get("metrics")
+        .is_none_or(|m| m.as_array().is_none_or(|a| a.is_empty()))
+    {
+        spec.insert(
+            "metrics".into(),
+            json!([{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]),
+        );
+    }
+    let Some(behavior) = spec.get_mut("behavior").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let up_policies = json!([
+        {"type": "Pods", "value": 4, "periodSeconds": 15},
+        {"type": "Percent", "value": 100, "periodSeconds": 15},
+    ]);
+    let down_policies = json!([{"type": "Percent", "value": 100, "periodSeconds": 15}]);
+    for (key, window, policies) in [("scaleUp", 0, up_policies), ("scaleDown", 300, down_policies)] {
+        let rules = behavior.entry(key).or_insert_with(|| json!({}));
+        let Some(rules) = rules.as_object_mut() else { continue };
+        if rules.get("stabilizationWindowSeconds").is_none_or(Value::is_null) {
+            rules.insert("stabilizationWindowSeconds".into(), json!(window));
+        }
+        if rules.get("selectPolicy").is_none_or(Value::is_null) {
+            rules.insert("selectPolicy".into(), json!("Max"));
+        }
+        if rules.get("policies").is_none_or(Value::is_null) {
+            rules.insert("policies".into(), policies);
+        }
     }
 }
 

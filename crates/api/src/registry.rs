@@ -479,6 +479,17 @@ pub static RESOURCES: &[Resource] = &[
         &[]
     ),
     res!(
+        "autoscaling",
+        "v2",
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+        "horizontalpodautoscaler",
+        true,
+        &["hpa"],
+        ALL,
+        &["status"]
+    ),
+    res!(
         "metrics.k8s.io",
         "v1beta1",
         "NodeMetrics",
@@ -587,6 +598,7 @@ mod tests {
                 "events.k8s.io",
                 "authentication.k8s.io",
                 "authorization.k8s.io",
+                "autoscaling",
                 "batch",
                 "certificates.k8s.io",
                 "networking.k8s.io",

@@ -148,6 +148,12 @@ fn build() -> Schemas {
         ),
         ("autoscaling", "v1", "Scale", api::autoscaling::v1::Scale),
         (
+            "autoscaling",
+            "v2",
+            "HorizontalPodAutoscaler",
+            api::autoscaling::v2::HorizontalPodAutoscaler
+        ),
+        (
             "authentication.k8s.io",
             "v1",
             "TokenRequest",

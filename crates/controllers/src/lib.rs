@@ -20,6 +20,7 @@ pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod persistentvolume;
+pub mod podautoscaler;
 pub mod podgc;
 pub mod protectionutil;
 pub mod pvcprotection;
@@ -64,6 +65,8 @@ pub struct ControllersConfig {
     pub nodeipam: Option<nodeipam::NodeIpamConfig>,
     /// Pods of gone nodes, excess terminated pods; `None`: not run.
     pub podgc: Option<podgc::PodGcConfig>,
+    /// HorizontalPodAutoscalers scale their targets on resource metrics; `None`: not run.
+    pub podautoscaler: Option<podautoscaler::PodAutoscalerConfig>,
     /// Aggregated ClusterRoles (admin, edit, view) collect the rules of the roles labelled for them.
     pub clusterroleaggregation: bool,
     /// The cluster CA (PEM) to publish as `kube-root-ca.crt` in every namespace; None: not published.
@@ -98,6 +101,7 @@ impl Default for ControllersConfig {
             nodelifecycle: Some(Default::default()),
             nodeipam: None,
             podgc: Some(Default::default()),
+            podautoscaler: Some(Default::default()),
             root_ca_pem: None,
             csr_signing: None,
             tokencleaner: true,
@@ -179,6 +183,10 @@ pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig)
     if let Some(config) = cfg.podgc {
         let c = clients("pod-garbage-collector");
         set.spawn(async move { podgc::run(c, config).await });
+    }
+    if let Some(config) = cfg.podautoscaler {
+        let c = clients(podautoscaler::CONTROLLER_NAME);
+        set.spawn(async move { podautoscaler::run(c, config).await });
     }
     if cfg.tainteviction {
         // Upstream's taint eviction controller calls as the node controller (no role of its own).

@@ -6,6 +6,7 @@
 //! kubectl needs for `--show-labels`, `-L` and `-A`.
 
 mod apps;
+mod autoscaling;
 mod certificates;
 mod core;
 mod format;
@@ -101,6 +102,7 @@ enum Printer {
     CronJob,
     Lease,
     PodDisruptionBudget,
+    HorizontalPodAutoscaler,
     PriorityClass,
     StorageClass,
     CSINode,
@@ -137,6 +139,7 @@ fn printer_for(res: &Resource) -> Printer {
         ("batch", "CronJob") => Printer::CronJob,
         ("coordination.k8s.io", "Lease") => Printer::Lease,
         ("policy", "PodDisruptionBudget") => Printer::PodDisruptionBudget,
+        ("autoscaling", "HorizontalPodAutoscaler") => Printer::HorizontalPodAutoscaler,
         ("scheduling.k8s.io", "PriorityClass") => Printer::PriorityClass,
         ("storage.k8s.io", "StorageClass") => Printer::StorageClass,
         ("storage.k8s.io", "CSINode") => Printer::CSINode,
@@ -173,6 +176,7 @@ fn columns(printer: Printer) -> &'static [Column] {
         Printer::CronJob => apps::CRONJOB_COLUMNS,
         Printer::Lease => apps::LEASE_COLUMNS,
         Printer::PodDisruptionBudget => apps::PDB_COLUMNS,
+        Printer::HorizontalPodAutoscaler => autoscaling::HPA_COLUMNS,
         Printer::PriorityClass => apps::PRIORITYCLASS_COLUMNS,
         Printer::StorageClass => storage::STORAGECLASS_COLUMNS,
         Printer::CSINode => storage::CSINODE_COLUMNS,
@@ -218,6 +222,7 @@ pub fn row_cells(res: &Resource, obj: &Value, now: Timestamp) -> Vec<Value> {
         Printer::CronJob => apps::cronjob(obj, now),
         Printer::Lease => apps::lease(obj, now),
         Printer::PodDisruptionBudget => apps::poddisruptionbudget(obj, now),
+        Printer::HorizontalPodAutoscaler => autoscaling::horizontalpodautoscaler(obj, now),
         Printer::PriorityClass => apps::priorityclass(obj, now),
         Printer::StorageClass => storage::storageclass(obj, now),
         Printer::CSINode => storage::csinode(obj, now),

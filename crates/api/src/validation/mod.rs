@@ -20,6 +20,7 @@
 //! Values inside messages are rendered as upstream's `field.Error` renders them, including
 //! Go's `%#v` of structs where upstream passes a struct (selectors, strategies, taints).
 
+mod autoscaling;
 mod certificates;
 mod core;
 mod meta;
@@ -98,6 +99,7 @@ pub fn validate_write(res: &Resource, subresource: &str, obj: &Value, old: Optio
         ("batch", "Job") => workloads::validate_job(obj, old, &mut errs),
         ("batch", "CronJob") => workloads::validate_cronjob(obj, &mut errs),
         ("policy", "PodDisruptionBudget") => workloads::validate_pdb(obj, &mut errs),
+        ("autoscaling", "HorizontalPodAutoscaler") => autoscaling::validate_horizontal_pod_autoscaler(obj, &mut errs),
         _ => {}
     }
     errs

@@ -82,7 +82,7 @@ macro_rules! res {
     };
 }
 
-/// Every resource served, in discovery order.
+/// Every built-in resource served, in discovery order (custom resources follow, see [`all`]).
 pub static RESOURCES: &[Resource] = &[
     res!(
         "",
@@ -462,6 +462,17 @@ pub static RESOURCES: &[Resource] = &[
         &["status"]
     ),
     res!(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        false,
+        &["crd", "crds"],
+        &["api-extensions"],
+        &["status"]
+    ),
+    res!(
         "scheduling.k8s.io",
         "v1",
         "PriorityClass",
@@ -507,10 +518,11 @@ fn group_priority(group: &str) -> u32 {
 }
 
 /// The named groups served, in upstream's discovery order: by priority, highest first, then
-/// by name (the aggregator sorts its APIServices so).
+/// by name (the aggregator sorts its APIServices so). Groups of custom resources have no
+/// priority of their own and follow the built-in ones, by name.
 pub fn groups() -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
-    for r in RESOURCES {
+    for r in all() {
         if !r.group.is_empty() && !out.contains(&r.group) {
             out.push(r.group);
         }
@@ -519,16 +531,106 @@ pub fn groups() -> Vec<&'static str> {
     out
 }
 
+/// The resources of CustomResourceDefinitions being served, one per served version: they
+/// change at run time as definitions are created, changed and deleted.
+static CUSTOM: std::sync::RwLock<Vec<&'static Resource>> = std::sync::RwLock::new(Vec::new());
+
+/// Every resource served now: the built-in ones, then the custom ones.
+pub fn all() -> Vec<&'static Resource> {
+    let mut out: Vec<&'static Resource> = RESOURCES.iter().collect();
+    out.extend(custom());
+    out
+}
+
+/// The custom resources served now.
+pub fn custom() -> Vec<&'static Resource> {
+    match CUSTOM.read() {
+        Ok(c) => c.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    }
+}
+
+/// Whether `res` is a custom resource (served for a CustomResourceDefinition).
+pub fn is_custom(res: &Resource) -> bool {
+    !RESOURCES.iter().any(|r| r == res)
+}
+
+/// Replace the custom resources served. Each is made `'static` once: the same description
+/// registered again reuses its earlier copy, so definitions that come and go do not grow memory.
+pub fn set_custom(resources: Vec<Resource>) {
+    static INTERNED: std::sync::Mutex<Vec<&'static Resource>> = std::sync::Mutex::new(Vec::new());
+    let mut interned = match INTERNED.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    let mut out = Vec::with_capacity(resources.len());
+    for r in resources {
+        let r = match interned.iter().find(|i| ***i == r) {
+            Some(i) => *i,
+            None => {
+                let leaked: &'static Resource = Box::leak(Box::new(r));
+                interned.push(leaked);
+                leaked
+            }
+        };
+        out.push(r);
+    }
+    drop(interned);
+    match CUSTOM.write() {
+        Ok(mut c) => *c = out,
+        Err(p) => *p.into_inner() = out,
+    }
+}
+
+/// A string made `'static`, each distinct value once (for [`Resource`]s built at run time).
+pub fn intern(s: &str) -> &'static str {
+    static STRINGS: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut strings = match STRINGS.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    if let Some(found) = strings.iter().find(|x| **x == s) {
+        return found;
+    }
+    let leaked: &'static str = Box::leak(s.to_string().into_boxed_str());
+    strings.push(leaked);
+    leaked
+}
+
+/// A list of strings made `'static` (short names, categories, subresources).
+pub fn intern_list(items: &[String]) -> &'static [&'static str] {
+    static LISTS: std::sync::Mutex<Vec<&'static [&'static str]>> = std::sync::Mutex::new(Vec::new());
+    let items: Vec<&'static str> = items.iter().map(|s| intern(s)).collect();
+    let mut lists = match LISTS.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    if let Some(found) = lists.iter().find(|x| **x == items.as_slice()) {
+        return found;
+    }
+    let leaked: &'static [&'static str] = Box::leak(items.into_boxed_slice());
+    lists.push(leaked);
+    leaked
+}
+
 /// The resource with this group, version and plural.
 pub fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
     RESOURCES
         .iter()
         .find(|r| r.group == group && r.version == version && r.plural == plural)
+        .or_else(|| {
+            custom()
+                .into_iter()
+                .find(|r| r.group == group && r.version == version && r.plural == plural)
+        })
 }
 
 /// The resource of this kind in this group.
 pub fn lookup_kind(group: &str, kind: &str) -> Option<&'static Resource> {
-    RESOURCES.iter().find(|r| r.group == group && r.kind == kind)
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.kind == kind)
+        .or_else(|| custom().into_iter().find(|r| r.group == group && r.kind == kind))
 }
 
 #[cfg(test)]
@@ -562,6 +664,7 @@ mod tests {
                 "policy",
                 "rbac.authorization.k8s.io",
                 "storage.k8s.io",
+                "apiextensions.k8s.io",
                 "scheduling.k8s.io",
                 "coordination.k8s.io",
                 "discovery.k8s.io",

@@ -57,6 +57,12 @@ fn build() -> Schemas {
         ("batch", "v1", "CronJob", api::batch::v1::CronJob),
         ("coordination.k8s.io", "v1", "Lease", api::coordination::v1::Lease),
         (
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition
+        ),
+        (
             "certificates.k8s.io",
             "v1",
             "CertificateSigningRequest",

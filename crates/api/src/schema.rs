@@ -164,7 +164,26 @@ fn build() -> Schemas {
     );
     let mut definitions: Map<String, Value> = generator.take_definitions(true).into_iter().collect();
     add_list_metadata(&mut definitions);
+    any_json_values(&mut definitions);
     Schemas { definitions, roots }
+}
+
+/// The apiextensions types that hold any JSON value (`JSON`: defaults, enums, examples) or
+/// one of two shapes (`JSONSchemaPropsOrArray`, `...OrBool`, `...OrStringArray`) are any
+/// value in upstream's OpenAPI, not the Rust wrappers' shapes.
+fn any_json_values(defs: &mut Map<String, Value>) {
+    const PREFIX: &str = "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.";
+    for (name, def) in defs.iter_mut() {
+        let Some(short) = name.strip_prefix(PREFIX) else { continue };
+        let description = match short {
+            "JSON" => "JSON represents any valid JSON value. These types are supported: bool, int64, float64, string, []interface{}, map[string]interface{} and nil.",
+            "JSONSchemaPropsOrArray" => "JSONSchemaPropsOrArray represents a value that can either be a JSONSchemaProps or an array of JSONSchemaProps. Mainly here for serialization purposes.",
+            "JSONSchemaPropsOrBool" => "JSONSchemaPropsOrBool represents JSONSchemaProps or a boolean value. Defaults to true for the boolean property.",
+            "JSONSchemaPropsOrStringArray" => "JSONSchemaPropsOrStringArray represents a JSONSchemaProps or a string array.",
+            _ => continue,
+        };
+        *def = serde_json::json!({"description": description, "x-kubernetes-preserve-unknown-fields": true});
+    }
 }
 
 /// Add upstream's list extensions to the properties the patch metadata names.

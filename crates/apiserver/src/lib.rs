@@ -9,6 +9,7 @@ pub mod audit;
 pub mod audit_request;
 pub mod authz;
 pub mod body;
+pub mod customresourcedefinitions;
 pub mod bootstrap;
 pub mod bootstraptoken;
 pub mod certificates;

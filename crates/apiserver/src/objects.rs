@@ -6,21 +6,31 @@ use serde_json::{Map, Value};
 use skiff_api::Resource;
 use skiff_store::{KeyValue, Revision};
 
+/// The segment of a resource's keys after `/registry/`: `<group>/<plural>` for custom
+/// resources and definitions themselves, as upstream's apiextensions-apiserver stores them.
+fn resource_segment(res: &Resource) -> String {
+    if res.group == "apiextensions.k8s.io" || skiff_api::registry::is_custom(res) {
+        format!("{}/{}", res.group, res.plural)
+    } else {
+        res.qualified_plural()
+    }
+}
+
 /// The key prefix of a resource, optionally within one namespace.
 pub fn prefix(res: &Resource, namespace: &str) -> String {
     if res.namespaced && !namespace.is_empty() {
-        format!("/registry/{}/{}/", res.qualified_plural(), namespace)
+        format!("/registry/{}/{}/", resource_segment(res), namespace)
     } else {
-        format!("/registry/{}/", res.qualified_plural())
+        format!("/registry/{}/", resource_segment(res))
     }
 }
 
 /// The key of one object.
 pub fn key(res: &Resource, namespace: &str, name: &str) -> String {
     if res.namespaced {
-        format!("/registry/{}/{}/{}", res.qualified_plural(), namespace, name)
+        format!("/registry/{}/{}/{}", resource_segment(res), namespace, name)
     } else {
-        format!("/registry/{}/{}", res.qualified_plural(), name)
+        format!("/registry/{}/{}", resource_segment(res), name)
     }
 }
 

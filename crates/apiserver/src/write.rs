@@ -25,9 +25,10 @@ fn has_status(res: &Resource) -> bool {
     res.has_subresource("status")
 }
 
-/// Resources whose spec changes bump metadata.generation.
+/// Resources whose spec changes bump metadata.generation (every custom resource, and
+/// definitions, as upstream's strategies).
 fn tracks_generation(res: &Resource) -> bool {
-    matches!(
+    is_crd(res) || skiff_api::registry::is_custom(res) || matches!(
         res.plural,
         "deployments"
             | "replicasets"
@@ -111,6 +112,9 @@ thread_local! {
 /// ReplicaSet's pods, a scheduler's events) passes again without a walk.
 fn check_shape(ctx: &Ctx, obj: &Value) -> Result<Vec<String>, StatusError> {
     let res = ctx.rr.resource;
+    if let Some(def) = skiff_api::apiextensions::definition(res) {
+        return custom_field_validation(ctx, &def, obj);
+    }
     let key = skiff_api::skeleton::key(&[res.group, res.version, res.kind], obj);
     if PASSED_SHAPES.with_borrow(|s| s.contains(&key)) {
         return Ok(Vec::new());
@@ -253,6 +257,43 @@ fn field_validation(ctx: &Ctx, obj: &Value) -> Result<Vec<String>, StatusError> 
     Ok(msgs)
 }
 
+/// Whether `res` is `customresourcedefinitions.apiextensions.k8s.io`.
+pub fn is_crd(res: &Resource) -> bool {
+    res.group == "apiextensions.k8s.io" && res.plural == "customresourcedefinitions"
+}
+
+/// Field validation of a custom object: the fields its schema would prune are its unknown
+/// fields (a warning each, or the error under `fieldValidation=Strict`).
+fn custom_field_validation(
+    ctx: &Ctx,
+    def: &skiff_api::apiextensions::Definition,
+    obj: &Value,
+) -> Result<Vec<String>, StatusError> {
+    if ignores_unknown_fields(ctx) {
+        return Ok(Vec::new());
+    }
+    let Some(schema) = def.version(ctx.rr.resource.version).and_then(|v| v.schema.as_ref()) else {
+        return Ok(Vec::new());
+    };
+    let mut copy = obj.clone();
+    let unknown = skiff_api::apiextensions::pruning::prune(schema, &mut copy);
+    if unknown.is_empty() {
+        return Ok(Vec::new());
+    }
+    let msgs: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+    if ctx.param("fieldValidation").is_some_and(|m| m.eq_ignore_ascii_case("Strict")) {
+        let res = ctx.rr.resource;
+        return Err(StatusError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+            res.kind,
+            res.version,
+            res.kind,
+            msgs.join(", ")
+        )));
+    }
+    Ok(msgs)
+}
+
 fn random_suffix() -> String {
     use rand::Rng;
     let mut rng = rand::rng();
@@ -359,8 +400,25 @@ async fn check_namespace(ctx: &Ctx, name: &str) -> Result<(), StatusError> {
 
 /// Defaulting then validation (of a write through `subresource`, "" for the main resource).
 fn admit(res: &Resource, subresource: &str, obj: &mut Value, old: Option<&Value>) -> Result<(), StatusError> {
+    if let Some(def) = skiff_api::apiextensions::definition(res) {
+        // A custom object: pruned, defaulted, then checked against its schema and as any
+        // object's metadata is.
+        let (_, mut errs) = skiff_api::apiextensions::admit(&def, res, obj);
+        let mut all = skiff_api::validation::validate_write(res, subresource, obj, old);
+        all.append(&mut errs);
+        if all.is_empty() {
+            return Ok(());
+        }
+        return Err(StatusError::invalid(res.group, res.kind, objects::name(obj), &all));
+    }
     skiff_api::defaults::apply_defaults(res, obj);
-    let errs = skiff_api::validation::validate_write(res, subresource, obj, old);
+    if is_crd(res) {
+        skiff_api::apiextensions::apply_definition_defaults(obj);
+    }
+    let mut errs = skiff_api::validation::validate_write(res, subresource, obj, old);
+    if is_crd(res) && subresource.is_empty() {
+        errs.extend(skiff_api::apiextensions::validate_definition(obj, old));
+    }
     if errs.is_empty() {
         Ok(())
     } else {
@@ -698,6 +756,23 @@ fn reset_status_on_create(res: &Resource, obj: &mut Value) {
         }
         "namespaces" => {
             m.insert("status".into(), json!({"phase": "Active"}));
+        }
+        "customresourcedefinitions" if is_crd(res) => {
+            m.insert(
+                "status".into(),
+                json!({"conditions": [], "acceptedNames": {"plural": "", "kind": ""}, "storedVersions": []}),
+            );
+            // As upstream's strategy: the definition's objects are deleted before it is.
+            let md = metadata_mut(obj);
+            let mut finalizers: Vec<Value> = md.get("finalizers").and_then(Value::as_array).cloned().unwrap_or_default();
+            let f = json!(skiff_api::apiextensions::CLEANUP_FINALIZER);
+            if !finalizers.contains(&f) {
+                finalizers.push(f);
+            }
+            md.insert("finalizers".into(), Value::Array(finalizers));
+        }
+        _ if res.has_subresource("status") && skiff_api::registry::is_custom(res) => {
+            m.remove("status");
         }
         _ => {}
     }

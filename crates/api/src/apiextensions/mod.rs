@@ -369,9 +369,10 @@ fn kind_ok(kind: &str) -> bool {
 }
 
 /// Upstream's names check against the other definitions of the group
-/// (`NamingConditionController`): a plural, short name, kind or list kind another definition
-/// of the group already holds refuses the names. `Ok` is the accepted names.
-pub fn names_conflict(crd: &Value, others: &[Value]) -> Option<String> {
+/// (`NamingConditionController`): a plural, singular, short name, kind or list kind that a
+/// built-in resource or another definition of the group already holds. `Some` is the
+/// condition's reason (`PluralConflict`, ...) and message (`"x" is already in use`).
+pub fn names_conflict(crd: &Value, others: &[Value]) -> Option<(&'static str, String)> {
     let group = text(crd, "/spec/group");
     let plural = text(crd, "/spec/names/plural");
     let singular = text(crd, "/spec/names/singular");
@@ -379,41 +380,44 @@ pub fn names_conflict(crd: &Value, others: &[Value]) -> Option<String> {
     let list_kind = text(crd, "/spec/names/listKind");
     let shorts = strings(crd.pointer("/spec/names/shortNames"));
     let name = text(crd, "/metadata/name");
-    // A built-in resource of the group may not be claimed.
+    let in_use = |s: &str| format!("\"{s}\" is already in use");
+    // The resource names and kinds held in the group, by built-in resources and the others.
+    let mut resource_names: Vec<String> = Vec::new();
+    let mut kinds: Vec<String> = Vec::new();
     for r in registry::RESOURCES.iter().filter(|r| r.group == group) {
-        if r.plural == plural {
-            return Some(format!("\"{plural}\" is already in use"));
-        }
-        if r.kind == kind {
-            return Some(format!("\"{kind}\" is already in use"));
-        }
+        resource_names.push(r.plural.to_string());
+        resource_names.push(r.singular.to_string());
+        resource_names.extend(r.short_names.iter().map(|s| s.to_string()));
+        kinds.push(r.kind.to_string());
+        kinds.push(r.list_kind());
     }
     for o in others {
         if text(o, "/metadata/name") == name || text(o, "/spec/group") != group {
             continue;
         }
-        let o_plural = text(o, "/spec/names/plural");
-        let o_singular = text(o, "/spec/names/singular");
-        let o_shorts = strings(o.pointer("/spec/names/shortNames"));
-        if o_plural == plural || (!singular.is_empty() && o_singular == plural) {
-            return Some(format!("\"{plural}\" is already in use"));
+        resource_names.push(text(o, "/spec/names/plural"));
+        resource_names.push(text(o, "/spec/names/singular"));
+        resource_names.extend(strings(o.pointer("/spec/names/shortNames")));
+        kinds.push(text(o, "/spec/names/kind"));
+        kinds.push(text(o, "/spec/names/listKind"));
+    }
+    let taken = |s: &str, set: &[String]| !s.is_empty() && set.iter().any(|x| x == s);
+    if taken(&plural, &resource_names) {
+        return Some(("PluralConflict", in_use(&plural)));
+    }
+    if taken(&singular, &resource_names) {
+        return Some(("SingularConflict", in_use(&singular)));
+    }
+    for s in &shorts {
+        if taken(s, &resource_names) {
+            return Some(("ShortNamesConflict", in_use(s)));
         }
-        if !singular.is_empty() && (o_plural == singular || o_singular == singular) {
-            return Some(format!("\"{singular}\" is already in use"));
-        }
-        for s in &shorts {
-            if o_shorts.contains(s) {
-                return Some(format!("\"{s}\" is already in use"));
-            }
-        }
-        let o_kind = text(o, "/spec/names/kind");
-        let o_list = text(o, "/spec/names/listKind");
-        if o_kind == kind || (!o_list.is_empty() && o_list == kind) {
-            return Some(format!("\"{kind}\" is already in use"));
-        }
-        if !list_kind.is_empty() && (o_kind == list_kind || o_list == list_kind) {
-            return Some(format!("\"{list_kind}\" is already in use"));
-        }
+    }
+    if taken(&kind, &kinds) {
+        return Some(("KindConflict", in_use(&kind)));
+    }
+    if taken(&list_kind, &kinds) {
+        return Some(("ListKindConflict", in_use(&list_kind)));
     }
     None
 }
@@ -511,7 +515,10 @@ mod tests {
         let mut other = crd();
         other["metadata"]["name"] = json!("gadgets.example.com");
         other["spec"]["names"] = json!({"plural": "gadgets", "kind": "Gadget", "shortNames": ["wd"]});
-        assert_eq!(names_conflict(&crd(), &[other]), Some("\"wd\" is already in use".to_string()));
+        assert_eq!(
+            names_conflict(&crd(), &[other]),
+            Some(("ShortNamesConflict", "\"wd\" is already in use".to_string()))
+        );
         let mut apps = crd();
         apps["spec"]["group"] = json!("apps");
         apps["spec"]["names"]["plural"] = json!("deployments");

@@ -174,12 +174,22 @@ fn build() -> Schemas {
 fn any_json_values(defs: &mut Map<String, Value>) {
     const PREFIX: &str = "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.";
     for (name, def) in defs.iter_mut() {
-        let Some(short) = name.strip_prefix(PREFIX) else { continue };
+        let Some(short) = name.strip_prefix(PREFIX) else {
+            continue;
+        };
         let description = match short {
-            "JSON" => "JSON represents any valid JSON value. These types are supported: bool, int64, float64, string, []interface{}, map[string]interface{} and nil.",
-            "JSONSchemaPropsOrArray" => "JSONSchemaPropsOrArray represents a value that can either be a JSONSchemaProps or an array of JSONSchemaProps. Mainly here for serialization purposes.",
-            "JSONSchemaPropsOrBool" => "JSONSchemaPropsOrBool represents JSONSchemaProps or a boolean value. Defaults to true for the boolean property.",
-            "JSONSchemaPropsOrStringArray" => "JSONSchemaPropsOrStringArray represents a JSONSchemaProps or a string array.",
+            "JSON" => {
+                "JSON represents any valid JSON value. These types are supported: bool, int64, float64, string, []interface{}, map[string]interface{} and nil."
+            }
+            "JSONSchemaPropsOrArray" => {
+                "JSONSchemaPropsOrArray represents a value that can either be a JSONSchemaProps or an array of JSONSchemaProps. Mainly here for serialization purposes."
+            }
+            "JSONSchemaPropsOrBool" => {
+                "JSONSchemaPropsOrBool represents JSONSchemaProps or a boolean value. Defaults to true for the boolean property."
+            }
+            "JSONSchemaPropsOrStringArray" => {
+                "JSONSchemaPropsOrStringArray represents a JSONSchemaProps or a string array."
+            }
             _ => continue,
         };
         *def = serde_json::json!({"description": description, "x-kubernetes-preserve-unknown-fields": true});

@@ -54,10 +54,13 @@ pub fn spawn(state: Arc<ApiState>) {
                 }
             };
             loop {
-                let wait = if pending { Duration::from_millis(500) } else { Duration::from_secs(60) };
-                match tokio::time::timeout(wait, events.next()).await {
-                    Ok(None) => break,
-                    Ok(Some(_)) | Err(_) => {}
+                let wait = if pending {
+                    Duration::from_millis(500)
+                } else {
+                    Duration::from_secs(60)
+                };
+                if let Ok(None) = tokio::time::timeout(wait, events.next()).await {
+                    break;
                 }
                 pending = reconcile_all(&*store).await.unwrap_or_else(|e| {
                     tracing::warn!(error = %e, "reconciling CustomResourceDefinitions failed");
@@ -71,7 +74,11 @@ pub fn spawn(state: Arc<ApiState>) {
 fn condition(ty: &str, status: &str, reason: &str, message: &str, old: Option<&Value>) -> Value {
     // The transition time moves only when the status does.
     let since = old
-        .and_then(|c| c.get("status").filter(|s| *s == status).and(c.get("lastTransitionTime")))
+        .and_then(|c| {
+            c.get("status")
+                .filter(|s| *s == status)
+                .and(c.get("lastTransitionTime"))
+        })
         .cloned()
         .unwrap_or_else(|| json!(objects::now_rfc3339()));
     json!({"type": ty, "status": status, "lastTransitionTime": since, "reason": reason, "message": message})
@@ -107,7 +114,9 @@ async fn reconcile_all(store: &dyn Store) -> anyhow::Result<bool> {
         let status = new
             .as_object_mut()
             .map(|m| m.entry("status").or_insert_with(|| json!({})));
-        let Some(status) = status.and_then(Value::as_object_mut) else { continue };
+        let Some(status) = status.and_then(Value::as_object_mut) else {
+            continue;
+        };
         match &conflict {
             None => {
                 conditions.push(condition(
@@ -124,7 +133,10 @@ async fn reconcile_all(store: &dyn Store) -> anyhow::Result<bool> {
                     "the initial names have been accepted",
                     old_condition(crd, "Established"),
                 ));
-                status.insert("acceptedNames".into(), crd.pointer("/spec/names").cloned().unwrap_or(json!({})));
+                status.insert(
+                    "acceptedNames".into(),
+                    crd.pointer("/spec/names").cloned().unwrap_or(json!({})),
+                );
             }
             Some((reason, message)) => {
                 conditions.push(condition(
@@ -203,7 +215,9 @@ async fn finalize(store: &dyn Store, kv: &KeyValue, crd: &Value) -> anyhow::Resu
                     let mut v = v;
                     objects::metadata_mut(&mut v).insert("deletionTimestamp".into(), json!(objects::now_rfc3339()));
                     objects::metadata_mut(&mut v).insert("deletionGracePeriodSeconds".into(), json!(0));
-                    let _ = store.update(&o.key, objects::encode_for_store(&v), o.mod_revision).await;
+                    let _ = store
+                        .update(&o.key, objects::encode_for_store(&v), o.mod_revision)
+                        .await;
                 }
             }
         }
@@ -216,16 +230,28 @@ async fn finalize(store: &dyn Store, kv: &KeyValue, crd: &Value) -> anyhow::Resu
                 .unwrap_or_default();
             conditions.retain(|c| c.get("type").and_then(Value::as_str) != Some("Terminating"));
             let (st, reason, message) = if remaining > 0 {
-                ("True", "InstanceDeletionInProgress", "CustomResource deletion is in progress".to_string())
+                (
+                    "True",
+                    "InstanceDeletionInProgress",
+                    "CustomResource deletion is in progress".to_string(),
+                )
             } else {
-                ("False", "InstanceDeletionCompleted", format!("removed all instances"))
+                ("False", "InstanceDeletionCompleted", "removed all instances".to_string())
             };
-            conditions.push(condition("Terminating", st, reason, &message, old_condition(crd, "Terminating")));
+            conditions.push(condition(
+                "Terminating",
+                st,
+                reason,
+                &message,
+                old_condition(crd, "Terminating"),
+            ));
             status.insert("conditions".into(), Value::Array(conditions));
         }
         if remaining > 0 {
             if &new != crd {
-                let _ = store.update(&kv.key, objects::encode_for_store(&new), kv.mod_revision).await;
+                let _ = store
+                    .update(&kv.key, objects::encode_for_store(&new), kv.mod_revision)
+                    .await;
             }
             return Ok(false);
         }
@@ -234,7 +260,9 @@ async fn finalize(store: &dyn Store, kv: &KeyValue, crd: &Value) -> anyhow::Resu
             store.delete(&kv.key, Some(kv.mod_revision)).await?;
         } else {
             objects::metadata_mut(&mut new).insert("finalizers".into(), json!(rest));
-            store.update(&kv.key, objects::encode_for_store(&new), kv.mod_revision).await?;
+            store
+                .update(&kv.key, objects::encode_for_store(&new), kv.mod_revision)
+                .await?;
         }
         return Ok(true);
     }

@@ -81,8 +81,13 @@ fn custom_group_version_document(group: &str, version: &str) -> Value {
     let mut roots: Vec<String> = vec![format!("{META}.Status"), format!("{META}.DeleteOptions")];
     let mut extra: BTreeMap<String, Value> = synthetic_definitions().into_iter().collect();
     let mut gvks: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    for r in registry::custom().into_iter().filter(|r| r.group == group && r.version == version) {
-        let Some(d) = skiff_api::apiextensions::definition(r) else { continue };
+    for r in registry::custom()
+        .into_iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        let Some(d) = skiff_api::apiextensions::definition(r) else {
+            continue;
+        };
         let Some(v) = d.version(version) else { continue };
         let def = custom_def_name(group, version, r.kind);
         let mut root = match &v.schema_json {

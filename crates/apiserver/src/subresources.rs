@@ -75,15 +75,22 @@ fn pointer_of(path: &str) -> String {
 /// The autoscaling/v1 Scale of an object of `res`: a custom resource's from the paths its
 /// definition names (`specReplicasPath`, `statusReplicasPath`, `labelSelectorPath`).
 pub fn scale_for(res: &skiff_api::Resource, obj: &Value) -> Value {
-    let Some(scale) = skiff_api::apiextensions::definition(res)
-        .and_then(|d| d.version(res.version).and_then(|v| v.scale.clone()))
+    let Some(scale) =
+        skiff_api::apiextensions::definition(res).and_then(|d| d.version(res.version).and_then(|v| v.scale.clone()))
     else {
         return scale_of(obj);
     };
     let mut out = scale_of(obj);
-    out["spec"]["replicas"] = json!(obj.pointer(&pointer_of(&scale.spec_replicas_path)).and_then(Value::as_i64).unwrap_or(0));
-    out["status"]["replicas"] =
-        json!(obj.pointer(&pointer_of(&scale.status_replicas_path)).and_then(Value::as_i64).unwrap_or(0));
+    out["spec"]["replicas"] = json!(
+        obj.pointer(&pointer_of(&scale.spec_replicas_path))
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    );
+    out["status"]["replicas"] = json!(
+        obj.pointer(&pointer_of(&scale.status_replicas_path))
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    );
     let selector = scale
         .label_selector_path
         .as_deref()
@@ -109,7 +116,9 @@ fn set_replicas(res: &skiff_api::Resource, obj: &mut Value, replicas: i64) {
         .and_then(|d| d.version(res.version).and_then(|v| v.scale.clone()))
         .map_or_else(|| ".spec.replicas".to_string(), |s| s.spec_replicas_path);
     let segs: Vec<&str> = path.trim_start_matches('.').split('.').collect();
-    let Some((last, parents)) = segs.split_last() else { return };
+    let Some((last, parents)) = segs.split_last() else {
+        return;
+    };
     let mut cur = obj;
     for p in parents {
         let Some(m) = cur.as_object_mut() else { return };
@@ -217,7 +226,12 @@ async fn scale_write(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
         let mut new = obj.clone();
         set_replicas(ctx.rr.resource, &mut new, replicas);
         match write::finish_update(ctx, &obj, new, rev, UpdateScope::Main, "Update").await {
-            Ok(w) => return Ok(body::value_response(StatusCode::OK, &scale_for(ctx.rr.resource, w.object()))),
+            Ok(w) => {
+                return Ok(body::value_response(
+                    StatusCode::OK,
+                    &scale_for(ctx.rr.resource, w.object()),
+                ));
+            }
             // Re-read and apply again; a stale resourceVersion in the request fails the check above.
             Err(e) if e.reason == "Conflict" => continue,
             Err(e) => return Err(e),

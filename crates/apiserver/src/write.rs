@@ -28,19 +28,21 @@ fn has_status(res: &Resource) -> bool {
 /// Resources whose spec changes bump metadata.generation (every custom resource, and
 /// definitions, as upstream's strategies).
 fn tracks_generation(res: &Resource) -> bool {
-    is_crd(res) || skiff_api::registry::is_custom(res) || matches!(
-        res.plural,
-        "deployments"
-            | "replicasets"
-            | "statefulsets"
-            | "daemonsets"
-            | "jobs"
-            | "cronjobs"
-            | "poddisruptionbudgets"
-            | "services"
-            | "persistentvolumeclaims"
-            | "pods"
-    )
+    is_crd(res)
+        || skiff_api::registry::is_custom(res)
+        || matches!(
+            res.plural,
+            "deployments"
+                | "replicasets"
+                | "statefulsets"
+                | "daemonsets"
+                | "jobs"
+                | "cronjobs"
+                | "poddisruptionbudgets"
+                | "services"
+                | "persistentvolumeclaims"
+                | "pods"
+        )
 }
 
 impl Ctx {
@@ -281,7 +283,10 @@ fn custom_field_validation(
         return Ok(Vec::new());
     }
     let msgs: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
-    if ctx.param("fieldValidation").is_some_and(|m| m.eq_ignore_ascii_case("Strict")) {
+    if ctx
+        .param("fieldValidation")
+        .is_some_and(|m| m.eq_ignore_ascii_case("Strict"))
+    {
         let res = ctx.rr.resource;
         return Err(StatusError::bad_request(format!(
             "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
@@ -764,7 +769,11 @@ fn reset_status_on_create(res: &Resource, obj: &mut Value) {
             );
             // As upstream's strategy: the definition's objects are deleted before it is.
             let md = metadata_mut(obj);
-            let mut finalizers: Vec<Value> = md.get("finalizers").and_then(Value::as_array).cloned().unwrap_or_default();
+            let mut finalizers: Vec<Value> = md
+                .get("finalizers")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
             let f = json!(skiff_api::apiextensions::CLEANUP_FINALIZER);
             if !finalizers.contains(&f) {
                 finalizers.push(f);

@@ -87,7 +87,13 @@ fn widget(name: &str, body: &str) -> String {
 
 fn install(c: &Cluster) {
     c.apply(CRD, &[]);
-    c.k(&["wait", "--for", "condition=Established", "crd/widgets.example.com", "--timeout=30s"]);
+    c.k(&[
+        "wait",
+        "--for",
+        "condition=Established",
+        "crd/widgets.example.com",
+        "--timeout=30s",
+    ]);
 }
 
 #[test]
@@ -125,10 +131,7 @@ fn custom_resources_end_to_end() {
     assert_eq!(w1["metadata"]["generation"], 1);
 
     // Strict field validation (kubectl's default) refuses the unknown field.
-    let err = c.stdin_kubectl_err(
-        &["apply", "-f", "-"],
-        &widget("w2", "spec:\n  color: red\n  junk: 1\n"),
-    );
+    let err = c.stdin_kubectl_err(&["apply", "-f", "-"], &widget("w2", "spec:\n  color: red\n  junk: 1\n"));
     assert!(err.contains("unknown field \"spec.junk\""), "{err}");
 
     // Schema validation with upstream's messages.
@@ -146,9 +149,14 @@ fn custom_resources_end_to_end() {
     }
     let err = c.stdin_kubectl_err(&["apply", "-f", "-"], &widget("bad", "spec:\n  replicas: 2\n"));
     assert!(err.contains("spec.color: Required value"), "{err}");
-    let err = c.stdin_kubectl_err(&["apply", "-f", "-"], &widget("bad", "spec:\n  color: red\n  port: true\n"));
+    let err = c.stdin_kubectl_err(
+        &["apply", "-f", "-"],
+        &widget("bad", "spec:\n  color: red\n  port: true\n"),
+    );
     assert!(
-        err.contains("spec.port: Invalid value: \"boolean\": spec.port in body must be of type integer,string: \"boolean\""),
+        err.contains(
+            "spec.port: Invalid value: \"boolean\": spec.port in body must be of type integer,string: \"boolean\""
+        ),
         "{err}"
     );
 
@@ -180,12 +188,19 @@ fn custom_resources_end_to_end() {
     assert!(c.k(&["get", "wd", "-o", "name"]).contains("widget.example.com/w1"));
     assert!(c.k(&["get", "gadgets", "-o", "name"]).contains("widget.example.com/w3"));
     let res = c.k(&["api-resources", "--api-group", "example.com"]);
-    assert!(res.contains("widgets") && res.contains("wd") && res.contains("Widget"), "{res}");
+    assert!(
+        res.contains("widgets") && res.contains("wd") && res.contains("Widget"),
+        "{res}"
+    );
 
     // Selectors.
-    assert_eq!(c.k(&["get", "widgets", "-l", "app=shop", "-o", "name"]).trim(), "widget.example.com/w1");
     assert_eq!(
-        c.k(&["get", "widgets", "--field-selector", "metadata.name=w3", "-o", "name"]).trim(),
+        c.k(&["get", "widgets", "-l", "app=shop", "-o", "name"]).trim(),
+        "widget.example.com/w1"
+    );
+    assert_eq!(
+        c.k(&["get", "widgets", "--field-selector", "metadata.name=w3", "-o", "name"])
+            .trim(),
         "widget.example.com/w3"
     );
 
@@ -205,16 +220,36 @@ fn custom_resources_end_to_end() {
         "-p",
         r#"{"status":{"replicas":3}}"#,
     ]);
-    let scale = c.k(&["get", "--raw", "/apis/example.com/v1/namespaces/default/widgets/w1/scale"]);
+    let scale = c.k(&[
+        "get",
+        "--raw",
+        "/apis/example.com/v1/namespaces/default/widgets/w1/scale",
+    ]);
     let scale: serde_json::Value = serde_json::from_str(&scale).expect("scale");
-    assert_eq!((scale["spec"]["replicas"].as_i64(), scale["status"]["replicas"].as_i64()), (Some(3), Some(3)));
+    assert_eq!(
+        (scale["spec"]["replicas"].as_i64(), scale["status"]["replicas"].as_i64()),
+        (Some(3), Some(3))
+    );
     // The main resource ignores status.
-    c.k(&["patch", "widget", "w1", "--type=merge", "-p", r#"{"status":{"replicas":9}}"#]);
+    c.k(&[
+        "patch",
+        "widget",
+        "w1",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"replicas":9}}"#,
+    ]);
     assert_eq!(c.get_json(&["widget", "w1"])["status"]["replicas"], 3);
 
     // A watch sees changes.
     let mut watch = c
-        .kubectl_cmd(&["get", "widgets", "--watch", "-o", "custom-columns=NAME:.metadata.name,COLOR:.spec.color"])
+        .kubectl_cmd(&[
+            "get",
+            "widgets",
+            "--watch",
+            "-o",
+            "custom-columns=NAME:.metadata.name,COLOR:.spec.color",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -229,7 +264,14 @@ fn custom_resources_end_to_end() {
         }
     });
     std::thread::sleep(Duration::from_millis(500));
-    c.k(&["patch", "widget", "w3", "--type=merge", "-p", r#"{"spec":{"color":"green"}}"#]);
+    c.k(&[
+        "patch",
+        "widget",
+        "w3",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"color":"green"}}"#,
+    ]);
     let seen = eventually(Duration::from_secs(10), || {
         rx.try_iter()
             .find(|l| l.split_whitespace().collect::<Vec<_>>() == ["w3", "green"])
@@ -251,7 +293,10 @@ fn custom_resources_end_to_end() {
 
     // Namespace deletion removes the namespace's custom objects.
     c.k(&["create", "namespace", "team"]);
-    c.stdin_kubectl(&["apply", "-n", "team", "-f", "-"], &widget("t1", "spec:\n  color: red\n"));
+    c.stdin_kubectl(
+        &["apply", "-n", "team", "-f", "-"],
+        &widget("t1", "spec:\n  color: red\n"),
+    );
     c.k(&["delete", "namespace", "team", "--timeout=60s"]);
     c.wait_gone(&["namespace", "team"], Duration::from_secs(60));
     let left = c.k(&["get", "widgets", "-A", "-o", "name"]);
@@ -260,7 +305,10 @@ fn custom_resources_end_to_end() {
     // A restarted server serves the kind again.
     c.restart();
     let rows = table(&c.k(&["get", "wd"]));
-    assert!(rows.iter().any(|r| r.first().map(String::as_str) == Some("w1")), "{rows:?}");
+    assert!(
+        rows.iter().any(|r| r.first().map(String::as_str) == Some("w1")),
+        "{rows:?}"
+    );
 
     // Deleting the definition deletes its objects and stops serving the kind.
     c.k(&["delete", "crd", "widgets.example.com", "--timeout=60s"]);
@@ -277,7 +325,10 @@ fn invalid_and_conflicting_definitions() {
     let c = Cluster::start(CONTROL_PLANE);
     let bad = CRD
         .replace("name: widgets.example.com", "name: wrong.example.com")
-        .replace("            type: object\n            required: [color]", "            required: [color]");
+        .replace(
+            "            type: object\n            required: [color]",
+            "            required: [color]",
+        );
     let err = c.stdin_kubectl_err(&["apply", "-f", "-"], &bad);
     for want in [
         "metadata.name: Invalid value: \"wrong.example.com\": must be spec.names.plural+\".\"+spec.group",

@@ -120,7 +120,7 @@ pub fn find<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
             Step::Index(i) => cur.get(i)?,
             Step::Filter(k, v) => cur.as_array()?.iter().find(|e| match e.get(&k) {
                 Some(Value::String(s)) => *s == v,
-                Some(other) => other.to_string() == v,
+                Some(other) => other.to_string().as_str() == v.as_str(),
                 None => false,
             })?,
         };
@@ -184,7 +184,10 @@ mod tests {
         let o = json!({"spec": {"replicas": 3}, "status": {"conditions": [{"type": "A", "status": "False"}, {"type": "Ready", "status": "True"}]}});
         assert_eq!(find(&o, ".spec.replicas"), Some(&json!(3)));
         assert_eq!(find(&o, ".status.conditions[0].type"), Some(&json!("A")));
-        assert_eq!(find(&o, ".status.conditions[?(@.type==\"Ready\")].status"), Some(&json!("True")));
+        assert_eq!(
+            find(&o, ".status.conditions[?(@.type==\"Ready\")].status"),
+            Some(&json!("True"))
+        );
         assert_eq!(find(&o, ".spec.nope"), None);
         let col = PrinterColumn {
             name: "Replicas".into(),

@@ -98,10 +98,7 @@ impl Definition {
                         let scale = v.pointer("/subresources/scale").map(|s| ScaleSpec {
                             spec_replicas_path: text(s, "/specReplicasPath"),
                             status_replicas_path: text(s, "/statusReplicasPath"),
-                            label_selector_path: s
-                                .get("labelSelectorPath")
-                                .and_then(Value::as_str)
-                                .map(String::from),
+                            label_selector_path: s.get("labelSelectorPath").and_then(Value::as_str).map(String::from),
                         });
                         let columns = columns::from_version(v, schema.as_ref());
                         Version {
@@ -171,8 +168,10 @@ impl Definition {
     }
 }
 
+type ServedMap = HashMap<(String, String), Arc<Definition>>;
+
 /// The definitions being served, by `(group, plural)`.
-static SERVED: RwLock<Option<HashMap<(String, String), Arc<Definition>>>> = RwLock::new(None);
+static SERVED: RwLock<Option<ServedMap>> = RwLock::new(None);
 
 /// Serve exactly these definitions (those whose names were accepted and that are established):
 /// their resources replace the registry's custom ones.
@@ -250,7 +249,11 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<FieldError> 
     if scope.is_empty() {
         errs.push(FieldError::required("spec.scope", ""));
     } else if scope != "Cluster" && scope != "Namespaced" {
-        errs.push(FieldError::not_supported("spec.scope", &json!(scope), &["Cluster", "Namespaced"]));
+        errs.push(FieldError::not_supported(
+            "spec.scope",
+            &json!(scope),
+            &["Cluster", "Namespaced"],
+        ));
     }
     let label_msg = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
     for (field, value, required) in [
@@ -262,12 +265,20 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<FieldError> 
                 errs.push(FieldError::required(format!("spec.names.{field}"), ""));
             }
         } else if !crate::validation::is_dns1123_label(&value).is_empty() {
-            errs.push(FieldError::invalid(format!("spec.names.{field}"), &json!(value), label_msg));
+            errs.push(FieldError::invalid(
+                format!("spec.names.{field}"),
+                &json!(value),
+                label_msg,
+            ));
         }
     }
     for (i, s) in strings(crd.pointer("/spec/names/shortNames")).iter().enumerate() {
         if !crate::validation::is_dns1123_label(s).is_empty() {
-            errs.push(FieldError::invalid(format!("spec.names.shortNames[{i}]"), &json!(s), label_msg));
+            errs.push(FieldError::invalid(
+                format!("spec.names.shortNames[{i}]"),
+                &json!(s),
+                label_msg,
+            ));
         }
     }
     let kind = text(crd, "/spec/names/kind");
@@ -280,11 +291,22 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<FieldError> 
             "may have mixed case, but should otherwise match: [a-z]([-a-z0-9]*[a-z0-9])?",
         ));
     }
-    let versions = crd.pointer("/spec/versions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let versions = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     if versions.is_empty() {
-        errs.push(FieldError::invalid("spec.versions", &json!([]), "must have exactly one version marked as storage version"));
+        errs.push(FieldError::invalid(
+            "spec.versions",
+            &json!([]),
+            "must have exactly one version marked as storage version",
+        ));
     } else {
-        let storage = versions.iter().filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true)).count();
+        let storage = versions
+            .iter()
+            .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+            .count();
         if storage != 1 {
             errs.push(FieldError::invalid(
                 "spec.versions",
@@ -292,7 +314,10 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<FieldError> 
                 "must have exactly one version marked as storage version",
             ));
         }
-        if !versions.iter().any(|v| v.get("served").and_then(Value::as_bool) == Some(true)) {
+        if !versions
+            .iter()
+            .any(|v| v.get("served").and_then(Value::as_bool) == Some(true))
+        {
             errs.push(FieldError::invalid(
                 "spec.versions",
                 &Value::Array(versions.clone()),
@@ -327,9 +352,21 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<FieldError> 
                 let fp = format!("spec.versions[{i}].subresources.scale.{field}");
                 if p.is_empty() {
                     errs.push(FieldError::required(fp, ""));
-                } else if !p.starts_with(if field == "specReplicasPath" { ".spec." } else { ".status." }) {
-                    let want = if field == "specReplicasPath" { ".spec" } else { ".status" };
-                    errs.push(FieldError::invalid(fp, &json!(p), format!("should be a json path under {want}")));
+                } else if !p.starts_with(if field == "specReplicasPath" {
+                    ".spec."
+                } else {
+                    ".status."
+                }) {
+                    let want = if field == "specReplicasPath" {
+                        ".spec"
+                    } else {
+                        ".status"
+                    };
+                    errs.push(FieldError::invalid(
+                        fp,
+                        &json!(p),
+                        format!("should be a json path under {want}"),
+                    ));
                 }
             }
         }
@@ -443,7 +480,10 @@ pub fn apply_definition_defaults(crd: &mut Value) {
     if let Some(vs) = crd.pointer_mut("/spec/versions").and_then(Value::as_array_mut) {
         for v in vs {
             if let Some(m) = v.as_object_mut() {
-                if m.get("additionalPrinterColumns").and_then(Value::as_array).is_none_or(|a| a.is_empty()) {
+                if m.get("additionalPrinterColumns")
+                    .and_then(Value::as_array)
+                    .is_none_or(|a| a.is_empty())
+                {
                     m.insert(
                         "additionalPrinterColumns".into(),
                         json!([{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]),
@@ -498,7 +538,8 @@ mod tests {
         let mut c = crd();
         c["metadata"]["name"] = json!("wrong");
         c["spec"]["scope"] = json!("Global");
-        c["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = json!({"type": "object", "properties": {"spec": {"properties": {}}}});
+        c["spec"]["versions"][0]["schema"]["openAPIV3Schema"] =
+            json!({"type": "object", "properties": {"spec": {"properties": {}}}});
         let msgs: Vec<String> = validate_definition(&c, None).iter().map(ToString::to_string).collect();
         assert_eq!(
             msgs,

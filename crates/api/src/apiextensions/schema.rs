@@ -121,9 +121,7 @@ impl Schema {
     /// The schema of a property of this object node (a named property, else
     /// `additionalProperties`).
     pub fn property(&self, key: &str) -> Option<&Schema> {
-        self.properties
-            .get(key)
-            .or(self.additional_properties.as_deref())
+        self.properties.get(key).or(self.additional_properties.as_deref())
     }
 }
 
@@ -140,7 +138,10 @@ pub fn structural_errors(schema: &Value, path: &str) -> Vec<FieldError> {
     }
     let ty = str_of(schema, "type");
     if ty.is_empty() {
-        errs.push(FieldError::required(format!("{path}.type"), "must not be empty at the root"));
+        errs.push(FieldError::required(
+            format!("{path}.type"),
+            "must not be empty at the root",
+        ));
     } else if ty != "object" {
         errs.push(FieldError::invalid(
             format!("{path}.type"),
@@ -155,11 +156,26 @@ pub fn structural_errors(schema: &Value, path: &str) -> Vec<FieldError> {
 fn check_node(s: &Value, path: &str, root: bool, errs: &mut Vec<FieldError>) {
     let ty = str_of(s, "type");
     if !ty.is_empty() && !TYPES.contains(&ty.as_str()) {
-        errs.push(FieldError::not_supported(format!("{path}.type"), &Value::String(ty.clone()), TYPES));
+        errs.push(FieldError::not_supported(
+            format!("{path}.type"),
+            &Value::String(ty.clone()),
+            TYPES,
+        ));
     }
-    for forbidden in ["$ref", "definitions", "dependencies", "patternProperties", "additionalItems", "id", "$schema"] {
+    for forbidden in [
+        "$ref",
+        "definitions",
+        "dependencies",
+        "patternProperties",
+        "additionalItems",
+        "id",
+        "$schema",
+    ] {
         if s.get(forbidden).is_some() {
-            errs.push(FieldError::forbidden(format!("{path}.{forbidden}"), format!("{forbidden} is not supported")));
+            errs.push(FieldError::forbidden(
+                format!("{path}.{forbidden}"),
+                format!("{forbidden} is not supported"),
+            ));
         }
     }
     if bool_of(s, "x-kubernetes-int-or-string") && !ty.is_empty() {
@@ -182,7 +198,12 @@ fn check_node(s: &Value, path: &str, root: bool, errs: &mut Vec<FieldError>) {
                 "items must be a schema object and not an array",
             ));
         } else {
-            needs_type(items, &format!("{path}.items"), "must not be empty for specified array items", errs);
+            needs_type(
+                items,
+                &format!("{path}.items"),
+                "must not be empty for specified array items",
+                errs,
+            );
             check_node(items, &format!("{path}.items"), false, errs);
         }
     } else if ty == "array" {
@@ -241,14 +262,22 @@ mod tests {
         let msgs: Vec<String> = errs.iter().map(ToString::to_string).collect();
         assert_eq!(
             msgs,
-            ["spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields"]
+            [
+                "spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields"
+            ]
         );
         let errs = structural_errors(&json!({"type": "string"}), p);
         assert_eq!(
             errs[0].to_string(),
             "spec.versions[0].schema.openAPIV3Schema.type: Invalid value: \"string\": must be object at the root"
         );
-        assert!(structural_errors(&json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}), p).is_empty());
+        assert!(
+            structural_errors(
+                &json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+                p
+            )
+            .is_empty()
+        );
         let errs = structural_errors(&json!({"type": "object", "properties": {"a": {"type": "array"}}}), p);
         assert_eq!(
             errs[0].to_string(),
@@ -265,6 +294,9 @@ mod tests {
         }));
         assert!(s.preserve_unknown_fields);
         assert!(s.properties["port"].int_or_string);
-        assert_eq!(s.properties["m"].property("anything").map(|p| p.ty.as_str()), Some("string"));
+        assert_eq!(
+            s.properties["m"].property("anything").map(|p| p.ty.as_str()),
+            Some("string")
+        );
     }
 }

@@ -102,7 +102,11 @@ fn walk(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
             if let Some(min) = s.min_length
                 && len < min
             {
-                errs.push(invalid(path, v, format!("{path} in body should be at least {min} chars long")));
+                errs.push(invalid(
+                    path,
+                    v,
+                    format!("{path} in body should be at least {min} chars long"),
+                ));
             }
             if let Some(p) = &s.pattern
                 && let Ok(re) = regex::Regex::new(p)
@@ -115,7 +119,11 @@ fn walk(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
             let f = n.as_f64().unwrap_or(0.0);
             if let Some(max) = s.maximum {
                 if s.exclusive_maximum && f >= max {
-                    errs.push(invalid(path, v, format!("{path} in body should be less than {}", go_number(max))));
+                    errs.push(invalid(
+                        path,
+                        v,
+                        format!("{path} in body should be less than {}", go_number(max)),
+                    ));
                 } else if f > max {
                     errs.push(invalid(
                         path,
@@ -126,7 +134,11 @@ fn walk(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
             }
             if let Some(min) = s.minimum {
                 if s.exclusive_minimum && f <= min {
-                    errs.push(invalid(path, v, format!("{path} in body should be greater than {}", go_number(min))));
+                    errs.push(invalid(
+                        path,
+                        v,
+                        format!("{path} in body should be greater than {}", go_number(min)),
+                    ));
                 } else if f < min {
                     errs.push(invalid(
                         path,
@@ -139,7 +151,11 @@ fn walk(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
                 && m > 0.0
                 && (f / m).fract() != 0.0
             {
-                errs.push(invalid(path, v, format!("{path} in body should be a multiple of {}", go_number(m))));
+                errs.push(invalid(
+                    path,
+                    v,
+                    format!("{path} in body should be a multiple of {}", go_number(m)),
+                ));
             }
         }
         Value::Array(items) => {
@@ -155,7 +171,11 @@ fn walk(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
             if let Some(min) = s.min_items
                 && (items.len() as u64) < min
             {
-                errs.push(invalid(path, v, format!("{path} in body should have at least {min} items")));
+                errs.push(invalid(
+                    path,
+                    v,
+                    format!("{path} in body should have at least {min} items"),
+                ));
             }
             if s.unique_items || s.list_type == "set" {
                 for (i, item) in items.iter().enumerate() {
@@ -194,7 +214,11 @@ fn walk(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
             if let Some(min) = s.min_properties
                 && (m.len() as u64) < min
             {
-                errs.push(invalid(path, v, format!("{path} in body should have at least {min} properties")));
+                errs.push(invalid(
+                    path,
+                    v,
+                    format!("{path} in body should have at least {min} properties"),
+                ));
             }
             for key in &s.required {
                 if !m.contains_key(key) {
@@ -202,7 +226,10 @@ fn walk(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
                 }
             }
             for (k, child) in m {
-                if s.embedded_resource && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") && !s.properties.contains_key(k) {
+                if s.embedded_resource
+                    && matches!(k.as_str(), "apiVersion" | "kind" | "metadata")
+                    && !s.properties.contains_key(k)
+                {
                     continue;
                 }
                 if let Some(cs) = s.property(k) {
@@ -301,7 +328,9 @@ mod tests {
         );
         assert_eq!(
             messages(json!({"spec": {"image": "a", "ports": [true]}})),
-            ["spec.ports[0]: Invalid value: \"boolean\": spec.ports[0] in body must be of type integer,string: \"boolean\""]
+            [
+                "spec.ports[0]: Invalid value: \"boolean\": spec.ports[0] in body must be of type integer,string: \"boolean\""
+            ]
         );
         assert_eq!(
             messages(json!({"spec": {"image": "a", "ratio": 0}})),

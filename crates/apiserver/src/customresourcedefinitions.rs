@@ -236,7 +236,11 @@ async fn finalize(store: &dyn Store, kv: &KeyValue, crd: &Value) -> anyhow::Resu
                     "CustomResource deletion is in progress".to_string(),
                 )
             } else {
-                ("False", "InstanceDeletionCompleted", "removed all instances".to_string())
+                (
+                    "False",
+                    "InstanceDeletionCompleted",
+                    "removed all instances".to_string(),
+                )
             };
             conditions.push(condition(
                 "Terminating",

@@ -457,9 +457,10 @@ pub async fn create(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     // The stored bytes with their resourceVersion are the object as created: the reply reuses
     // them instead of encoding the object a second time.
     let mut r = match stored {
-        Some((bytes, rev)) if ctx.output() == Output::Object => {
-            body::json_response(StatusCode::CREATED, objects::with_resource_version(&bytes, rev))
-        }
+        Some((bytes, rev)) if ctx.output() == Output::Object => body::json_response(
+            StatusCode::CREATED,
+            objects::served_bytes(ctx.rr.resource, objects::with_resource_version(&bytes, rev)),
+        ),
         _ => render_one(ctx, StatusCode::CREATED, &obj),
     };
     body::add_warnings(&mut r, &warnings);
@@ -555,7 +556,7 @@ async fn create_stored(
     if is_service(res) {
         return create_service(ctx, obj, &key, &name, warnings).await;
     }
-    let bytes = objects::encode_for_store(obj);
+    let bytes = objects::encode_for_storage(res, obj);
     let kv = ctx
         .state
         .store
@@ -913,12 +914,12 @@ pub async fn finish_update(
     } else {
         allocator::Allocation::default()
     };
-    let bytes = objects::encode_for_store(&new);
+    let bytes = objects::encode_for_storage(res, &new);
     let mut old_cmp = old.clone();
     if let Some(m) = old_cmp.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
     }
-    if bytes == objects::encode_for_store(&old_cmp) {
+    if bytes == objects::encode_for_storage(res, &old_cmp) {
         objects::set_resource_version(&mut new, rev);
         return Ok(Written::Updated(new));
     }
@@ -1316,7 +1317,7 @@ pub async fn delete_object(ctx: &Ctx, opts: &DeleteOpts) -> Result<(Written, Sta
             if dry {
                 return Ok((Written::Updated(new), StatusCode::OK));
             }
-            let bytes = objects::encode_for_store(&new);
+            let bytes = objects::encode_for_storage(ctx.rr.resource, &new);
             match ctx.state.store.update(&ctx.key(), bytes, rev).await {
                 Ok(kv) => {
                     objects::set_resource_version(&mut new, kv.mod_revision);

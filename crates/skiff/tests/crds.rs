@@ -320,6 +320,71 @@ fn custom_resources_end_to_end() {
     assert_eq!(c.k(&["get", "widgets", "-A", "-o", "name"]).trim(), "");
 }
 
+const TWO_VERSIONS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: things.example.com
+spec:
+  group: example.com
+  scope: Cluster
+  names: {plural: things, kind: Thing}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+  - name: v2
+    served: true
+    storage: false
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+
+#[test]
+fn served_versions_share_one_stored_object() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.apply(TWO_VERSIONS, &[]);
+    c.k(&[
+        "wait",
+        "--for",
+        "condition=Established",
+        "crd/things.example.com",
+        "--timeout=30s",
+    ]);
+    c.apply(
+        "apiVersion: example.com/v2\nkind: Thing\nmetadata:\n  name: t\nspec: {a: 1}\n",
+        &[],
+    );
+    for v in ["v1", "v2"] {
+        let raw = c.k(&["get", "--raw", &format!("/apis/example.com/{v}/things/t")]);
+        let obj: serde_json::Value = serde_json::from_str(&raw).expect("json");
+        assert_eq!(obj["apiVersion"], format!("example.com/{v}"), "{obj}");
+        assert_eq!(obj["spec"]["a"], 1);
+        let list = c.k(&["get", "--raw", &format!("/apis/example.com/{v}/things")]);
+        let list: serde_json::Value = serde_json::from_str(&list).expect("json");
+        assert_eq!(list["items"][0]["apiVersion"], format!("example.com/{v}"), "{list}");
+    }
+    // An update through v1 keeps one object, now served by both versions.
+    c.k(&[
+        "patch",
+        "things.v1.example.com",
+        "t",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"a":2}}"#,
+    ]);
+    let raw = c.k(&["get", "--raw", "/apis/example.com/v2/things/t"]);
+    let obj: serde_json::Value = serde_json::from_str(&raw).expect("json");
+    assert_eq!(
+        (obj["apiVersion"].as_str(), obj["spec"]["a"].as_i64()),
+        (Some("example.com/v2"), Some(2))
+    );
+    let crd = c.get_json(&["crd", "things.example.com"]);
+    assert_eq!(crd["status"]["storedVersions"], serde_json::json!(["v1"]));
+}
+
 #[test]
 fn invalid_and_conflicting_definitions() {
     let c = Cluster::start(CONTROL_PLANE);

@@ -110,7 +110,8 @@ enum Printer {
     ServiceCIDR,
     RoleBinding,
     ClusterRoleBinding,
-    /// Upstream's default table (`rest.NewDefaultTableConvertor`): Role, ClusterRole.
+    /// Upstream's default table (`rest.NewDefaultTableConvertor`): Role, ClusterRole,
+    /// CustomResourceDefinition.
     CreatedAt,
     Default,
 }
@@ -147,6 +148,7 @@ fn printer_for(res: &Resource) -> Printer {
         ("rbac.authorization.k8s.io", "RoleBinding") => Printer::RoleBinding,
         ("rbac.authorization.k8s.io", "ClusterRoleBinding") => Printer::ClusterRoleBinding,
         ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => Printer::CreatedAt,
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => Printer::CreatedAt,
         _ => Printer::Default,
     }
 }

@@ -241,6 +241,39 @@ pub fn definitions() -> &'static Map<String, Value> {
     &schemas().definitions
 }
 
+/// Custom resources' schemas by definition name (`com.example.v1.Widget`), for strategic
+/// merge and server-side apply. Each distinct schema is made `'static` once.
+static CUSTOM: std::sync::Mutex<Vec<(&'static str, &'static Value)>> = std::sync::Mutex::new(Vec::new());
+
+/// Register (or replace) the schema of a custom kind under `name`; returns the name.
+pub fn register_custom(name: &str, schema: Value) -> &'static str {
+    let name = crate::registry::intern(name);
+    let mut custom = match CUSTOM.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    if let Some(entry) = custom.iter_mut().find(|(n, _)| *n == name) {
+        if *entry.1 != schema {
+            entry.1 = Box::leak(Box::new(schema));
+        }
+    } else {
+        custom.push((name, Box::leak(Box::new(schema))));
+    }
+    name
+}
+
+/// A definition by name: a built-in one, else a registered custom one.
+pub fn lookup_definition(name: &str) -> Option<(&'static str, &'static Value)> {
+    if let Some((n, d)) = definitions().get_key_value(name) {
+        return Some((n.as_str(), d));
+    }
+    let custom = match CUSTOM.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    custom.iter().find(|(n, _)| *n == name).map(|(n, d)| (*n, *d))
+}
+
 /// The definition name of a kind's root type.
 pub fn definition_for(group: &str, version: &str, kind: &str) -> Option<&'static str> {
     schemas()

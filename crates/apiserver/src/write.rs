@@ -435,7 +435,8 @@ fn admit(res: &Resource, subresource: &str, obj: &mut Value, old: Option<&Value>
 fn manage_fields(ctx: &Ctx, old: Option<&Value>, new: &mut Value, operation: &str) {
     let res = ctx.rr.resource;
     let manager = ctx.manager();
-    let def = skiff_api::schema::definition_for(res.group, res.version, res.kind).unwrap_or("");
+    let def = skiff_api::apiextensions::patch_definition(res);
+    let def = def.as_str();
     let sub = ctx.rr.subresource.as_str();
     if operation == "Apply" {
         // apply() already recorded the applier's fields.
@@ -1044,8 +1045,15 @@ fn patch_document(ctx: &Ctx, bytes: &Bytes) -> Result<(PatchType, Value), Status
 pub async fn patch_object(ctx: &Ctx, bytes: Bytes, scope: UpdateScope) -> Result<(Written, StatusCode), StatusError> {
     let res = ctx.rr.resource;
     let (ptype, doc) = patch_document(ctx, &bytes)?;
+    if ptype == PatchType::Strategic && skiff_api::registry::is_custom(res) {
+        // As upstream: custom resources take no strategic merge patch.
+        return Err(StatusError::unsupported_media_type(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ));
+    }
     validate_write_options(ctx, "PatchOptions", Some(ptype))?;
-    let def = skiff_api::schema::definition_for(res.group, res.version, res.kind).unwrap_or("");
+    let def = skiff_api::apiextensions::patch_definition(res);
+    let def = def.as_str();
     let force = ctx.flag("force");
     let manager = ctx.manager();
     if ptype == PatchType::Apply && ctx.param("fieldManager").is_none_or(str::is_empty) {

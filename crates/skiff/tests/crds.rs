@@ -74,6 +74,16 @@ spec:
                 x-kubernetes-preserve-unknown-fields: true
               port:
                 x-kubernetes-int-or-string: true
+              ports:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [name]
+                items:
+                  type: object
+                  required: [name]
+                  properties:
+                    name: {type: string}
+                    number: {type: integer}
           status:
             type: object
             properties:
@@ -178,6 +188,37 @@ fn custom_resources_end_to_end() {
             .as_array()
             .is_some_and(|m| m.iter().any(|f| f["operation"] == "Apply")),
         "{w3}"
+    );
+
+    // Server-side apply merges a `x-kubernetes-list-type: map` list by its keys: two managers
+    // each own their entry.
+    for (manager, port, number) in [("first", "a", 1), ("second", "b", 2)] {
+        c.stdin_kubectl(
+            &["apply", "--server-side", "--field-manager", manager, "-f", "-"],
+            &widget(
+                "w4",
+                &format!("spec:\n  color: red\n  ports:\n  - name: {port}\n    number: {number}\n"),
+            ),
+        );
+    }
+    let w4 = c.get_json(&["widget", "w4"]);
+    assert_eq!(
+        w4["spec"]["ports"],
+        serde_json::json!([{"name": "a", "number": 1}, {"name": "b", "number": 2}]),
+        "{w4}"
+    );
+    // Custom kinds take no strategic merge patch, as upstream's.
+    let err = c.k_err(&[
+        "patch",
+        "widget",
+        "w4",
+        "--type=strategic",
+        "-p",
+        r#"{"spec":{"color":"green"}}"#,
+    ]);
+    assert!(
+        err.contains("the body of the request was in an unknown format"),
+        "{err}"
     );
 
     // Printer columns, short name and category.

@@ -180,6 +180,12 @@ pub fn serve(defs: Vec<Definition>) {
     let mut map = HashMap::new();
     for d in defs {
         resources.extend(d.resources());
+        for v in d.versions.iter().filter(|v| v.served) {
+            crate::schema::register_custom(
+                &definition_name(&d.group, &v.name, &d.kind),
+                apply_schema(&v.schema_json),
+            );
+        }
         map.insert((d.group.clone(), d.plural.clone()), Arc::new(d));
     }
     match SERVED.write() {
@@ -187,6 +193,49 @@ pub fn serve(defs: Vec<Definition>) {
         Err(p) => *p.into_inner() = Some(map),
     }
     registry::set_custom(resources);
+}
+
+/// Upstream's OpenAPI definition name of a custom kind: `<reversed group>.<version>.<Kind>`
+/// (`com.example.v1.Widget`).
+pub fn definition_name(group: &str, version: &str, kind: &str) -> String {
+    let reversed: Vec<&str> = group.split('.').rev().collect();
+    format!("{}.{version}.{kind}", reversed.join("."))
+}
+
+/// A version's schema as strategic merge and server-side apply navigate it: the object's
+/// metadata is an ObjectMeta.
+fn apply_schema(schema: &Value) -> Value {
+    let mut root = match schema {
+        Value::Object(m) => Value::Object(m.clone()),
+        _ => json!({"type": "object"}),
+    };
+    if let Some(props) = root
+        .as_object_mut()
+        .map(|m| m.entry("properties").or_insert_with(|| json!({})))
+        .and_then(Value::as_object_mut)
+    {
+        props.insert(
+            "metadata".into(),
+            json!({"$ref": format!("{}io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", crate::schema::REF_PREFIX)}),
+        );
+        props.insert("apiVersion".into(), json!({"type": "string"}));
+        props.insert("kind".into(), json!({"type": "string"}));
+    }
+    root
+}
+
+/// The schema name strategic merge and server-side apply use for `res`: a built-in kind's
+/// definition, or the registered schema of a custom kind ("" when there is none).
+pub fn patch_definition(res: &Resource) -> String {
+    if let Some(d) = crate::schema::definition_for(res.group, res.version, res.kind) {
+        return d.to_string();
+    }
+    let name = definition_name(res.group, res.version, res.kind);
+    if crate::schema::lookup_definition(&name).is_some() {
+        name
+    } else {
+        String::new()
+    }
 }
 
 /// The definition serving `res`, if it is a custom resource.

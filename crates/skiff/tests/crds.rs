@@ -467,3 +467,30 @@ fn invalid_and_conflicting_definitions() {
     let err = c.stdin_kubectl_err(&["apply", "-f", "-"], &apps);
     assert!(err.contains("spec.group"), "{err}");
 }
+
+#[test]
+fn custom_objects_on_etcd_under_upstreams_keys() {
+    let etcd = skiff_testkit::EtcdCluster::start(1);
+    let endpoints = etcd.endpoints_arg();
+    let mut c = Cluster::start(&[
+        "--no-agent",
+        "--no-scheduler",
+        "--etcd-servers",
+        &endpoints,
+        "--etcd-prefix",
+        "/skiff-crd",
+    ]);
+    install(&c);
+    c.apply(&widget("w1", "spec:\n  color: red\n"), &[]);
+    let keys = etcd.etcdctl(&["get", "--prefix", "--keys-only", "/skiff-crd/"]);
+    let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+    for want in [
+        "/skiff-crd/apiextensions.k8s.io/customresourcedefinitions/widgets.example.com",
+        "/skiff-crd/example.com/widgets/default/w1",
+    ] {
+        assert!(keys.contains(&want), "{want}: {keys:?}");
+    }
+    // A restarted server reads the definition back from etcd and serves the kind.
+    c.restart();
+    assert_eq!(c.k(&["get", "wd", "w1", "-o", "jsonpath={.spec.replicas}"]), "1");
+}

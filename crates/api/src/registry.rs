@@ -552,6 +552,10 @@ pub fn custom() -> Vec<&'static Resource> {
 
 /// Whether `res` is a custom resource (served for a CustomResourceDefinition).
 pub fn is_custom(res: &Resource) -> bool {
+    // The built-in table's own entries (what handlers hold) are told apart by address alone.
+    if RESOURCES.as_ptr_range().contains(&std::ptr::from_ref(res)) {
+        return false;
+    }
     !RESOURCES.iter().any(|r| r == res)
 }
 
@@ -646,6 +650,42 @@ mod tests {
         assert!(lookup("", "v1", "nope").is_none());
         assert_eq!(lookup_kind("", "Pod").map(|r| r.plural), Some("pods"));
         assert!(groups().contains(&"batch"));
+    }
+
+    #[test]
+    fn custom_resources_join_and_leave_the_registry() {
+        let pods = lookup("", "v1", "pods").expect("pods");
+        assert!(!is_custom(pods));
+        let copy = *pods;
+        assert!(!is_custom(&copy));
+        let widget = Resource {
+            group: "example.com",
+            version: "v1",
+            kind: "Widget",
+            plural: "widgets",
+            singular: "widget",
+            namespaced: true,
+            short_names: &["wd"],
+            categories: &[],
+            subresources: &["status"],
+        };
+        set_custom(vec![widget]);
+        let found = lookup("example.com", "v1", "widgets").expect("served");
+        assert!(is_custom(found));
+        assert_eq!(lookup_kind("example.com", "Widget").map(|r| r.plural), Some("widgets"));
+        assert!(groups().contains(&"example.com"));
+        // Registered again, the same description is the same static copy.
+        set_custom(vec![widget]);
+        assert!(std::ptr::eq(
+            found,
+            lookup("example.com", "v1", "widgets").expect("served")
+        ));
+        set_custom(Vec::new());
+        assert!(lookup("example.com", "v1", "widgets").is_none());
+        assert_eq!(
+            intern_list(&["a".to_string()]).as_ptr(),
+            intern_list(&["a".to_string()]).as_ptr()
+        );
     }
 
     #[test]

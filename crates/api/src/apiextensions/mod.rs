@@ -240,6 +240,9 @@ pub fn patch_definition(res: &Resource) -> String {
 
 /// The definition serving `res`, if it is a custom resource.
 pub fn definition(res: &Resource) -> Option<Arc<Definition>> {
+    if !registry::is_custom(res) {
+        return None;
+    }
     let guard = match SERVED.read() {
         Ok(g) => g,
         Err(p) => p.into_inner(),

@@ -225,6 +225,14 @@ fn walk(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
                     errs.push(FieldError::required(format!("{path}.{key}"), ""));
                 }
             }
+            if s.embedded_resource {
+                // upstream's `validateEmbeddedResource`: an embedded object says what it is.
+                for key in ["apiVersion", "kind"] {
+                    if m.get(key).and_then(Value::as_str).is_none_or(str::is_empty) {
+                        errs.push(FieldError::required(format!("{path}.{key}"), "must not be empty"));
+                    }
+                }
+            }
             for (k, child) in m {
                 if s.embedded_resource
                     && matches!(k.as_str(), "apiVersion" | "kind" | "metadata")
@@ -292,6 +300,27 @@ mod tests {
     #[test]
     fn a_valid_object_has_no_errors() {
         assert!(messages(json!({"apiVersion": "x/v1", "kind": "K", "metadata": {}, "spec": {"image": "abc", "replicas": 3, "color": "red", "ports": [80, "http"], "ratio": 0.5, "note": null}})).is_empty());
+    }
+
+    #[test]
+    fn embedded_resources_need_api_version_and_kind() {
+        let s = Schema::parse(
+            &json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+                "template": {"type": "object", "x-kubernetes-embedded-resource": true, "x-kubernetes-preserve-unknown-fields": true}
+            }}}}),
+        );
+        let msgs: Vec<String> = validate(&s, &json!({"spec": {"template": {"kind": "Pod"}}}))
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(msgs, ["spec.template.apiVersion: Required value: must not be empty"]);
+        assert!(
+            validate(
+                &s,
+                &json!({"spec": {"template": {"apiVersion": "v1", "kind": "Pod", "metadata": {}}}})
+            )
+            .is_empty()
+        );
     }
 
     #[test]

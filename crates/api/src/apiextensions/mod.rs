@@ -297,6 +297,21 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<FieldError> 
             "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
         ));
     }
+    // upstream's protected groups: a definition there needs the API review's approval.
+    let protected = ["k8s.io", "kubernetes.io"]
+        .iter()
+        .any(|p| group == *p || group.ends_with(&format!(".{p}")));
+    if protected
+        && crd
+            .pointer("/metadata/annotations/api-approved.kubernetes.io")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+    {
+        errs.push(FieldError::required(
+            "metadata.annotations[api-approved.kubernetes.io]",
+            "protected groups must have approval annotation \"api-approved.kubernetes.io\", see https://github.com/kubernetes/enhancements/pull/1111",
+        ));
+    }
     let scope = text(crd, "/spec/scope");
     if scope.is_empty() {
         errs.push(FieldError::required("spec.scope", ""));
@@ -601,6 +616,23 @@ mod tests {
                 "spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields",
             ]
         );
+    }
+
+    #[test]
+    fn protected_groups_need_the_approval_annotation() {
+        let mut c = crd();
+        c["metadata"]["name"] = json!("widgets.apps.k8s.io");
+        c["spec"]["group"] = json!("apps.k8s.io");
+        let msgs: Vec<String> = validate_definition(&c, None).iter().map(ToString::to_string).collect();
+        assert_eq!(
+            msgs,
+            [
+                "metadata.annotations[api-approved.kubernetes.io]: Required value: protected groups must have approval annotation \"api-approved.kubernetes.io\", see https://github.com/kubernetes/enhancements/pull/1111"
+            ]
+        );
+        c["metadata"]["annotations"] =
+            json!({"api-approved.kubernetes.io": "https://github.com/kubernetes/kubernetes/pull/1"});
+        assert!(validate_definition(&c, None).is_empty());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! PersistentVolume matching rules the PV binder and the scheduler share.
 //! No I/O lives here.
 
+pub mod apiextensions;
 pub mod bootstraptoken;
 pub mod certificates;
 pub mod cidr;

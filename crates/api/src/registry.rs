@@ -88,7 +88,7 @@ macro_rules! res {
     };
 }
 
-/// Every resource served, in discovery order.
+/// Every built-in resource served, in discovery order (custom resources follow, see [`all`]).
 pub static RESOURCES: &[Resource] = &[
     res!(
         "",
@@ -468,6 +468,17 @@ pub static RESOURCES: &[Resource] = &[
         &["status"]
     ),
     res!(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        false,
+        &["crd", "crds"],
+        &["api-extensions"],
+        &["status"]
+    ),
+    res!(
         "scheduling.k8s.io",
         "v1",
         "PriorityClass",
@@ -548,10 +559,11 @@ fn group_priority(group: &str) -> u32 {
 }
 
 /// The named groups served, in upstream's discovery order: by priority, highest first, then
-/// by name (the aggregator sorts its APIServices so).
+/// by name (the aggregator sorts its APIServices so). Groups of custom resources have no
+/// priority of their own and follow the built-in ones, by name.
 pub fn groups() -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
-    for r in RESOURCES {
+    for r in all() {
         if !r.group.is_empty() && !out.contains(&r.group) {
             out.push(r.group);
         }
@@ -560,16 +572,110 @@ pub fn groups() -> Vec<&'static str> {
     out
 }
 
+/// The resources of CustomResourceDefinitions being served, one per served version: they
+/// change at run time as definitions are created, changed and deleted.
+static CUSTOM: std::sync::RwLock<Vec<&'static Resource>> = std::sync::RwLock::new(Vec::new());
+
+/// Every resource served now: the built-in ones, then the custom ones.
+pub fn all() -> Vec<&'static Resource> {
+    let mut out: Vec<&'static Resource> = RESOURCES.iter().collect();
+    out.extend(custom());
+    out
+}
+
+/// The custom resources served now.
+pub fn custom() -> Vec<&'static Resource> {
+    match CUSTOM.read() {
+        Ok(c) => c.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    }
+}
+
+/// Whether `res` is a custom resource (served for a CustomResourceDefinition).
+pub fn is_custom(res: &Resource) -> bool {
+    // The built-in table's own entries (what handlers hold) are told apart by address alone.
+    if RESOURCES.as_ptr_range().contains(&std::ptr::from_ref(res)) {
+        return false;
+    }
+    !RESOURCES.iter().any(|r| r == res)
+}
+
+/// Replace the custom resources served. Each is made `'static` once: the same description
+/// registered again reuses its earlier copy, so definitions that come and go do not grow memory.
+pub fn set_custom(resources: Vec<Resource>) {
+    static INTERNED: std::sync::Mutex<Vec<&'static Resource>> = std::sync::Mutex::new(Vec::new());
+    let mut interned = match INTERNED.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    let mut out = Vec::with_capacity(resources.len());
+    for r in resources {
+        let r = match interned.iter().find(|i| ***i == r) {
+            Some(i) => *i,
+            None => {
+                let leaked: &'static Resource = Box::leak(Box::new(r));
+                interned.push(leaked);
+                leaked
+            }
+        };
+        out.push(r);
+    }
+    drop(interned);
+    match CUSTOM.write() {
+        Ok(mut c) => *c = out,
+        Err(p) => *p.into_inner() = out,
+    }
+}
+
+/// A string made `'static`, each distinct value once (for [`Resource`]s built at run time).
+pub fn intern(s: &str) -> &'static str {
+    static STRINGS: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut strings = match STRINGS.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    if let Some(found) = strings.iter().find(|x| **x == s) {
+        return found;
+    }
+    let leaked: &'static str = Box::leak(s.to_string().into_boxed_str());
+    strings.push(leaked);
+    leaked
+}
+
+/// A list of strings made `'static` (short names, categories, subresources).
+pub fn intern_list(items: &[String]) -> &'static [&'static str] {
+    static LISTS: std::sync::Mutex<Vec<&'static [&'static str]>> = std::sync::Mutex::new(Vec::new());
+    let items: Vec<&'static str> = items.iter().map(|s| intern(s)).collect();
+    let mut lists = match LISTS.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    if let Some(found) = lists.iter().find(|x| **x == items.as_slice()) {
+        return found;
+    }
+    let leaked: &'static [&'static str] = Box::leak(items.into_boxed_slice());
+    lists.push(leaked);
+    leaked
+}
+
 /// The resource with this group, version and plural.
 pub fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
     RESOURCES
         .iter()
         .find(|r| r.group == group && r.version == version && r.plural == plural)
+        .or_else(|| {
+            custom()
+                .into_iter()
+                .find(|r| r.group == group && r.version == version && r.plural == plural)
+        })
 }
 
 /// The resource of this kind in this group.
 pub fn lookup_kind(group: &str, kind: &str) -> Option<&'static Resource> {
-    RESOURCES.iter().find(|r| r.group == group && r.kind == kind)
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.kind == kind)
+        .or_else(|| custom().into_iter().find(|r| r.group == group && r.kind == kind))
 }
 
 #[cfg(test)]
@@ -585,6 +691,42 @@ mod tests {
         assert!(lookup("", "v1", "nope").is_none());
         assert_eq!(lookup_kind("", "Pod").map(|r| r.plural), Some("pods"));
         assert!(groups().contains(&"batch"));
+    }
+
+    #[test]
+    fn custom_resources_join_and_leave_the_registry() {
+        let pods = lookup("", "v1", "pods").expect("pods");
+        assert!(!is_custom(pods));
+        let copy = *pods;
+        assert!(!is_custom(&copy));
+        let widget = Resource {
+            group: "example.com",
+            version: "v1",
+            kind: "Widget",
+            plural: "widgets",
+            singular: "widget",
+            namespaced: true,
+            short_names: &["wd"],
+            categories: &[],
+            subresources: &["status"],
+        };
+        set_custom(vec![widget]);
+        let found = lookup("example.com", "v1", "widgets").expect("served");
+        assert!(is_custom(found));
+        assert_eq!(lookup_kind("example.com", "Widget").map(|r| r.plural), Some("widgets"));
+        assert!(groups().contains(&"example.com"));
+        // Registered again, the same description is the same static copy.
+        set_custom(vec![widget]);
+        assert!(std::ptr::eq(
+            found,
+            lookup("example.com", "v1", "widgets").expect("served")
+        ));
+        set_custom(Vec::new());
+        assert!(lookup("example.com", "v1", "widgets").is_none());
+        assert_eq!(
+            intern_list(&["a".to_string()]).as_ptr(),
+            intern_list(&["a".to_string()]).as_ptr()
+        );
     }
 
     #[test]
@@ -605,6 +747,7 @@ mod tests {
                 "policy",
                 "rbac.authorization.k8s.io",
                 "storage.k8s.io",
+                "apiextensions.k8s.io",
                 "scheduling.k8s.io",
                 "coordination.k8s.io",
                 "discovery.k8s.io",

@@ -57,6 +57,12 @@ fn build() -> Schemas {
         ("batch", "v1", "CronJob", api::batch::v1::CronJob),
         ("coordination.k8s.io", "v1", "Lease", api::coordination::v1::Lease),
         (
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition
+        ),
+        (
             "certificates.k8s.io",
             "v1",
             "CertificateSigningRequest",
@@ -176,7 +182,36 @@ fn build() -> Schemas {
     );
     let mut definitions: Map<String, Value> = generator.take_definitions(true).into_iter().collect();
     add_list_metadata(&mut definitions);
+    any_json_values(&mut definitions);
     Schemas { definitions, roots }
+}
+
+/// The apiextensions types that hold any JSON value (`JSON`: defaults, enums, examples) or
+/// one of two shapes (`JSONSchemaPropsOrArray`, `...OrBool`, `...OrStringArray`) are any
+/// value in upstream's OpenAPI, not the Rust wrappers' shapes.
+fn any_json_values(defs: &mut Map<String, Value>) {
+    const PREFIX: &str = "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.";
+    for (name, def) in defs.iter_mut() {
+        let Some(short) = name.strip_prefix(PREFIX) else {
+            continue;
+        };
+        let description = match short {
+            "JSON" => {
+                "JSON represents any valid JSON value. These types are supported: bool, int64, float64, string, []interface{}, map[string]interface{} and nil."
+            }
+            "JSONSchemaPropsOrArray" => {
+                "JSONSchemaPropsOrArray represents a value that can either be a JSONSchemaProps or an array of JSONSchemaProps. Mainly here for serialization purposes."
+            }
+            "JSONSchemaPropsOrBool" => {
+                "JSONSchemaPropsOrBool represents JSONSchemaProps or a boolean value. Defaults to true for the boolean property."
+            }
+            "JSONSchemaPropsOrStringArray" => {
+                "JSONSchemaPropsOrStringArray represents a JSONSchemaProps or a string array."
+            }
+            _ => continue,
+        };
+        *def = serde_json::json!({"description": description, "x-kubernetes-preserve-unknown-fields": true});
+    }
 }
 
 /// Add upstream's list extensions to the properties the patch metadata names.
@@ -222,6 +257,39 @@ fn schemas() -> &'static Schemas {
 /// Every definition, keyed by its name ("io.k8s.api.core.v1.PodSpec").
 pub fn definitions() -> &'static Map<String, Value> {
     &schemas().definitions
+}
+
+/// Custom resources' schemas by definition name (`com.example.v1.Widget`), for strategic
+/// merge and server-side apply. Each distinct schema is made `'static` once.
+static CUSTOM: std::sync::Mutex<Vec<(&'static str, &'static Value)>> = std::sync::Mutex::new(Vec::new());
+
+/// Register (or replace) the schema of a custom kind under `name`; returns the name.
+pub fn register_custom(name: &str, schema: Value) -> &'static str {
+    let name = crate::registry::intern(name);
+    let mut custom = match CUSTOM.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    if let Some(entry) = custom.iter_mut().find(|(n, _)| *n == name) {
+        if *entry.1 != schema {
+            entry.1 = Box::leak(Box::new(schema));
+        }
+    } else {
+        custom.push((name, Box::leak(Box::new(schema))));
+    }
+    name
+}
+
+/// A definition by name: a built-in one, else a registered custom one.
+pub fn lookup_definition(name: &str) -> Option<(&'static str, &'static Value)> {
+    if let Some((n, d)) = definitions().get_key_value(name) {
+        return Some((n.as_str(), d));
+    }
+    let custom = match CUSTOM.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    custom.iter().find(|(n, _)| *n == name).map(|(n, d)| (*n, *d))
 }
 
 /// The definition name of a kind's root type.

@@ -269,6 +269,8 @@ pub enum FieldErrorKind {
     NotFound(String),
     TooLong(usize),
     TypeInvalid(String),
+    /// `Too many: N: must have at most MAX items`: the count found and the most allowed.
+    TooMany(usize, usize),
 }
 
 impl FieldErrorKind {
@@ -282,6 +284,7 @@ impl FieldErrorKind {
             FieldErrorKind::NotFound(_) => "FieldValueNotFound",
             FieldErrorKind::TooLong(_) => "FieldValueTooLong",
             FieldErrorKind::TypeInvalid(_) => "FieldValueTypeInvalid",
+            FieldErrorKind::TooMany(..) => "FieldValueTooMany",
         }
     }
 }
@@ -374,6 +377,7 @@ impl FieldError {
             FieldErrorKind::NotFound(v) => format!("Not found: {v}"),
             FieldErrorKind::TooLong(max) => format!("Too long: may not be more than {max} bytes"),
             FieldErrorKind::TypeInvalid(v) => format!("Invalid value: {v}"),
+            FieldErrorKind::TooMany(n, max) => format!("Too many: {n}: must have at most {max} items"),
         };
         if self.detail.is_empty() {
             head

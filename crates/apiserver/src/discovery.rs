@@ -6,7 +6,7 @@ use base64::Engine as _;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use skiff_api::Resource;
-use skiff_api::registry::{self, RESOURCES};
+use skiff_api::registry;
 
 /// Content type of an aggregated discovery answer (`APIGroupDiscoveryList`).
 pub const AGGREGATED_CONTENT_TYPE: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
@@ -159,7 +159,7 @@ pub fn storage_version_hash(group: &str, version: &str, kind: &str) -> String {
 /// The served versions of a group ("" is the core group), in preference order.
 fn versions_of(group: &str) -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
-    for r in RESOURCES.iter().filter(|r| r.group == group) {
+    for r in registry::all().into_iter().filter(|r| r.group == group) {
         if !out.contains(&r.version) {
             out.push(r.version);
         }
@@ -169,8 +169,8 @@ fn versions_of(group: &str) -> Vec<&'static str> {
 
 /// Resources of one group-version, sorted by plural as upstream sorts them.
 fn resources_of(group: &str, version: &str) -> Vec<&'static Resource> {
-    let mut out: Vec<&'static Resource> = RESOURCES
-        .iter()
+    let mut out: Vec<&'static Resource> = registry::all()
+        .into_iter()
         .filter(|r| r.group == group && r.version == version)
         .collect();
     out.sort_by(|a, b| a.plural.cmp(b.plural));
@@ -401,6 +401,7 @@ pub fn version_info() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use skiff_api::registry::RESOURCES;
 
     fn names(list: &Value) -> Vec<String> {
         list["resources"]

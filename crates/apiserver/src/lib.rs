@@ -13,6 +13,7 @@ pub mod bootstrap;
 pub mod bootstraptoken;
 pub mod certificates;
 pub mod coalesce;
+pub mod customresourcedefinitions;
 pub mod discovery;
 pub mod encryption;
 pub mod escalation;

@@ -6,22 +6,94 @@ use serde_json::{Map, Value};
 use skiff_api::Resource;
 use skiff_store::{KeyValue, Revision};
 
+/// The segment of a resource's keys after `/registry/`: `<group>/<plural>` for custom
+/// resources and definitions themselves, as upstream's apiextensions-apiserver stores them.
+fn resource_segment(res: &Resource) -> String {
+    if res.group == "apiextensions.k8s.io" || skiff_api::registry::is_custom(res) {
+        format!("{}/{}", res.group, res.plural)
+    } else {
+        res.qualified_plural()
+    }
+}
+
 /// The key prefix of a resource, optionally within one namespace.
 pub fn prefix(res: &Resource, namespace: &str) -> String {
     if res.namespaced && !namespace.is_empty() {
-        format!("/registry/{}/{}/", res.qualified_plural(), namespace)
+        format!("/registry/{}/{}/", resource_segment(res), namespace)
     } else {
-        format!("/registry/{}/", res.qualified_plural())
+        format!("/registry/{}/", resource_segment(res))
     }
 }
 
 /// The key of one object.
 pub fn key(res: &Resource, namespace: &str, name: &str) -> String {
     if res.namespaced {
-        format!("/registry/{}/{}/{}", res.qualified_plural(), namespace, name)
+        format!("/registry/{}/{}/{}", resource_segment(res), namespace, name)
     } else {
-        format!("/registry/{}/{}", res.qualified_plural(), name)
+        format!("/registry/{}/{}", resource_segment(res), name)
     }
+}
+
+/// A custom object's stored bytes as the version `res` serves them: conversion strategy
+/// `None` rewrites only the top-level `apiVersion` (the first one: stored objects begin with
+/// `kind` and `apiVersion`). Other resources' bytes are returned as they are.
+pub fn served_bytes(res: &Resource, value: Vec<u8>) -> Vec<u8> {
+    if !skiff_api::registry::is_custom(res) {
+        return value;
+    }
+    const FIELD: &[u8] = b"\"apiVersion\":\"";
+    let Some(start) = value
+        .windows(FIELD.len())
+        .position(|w| w == FIELD)
+        .map(|p| p + FIELD.len())
+    else {
+        return value;
+    };
+    let Some(len) = value[start..].iter().position(|b| *b == b'"') else {
+        return value;
+    };
+    let want = res.api_version();
+    if &value[start..start + len] == want.as_bytes() {
+        return value;
+    }
+    let mut out = Vec::with_capacity(value.len() + want.len());
+    out.extend_from_slice(&value[..start]);
+    out.extend_from_slice(want.as_bytes());
+    out.extend_from_slice(&value[start + len..]);
+    out
+}
+
+/// A key-value whose value is served through `res` (see [`served_bytes`]).
+pub fn served_kv(res: &Resource, mut kv: KeyValue) -> KeyValue {
+    if skiff_api::registry::is_custom(res) {
+        let served = served_bytes(res, kv.value.to_vec());
+        if served[..] != kv.value[..] {
+            kv.value = served.into();
+        }
+    }
+    kv
+}
+
+/// Set a custom object's `apiVersion` to `version` of its group (the storage version when
+/// stored, the requested one when served).
+pub fn set_custom_version(res: &Resource, obj: &mut Value, version: &str) {
+    if let Some(m) = obj.as_object_mut() {
+        m.insert("apiVersion".into(), Value::String(format!("{}/{version}", res.group)));
+    }
+}
+
+/// The bytes stored for an object of `res`: a custom object in its definition's storage
+/// version.
+pub fn encode_for_storage(res: &Resource, obj: &Value) -> Vec<u8> {
+    if let Some(def) = skiff_api::apiextensions::definition(res)
+        && let Some(storage) = def.storage_version()
+        && storage.name != res.version
+    {
+        let mut copy = obj.clone();
+        set_custom_version(res, &mut copy, &storage.name);
+        return encode_for_store(&copy);
+    }
+    encode_for_store(obj)
 }
 
 /// The stored bytes with `"resourceVersion":"N"` inserted into the top-level metadata.
@@ -363,6 +435,42 @@ fn check_type(schema: &Value, owner: &str, v: &Value, path: &mut String) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn custom_resources_and_definitions_are_keyed_as_upstream() {
+        let widgets = Resource {
+            group: "example.com",
+            version: "v1",
+            kind: "Widget",
+            plural: "widgets",
+            singular: "widget",
+            namespaced: true,
+            short_names: &[],
+            categories: &[],
+            subresources: &[],
+        };
+        assert_eq!(key(&widgets, "ns", "w"), "/registry/example.com/widgets/ns/w");
+        assert_eq!(prefix(&widgets, ""), "/registry/example.com/widgets/");
+        let crds = skiff_api::registry::lookup("apiextensions.k8s.io", "v1", "customresourcedefinitions").unwrap();
+        assert_eq!(
+            key(crds, "", "widgets.example.com"),
+            "/registry/apiextensions.k8s.io/customresourcedefinitions/widgets.example.com"
+        );
+        let deploy = skiff_api::registry::lookup("apps", "v1", "deployments").unwrap();
+        assert_eq!(key(deploy, "ns", "d"), "/registry/deployments.apps/ns/d");
+        let v2 = Resource {
+            version: "v2",
+            ..widgets
+        };
+        let served = served_bytes(
+            &v2,
+            br#"{"kind":"Widget","apiVersion":"example.com/v1","metadata":{}}"#.to_vec(),
+        );
+        assert_eq!(
+            served,
+            br#"{"kind":"Widget","apiVersion":"example.com/v2","metadata":{}}"#.to_vec()
+        );
+    }
     use serde_json::json;
 
     #[test]

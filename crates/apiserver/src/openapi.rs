@@ -43,6 +43,109 @@ fn docs() -> &'static BTreeMap<String, Doc> {
     DOCS.get_or_init(build_all)
 }
 
+/// The definition name of a kind: the built-in schema's, or for a custom kind upstream's
+/// `<reversed group>.<version>.<Kind>` (`com.example.v1.Widget`).
+fn def_of(group: &str, version: &str, kind: &str) -> Option<String> {
+    if let Some(d) = schema::definition_for(group, version, kind) {
+        return Some(d.to_string());
+    }
+    let r = registry::lookup_kind(group, kind)?;
+    skiff_api::apiextensions::definition(r)?;
+    Some(custom_def_name(group, version, kind))
+}
+
+fn custom_def_name(group: &str, version: &str, kind: &str) -> String {
+    let reversed: Vec<&str> = group.split('.').rev().collect();
+    format!("{}.{version}.{kind}", reversed.join("."))
+}
+
+/// The document of a custom resource's group-version, built from its definition as it is
+/// now (served while the definition is).
+fn custom_doc(path: &str) -> Option<Doc> {
+    let rest = normalize(path).strip_prefix("apis/")?;
+    let (group, version) = rest.split_once('/')?;
+    let r = registry::custom()
+        .into_iter()
+        .find(|r| r.group == group && r.version == version)?;
+    skiff_api::apiextensions::definition(r)?;
+    Some(finish(custom_group_version_document(group, version)))
+}
+
+fn custom_group_version_document(group: &str, version: &str) -> Value {
+    let prefix = format!("/apis/{group}/{version}");
+    let mut set = PathSet {
+        tag: tag(group, version),
+        custom: true,
+        paths: BTreeMap::new(),
+    };
+    let mut roots: Vec<String> = vec![format!("{META}.Status"), format!("{META}.DeleteOptions")];
+    let mut extra: BTreeMap<String, Value> = synthetic_definitions().into_iter().collect();
+    let mut gvks: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for r in registry::custom()
+        .into_iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        let Some(d) = skiff_api::apiextensions::definition(r) else {
+            continue;
+        };
+        let Some(v) = d.version(version) else { continue };
+        let def = custom_def_name(group, version, r.kind);
+        let mut root = match &v.schema_json {
+            Value::Object(m) => Value::Object(m.clone()),
+            _ => json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        };
+        if let Some(props) = root
+            .as_object_mut()
+            .map(|m| m.entry("properties").or_insert_with(|| json!({})))
+            .and_then(Value::as_object_mut)
+        {
+            props.insert(
+                "apiVersion".into(),
+                json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources"}),
+            );
+            props.insert(
+                "kind".into(),
+                json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"}),
+            );
+            props.insert(
+                "metadata".into(),
+                json!({"description": "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata", "allOf": [reference(&format!("{META}.ObjectMeta"))]}),
+            );
+        }
+        extra.insert(def.clone(), root);
+        roots.push(def.clone());
+        gvks.insert(def.clone(), vec![gvk_value(discovery::response_kind(r))]);
+        let list_name = format!("{def}List");
+        extra.insert(
+            list_name.clone(),
+            json!({
+                "description": format!("{} is a list of {}", r.list_kind(), r.kind),
+                "type": "object",
+                "required": ["items"],
+                "properties": {
+                    "apiVersion": {"type": "string"},
+                    "items": {"type": "array", "items": reference(&def)},
+                    "kind": {"type": "string"},
+                    "metadata": {"allOf": [reference(&format!("{META}.ListMeta"))]},
+                },
+            }),
+        );
+        roots.push(list_name.clone());
+        gvks.insert(
+            list_name,
+            vec![json!({"group": r.group, "kind": r.list_kind(), "version": r.version})],
+        );
+        resource_paths(&mut set, r, &prefix);
+    }
+    for item in set.paths.values() {
+        let mut refs = Vec::new();
+        collect_refs(&Value::Object(item.clone()), &mut refs);
+        roots.extend(refs);
+    }
+    let schemas = components(&roots, &extra, &gvks);
+    document(set.paths, schemas)
+}
+
 fn normalize(path: &str) -> &str {
     path.trim_matches('/')
 }
@@ -56,22 +159,43 @@ pub fn v3_index() -> Value {
             json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={}", doc.hash)}),
         );
     }
+    for r in registry::custom() {
+        let path = doc_path(r.group, r.version);
+        if paths.contains_key(&path) {
+            continue;
+        }
+        if let Some(doc) = custom_doc(&path) {
+            paths.insert(
+                path.clone(),
+                json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={}", doc.hash)}),
+            );
+        }
+    }
     json!({ "paths": paths })
 }
 
 /// The document at `path` (`api/v1`, `apis/apps/v1`, `api`, `apis`, `apis/apps`).
 pub fn v3_document(path: &str) -> Option<Arc<Value>> {
-    docs().get(normalize(path)).map(|d| d.value.clone())
+    docs()
+        .get(normalize(path))
+        .map(|d| d.value.clone())
+        .or_else(|| custom_doc(path).map(|d| d.value))
 }
 
 /// The serialized JSON of the document at `path`, ready to send (what [`hash_of`] hashes).
 pub fn v3_document_bytes(path: &str) -> Option<Bytes> {
-    docs().get(normalize(path)).map(|d| d.bytes.clone())
+    docs()
+        .get(normalize(path))
+        .map(|d| d.bytes.clone())
+        .or_else(|| custom_doc(path).map(|d| d.bytes))
 }
 
 /// The hash of the document at `path` (upper-case hex SHA-512 of its JSON, as upstream).
 pub fn hash_of(path: &str) -> Option<String> {
-    docs().get(normalize(path)).map(|d| d.hash.clone())
+    docs()
+        .get(normalize(path))
+        .map(|d| d.hash.clone())
+        .or_else(|| custom_doc(path).map(|d| d.hash))
 }
 
 /// The group-versions served, in registry order.
@@ -408,9 +532,11 @@ fn body_of(schema_name: &str) -> Value {
     json!({"content": {"*/*": {"schema": reference(schema_name)}}, "required": true})
 }
 
-fn patch_body() -> Value {
+/// The patch types a resource takes: custom resources take no strategic merge patch, as
+/// upstream's (kubectl then sends a JSON merge patch for `apply`).
+fn patch_body(custom: bool) -> Value {
     let mut content = Map::new();
-    for t in PATCH_TYPES {
+    for t in PATCH_TYPES.iter().filter(|t| !custom || !t.contains("strategic")) {
         content.insert((*t).to_string(), json!({"schema": reference(&format!("{META}.Patch"))}));
     }
     json!({"content": content, "required": true})
@@ -423,6 +549,8 @@ fn delete_body() -> Value {
 /// The paths of one group-version document, as they are being assembled.
 struct PathSet {
     tag: String,
+    /// The group-version is a custom resource's.
+    custom: bool,
     paths: BTreeMap<String, Map<String, Value>>,
 }
 
@@ -446,7 +574,7 @@ struct Names {
 }
 
 fn resource_paths(set: &mut PathSet, r: &Resource, prefix: &str) {
-    let Some(def) = schema::definition_for(r.group, r.version, r.kind) else {
+    let Some(def) = def_of(r.group, r.version, r.kind) else {
         tracing::warn!(kind = r.kind, group = r.group, "no schema for a served kind");
         return;
     };
@@ -576,7 +704,7 @@ fn resource_paths(set: &mut PathSet, r: &Resource, prefix: &str) {
                 description: format!("partially update the specified {kind}"),
                 operation_id: format!("patch{}{}", n.gv, n.scoped),
                 parameters: patch_params(),
-                request_body: Some(patch_body()),
+                request_body: Some(patch_body(set.custom)),
                 responses: vec![
                     ("200", ok("OK", reference(&n.def))),
                     ("201", ok("Created", reference(&n.def))),
@@ -715,7 +843,7 @@ fn subresource_paths(
     let suffix = capitalize(sub.name);
     let rk = sub.response_kind;
     let kind = n.kind;
-    let rk_def = schema::definition_for(rk.group, rk.version, rk.kind).map(str::to_string);
+    let rk_def = def_of(rk.group, rk.version, rk.kind);
     let id = |verb: &str| format!("{verb}{}{}{}", n.gv, n.scoped, suffix);
     match sub.name {
         "status" | "approval" | "scale" | "ephemeralcontainers" | "resize" => {
@@ -754,7 +882,7 @@ fn subresource_paths(
                 description: format!("partially update {what} the specified {kind}"),
                 operation_id: id("patch"),
                 parameters: patch_params(),
-                request_body: Some(patch_body()),
+                request_body: Some(patch_body(set.custom)),
                 responses: vec![
                     ("200", ok("OK", reference(&def))),
                     ("201", ok("Created", reference(&def))),
@@ -1161,6 +1289,7 @@ fn group_version_document(group: &str, version: &str) -> Value {
     };
     let mut set = PathSet {
         tag: tag(group, version),
+        custom: false,
         paths: BTreeMap::new(),
     };
     let mut roots: Vec<String> = vec![format!("{META}.Status"), format!("{META}.DeleteOptions")];

@@ -48,6 +48,7 @@ impl Ctx {
             .get(&self.key())
             .await
             .map_err(|e| self.store_err(e))?
+            .map(|kv| objects::served_kv(self.rr.resource, kv))
             .ok_or_else(|| self.not_found())
     }
 
@@ -262,12 +263,15 @@ pub async fn list(ctx: &Ctx) -> Result<Response, StatusError> {
     let prefix = objects::prefix(res, &ctx.rr.namespace);
     // Without selectors the store's limit is the page size; with selectors we scan and filter.
     opts.limit = if filter.is_empty() { limit } else { 0 };
-    let page = ctx.state.store.list(&prefix, opts.clone()).await.map_err(|e| match e {
+    let mut page = ctx.state.store.list(&prefix, opts.clone()).await.map_err(|e| match e {
         StoreError::Compacted { .. } if ctx.param("continue").is_some() => StatusError::expired(
             "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
         ),
         other => ctx.store_err(other),
     })?;
+    if skiff_api::registry::is_custom(res) {
+        page.items = page.items.into_iter().map(|kv| objects::served_kv(res, kv)).collect();
+    }
     let rev = page.revision;
     let mut items: Vec<&KeyValue> = Vec::new();
     let mut parsed: Vec<Value> = Vec::new();

@@ -361,6 +361,10 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
     crate::bootstrap::reconcile(&state)
         .await
         .context("reconciling the bootstrap RBAC policy")?;
+    crate::customresourcedefinitions::load(&state)
+        .await
+        .context("serving the stored CustomResourceDefinitions")?;
+    crate::customresourcedefinitions::spawn(state.clone());
 
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(opts.bind, opts.port))
         .await

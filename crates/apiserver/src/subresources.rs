@@ -51,7 +51,7 @@ pub async fn handle(ctx: Ctx, bytes: Bytes) -> Result<Response, StatusError> {
         }
         ("scale", Method::GET) => {
             let (obj, _) = ctx.current().await?;
-            Ok(body::value_response(StatusCode::OK, &scale_of(&obj)))
+            Ok(body::value_response(StatusCode::OK, &scale_for(ctx.rr.resource, &obj)))
         }
         ("scale", Method::PUT | Method::PATCH) => scale_write(&ctx, bytes).await,
         ("binding", Method::POST) => create_binding(&ctx, bytes, Some(ctx.rr.name.clone())).await,
@@ -64,6 +64,68 @@ pub async fn handle(ctx: Ctx, bytes: Bytes) -> Result<Response, StatusError> {
         _ => Err(StatusError::method_not_allowed(
             "the server does not allow this method on the requested resource",
         )),
+    }
+}
+
+/// A JSONPath of `subresources.scale` (`.spec.replicas`) as a JSON pointer.
+fn pointer_of(path: &str) -> String {
+    path.replace('.', "/")
+}
+
+/// The autoscaling/v1 Scale of an object of `res`: a custom resource's from the paths its
+/// definition names (`specReplicasPath`, `statusReplicasPath`, `labelSelectorPath`).
+pub fn scale_for(res: &skiff_api::Resource, obj: &Value) -> Value {
+    let Some(scale) =
+        skiff_api::apiextensions::definition(res).and_then(|d| d.version(res.version).and_then(|v| v.scale.clone()))
+    else {
+        return scale_of(obj);
+    };
+    let mut out = scale_of(obj);
+    out["spec"]["replicas"] = json!(
+        obj.pointer(&pointer_of(&scale.spec_replicas_path))
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    );
+    out["status"]["replicas"] = json!(
+        obj.pointer(&pointer_of(&scale.status_replicas_path))
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    );
+    let selector = scale
+        .label_selector_path
+        .as_deref()
+        .and_then(|p| obj.pointer(&pointer_of(p)))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    match out["status"].as_object_mut() {
+        Some(st) if selector.is_empty() => {
+            st.remove("selector");
+        }
+        Some(st) => {
+            st.insert("selector".into(), json!(selector));
+        }
+        None => {}
+    }
+    out
+}
+
+/// Set `replicas` at a custom resource's `specReplicasPath` (or `spec.replicas`), making the
+/// objects on the way.
+fn set_replicas(res: &skiff_api::Resource, obj: &mut Value, replicas: i64) {
+    let path = skiff_api::apiextensions::definition(res)
+        .and_then(|d| d.version(res.version).and_then(|v| v.scale.clone()))
+        .map_or_else(|| ".spec.replicas".to_string(), |s| s.spec_replicas_path);
+    let segs: Vec<&str> = path.trim_start_matches('.').split('.').collect();
+    let Some((last, parents)) = segs.split_last() else {
+        return;
+    };
+    let mut cur = obj;
+    for p in parents {
+        let Some(m) = cur.as_object_mut() else { return };
+        cur = m.entry(p.to_string()).or_insert_with(|| json!({}));
+    }
+    if let Some(m) = cur.as_object_mut() {
+        m.insert((*last).to_string(), json!(replicas));
     }
 }
 
@@ -121,7 +183,7 @@ fn selector_string(sel: &Value) -> String {
 async fn scale_write(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     for _ in 0..8 {
         let (obj, rev) = ctx.current().await?;
-        let current_scale = scale_of(&obj);
+        let current_scale = scale_for(ctx.rr.resource, &obj);
         let desired = if ctx.method == Method::PUT {
             body::decode(&ctx.headers, &bytes)?
         } else {
@@ -162,11 +224,14 @@ async fn scale_write(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
             return Err(StatusError::invalid("autoscaling", "Scale", &ctx.rr.name, &errs));
         }
         let mut new = obj.clone();
-        if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
-            spec.insert("replicas".into(), json!(replicas));
-        }
+        set_replicas(ctx.rr.resource, &mut new, replicas);
         match write::finish_update(ctx, &obj, new, rev, UpdateScope::Main, "Update").await {
-            Ok(w) => return Ok(body::value_response(StatusCode::OK, &scale_of(w.object()))),
+            Ok(w) => {
+                return Ok(body::value_response(
+                    StatusCode::OK,
+                    &scale_for(ctx.rr.resource, w.object()),
+                ));
+            }
             // Re-read and apply again; a stale resourceVersion in the request fails the check above.
             Err(e) if e.reason == "Conflict" => continue,
             Err(e) => return Err(e),

@@ -89,8 +89,9 @@ pub async fn serve(ctx: Ctx, _name: Option<String>) -> Result<Response, StatusEr
             .list(&prefix, Default::default())
             .await
             .map_err(|e| ctx.store_err(e))?;
-        for kv in &page.items {
-            if let Some(v) = objects::decode_kv(kv)
+        for kv in page.items {
+            let kv = objects::served_kv(res, kv);
+            if let Some(v) = objects::decode_kv(&kv)
                 && filter.matches(&v)
             {
                 initial.push(v);
@@ -156,6 +157,7 @@ pub async fn serve(ctx: Ctx, _name: Option<String>) -> Result<Response, StatusEr
                 _ = tx.closed() => return,
             };
             let Some(ev) = next else { return };
+            let ev = served_event(res, ev);
             last_rev = ev.revision();
             // Unfiltered JSON watches splice the stored bytes without parsing them.
             if filter.is_empty() && encoder.output == Output::Object {
@@ -192,6 +194,23 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 }
 
 /// A watch event line built from the stored bytes, with the resourceVersion spliced in.
+/// A store event with its values as `res` serves them (a custom resource's version).
+fn served_event(res: &Resource, ev: Event) -> Event {
+    if !skiff_api::registry::is_custom(res) {
+        return ev;
+    }
+    match ev {
+        Event::Put { kv, prev } => Event::Put {
+            kv: objects::served_kv(res, kv),
+            prev: prev.map(|p| objects::served_kv(res, p)),
+        },
+        Event::Delete { prev, revision } => Event::Delete {
+            prev: objects::served_kv(res, prev),
+            revision,
+        },
+    }
+}
+
 fn raw_event(ev: &Event) -> Bytes {
     let (kind, kv, rev) = match ev {
         Event::Put { kv, prev } => (if prev.is_some() { "MODIFIED" } else { "ADDED" }, kv, kv.mod_revision),

@@ -25,21 +25,24 @@ fn has_status(res: &Resource) -> bool {
     res.has_subresource("status")
 }
 
-/// Resources whose spec changes bump metadata.generation.
+/// Resources whose spec changes bump metadata.generation (every custom resource, and
+/// definitions, as upstream's strategies).
 fn tracks_generation(res: &Resource) -> bool {
-    matches!(
-        res.plural,
-        "deployments"
-            | "replicasets"
-            | "statefulsets"
-            | "daemonsets"
-            | "jobs"
-            | "cronjobs"
-            | "poddisruptionbudgets"
-            | "services"
-            | "persistentvolumeclaims"
-            | "pods"
-    )
+    is_crd(res)
+        || skiff_api::registry::is_custom(res)
+        || matches!(
+            res.plural,
+            "deployments"
+                | "replicasets"
+                | "statefulsets"
+                | "daemonsets"
+                | "jobs"
+                | "cronjobs"
+                | "poddisruptionbudgets"
+                | "services"
+                | "persistentvolumeclaims"
+                | "pods"
+        )
 }
 
 impl Ctx {
@@ -111,6 +114,9 @@ thread_local! {
 /// ReplicaSet's pods, a scheduler's events) passes again without a walk.
 fn check_shape(ctx: &Ctx, obj: &Value) -> Result<Vec<String>, StatusError> {
     let res = ctx.rr.resource;
+    if let Some(def) = skiff_api::apiextensions::definition(res) {
+        return custom_field_validation(ctx, &def, obj);
+    }
     let key = skiff_api::skeleton::key(&[res.group, res.version, res.kind], obj);
     if PASSED_SHAPES.with_borrow(|s| s.contains(&key)) {
         return Ok(Vec::new());
@@ -253,6 +259,46 @@ fn field_validation(ctx: &Ctx, obj: &Value) -> Result<Vec<String>, StatusError> 
     Ok(msgs)
 }
 
+/// Whether `res` is `customresourcedefinitions.apiextensions.k8s.io`.
+pub fn is_crd(res: &Resource) -> bool {
+    res.group == "apiextensions.k8s.io" && res.plural == "customresourcedefinitions"
+}
+
+/// Field validation of a custom object: the fields its schema would prune are its unknown
+/// fields (a warning each, or the error under `fieldValidation=Strict`).
+fn custom_field_validation(
+    ctx: &Ctx,
+    def: &skiff_api::apiextensions::Definition,
+    obj: &Value,
+) -> Result<Vec<String>, StatusError> {
+    if ignores_unknown_fields(ctx) {
+        return Ok(Vec::new());
+    }
+    let Some(schema) = def.version(ctx.rr.resource.version).and_then(|v| v.schema.as_ref()) else {
+        return Ok(Vec::new());
+    };
+    let mut copy = obj.clone();
+    let unknown = skiff_api::apiextensions::pruning::prune(schema, &mut copy);
+    if unknown.is_empty() {
+        return Ok(Vec::new());
+    }
+    let msgs: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+    if ctx
+        .param("fieldValidation")
+        .is_some_and(|m| m.eq_ignore_ascii_case("Strict"))
+    {
+        let res = ctx.rr.resource;
+        return Err(StatusError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+            res.kind,
+            res.version,
+            res.kind,
+            msgs.join(", ")
+        )));
+    }
+    Ok(msgs)
+}
+
 fn random_suffix() -> String {
     use rand::Rng;
     let mut rng = rand::rng();
@@ -359,8 +405,25 @@ async fn check_namespace(ctx: &Ctx, name: &str) -> Result<(), StatusError> {
 
 /// Defaulting then validation (of a write through `subresource`, "" for the main resource).
 fn admit(res: &Resource, subresource: &str, obj: &mut Value, old: Option<&Value>) -> Result<(), StatusError> {
+    if let Some(def) = skiff_api::apiextensions::definition(res) {
+        // A custom object: pruned, defaulted, then checked against its schema and as any
+        // object's metadata is.
+        let (_, mut errs) = skiff_api::apiextensions::admit(&def, res, obj);
+        let mut all = skiff_api::validation::validate_write(res, subresource, obj, old);
+        all.append(&mut errs);
+        if all.is_empty() {
+            return Ok(());
+        }
+        return Err(StatusError::invalid(res.group, res.kind, objects::name(obj), &all));
+    }
     skiff_api::defaults::apply_defaults(res, obj);
-    let errs = skiff_api::validation::validate_write(res, subresource, obj, old);
+    if is_crd(res) {
+        skiff_api::apiextensions::apply_definition_defaults(obj);
+    }
+    let mut errs = skiff_api::validation::validate_write(res, subresource, obj, old);
+    if is_crd(res) && subresource.is_empty() {
+        errs.extend(skiff_api::apiextensions::validate_definition(obj, old));
+    }
     if errs.is_empty() {
         Ok(())
     } else {
@@ -372,7 +435,8 @@ fn admit(res: &Resource, subresource: &str, obj: &mut Value, old: Option<&Value>
 fn manage_fields(ctx: &Ctx, old: Option<&Value>, new: &mut Value, operation: &str) {
     let res = ctx.rr.resource;
     let manager = ctx.manager();
-    let def = skiff_api::schema::definition_for(res.group, res.version, res.kind).unwrap_or("");
+    let def = skiff_api::apiextensions::patch_definition(res);
+    let def = def.as_str();
     let sub = ctx.rr.subresource.as_str();
     if operation == "Apply" {
         // apply() already recorded the applier's fields.
@@ -394,9 +458,10 @@ pub async fn create(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     // The stored bytes with their resourceVersion are the object as created: the reply reuses
     // them instead of encoding the object a second time.
     let mut r = match stored {
-        Some((bytes, rev)) if ctx.output() == Output::Object => {
-            body::json_response(StatusCode::CREATED, objects::with_resource_version(&bytes, rev))
-        }
+        Some((bytes, rev)) if ctx.output() == Output::Object => body::json_response(
+            StatusCode::CREATED,
+            objects::served_bytes(ctx.rr.resource, objects::with_resource_version(&bytes, rev)),
+        ),
         _ => render_one(ctx, StatusCode::CREATED, &obj),
     };
     body::add_warnings(&mut r, &warnings);
@@ -492,7 +557,7 @@ async fn create_stored(
     if is_service(res) {
         return create_service(ctx, obj, &key, &name, warnings).await;
     }
-    let bytes = objects::encode_for_store(obj);
+    let bytes = objects::encode_for_storage(res, obj);
     let kv = ctx
         .state
         .store
@@ -699,6 +764,27 @@ fn reset_status_on_create(res: &Resource, obj: &mut Value) {
         "namespaces" => {
             m.insert("status".into(), json!({"phase": "Active"}));
         }
+        "customresourcedefinitions" if is_crd(res) => {
+            m.insert(
+                "status".into(),
+                json!({"conditions": [], "acceptedNames": {"plural": "", "kind": ""}, "storedVersions": []}),
+            );
+            // As upstream's strategy: the definition's objects are deleted before it is.
+            let md = metadata_mut(obj);
+            let mut finalizers: Vec<Value> = md
+                .get("finalizers")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let f = json!(skiff_api::apiextensions::CLEANUP_FINALIZER);
+            if !finalizers.contains(&f) {
+                finalizers.push(f);
+            }
+            md.insert("finalizers".into(), Value::Array(finalizers));
+        }
+        _ if res.has_subresource("status") && skiff_api::registry::is_custom(res) => {
+            m.remove("status");
+        }
         _ => {}
     }
 }
@@ -829,12 +915,12 @@ pub async fn finish_update(
     } else {
         allocator::Allocation::default()
     };
-    let bytes = objects::encode_for_store(&new);
+    let bytes = objects::encode_for_storage(res, &new);
     let mut old_cmp = old.clone();
     if let Some(m) = old_cmp.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
     }
-    if bytes == objects::encode_for_store(&old_cmp) {
+    if bytes == objects::encode_for_storage(res, &old_cmp) {
         objects::set_resource_version(&mut new, rev);
         return Ok(Written::Updated(new));
     }
@@ -959,8 +1045,15 @@ fn patch_document(ctx: &Ctx, bytes: &Bytes) -> Result<(PatchType, Value), Status
 pub async fn patch_object(ctx: &Ctx, bytes: Bytes, scope: UpdateScope) -> Result<(Written, StatusCode), StatusError> {
     let res = ctx.rr.resource;
     let (ptype, doc) = patch_document(ctx, &bytes)?;
+    if ptype == PatchType::Strategic && skiff_api::registry::is_custom(res) {
+        // As upstream: custom resources take no strategic merge patch.
+        return Err(StatusError::unsupported_media_type(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ));
+    }
     validate_write_options(ctx, "PatchOptions", Some(ptype))?;
-    let def = skiff_api::schema::definition_for(res.group, res.version, res.kind).unwrap_or("");
+    let def = skiff_api::apiextensions::patch_definition(res);
+    let def = def.as_str();
     let force = ctx.flag("force");
     let manager = ctx.manager();
     if ptype == PatchType::Apply && ctx.param("fieldManager").is_none_or(str::is_empty) {
@@ -1232,7 +1325,7 @@ pub async fn delete_object(ctx: &Ctx, opts: &DeleteOpts) -> Result<(Written, Sta
             if dry {
                 return Ok((Written::Updated(new), StatusCode::OK));
             }
-            let bytes = objects::encode_for_store(&new);
+            let bytes = objects::encode_for_storage(ctx.rr.resource, &new);
             match ctx.state.store.update(&ctx.key(), bytes, rev).await {
                 Ok(kv) => {
                     objects::set_resource_version(&mut new, kv.mod_revision);

@@ -126,6 +126,12 @@ async fn watch_resource(client: kube::Client, res: &'static Resource, tx: mpsc::
             Ok(ev) => ev,
             Err(e) => {
                 tracing::debug!(resource = res.plural, error = %e, "garbage collector watch error");
+                // A custom resource whose definition went is no longer watched.
+                if skiff_api::registry::is_custom(res)
+                    && !skiff_api::registry::custom().iter().any(|r| std::ptr::eq(*r, res))
+                {
+                    return;
+                }
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
@@ -282,7 +288,27 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
     for res in resources::stored_resources() {
         tokio::spawn(watch_resource(client.clone(), res, tx.clone()));
     }
-    drop(tx);
+    // Custom resources join the graph as their definitions are served.
+    {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let mut watched: Vec<&'static Resource> = Vec::new();
+            loop {
+                let custom = skiff_api::registry::custom();
+                watched.retain(|w| custom.iter().any(|c| std::ptr::eq(*c, *w)));
+                for r in custom {
+                    if !watched.iter().any(|w| std::ptr::eq(*w, r)) {
+                        watched.push(r);
+                        tokio::spawn(watch_resource(client.clone(), r, tx.clone()));
+                    }
+                }
+                if tx.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+    }
     let recorder = Recorder::new(client.clone(), COMPONENT);
     let mut graph = Graph::default();
     let far = Duration::from_secs(3600);
@@ -363,8 +389,8 @@ fn owner_resource(owner: &OwnerRef) -> Result<&'static Resource, GcError> {
         Some((g, v)) => (g, v),
         None => ("", owner.api_version.as_str()),
     };
-    skiff_api::registry::RESOURCES
-        .iter()
+    skiff_api::registry::all()
+        .into_iter()
         .find(|r| r.group == group && r.version == version && r.kind == owner.kind)
         .ok_or_else(|| GcError::Unresolvable {
             api_version: owner.api_version.clone(),

@@ -16,10 +16,10 @@ pub fn api_resource(r: &Resource) -> ApiResource {
 
 /// Resources holding objects that can own or be owned (skips the create-only ones, bindings
 /// and the access and token reviews, which cannot be listed, the resource usage views, and the
-/// events.k8s.io view of events).
+/// events.k8s.io view of events). Custom resources served now are included.
 pub fn stored_resources() -> impl Iterator<Item = &'static Resource> {
-    skiff_api::registry::RESOURCES
-        .iter()
+    skiff_api::registry::all()
+        .into_iter()
         .filter(|r| !r.is_create_only() && !r.is_metrics() && r.group != "events.k8s.io")
 }
 

@@ -107,10 +107,10 @@ impl Ty {
     /// The root type of a definition ("io.k8s.api.core.v1.Pod"); unknown names give a type
     /// without schema (every list replaces, every object merges).
     pub fn root(definition: &str) -> Ty {
-        match schema::definitions().get_key_value(definition) {
+        match schema::lookup_definition(definition) {
             Some((name, def)) => Ty {
                 schema: Some(def),
-                name: Some(name.as_str()),
+                name: Some(name),
             },
             None => Ty::default(),
         }

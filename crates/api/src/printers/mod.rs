@@ -112,7 +112,8 @@ enum Printer {
     ServiceCIDR,
     RoleBinding,
     ClusterRoleBinding,
-    /// Upstream's default table (`rest.NewDefaultTableConvertor`): Role, ClusterRole.
+    /// Upstream's default table (`rest.NewDefaultTableConvertor`): Role, ClusterRole,
+    /// CustomResourceDefinition.
     CreatedAt,
     Default,
 }
@@ -150,6 +151,7 @@ fn printer_for(res: &Resource) -> Printer {
         ("rbac.authorization.k8s.io", "RoleBinding") => Printer::RoleBinding,
         ("rbac.authorization.k8s.io", "ClusterRoleBinding") => Printer::ClusterRoleBinding,
         ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => Printer::CreatedAt,
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => Printer::CreatedAt,
         _ => Printer::Default,
     }
 }
@@ -193,14 +195,30 @@ fn columns(printer: Printer) -> &'static [Column] {
 
 const DEFAULT_COLUMNS: &[Column] = &[NAME, AGE];
 
+/// A custom resource's printer columns (after the Name column), as its definition lists them.
+fn custom_columns(res: &Resource) -> Option<Vec<crate::apiextensions::PrinterColumn>> {
+    let def = crate::apiextensions::definition(res)?;
+    def.version(res.version).map(|v| v.columns.clone())
+}
+
 /// The column definitions of the resource's table, as JSON objects
 /// `{name, type, format, description, priority}`.
 pub fn column_definitions(res: &Resource) -> Vec<Value> {
+    if let Some(cols) = custom_columns(res) {
+        let mut out = vec![NAME.to_json()];
+        out.extend(cols.iter().map(crate::apiextensions::columns::definition));
+        return out;
+    }
     columns(printer_for(res)).iter().map(|c| c.to_json()).collect()
 }
 
 /// The cells of one object's row, one per column definition (wide ones included).
 pub fn row_cells(res: &Resource, obj: &Value, now: Timestamp) -> Vec<Value> {
+    if let Some(cols) = custom_columns(res) {
+        let mut out = vec![json!(format::name(obj))];
+        out.extend(cols.iter().map(|c| crate::apiextensions::columns::cell(c, obj, now)));
+        return out;
+    }
     match printer_for(res) {
         Printer::Namespace => core::namespace(obj, now),
         Printer::Node => core::node(obj, now),

@@ -370,14 +370,21 @@ impl<K: InformerKind> Informer<K> {
     }
 }
 
+/// A kind's group, version and resource (plural).
+type KindId = (String, String, String);
+/// An `Informer<K>` of some kind.
+type AnyInformer = Arc<dyn Any + Send + Sync>;
+/// Starts one informer.
+type Starter = Box<dyn Fn() + Send + Sync>;
+
 /// Upstream's `SharedInformerFactory`: one informer per kind (group, version, resource) for the
 /// whole process. Informers asked for before [`start`](Self::start) start with it; those asked
 /// for after it start at once.
 #[derive(Clone)]
 pub struct SharedInformerFactory {
     client: kube::Client,
-    informers: Arc<Mutex<HashMap<(String, String, String), Arc<dyn Any + Send + Sync>>>>,
-    starters: Arc<Mutex<Vec<Box<dyn Fn() + Send + Sync>>>>,
+    informers: Arc<Mutex<HashMap<KindId, AnyInformer>>>,
+    starters: Arc<Mutex<Vec<Starter>>>,
     started: Arc<AtomicBool>,
 }
 

@@ -171,15 +171,18 @@ pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig)
     }
     if cfg.endpointslice {
         let c = clients("endpointslice-controller");
-        set.spawn(async move { endpointslice::run(c).await });
+        let i = informers.clone();
+        set.spawn(async move { endpointslice::run(c, i).await });
     }
     if cfg.endpoints {
         let c = clients("endpoint-controller");
-        set.spawn(async move { endpoints::run(c).await });
+        let i = informers.clone();
+        set.spawn(async move { endpoints::run(c, i).await });
     }
     if let Some(config) = cfg.nodelifecycle {
         let c = clients("node-controller");
-        set.spawn(async move { nodelifecycle::run(c, config).await });
+        let i = informers.clone();
+        set.spawn(async move { nodelifecycle::run(c, config, i).await });
     }
     if let Some(config) = cfg.nodeipam {
         // Upstream's node IPAM controller calls as the node controller.
@@ -188,12 +191,14 @@ pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig)
     }
     if let Some(config) = cfg.podgc {
         let c = clients("pod-garbage-collector");
-        set.spawn(async move { podgc::run(c, config).await });
+        let i = informers.clone();
+        set.spawn(async move { podgc::run(c, config, i).await });
     }
     if cfg.tainteviction {
         // Upstream's taint eviction controller calls as the node controller (no role of its own).
         let c = clients("node-controller");
-        set.spawn(async move { tainteviction::run(c).await });
+        let i = informers.clone();
+        set.spawn(async move { tainteviction::run(c, i).await });
     }
     if cfg.servicelb {
         let c = clients("service-lb-controller");

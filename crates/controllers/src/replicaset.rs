@@ -426,7 +426,7 @@ mod tests {
             }),
             status: None,
         };
-        let pods = vec![
+        let pods = [
             pod(&[("app", "web"), ("tier", "fe")], true),
             pod(&[("app", "web")], true),
             pod(&[("app", "web"), ("tier", "fe")], false),

@@ -302,14 +302,21 @@ async fn manage_replicas(ctx: &Ctx, key: &str, rs: &ReplicaSet, pods: &[Arc<Pod>
         while created < diff {
             let n = batch.min(diff - created);
             let pp = PostParams::default();
-            let results = futures::future::join_all((0..n).map(|_| pods_api.create(&pp, &pod))).await;
+            // Each create's event is written as soon as it succeeds, concurrently with the
+            // batch's other creates (one event at a time would hold the batch back).
+            let results = futures::future::join_all((0..n).map(|_| async {
+                let r = pods_api.create(&pp, &pod).await;
+                if let Ok(p) = &r {
+                    let msg = format!("Created pod: {}", p.metadata.name.as_deref().unwrap_or_default());
+                    ctx.recorder.event(rs, "Normal", "SuccessfulCreate", &msg).await;
+                }
+                r
+            }))
+            .await;
             let mut failed = None;
             for r in results {
                 match r {
-                    Ok(p) => {
-                        let msg = format!("Created pod: {}", p.metadata.name.unwrap_or_default());
-                        ctx.recorder.event(rs, "Normal", "SuccessfulCreate", &msg).await;
-                    }
+                    Ok(_) => {}
                     Err(e) => {
                         // Never to be observed: expected no more.
                         ctx.expectations.creation_observed(key);

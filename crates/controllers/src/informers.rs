@@ -415,7 +415,8 @@ impl SharedInformerFactory {
         }
         let informer = Informer::new(Api::<K>::all(self.client.clone()));
         informers.insert(id, Arc::new(informer.clone()));
-        drop(informers);
+        // Under the registry's lock, which `start` takes too: an informer is either started
+        // here or left for `start`, never missed by both.
         if self.started.load(Ordering::Acquire) {
             informer.start();
         } else {
@@ -427,8 +428,11 @@ impl SharedInformerFactory {
 
     /// Starts every informer made so far (upstream's `Start`); later ones start when made.
     pub fn start(&self) {
-        self.started.store(true, Ordering::Release);
-        let starters = std::mem::take(&mut *self.starters.lock());
+        let starters = {
+            let _registry = self.informers.lock();
+            self.started.store(true, Ordering::Release);
+            std::mem::take(&mut *self.starters.lock())
+        };
         for s in starters {
             s();
         }
@@ -468,6 +472,25 @@ mod tests {
         // The client is never called: these tests feed the informer by hand.
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         Informer::new(Api::all(kube::Client::try_from(config).unwrap()))
+    }
+
+    #[tokio::test]
+    async fn one_informer_per_kind_started_once() {
+        use k8s_openapi::api::core::v1::{Node, Service};
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let f = SharedInformerFactory::new(kube::Client::try_from(config).unwrap());
+        let a = f.informer::<Pod>();
+        let b = f.clone().informer::<Pod>();
+        assert!(Arc::ptr_eq(&a.inner, &b.inner), "two informers of one kind");
+        let nodes = f.informer::<Node>();
+        assert!(!nodes.inner.started.load(Ordering::Acquire));
+        f.start();
+        assert!(a.inner.started.load(Ordering::Acquire));
+        assert!(nodes.inner.started.load(Ordering::Acquire));
+        // Asked for after the start: started at once.
+        let late = f.informer::<Service>();
+        assert!(late.inner.started.load(Ordering::Acquire));
+        assert!(!late.has_synced());
     }
 
     fn names(v: Vec<Arc<Pod>>) -> Vec<String> {

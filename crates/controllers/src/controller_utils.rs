@@ -3,12 +3,16 @@
 //! event recording, pod readiness/availability, controller references with adopt/release,
 //! template hashing and the ranking used to pick pods to delete.
 //!
-//! Controllers read the objects they act on with live reads (gets and lists) at the start of
-//! each sync, so a sync never acts on a stale cache and needs no "expectations"; the watches
-//! only tell which keys to sync.
+//! The ReplicaSet and Deployment controllers read the objects they act on from the process's
+//! shared informers (`informers.rs`); the ReplicaSet controller keeps upstream's expectations
+//! ([`ControllerExpectations`]) so that a sync never creates or deletes again while the
+//! informer has not yet shown its earlier creations and deletions. The other workload
+//! controllers take their events from the shared informers and read what they act on with
+//! live reads (gets and lists) at the start of each sync.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +71,12 @@ struct QueueState {
     processing: HashSet<String>,
     again: HashSet<String>,
     failures: HashMap<String, u32>,
+    /// Keys waiting to be added, each with ONE deadline, the earliest asked for (upstream's
+    /// delaying queue's `knownEntries`).
+    waiting: HashMap<String, std::time::Instant>,
+    /// The same deadlines in time order; an entry whose deadline `waiting` no longer holds
+    /// (an earlier one replaced it, or it was added) is skipped.
+    deadlines: BinaryHeap<Reverse<(std::time::Instant, String)>>,
     /// The queue's metrics, once [`WorkQueue::run`] has named it.
     metrics: Option<crate::metrics::QueueMetrics>,
 }
@@ -95,16 +105,59 @@ impl WorkQueue {
         }
     }
 
+    /// Adds `key` once `after` has passed. A key waits with one deadline only, the earliest
+    /// asked for: asking again for a later time changes nothing, for an earlier one moves it
+    /// (upstream's delaying queue, `waitingLoop` with `knownEntries`).
     pub fn add_after(&self, key: String, after: Duration) {
         if after.is_zero() {
             self.add(key);
             return;
         }
-        let q = self.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(after).await;
-            q.add(key);
-        });
+        let deadline = std::time::Instant::now() + after;
+        {
+            let mut s = self.inner.lock();
+            match s.waiting.get(&key) {
+                Some(t) if *t <= deadline => return,
+                _ => {}
+            }
+            s.waiting.insert(key.clone(), deadline);
+            s.deadlines.push(Reverse((deadline, key)));
+        }
+        // The worker waiting for keys looks at the new deadline.
+        self.notify.notify_one();
+    }
+
+    /// Adds the waiting keys whose deadline has passed; returns the next deadline.
+    fn promote_due(&self) -> Option<std::time::Instant> {
+        let now = std::time::Instant::now();
+        let mut due = Vec::new();
+        let next = {
+            let mut s = self.inner.lock();
+            loop {
+                let Some(Reverse((t, _))) = s.deadlines.peek() else {
+                    break None;
+                };
+                if *t > now {
+                    break Some(*t);
+                }
+                let Some(Reverse((t, k))) = s.deadlines.pop() else {
+                    break None;
+                };
+                if s.waiting.get(&k) == Some(&t) {
+                    s.waiting.remove(&k);
+                    due.push(k);
+                }
+            }
+        };
+        for k in due {
+            self.add(k);
+        }
+        next
+    }
+
+    /// How many keys wait for a deadline.
+    pub fn waiting_len(&self) -> usize {
+        self.inner.lock().waiting.len()
     }
 
     /// Requeue after a failure, with upstream's per-item exponential backoff (5 ms doubling,
@@ -130,6 +183,7 @@ impl WorkQueue {
     /// The next key, now marked as being processed.
     async fn next(&self) -> String {
         loop {
+            let deadline = self.promote_due();
             {
                 let mut s = self.inner.lock();
                 if let Some(k) = s.order.pop_front() {
@@ -144,8 +198,13 @@ impl WorkQueue {
                     return k;
                 }
             }
-            // Re-check now and then, so a wake-up lost to a cancelled wait costs little.
-            let _ = tokio::time::timeout(Duration::from_millis(500), self.notify.notified()).await;
+            // Re-check at the next deadline, and now and then, so a wake-up lost to a cancelled
+            // wait costs little.
+            let mut wait = Duration::from_millis(500);
+            if let Some(d) = deadline {
+                wait = wait.min(d.saturating_duration_since(std::time::Instant::now()));
+            }
+            let _ = tokio::time::timeout(wait, self.notify.notified()).await;
         }
     }
 
@@ -206,6 +265,105 @@ impl WorkQueue {
             }
         }
     }
+}
+
+/// How long expectations hold before a sync goes ahead anyway (upstream's `ExpectationsTimeout`).
+pub const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// Upstream's `ControllerExpectations` with `UIDTrackingControllerExpectations`' deletions: per
+/// controller key, how many creations and which deletions it has asked for that its informer
+/// has not shown yet. While any are outstanding (and for at most [`EXPECTATIONS_TIMEOUT`]), the
+/// controller must not create or delete again: its cache does not show its own writes yet.
+#[derive(Clone, Default)]
+pub struct ControllerExpectations {
+    inner: Arc<parking_lot::Mutex<HashMap<String, Expectation>>>,
+}
+
+struct Expectation {
+    add: i64,
+    del: i64,
+    /// The deletions asked for, by the deleted objects' keys.
+    deleting: HashSet<String>,
+    set_at: std::time::Instant,
+}
+
+impl ControllerExpectations {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the controller may act: nothing is recorded for `key`, everything recorded was
+    /// observed, or the record is older than [`EXPECTATIONS_TIMEOUT`].
+    pub fn satisfied(&self, key: &str) -> bool {
+        match self.inner.lock().get(key) {
+            None => true,
+            Some(e) => (e.add <= 0 && e.del <= 0) || e.set_at.elapsed() > EXPECTATIONS_TIMEOUT,
+        }
+    }
+
+    /// `n` creations are about to be sent (replacing whatever was recorded).
+    pub fn expect_creations(&self, key: &str, n: usize) {
+        self.inner.lock().insert(
+            key.to_string(),
+            Expectation {
+                add: n as i64,
+                del: 0,
+                deleting: HashSet::new(),
+                set_at: std::time::Instant::now(),
+            },
+        );
+    }
+
+    /// The objects of these keys are about to be deleted (replacing whatever was recorded).
+    pub fn expect_deletions(&self, key: &str, deleted: impl IntoIterator<Item = String>) {
+        let deleting: HashSet<String> = deleted.into_iter().collect();
+        self.inner.lock().insert(
+            key.to_string(),
+            Expectation {
+                add: 0,
+                del: deleting.len() as i64,
+                deleting,
+                set_at: std::time::Instant::now(),
+            },
+        );
+    }
+
+    /// The informer showed one of the controller's creations (or one was not sent, or failed).
+    pub fn creation_observed(&self, key: &str) {
+        if let Some(e) = self.inner.lock().get_mut(key) {
+            e.add -= 1;
+        }
+    }
+
+    /// The informer showed the deletion of `object` (or it failed); counted once per object.
+    pub fn deletion_observed(&self, key: &str, object: &str) {
+        if let Some(e) = self.inner.lock().get_mut(key)
+            && e.deleting.remove(object)
+        {
+            e.del -= 1;
+        }
+    }
+
+    /// The controller is gone: forget its record.
+    pub fn delete(&self, key: &str) {
+        self.inner.lock().remove(key);
+    }
+}
+
+/// Queue the keys `map` gives for every object a shared informer adds, changes (the new
+/// object) or deletes: the shared informer's counterpart of [`spawn_watch`].
+pub fn on_changes<K, F>(informer: &crate::informers::Informer<K>, queue: WorkQueue, map: F)
+where
+    K: crate::informers::InformerKind,
+    F: Fn(&K) -> Vec<String> + Send + Sync + 'static,
+{
+    use crate::informers::Change;
+    informer.add_handler(move |c| {
+        let (Change::Added(o) | Change::Updated { new: o, .. } | Change::Deleted(o)) = c;
+        for k in map(o) {
+            queue.add(k);
+        }
+    });
 }
 
 /// Watch `api` and queue the keys `map` gives for every added, changed or deleted object.
@@ -722,22 +880,25 @@ pub struct Claimed<T> {
 /// adopt matching orphans (unless the owner is being deleted), release owned ones that no
 /// longer match. Adoption and release are merge patches of `ownerReferences` guarded by the
 /// object's uid.
-pub async fn claim<K>(
+///
+/// The objects are the owner's kind's values or `Arc`s of them (a shared informer's cache).
+pub async fn claim<K, T>(
     api: &Api<K>,
     owner: &ObjectMeta,
     owner_api_version: &str,
     owner_kind: &str,
     selector: &LabelSelector,
-    objects: Vec<K>,
-) -> anyhow::Result<Claimed<K>>
+    objects: Vec<T>,
+) -> anyhow::Result<Claimed<T>>
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    T: std::borrow::Borrow<K> + From<K>,
 {
     let uid = owner.uid.clone().unwrap_or_default();
     let owner_deleting = owner.deletion_timestamp.is_some();
     let mut owned = Vec::new();
     for obj in objects {
-        let m = obj.meta();
+        let m = obj.borrow().meta();
         let labels = m.labels.clone().unwrap_or_default();
         let matches = selector.matches(&labels);
         match controller_ref(m) {
@@ -767,7 +928,7 @@ where
                 let patch = json!({"metadata": {"ownerReferences": refs, "uid": m.uid}});
                 let Some(name) = m.name.clone() else { continue };
                 match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                    Ok(adopted) => owned.push(adopted),
+                    Ok(adopted) => owned.push(T::from(adopted)),
                     Err(e) if is_not_found(&e) || is_conflict(&e) || is_invalid(&e) => {}
                     Err(e) => return Err(e.into()),
                 }
@@ -1045,6 +1206,74 @@ mod tests {
             text.contains("workqueue_work_duration_seconds_bucket{name=\"metrics-test-queue\",le=\"1e-08\"}"),
             "{text}"
         );
+    }
+
+    #[tokio::test]
+    async fn delayed_key_keeps_its_earliest_deadline() {
+        let q = WorkQueue::new();
+        q.add_after("a/b".into(), Duration::from_secs(30));
+        q.add_after("a/b".into(), Duration::from_millis(50));
+        // Later than the deadline it holds: nothing changes.
+        q.add_after("a/b".into(), Duration::from_secs(60));
+        assert_eq!(q.waiting_len(), 1);
+        let deadline = q.inner.lock().waiting.get("a/b").copied().unwrap();
+        assert!(deadline.saturating_duration_since(std::time::Instant::now()) <= Duration::from_millis(50));
+        let start = std::time::Instant::now();
+        let k = tokio::time::timeout(Duration::from_secs(5), q.next()).await.unwrap();
+        assert_eq!(k, "a/b");
+        let waited = start.elapsed();
+        assert!(waited >= Duration::from_millis(45), "{waited:?}");
+        assert!(waited < Duration::from_secs(5), "{waited:?}");
+        q.done("a/b");
+        // Handed out once: nothing waits, nothing is queued, the replaced deadlines are stale.
+        assert_eq!(q.waiting_len(), 0);
+        assert!(q.inner.lock().order.is_empty());
+        assert_eq!(q.promote_due().map(|_| ()), Some(()));
+        assert!(q.inner.lock().order.is_empty());
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), q.next())
+                .await
+                .is_err(),
+            "the key was handed out twice"
+        );
+    }
+
+    #[tokio::test]
+    async fn delayed_keys_come_in_deadline_order() {
+        let q = WorkQueue::new();
+        q.add_after("late".into(), Duration::from_millis(120));
+        q.add_after("early".into(), Duration::from_millis(30));
+        q.add_after("now".into(), Duration::ZERO);
+        assert_eq!(q.next().await, "now");
+        assert_eq!(q.next().await, "early");
+        assert_eq!(q.next().await, "late");
+    }
+
+    #[test]
+    fn expectations_hold_until_observed() {
+        let e = ControllerExpectations::new();
+        assert!(e.satisfied("ns/rs"));
+        e.expect_creations("ns/rs", 2);
+        assert!(!e.satisfied("ns/rs"));
+        e.creation_observed("ns/rs");
+        assert!(!e.satisfied("ns/rs"));
+        e.creation_observed("ns/rs");
+        assert!(e.satisfied("ns/rs"));
+        e.expect_deletions("ns/rs", ["ns/p1".to_string(), "ns/p2".to_string()]);
+        assert!(!e.satisfied("ns/rs"));
+        e.deletion_observed("ns/rs", "ns/p1");
+        // The same deletion seen twice (an update with a deletionTimestamp, then the delete)
+        // counts once.
+        e.deletion_observed("ns/rs", "ns/p1");
+        assert!(!e.satisfied("ns/rs"));
+        e.deletion_observed("ns/rs", "ns/p2");
+        assert!(e.satisfied("ns/rs"));
+        e.expect_creations("ns/rs", 1);
+        e.inner.lock().get_mut("ns/rs").unwrap().set_at =
+            std::time::Instant::now() - EXPECTATIONS_TIMEOUT - Duration::from_secs(1);
+        assert!(e.satisfied("ns/rs"), "expired expectations let the sync go ahead");
+        e.delete("ns/rs");
+        assert!(e.satisfied("ns/rs"));
     }
 
     #[tokio::test]

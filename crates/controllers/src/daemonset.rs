@@ -27,11 +27,12 @@ struct Ctx {
     recorder: Recorder,
 }
 
-pub async fn run(client: kube::Client) -> anyhow::Result<()> {
+pub async fn run(client: kube::Client, informers: crate::informers::SharedInformerFactory) -> anyhow::Result<()> {
     let queue = WorkQueue::new();
     let store = cu::spawn_owner_watch(Api::<DaemonSet>::all(client.clone()), queue.clone());
     let s = store.clone();
-    cu::spawn_watch(Api::<Pod>::all(client.clone()), queue.clone(), move |p: &Pod| {
+    // Pod events come from the process's shared pod informer (one watch for every controller).
+    cu::on_changes(&informers.informer::<Pod>(), queue.clone(), move |p: &Pod| {
         cu::owner_keys(&s, &p.metadata, "DaemonSet", |d: &DaemonSet| {
             d.spec.as_ref().map(|s| &s.selector)
         })

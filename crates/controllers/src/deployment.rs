@@ -4,16 +4,16 @@
 //! revision annotations for `kubectl rollout history/undo`, old ReplicaSet cleanup, and the
 //! Available / Progressing conditions with the progress deadline.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 
 use crate::controller_utils::{self as cu, Recorder, WorkQueue};
+use crate::informers::{Change, Informer, SharedInformerFactory, object_key};
 
 pub const COMPONENT: &str = "deployment-controller";
 
@@ -41,46 +41,87 @@ const MIN_UNAVAILABLE_REASON: &str = "MinimumReplicasUnavailable";
 struct Ctx {
     client: kube::Client,
     recorder: Recorder,
+    deployments: Informer<Deployment>,
+    replicasets: Informer<ReplicaSet>,
+    pods: Informer<Pod>,
 }
 
-pub async fn run(client: kube::Client) -> anyhow::Result<()> {
-    let queue = WorkQueue::new();
-    let deployments = cu::spawn_owner_watch(Api::<Deployment>::all(client.clone()), queue.clone());
-    let d = deployments.clone();
-    let replicasets = cu::spawn_store_watch(Api::<ReplicaSet>::all(client.clone()), queue.clone(), move |rs| {
-        cu::owner_keys(&d, &rs.metadata, "Deployment", |d: &Deployment| {
-            d.spec.as_ref().map(|s| &s.selector)
+/// The Deployments of a namespace whose selector matches an orphan ReplicaSet.
+fn matching_deployments(deployments: &Informer<Deployment>, rs: &ReplicaSet) -> Vec<String> {
+    let ns = rs.metadata.namespace.as_deref().unwrap_or_default();
+    deployments
+        .list_namespace(ns)
+        .iter()
+        .filter(|d| {
+            let sel = cu::selector_of(d.spec.as_ref().map(|s| &s.selector));
+            !sel.is_empty() && cu::labels_match(&sel, &rs.metadata)
         })
-    });
-    // Pod deletions matter for Recreate: the new ReplicaSet waits until the old pods are gone.
-    cu::spawn_watch_events(
-        Api::<Pod>::all(client.clone()),
-        queue.clone(),
-        move |p: &Pod, deleted| {
-            if !deleted {
-                return Vec::new();
+        .map(|d| object_key(&d.metadata))
+        .collect()
+}
+
+pub async fn run(client: kube::Client, informers: SharedInformerFactory) -> anyhow::Result<()> {
+    let queue = WorkQueue::new();
+    let deployments = informers.informer::<Deployment>();
+    let replicasets = informers.informer::<ReplicaSet>();
+    let pods = informers.informer::<Pod>();
+    {
+        let queue = queue.clone();
+        deployments.add_handler(move |c| {
+            let (Change::Added(d) | Change::Updated { new: d, .. } | Change::Deleted(d)) = c;
+            queue.add(object_key(&d.metadata));
+        });
+    }
+    {
+        let queue = queue.clone();
+        let ds = deployments.clone();
+        replicasets.add_handler(move |c| {
+            let keys = |rs: &ReplicaSet| match cu::controller_ref(&rs.metadata) {
+                Some(_) => cu::controller_key(&rs.metadata, "Deployment").into_iter().collect(),
+                None => matching_deployments(&ds, rs),
+            };
+            match c {
+                Change::Added(rs) | Change::Deleted(rs) => keys(rs).into_iter().for_each(|k| queue.add(k)),
+                Change::Updated { old, new } => {
+                    let mut all: Vec<String> = keys(old);
+                    all.extend(keys(new));
+                    all.sort();
+                    all.dedup();
+                    all.into_iter().for_each(|k| queue.add(k));
+                }
             }
+        });
+    }
+    // Pod deletions matter for Recreate: the new ReplicaSet waits until the old pods are gone.
+    {
+        let queue = queue.clone();
+        let sets = replicasets.clone();
+        pods.add_handler(move |c| {
+            let Change::Deleted(p) = c else { return };
             let Some(c) = cu::controller_ref(&p.metadata) else {
-                return Vec::new();
+                return;
             };
             if c.kind != "ReplicaSet" {
-                return Vec::new();
+                return;
             }
-            let ns = p.metadata.namespace.clone().unwrap_or_default();
-            replicasets
-                .state()
-                .iter()
-                .filter(|rs| {
-                    rs.metadata.namespace.as_deref() == Some(ns.as_str())
-                        && rs.metadata.uid.as_deref() == Some(c.uid.as_str())
-                })
-                .filter_map(|rs| cu::controller_key(&rs.metadata, "Deployment"))
-                .collect()
-        },
-    );
+            let ns = p.metadata.namespace.as_deref().unwrap_or_default();
+            if let Some(rs) = sets.get(ns, &c.name)
+                && rs.metadata.uid.as_deref() == Some(c.uid.as_str())
+                && let Some(k) = cu::controller_key(&rs.metadata, "Deployment")
+            {
+                queue.add(k);
+            }
+        });
+    }
+    deployments.wait_synced().await;
+    replicasets.wait_synced().await;
+    pods.wait_synced().await;
     let ctx = Ctx {
         recorder: Recorder::new(client.clone(), COMPONENT),
         client,
+        deployments,
+        replicasets,
+        pods,
     };
     queue.run("deployment", |key| sync(&ctx, key)).await
 }
@@ -465,14 +506,14 @@ struct Syncer<'a> {
 async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
     let (ns, name) = cu::split_key(&key);
     let d_api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
-    let Some(d) = d_api.get_opt(name).await? else {
+    let Some(d) = ctx.deployments.get_key(&key) else {
         return Ok(None);
     };
     let mut s = Syncer {
         ctx,
         rs_api: Api::namespaced(ctx.client.clone(), ns),
         d_api,
-        d,
+        d: (*d).clone(),
         ns: ns.to_string(),
         name: name.to_string(),
     };
@@ -499,10 +540,15 @@ impl Syncer<'_> {
             }
             return Ok(None);
         }
-        let list = self.rs_api.list(&ListParams::default()).await?.items;
-        let rs_list = cu::claim(&self.rs_api, &self.d.metadata, "apps/v1", "Deployment", &selector, list)
-            .await?
-            .owned;
+        let uid = self.d.metadata.uid.clone().unwrap_or_default();
+        let list = self.ctx.replicasets.list_claimable(&self.ns, &uid, &selector);
+        let rs_list: Vec<ReplicaSet> =
+            cu::claim(&self.rs_api, &self.d.metadata, "apps/v1", "Deployment", &selector, list)
+                .await?
+                .owned
+                .iter()
+                .map(|rs| (**rs).clone())
+                .collect();
 
         if self.d.metadata.deletion_timestamp.is_some() {
             let sets = self.get_all(&rs_list, false).await?;
@@ -1026,20 +1072,14 @@ impl Syncer<'_> {
         if sets.old.iter().map(status_replicas).sum::<i32>() > 0 {
             return Ok(true);
         }
-        let pods_api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-        let pods = pods_api.list(&ListParams::default()).await?.items;
-        let old_uids: HashMap<&str, ()> = sets
+        // The old sets' pods, from the pod informer's owner index.
+        Ok(sets
             .old
             .iter()
-            .filter_map(|rs| rs.metadata.uid.as_deref().map(|u| (u, ())))
-            .collect();
-        Ok(pods
-            .iter()
+            .filter_map(|rs| rs.metadata.uid.as_deref())
+            .flat_map(|uid| self.ctx.pods.list_controlled_by(uid))
             .filter(|p| cu::labels_match(selector, &p.metadata))
-            .any(|p| {
-                let owned = cu::controller_ref(&p.metadata).is_some_and(|c| old_uids.contains_key(c.uid.as_str()));
-                owned && !matches!(cu::pod_phase(p), "Failed" | "Succeeded")
-            }))
+            .any(|p| !matches!(cu::pod_phase(&p), "Failed" | "Succeeded")))
     }
 
     /// Upstream's `syncRolloutStatus`.

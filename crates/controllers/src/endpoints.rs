@@ -19,9 +19,9 @@ use crate::endpointutil::{self, Caches};
 pub const LABEL_MANAGED_BY: &str = "endpoints.kubernetes.io/managed-by";
 pub const CONTROLLER_NAME: &str = "endpoint-controller";
 
-pub async fn run(client: kube::Client) -> anyhow::Result<()> {
+pub async fn run(client: kube::Client, informers: crate::informers::SharedInformerFactory) -> anyhow::Result<()> {
     let queue = WorkQueue::new();
-    let caches = endpointutil::watch(&client, &queue);
+    let caches = endpointutil::watch(&client, &queue, &informers);
     queue.run("endpoints", |key| sync(&client, &caches, key)).await
 }
 

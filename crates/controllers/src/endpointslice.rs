@@ -36,9 +36,9 @@ struct Ctx {
     written: Mutex<HashMap<String, HashMap<String, Option<u64>>>>,
 }
 
-pub async fn run(client: kube::Client) -> anyhow::Result<()> {
+pub async fn run(client: kube::Client, informers: crate::informers::SharedInformerFactory) -> anyhow::Result<()> {
     let queue = WorkQueue::new();
-    let caches = endpointutil::watch(&client, &queue);
+    let caches = endpointutil::watch(&client, &queue, &informers);
     let slices = cu::spawn_store_watch(
         Api::<EndpointSlice>::all(client.clone()),
         queue.clone(),

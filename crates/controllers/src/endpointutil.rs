@@ -10,20 +10,23 @@ use kube::Api;
 use kube::runtime::reflector::Store;
 
 use crate::controller_utils::{self as cu, WorkQueue};
+use crate::informers::{Informer, SharedInformerFactory};
 
 /// The caches a controller of Service endpoints keeps, and the queue of Service keys they feed.
+/// The pods are the process's shared pod informer.
 pub struct Caches {
     pub services: Store<Service>,
-    pub pods: Store<Pod>,
+    pub pods: Informer<Pod>,
 }
 
-/// Watches Services (each queued under its own key) and Pods (queueing every Service of the pod's
-/// namespace that has a selector: a pod whose labels changed may have left a Service, which only
-/// a look at all of them finds).
-pub fn watch(client: &kube::Client, queue: &WorkQueue) -> Caches {
+/// Watches Services (each queued under its own key) and takes the pods' events from the shared
+/// pod informer (queueing every Service of the pod's namespace that has a selector: a pod whose
+/// labels changed may have left a Service, which only a look at all of them finds).
+pub fn watch(client: &kube::Client, queue: &WorkQueue, informers: &SharedInformerFactory) -> Caches {
     let services = cu::spawn_owner_watch(Api::<Service>::all(client.clone()), queue.clone());
     let s = services.clone();
-    let pods = cu::spawn_store_watch(Api::<Pod>::all(client.clone()), queue.clone(), move |p: &Pod| {
+    let pods = informers.informer::<Pod>();
+    cu::on_changes(&pods, queue.clone(), move |p: &Pod| {
         let ns = p.metadata.namespace.as_deref().unwrap_or_default();
         s.state()
             .iter()
@@ -44,12 +47,11 @@ pub fn selected_pods(caches: &Caches, svc: &Service) -> Vec<std::sync::Arc<Pod>>
     let Some(sel) = selector(svc) else {
         return Vec::new();
     };
-    let ns = svc.metadata.namespace.as_deref();
+    let ns = svc.metadata.namespace.as_deref().unwrap_or_default();
     caches
         .pods
-        .state()
+        .list_namespace(ns)
         .into_iter()
-        .filter(|p| p.metadata.namespace.as_deref() == ns)
         .filter(|p| {
             let labels = p.metadata.labels.as_ref();
             sel.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))

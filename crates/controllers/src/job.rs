@@ -26,11 +26,12 @@ struct Ctx {
     recorder: Recorder,
 }
 
-pub async fn run(client: kube::Client) -> anyhow::Result<()> {
+pub async fn run(client: kube::Client, informers: crate::informers::SharedInformerFactory) -> anyhow::Result<()> {
     let queue = WorkQueue::new();
     let store = cu::spawn_owner_watch(Api::<Job>::all(client.clone()), queue.clone());
     let s = store.clone();
-    cu::spawn_watch(Api::<Pod>::all(client.clone()), queue.clone(), move |p: &Pod| {
+    // Pod events come from the process's shared pod informer (one watch for every controller).
+    cu::on_changes(&informers.informer::<Pod>(), queue.clone(), move |p: &Pod| {
         cu::owner_keys(&s, &p.metadata, "Job", |j: &Job| {
             j.spec.as_ref().and_then(|s| s.selector.as_ref())
         })

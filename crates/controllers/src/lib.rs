@@ -14,6 +14,7 @@ pub mod endpointslice;
 pub mod endpointutil;
 pub mod garbagecollector;
 pub mod history;
+pub mod informers;
 pub mod job;
 pub mod metrics;
 pub mod namespace;
@@ -113,8 +114,12 @@ impl Default for ControllersConfig {
 /// Runs the enabled controllers. Each calls the API server as its own identity, as upstream's
 /// `--use-service-account-credentials`: `clients(NAME)` is the client of the service account
 /// `kube-system/NAME` whose `system:controller:NAME` role the bootstrap policy binds.
+///
+/// The workload controllers share one informer per kind (`informers.rs`): their lists and
+/// watches are reads, made as `system:kube-controller-manager` by every controller's client.
 pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig) -> anyhow::Result<()> {
     let mut set = tokio::task::JoinSet::new();
+    let informers = informers::SharedInformerFactory::new(clients("kube-controller-manager"));
     if cfg.garbage_collector {
         let c = clients("generic-garbage-collector");
         set.spawn(async move { garbagecollector::run(c).await });
@@ -125,23 +130,28 @@ pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig)
     }
     if cfg.replicaset {
         let c = clients("replicaset-controller");
-        set.spawn(async move { replicaset::run(c).await });
+        let i = informers.clone();
+        set.spawn(async move { replicaset::run(c, i).await });
     }
     if cfg.deployment {
         let c = clients("deployment-controller");
-        set.spawn(async move { deployment::run(c).await });
+        let i = informers.clone();
+        set.spawn(async move { deployment::run(c, i).await });
     }
     if cfg.daemonset {
         let c = clients("daemon-set-controller");
-        set.spawn(async move { daemonset::run(c).await });
+        let i = informers.clone();
+        set.spawn(async move { daemonset::run(c, i).await });
     }
     if cfg.job {
         let c = clients("job-controller");
-        set.spawn(async move { job::run(c).await });
+        let i = informers.clone();
+        set.spawn(async move { job::run(c, i).await });
     }
     if cfg.statefulset {
         let c = clients("statefulset-controller");
-        set.spawn(async move { statefulset::run(c).await });
+        let i = informers.clone();
+        set.spawn(async move { statefulset::run(c, i).await });
     }
     if cfg.cronjob {
         let c = clients("cronjob-controller");
@@ -165,15 +175,18 @@ pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig)
     }
     if cfg.endpointslice {
         let c = clients("endpointslice-controller");
-        set.spawn(async move { endpointslice::run(c).await });
+        let i = informers.clone();
+        set.spawn(async move { endpointslice::run(c, i).await });
     }
     if cfg.endpoints {
         let c = clients("endpoint-controller");
-        set.spawn(async move { endpoints::run(c).await });
+        let i = informers.clone();
+        set.spawn(async move { endpoints::run(c, i).await });
     }
     if let Some(config) = cfg.nodelifecycle {
         let c = clients("node-controller");
-        set.spawn(async move { nodelifecycle::run(c, config).await });
+        let i = informers.clone();
+        set.spawn(async move { nodelifecycle::run(c, config, i).await });
     }
     if let Some(config) = cfg.nodeipam {
         // Upstream's node IPAM controller calls as the node controller.
@@ -182,7 +195,8 @@ pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig)
     }
     if let Some(config) = cfg.podgc {
         let c = clients("pod-garbage-collector");
-        set.spawn(async move { podgc::run(c, config).await });
+        let i = informers.clone();
+        set.spawn(async move { podgc::run(c, config, i).await });
     }
     if let Some(config) = cfg.podautoscaler {
         let c = clients(podautoscaler::CONTROLLER_NAME);
@@ -191,7 +205,8 @@ pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig)
     if cfg.tainteviction {
         // Upstream's taint eviction controller calls as the node controller (no role of its own).
         let c = clients("node-controller");
-        set.spawn(async move { tainteviction::run(c).await });
+        let i = informers.clone();
+        set.spawn(async move { tainteviction::run(c, i).await });
     }
     if cfg.servicelb {
         let c = clients("service-lb-controller");
@@ -219,6 +234,8 @@ pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig)
         let c = clients("token-cleaner");
         set.spawn(async move { tokencleaner::run(c).await });
     }
+    // Every informer the controllers asked for (and any they ask for later) lists and watches.
+    informers.start();
     match set.join_next().await {
         Some(Ok(r)) => r,
         Some(Err(e)) => Err(anyhow::anyhow!("a controller panicked: {e}")),

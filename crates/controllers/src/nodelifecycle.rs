@@ -38,6 +38,8 @@ use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::reflector::{ObjectRef, Store};
 
+use crate::informers::{Informer, SharedInformerFactory};
+
 use crate::controller_utils::{self as cu, Recorder, WorkQueue};
 
 pub const CONTROLLER_NAME: &str = "node-controller";
@@ -454,8 +456,8 @@ impl Monitor {
     }
 
     /// Sets the Ready condition of the node's pods to False (upstream's `MarkPodsNotReady`).
-    async fn mark_pods_not_ready(&self, node: &str, pods: &Store<Pod>) {
-        for pod in pods.state() {
+    async fn mark_pods_not_ready(&self, node: &str, pods: &Informer<Pod>) {
+        for pod in pods.list() {
             if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(node) {
                 continue;
             }
@@ -490,7 +492,7 @@ impl Monitor {
     }
 
     /// One pass of upstream's `monitorNodeHealth`.
-    async fn monitor(&mut self, nodes: &Store<Node>, leases: &Store<Lease>, pods: &Store<Pod>) {
+    async fn monitor(&mut self, nodes: &Store<Node>, leases: &Store<Lease>, pods: &Informer<Pod>) {
         let now = Instant::now();
         let nodes = nodes.state();
         let names: HashSet<String> = nodes.iter().filter_map(|n| n.metadata.name.clone()).collect();
@@ -705,7 +707,11 @@ async fn sync_no_schedule(
     Ok(None)
 }
 
-pub async fn run(client: kube::Client, config: NodeLifecycleConfig) -> anyhow::Result<()> {
+pub async fn run(
+    client: kube::Client,
+    config: NodeLifecycleConfig,
+    informers: SharedInformerFactory,
+) -> anyhow::Result<()> {
     // NoSchedule taints follow every node change.
     let queue = WorkQueue::new();
     let nodes = cu::spawn_store_watch(Api::<Node>::all(client.clone()), queue.clone(), |n: &Node| {
@@ -725,11 +731,11 @@ pub async fn run(client: kube::Client, config: NodeLifecycleConfig) -> anyhow::R
         idle.clone(),
         |_: &Lease| Vec::new(),
     );
-    let pods = cu::spawn_store_watch(Api::<Pod>::all(client.clone()), idle, |_: &Pod| Vec::new());
+    let pods = informers.informer::<Pod>();
     // Wait for the first lists, so no node looks silent for want of its lease.
     let _ = nodes.wait_until_ready().await;
     let _ = leases.wait_until_ready().await;
-    let _ = pods.wait_until_ready().await;
+    pods.wait_synced().await;
     let mut monitor = Monitor {
         recorder: Recorder::new(client.clone(), CONTROLLER_NAME),
         client,

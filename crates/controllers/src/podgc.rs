@@ -20,6 +20,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::informers::{Informer, SharedInformerFactory};
 use serde_json::json;
 
 use crate::controller_utils::{self as cu, WorkQueue};
@@ -170,8 +172,8 @@ impl Collector {
         }
     }
 
-    async fn pass(&mut self, pods: &Store<Pod>, nodes: &Store<Node>) {
-        let all = pods.state();
+    async fn pass(&mut self, pods: &Informer<Pod>, nodes: &Store<Node>) {
+        let all = pods.list();
         let now = Instant::now();
         // Terminated pods beyond the threshold.
         let excess = terminated_to_delete(&all, self.config.terminated_pod_threshold);
@@ -244,11 +246,11 @@ impl Collector {
     }
 }
 
-pub async fn run(client: kube::Client, config: PodGcConfig) -> anyhow::Result<()> {
+pub async fn run(client: kube::Client, config: PodGcConfig, informers: SharedInformerFactory) -> anyhow::Result<()> {
     let idle = WorkQueue::new();
-    let pods = cu::spawn_store_watch(Api::<Pod>::all(client.clone()), idle.clone(), |_: &Pod| Vec::new());
+    let pods = informers.informer::<Pod>();
     let nodes = cu::spawn_store_watch(Api::<Node>::all(client.clone()), idle, |_: &Node| Vec::new());
-    let _ = pods.wait_until_ready().await;
+    pods.wait_synced().await;
     let _ = nodes.wait_until_ready().await;
     let mut tick = tokio::time::interval(config.check_period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -2,67 +2,183 @@
 //! pods from the template, adopting matching orphans and releasing pods that stopped matching,
 //! and reports replicas / fullyLabeledReplicas / readyReplicas / availableReplicas.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 
 use crate::controller_utils::{
-    self as cu, BURST_REPLICAS, Recorder, WorkQueue, is_pod_active, is_pod_available, is_pod_ready,
+    self as cu, BURST_REPLICAS, ControllerExpectations, Recorder, WorkQueue, is_pod_active, is_pod_available,
+    is_pod_ready,
 };
+use crate::informers::{Change, Informer, SharedInformerFactory, object_key};
 
 pub const COMPONENT: &str = "replicaset-controller";
 
 struct Ctx {
     client: kube::Client,
     recorder: Recorder,
+    replicasets: Informer<ReplicaSet>,
+    pods: Informer<Pod>,
+    expectations: ControllerExpectations,
 }
 
-pub async fn run(client: kube::Client) -> anyhow::Result<()> {
-    let queue = WorkQueue::new();
-    let store = cu::spawn_owner_watch(Api::<ReplicaSet>::all(client.clone()), queue.clone());
-    let s = store.clone();
-    cu::spawn_watch(Api::<Pod>::all(client.clone()), queue.clone(), move |p: &Pod| {
-        cu::owner_keys(&s, &p.metadata, "ReplicaSet", |rs: &ReplicaSet| {
-            rs.spec.as_ref().map(|s| &s.selector)
+/// The ReplicaSet a pod's controller reference names, if any.
+fn rs_key_of(p: &Pod) -> Option<String> {
+    cu::controller_key(&p.metadata, "ReplicaSet")
+}
+
+/// Upstream's `getPodReplicaSets` for an orphan: every ReplicaSet of its namespace whose
+/// selector matches it.
+fn matching_sets(replicasets: &Informer<ReplicaSet>, p: &Pod) -> Vec<String> {
+    let ns = p.metadata.namespace.as_deref().unwrap_or_default();
+    replicasets
+        .list_namespace(ns)
+        .iter()
+        .filter(|rs| {
+            let sel = cu::selector_of(rs.spec.as_ref().map(|s| &s.selector));
+            !sel.is_empty() && cu::labels_match(&sel, &p.metadata)
         })
+        .map(|rs| object_key(&rs.metadata))
+        .collect()
+}
+
+/// Registers the controller's handlers on the shared informers (upstream's `NewBaseController`
+/// event handlers: `addPod`, `updatePod`, `deletePod` with their expectations bookkeeping).
+fn register(queue: &WorkQueue, replicasets: &Informer<ReplicaSet>, pods: &Informer<Pod>, exp: &ControllerExpectations) {
+    {
+        let queue = queue.clone();
+        let exp = exp.clone();
+        replicasets.add_handler(move |c| match c {
+            Change::Added(rs) | Change::Updated { new: rs, .. } => queue.add(object_key(&rs.metadata)),
+            Change::Deleted(rs) => {
+                let key = object_key(&rs.metadata);
+                exp.delete(&key);
+                queue.add(key);
+            }
+        });
+    }
+    let queue = queue.clone();
+    let exp = exp.clone();
+    let sets = replicasets.clone();
+    pods.add_handler(move |c| match c {
+        Change::Added(p) => {
+            if p.metadata.deletion_timestamp.is_some() {
+                // Seen first as being deleted (after a relist): a deletion, not a creation.
+                if let Some(k) = rs_key_of(p) {
+                    exp.deletion_observed(&k, &object_key(&p.metadata));
+                    queue.add(k);
+                }
+                return;
+            }
+            match rs_key_of(p) {
+                Some(k) => {
+                    exp.creation_observed(&k);
+                    queue.add(k);
+                }
+                None if cu::controller_ref(&p.metadata).is_none() => {
+                    for k in matching_sets(&sets, p) {
+                        queue.add(k);
+                    }
+                }
+                None => {}
+            }
+        }
+        Change::Updated { old, new } => {
+            let pod_key = object_key(&new.metadata);
+            if new.metadata.deletion_timestamp.is_some() && old.metadata.deletion_timestamp.is_none() {
+                // Upstream counts a graceful deletion as observed when it starts.
+                if let Some(k) = rs_key_of(new) {
+                    exp.deletion_observed(&k, &pod_key);
+                }
+            }
+            let (old_rs, new_rs) = (rs_key_of(old), rs_key_of(new));
+            if old_rs != new_rs
+                && let Some(k) = old_rs
+            {
+                queue.add(k);
+            }
+            match new_rs {
+                Some(k) => queue.add(k),
+                None if cu::controller_ref(&new.metadata).is_none()
+                    && (old.metadata.labels != new.metadata.labels || cu::controller_ref(&old.metadata).is_some()) =>
+                {
+                    // An orphan whose labels changed may now be adopted.
+                    for k in matching_sets(&sets, new) {
+                        queue.add(k);
+                    }
+                }
+                None => {}
+            }
+        }
+        Change::Deleted(p) => {
+            if let Some(k) = rs_key_of(p) {
+                exp.deletion_observed(&k, &object_key(&p.metadata));
+                queue.add(k);
+            }
+        }
     });
+}
+
+pub async fn run(client: kube::Client, informers: SharedInformerFactory) -> anyhow::Result<()> {
+    let queue = WorkQueue::new();
+    let replicasets = informers.informer::<ReplicaSet>();
+    let pods = informers.informer::<Pod>();
+    let expectations = ControllerExpectations::new();
+    register(&queue, &replicasets, &pods, &expectations);
+    replicasets.wait_synced().await;
+    pods.wait_synced().await;
     let ctx = Ctx {
         recorder: Recorder::new(client.clone(), COMPONENT),
         client,
+        replicasets,
+        pods,
+        expectations,
     };
     queue.run("replicaset", |key| sync(&ctx, key)).await
 }
 
+/// Upstream's `syncReplicaSet`, on the informers' caches: the pods come from the pod
+/// informer's owner index (and the orphans of the namespace the selector matches), and pods
+/// are created or deleted only when the expectations of the last sync's writes are met.
 async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
     let (ns, name) = cu::split_key(&key);
-    let rs_api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), ns);
-    let Some(rs) = rs_api.get_opt(name).await? else {
+    let Some(rs) = ctx.replicasets.get_key(&key) else {
+        ctx.expectations.delete(&key);
         return Ok(None);
     };
     let Some(spec) = rs.spec.as_ref() else {
         return Ok(None);
     };
+    let rs_needs_sync = ctx.expectations.satisfied(&key);
     let selector = cu::selector_of(Some(&spec.selector));
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let all = pods_api.list(&ListParams::default()).await?.items;
-    let active: Vec<Pod> = all.into_iter().filter(is_pod_active).collect();
-    let pods = cu::claim(&pods_api, &rs.metadata, "apps/v1", "ReplicaSet", &selector, active)
+    let uid = rs.metadata.uid.as_deref().unwrap_or_default();
+    let candidates: Vec<Arc<Pod>> = ctx
+        .pods
+        .list_claimable(ns, uid, &selector)
+        .into_iter()
+        .filter(|p| is_pod_active(p))
+        .collect();
+    let pods = cu::claim(&pods_api, &rs.metadata, "apps/v1", "ReplicaSet", &selector, candidates)
         .await?
         .owned;
 
     let mut manage_err = None;
-    if rs.metadata.deletion_timestamp.is_none() {
-        manage_err = manage_replicas(ctx, &rs, &pods).await.err();
+    if rs_needs_sync && rs.metadata.deletion_timestamp.is_none() {
+        manage_err = manage_replicas(ctx, &key, &rs, &pods).await.err();
     }
 
     let now = jiff::Timestamp::now();
     let min_ready = spec.min_ready_seconds.unwrap_or(0);
-    let mut status = calculate_status(&rs, &pods, manage_err.as_ref(), now);
+    let pod_refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
+    let mut status = calculate_status(&rs, &pod_refs, manage_err.as_ref(), now);
     if status_differs(rs.status.as_ref(), &status) {
-        let mut updated = rs.clone();
+        let rs_api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), ns);
+        let mut updated = (*rs).clone();
         // Keep the conditions' transition times when nothing changed.
         if let (Some(old), Some(new)) = (
             rs.status.as_ref().and_then(|s| s.conditions.as_ref()),
@@ -75,7 +191,12 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
             }
         }
         updated.status = Some(status);
-        rs_api.replace_status(name, &PostParams::default(), &updated).await?;
+        match rs_api.replace_status(name, &PostParams::default(), &updated).await {
+            Ok(_) => {}
+            // The cache was behind: its next event queues the set again.
+            Err(e) if cu::is_conflict(&e) || cu::is_not_found(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     if let Some(e) = manage_err {
         return Err(e);
@@ -104,7 +225,7 @@ fn nz(v: usize) -> Option<i32> {
 /// Upstream's `calculateStatus`.
 fn calculate_status(
     rs: &ReplicaSet,
-    pods: &[Pod],
+    pods: &[&Pod],
     manage_err: Option<&anyhow::Error>,
     now: jiff::Timestamp,
 ) -> ReplicaSetStatus {
@@ -159,8 +280,9 @@ fn calculate_status(
     }
 }
 
-/// Upstream's `manageReplicas`: create or delete pods to reach `spec.replicas`.
-async fn manage_replicas(ctx: &Ctx, rs: &ReplicaSet, pods: &[Pod]) -> anyhow::Result<()> {
+/// Upstream's `manageReplicas`: create or delete pods to reach `spec.replicas`, each write
+/// expected first so the next sync waits for the informer to show it.
+async fn manage_replicas(ctx: &Ctx, key: &str, rs: &ReplicaSet, pods: &[Arc<Pod>]) -> anyhow::Result<()> {
     let spec = rs.spec.clone().unwrap_or_default();
     let want = spec.replicas.unwrap_or(1).max(0) as usize;
     let ns = rs.metadata.namespace.clone().unwrap_or_default();
@@ -171,6 +293,7 @@ async fn manage_replicas(ctx: &Ctx, rs: &ReplicaSet, pods: &[Pod]) -> anyhow::Re
         let Some(template) = spec.template.as_ref() else {
             return Ok(());
         };
+        ctx.expectations.expect_creations(key, diff);
         let owner = cu::new_controller_ref(&rs.metadata, "apps/v1", "ReplicaSet");
         let pod = cu::pod_from_template(template, &cu::pod_name_prefix(&name), Some(owner), &ns);
         // Slow start: batches of 1, 2, 4, ... stop at the first failure.
@@ -179,44 +302,72 @@ async fn manage_replicas(ctx: &Ctx, rs: &ReplicaSet, pods: &[Pod]) -> anyhow::Re
         while created < diff {
             let n = batch.min(diff - created);
             let pp = PostParams::default();
-            let results = futures::future::join_all((0..n).map(|_| pods_api.create(&pp, &pod))).await;
+            // Each create's event is written as soon as it succeeds, concurrently with the
+            // batch's other creates (one event at a time would hold the batch back).
+            let results = futures::future::join_all((0..n).map(|_| async {
+                let r = pods_api.create(&pp, &pod).await;
+                if let Ok(p) = &r {
+                    let msg = format!("Created pod: {}", p.metadata.name.as_deref().unwrap_or_default());
+                    ctx.recorder.event(rs, "Normal", "SuccessfulCreate", &msg).await;
+                }
+                r
+            }))
+            .await;
             let mut failed = None;
             for r in results {
                 match r {
-                    Ok(p) => {
-                        let msg = format!("Created pod: {}", p.metadata.name.unwrap_or_default());
-                        ctx.recorder.event(rs, "Normal", "SuccessfulCreate", &msg).await;
-                    }
+                    Ok(_) => {}
                     Err(e) => {
+                        // Never to be observed: expected no more.
+                        ctx.expectations.creation_observed(key);
+                        if cu::is_namespace_terminating(&e) {
+                            continue;
+                        }
                         let msg = format!("Error creating: {}", api_message(&e));
                         ctx.recorder.event(rs, "Warning", "FailedCreate", &msg).await;
                         failed = Some(e);
                     }
                 }
             }
+            created += n;
             if let Some(e) = failed {
+                // The batches not sent will not be observed either.
+                for _ in created..diff {
+                    ctx.expectations.creation_observed(key);
+                }
                 return Err(anyhow::Error::new(e).context("creating pods"));
             }
-            created += n;
             batch *= 2;
         }
     } else if pods.len() > want {
         let diff = (pods.len() - want).min(BURST_REPLICAS);
-        let refs: Vec<&Pod> = pods.iter().collect();
-        for p in cu::pods_to_delete(&refs, &refs, diff) {
+        let refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
+        let doomed = cu::pods_to_delete(&refs, &refs, diff);
+        ctx.expectations
+            .expect_deletions(key, doomed.iter().map(|p| object_key(&p.metadata)));
+        let mut failed = None;
+        for p in doomed {
             let pname = p.metadata.name.clone().unwrap_or_default();
             match pods_api.delete(&pname, &DeleteParams::default()).await {
                 Ok(_) => {
                     let msg = format!("Deleted pod: {pname}");
                     ctx.recorder.event(rs, "Normal", "SuccessfulDelete", &msg).await;
                 }
-                Err(e) if cu::is_not_found(&e) => {}
+                Err(e) if cu::is_not_found(&e) => {
+                    ctx.expectations.deletion_observed(key, &object_key(&p.metadata));
+                }
                 Err(e) => {
-                    let msg = format!("Error deleting: {}", api_message(&e));
-                    ctx.recorder.event(rs, "Warning", "FailedDelete", &msg).await;
-                    return Err(anyhow::Error::new(e).context("deleting pods"));
+                    ctx.expectations.deletion_observed(key, &object_key(&p.metadata));
+                    if failed.is_none() {
+                        let msg = format!("Error deleting: {}", api_message(&e));
+                        ctx.recorder.event(rs, "Warning", "FailedDelete", &msg).await;
+                        failed = Some(e);
+                    }
                 }
             }
+        }
+        if let Some(e) = failed {
+            return Err(anyhow::Error::new(e).context("deleting pods"));
         }
     }
     Ok(())
@@ -282,12 +433,13 @@ mod tests {
             }),
             status: None,
         };
-        let pods = vec![
+        let pods = [
             pod(&[("app", "web"), ("tier", "fe")], true),
             pod(&[("app", "web")], true),
             pod(&[("app", "web"), ("tier", "fe")], false),
         ];
-        let s = calculate_status(&rs, &pods, None, jiff::Timestamp::now());
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let s = calculate_status(&rs, &refs, None, jiff::Timestamp::now());
         assert_eq!(s.replicas, 3);
         assert_eq!(s.fully_labeled_replicas, Some(2));
         assert_eq!(s.ready_replicas, Some(2));

@@ -19,6 +19,8 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::informers::{Informer, SharedInformerFactory};
 use parking_lot::Mutex;
 use serde_json::json;
 use skiff_api::nodeaffinity::tolerates;
@@ -31,12 +33,12 @@ const NO_EXECUTE: &str = "NoExecute";
 /// Evictions scheduled, by pod key (`NS/NAME`): when they fire.
 type Scheduled = Arc<Mutex<HashMap<String, Instant>>>;
 
-pub async fn run(client: kube::Client) -> anyhow::Result<()> {
+pub async fn run(client: kube::Client, informers: SharedInformerFactory) -> anyhow::Result<()> {
     let queue = WorkQueue::new();
     let scheduled: Scheduled = Default::default();
     // A node's NoExecute taints changed (or it came or went): every pod on it is looked at.
-    let pods_holder: Arc<Mutex<Option<Store<Pod>>>> = Default::default();
-    let holder = pods_holder.clone();
+    let pods = informers.informer::<Pod>();
+    let holder = pods.clone();
     // The NoExecute taints last seen of each node: heartbeats change nothing here.
     let known: Mutex<HashMap<String, Vec<Taint>>> = Default::default();
     let nodes = cu::spawn_store_watch(Api::<Node>::all(client.clone()), queue.clone(), move |node: &Node| {
@@ -50,10 +52,8 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
         {
             return Vec::new();
         }
-        let Some(pods) = holder.lock().clone() else {
-            return Vec::new();
-        };
-        pods.state()
+        holder
+            .list()
             .iter()
             .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name))
             .flat_map(|p| cu::self_key(&**p))
@@ -61,7 +61,7 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
     });
     // A pod matters when it is bound to a node with NoExecute taints, or has an eviction scheduled.
     let (n, s) = (nodes.clone(), scheduled.clone());
-    let pods = cu::spawn_store_watch(Api::<Pod>::all(client.clone()), queue.clone(), move |pod: &Pod| {
+    cu::on_changes(&pods, queue.clone(), move |pod: &Pod| {
         let key = cu::self_key(pod);
         let on_tainted = pod
             .spec
@@ -72,7 +72,6 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
         let pending = key.first().is_some_and(|k| s.lock().contains_key(k));
         if on_tainted || pending { key } else { Vec::new() }
     });
-    *pods_holder.lock() = Some(pods.clone());
     let recorder = Recorder::new(client.clone(), CONTROLLER_NAME);
     queue
         .run(CONTROLLER_NAME, |key| {
@@ -151,12 +150,12 @@ async fn sync(
     client: &kube::Client,
     recorder: &Recorder,
     nodes: &Store<Node>,
-    pods: &Store<Pod>,
+    pods: &Informer<Pod>,
     scheduled: &Scheduled,
     key: String,
 ) -> anyhow::Result<Option<Duration>> {
     let (ns, name) = cu::split_key(&key);
-    let Some(pod) = pods.get(&ObjectRef::new(name).within(ns)) else {
+    let Some(pod) = pods.get(ns, name) else {
         scheduled.lock().remove(&key);
         return Ok(None);
     };

@@ -85,6 +85,14 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Density with every controller running: Deployments of many replicas on simulated nodes
+    /// (an in-process `skiff server --sim-nodes N`), until every pod is Running.
+    Density {
+        #[command(flatten)]
+        options: crate::bench_density::DensityBench,
+        #[arg(long)]
+        json: bool,
+    },
     /// Pod startup latency on this machine's node, next to the same work done directly in Docker.
     Startup {
         #[arg(long, default_value_t = 30)]
@@ -105,10 +113,15 @@ pub struct ChildServer {
 
 impl ChildServer {
     pub async fn start(extra: &[&str]) -> anyhow::Result<ChildServer> {
+        let exe = std::env::current_exe().context("locating the skiff binary")?;
+        Self::start_binary(&exe, extra).await
+    }
+
+    /// A server run from another skiff binary (say, an earlier build, to compare).
+    pub async fn start_binary(exe: &std::path::Path, extra: &[&str]) -> anyhow::Result<ChildServer> {
         let dir = tempfile::tempdir().context("creating a temp dir")?;
         let port = free_port()?;
         let kubeconfig = dir.path().join("kubeconfig");
-        let exe = std::env::current_exe().context("locating the skiff binary")?;
         let child = std::process::Command::new(exe)
             .arg("server")
             .arg("--data-dir")
@@ -234,6 +247,24 @@ pub fn anon_rss_mb(pid: u32) -> f64 {
     status_mb(pid, "RssAnon:")
 }
 
+/// The peak of a process's resident memory in MiB (`VmHWM`).
+pub fn peak_rss_mb(pid: u32) -> f64 {
+    status_mb(pid, "VmHWM:")
+}
+
+/// The CPU time a process has used so far, user and system, in seconds (0 when unreadable).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command's closing parenthesis: state is the first, utime the 12th,
+    // stime the 13th; both in clock ticks (100 per second on Linux).
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// A `kB` field of `/proc/PID/status` in MiB (0 when unreadable).
 fn status_mb(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -273,6 +304,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         }
         BenchCommand::Services { options, json } => crate::bench_services::bench_services(options, json).await,
         BenchCommand::Churn { options, json } => crate::bench_churn::bench_churn(options, json).await,
+        BenchCommand::Density { options, json } => crate::bench_density::bench_density(options, json).await,
         BenchCommand::Scheduling {
             nodes,
             pods,
@@ -582,7 +614,7 @@ async fn bench_startup(pods: usize, image: &str, as_json: bool) -> anyhow::Resul
     Ok(())
 }
 
-fn round2(x: f64) -> f64 {
+pub(crate) fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 

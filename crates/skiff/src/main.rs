@@ -3,6 +3,7 @@
 mod auth_why;
 mod bench;
 mod bench_churn;
+mod bench_density;
 mod bench_services;
 mod client;
 mod token;

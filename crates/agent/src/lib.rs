@@ -5,7 +5,8 @@
 //! Code map:
 //! - `node`: Node registration, status and Lease heartbeats.
 //! - `pods`: the watch on pods bound to this node; one `worker` per pod; adoption of containers.
-//! - `worker`: the per-pod sync loop (sandbox, init and app containers, restarts, back-off, deletion).
+//! - `worker`: the per-pod sync loop (sandbox, init and app containers, restarts, back-off, deletion);
+//!   `actions` decides what each pass does (upstream's computePodActions), the worker does it.
 //! - `docker`: the runtime: container records, labels, stop/kill/remove.
 //! - `volumes`, `env`, `probes`, `status`, `events`: what the worker is made of (`volumes` includes
 //!   persistentVolumeClaim volumes: the bound PersistentVolume's hostPath or local path).
@@ -22,6 +23,7 @@
 //!
 //! Invariant: the agent never stops containers because it exits; containers are found again by label.
 
+pub mod actions;
 pub mod bench;
 pub mod bootstrap;
 pub mod certificate_manager;

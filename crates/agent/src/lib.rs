@@ -27,6 +27,7 @@ pub mod actions;
 pub mod bench;
 pub mod bootstrap;
 pub mod certificate_manager;
+pub mod cleanup;
 pub mod dns;
 pub mod docker;
 pub mod env;

@@ -22,6 +22,7 @@ use crate::actions::{
     self, BackoffState, INITIAL_BACKOFF, Key, KillPodReason, MAX_BACKOFF, Observed, PodActions, SandboxChange,
     container_hash, grace_seconds,
 };
+use crate::cleanup::{self, Grace};
 use crate::docker::{self, ContainerRecord, PodRuntime, RunState};
 use crate::env::{self, EnvContext, ObjectCache};
 use crate::events::{NORMAL, Recorder, WARNING, container_field_path};
@@ -229,7 +230,7 @@ pub async fn run_with_wake(
         let sync_start = std::time::Instant::now();
         match pod {
             None => {
-                if let Err(e) = worker.teardown(None).await {
+                if let Err(e) = worker.teardown().await {
                     tracing::warn!(uid = %worker.uid, error = %format!("{e:#}"), "tearing down a removed pod");
                 }
                 crate::metrics::pod_removed(&worker.uid);
@@ -339,12 +340,7 @@ impl PodWorker {
         match actions.kill_pod {
             Some(KillPodReason::Terminal) => {
                 // Nothing more will run: stop what is left (the sandbox), keep the containers for logs.
-                for c in rt.containers.iter().filter(|c| c.state == RunState::Running) {
-                    docker::stop(self.docker(), &c.id, grace_seconds(pod)).await?;
-                }
-                for s in rt.sandboxes.iter().filter(|s| s.state == RunState::Running) {
-                    docker::kill(self.docker(), &s.id).await?;
-                }
+                cleanup::stop_pod(self.docker(), &rt, Grace::Seconds(grace_seconds(pod))).await?;
                 self.probes.clear();
                 let rt = self.runtime().await?;
                 return self.report(pod, &rt).await.map(|()| true);
@@ -1434,66 +1430,24 @@ impl PodWorker {
             r?;
         }
         self.probes.clear();
-        for s in rt.sandboxes.iter().filter(|s| s.state == RunState::Running) {
-            docker::kill(self.docker(), &s.id).await?;
-        }
-        Ok(())
+        cleanup::kill_sandboxes(self.docker(), &rt).await
     }
 
     /// The API object is gone (force deletion): stop and remove everything.
-    async fn teardown(&mut self, pod: Option<&Pod>) -> anyhow::Result<()> {
-        let rt = self.runtime().await?;
-        let grace = pod.map(grace_seconds).or_else(|| {
-            rt.containers
-                .iter()
-                .chain(&rt.sandboxes)
-                .find_map(|c| c.labels.get(docker::LABEL_GRACE)?.parse().ok())
-        });
-        let grace = grace.unwrap_or(30);
-        for c in rt.containers.iter().filter(|c| c.state == RunState::Running) {
-            docker::stop(self.docker(), &c.id, grace).await?;
-        }
+    async fn teardown(&mut self) -> anyhow::Result<()> {
         self.cleanup().await
     }
 
     async fn cleanup(&mut self) -> anyhow::Result<()> {
         self.probes.clear();
-        cleanup_pod(&self.ctx.docker, self.ctx.owner(), &self.ctx.data_dir, &self.uid).await
-    }
-}
-
-/// Removes every container, tmpfs volume and the directory of a pod.
-pub async fn cleanup_pod(
-    docker: &Docker,
-    owner: docker::Owner<'_>,
-    data_dir: &std::path::Path,
-    uid: &str,
-) -> anyhow::Result<()> {
-    let rt = docker::pod_runtime(docker, owner, uid).await?;
-    for c in rt.containers.iter().chain(&rt.sandboxes) {
-        docker::remove(docker, &c.id).await?;
-    }
-    let filters = HashMap::from([("label".to_string(), vec![format!("{}={uid}", docker::LABEL_POD_UID)])]);
-    let options = bollard::query_parameters::ListVolumesOptionsBuilder::default()
-        .filters(&filters)
-        .build();
-    if let Ok(list) = docker.list_volumes(Some(options)).await {
-        for v in list.volumes.unwrap_or_default() {
-            let _ = docker
-                .remove_volume(&v.name, None::<bollard::query_parameters::RemoveVolumeOptions>)
-                .await;
-        }
-    }
-    let dir = volumes::pod_dir(data_dir, uid);
-    // Removing the directory must never reach through a subPath mount into a volume's data.
-    let subpaths = dir.clone();
-    tokio::task::spawn_blocking(move || crate::subpath::cleanup(&subpaths))
+        cleanup::remove_pod(
+            &self.ctx.docker,
+            self.ctx.owner(),
+            &self.ctx.data_dir,
+            &self.uid,
+            Grace::Labelled,
+        )
         .await
-        .context("unmounting subPath mounts")??;
-    match tokio::fs::remove_dir_all(&dir).await {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("removing {}", dir.display())),
     }
 }
 

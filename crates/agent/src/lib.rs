@@ -278,7 +278,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         docker: docker.clone(),
         node: cfg.node_name.clone(),
         cluster: cluster.clone(),
-        recorder: events::Recorder::new(client.clone(), &cfg.node_name),
+        recorder: events::kubelet(client.clone(), &cfg.node_name),
         evicted: evicted.clone(),
         data_dir: cfg.data_dir.clone(),
     };
@@ -321,7 +321,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         cluster,
         data_dir: cfg.data_dir.clone(),
         host_ip: facts.internal_ip.clone(),
-        recorder: events::Recorder::new(client, &cfg.node_name),
+        recorder: events::kubelet(client, &cfg.node_name),
         allocatable_cpu_milli: i128::from(facts.cpus) * 1000,
         allocatable_memory: facts.allocatable_memory(),
         allocatable_storage: facts.allocatable_storage(),

@@ -25,7 +25,7 @@ use crate::actions::{
 use crate::cleanup::{self, Grace};
 use crate::docker::{self, ContainerRecord, PodRuntime, RunState};
 use crate::env::{self, EnvContext, ObjectCache};
-use crate::events::{NORMAL, Recorder, WARNING, container_field_path};
+use crate::events::{self, NORMAL, Recorder, WARNING, container_field_path};
 use crate::images::PAUSE_IMAGE;
 use crate::probes::{self, ProbeKind, ProbeState, Target};
 use crate::status::{self, ContainerNote, StatusInput};
@@ -308,7 +308,9 @@ impl PodWorker {
 
     fn event(&self, pod: &Pod, container: Option<(bool, &str)>, type_: &str, reason: &str, message: String) {
         let path = container.map(|(init, name)| container_field_path(init, name));
-        self.ctx.recorder.pod_event(pod, path, type_, reason, message);
+        self.ctx
+            .recorder
+            .record(events::pod_reference(pod, path), type_, reason, None, message);
     }
 
     async fn runtime(&self) -> anyhow::Result<PodRuntime> {
@@ -1002,11 +1004,11 @@ impl PodWorker {
         let pod_for_events = pod.clone();
         let name = c.name.clone();
         let on_failure: probes::FailureHook = Arc::new(move |kind: ProbeKind, message: &str| {
-            recorder.pod_event(
-                &pod_for_events,
-                Some(container_field_path(false, &name)),
+            recorder.record(
+                events::pod_reference(&pod_for_events, Some(container_field_path(false, &name))),
                 WARNING,
                 "Unhealthy",
+                None,
                 format!("{} probe failed: {message}", kind.name()),
             );
         });

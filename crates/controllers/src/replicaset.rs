@@ -30,7 +30,7 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
         })
     });
     let ctx = Ctx {
-        recorder: Recorder::new(client.clone(), COMPONENT),
+        recorder: Recorder::for_component(client.clone(), COMPONENT),
         client,
     };
     queue.run("replicaset", |key| sync(&ctx, key)).await
@@ -185,11 +185,11 @@ async fn manage_replicas(ctx: &Ctx, rs: &ReplicaSet, pods: &[Pod]) -> anyhow::Re
                 match r {
                     Ok(p) => {
                         let msg = format!("Created pod: {}", p.metadata.name.unwrap_or_default());
-                        ctx.recorder.event(rs, "Normal", "SuccessfulCreate", &msg).await;
+                        ctx.recorder.event(rs, "Normal", "SuccessfulCreate", &msg);
                     }
                     Err(e) => {
                         let msg = format!("Error creating: {}", api_message(&e));
-                        ctx.recorder.event(rs, "Warning", "FailedCreate", &msg).await;
+                        ctx.recorder.event(rs, "Warning", "FailedCreate", &msg);
                         failed = Some(e);
                     }
                 }
@@ -208,12 +208,12 @@ async fn manage_replicas(ctx: &Ctx, rs: &ReplicaSet, pods: &[Pod]) -> anyhow::Re
             match pods_api.delete(&pname, &DeleteParams::default()).await {
                 Ok(_) => {
                     let msg = format!("Deleted pod: {pname}");
-                    ctx.recorder.event(rs, "Normal", "SuccessfulDelete", &msg).await;
+                    ctx.recorder.event(rs, "Normal", "SuccessfulDelete", &msg);
                 }
                 Err(e) if cu::is_not_found(&e) => {}
                 Err(e) => {
                     let msg = format!("Error deleting: {}", api_message(&e));
-                    ctx.recorder.event(rs, "Warning", "FailedDelete", &msg).await;
+                    ctx.recorder.event(rs, "Warning", "FailedDelete", &msg);
                     return Err(anyhow::Error::new(e).context("deleting pods"));
                 }
             }

@@ -73,7 +73,7 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
         if on_tainted || pending { key } else { Vec::new() }
     });
     *pods_holder.lock() = Some(pods.clone());
-    let recorder = Recorder::new(client.clone(), CONTROLLER_NAME);
+    let recorder = Recorder::for_component(client.clone(), CONTROLLER_NAME);
     queue
         .run(CONTROLLER_NAME, |key| {
             sync(&client, &recorder, &nodes, &pods, &scheduled, key)
@@ -136,14 +136,12 @@ pub fn verdict(taints: &[Taint], tolerations: &[Toleration]) -> Verdict {
 async fn cancel(recorder: &Recorder, scheduled: &Scheduled, key: &str, pod: Option<&Pod>) {
     let was = scheduled.lock().remove(key).is_some();
     if was && let Some(pod) = pod {
-        recorder
-            .event(
-                pod,
-                "Normal",
-                "TaintManagerEviction",
-                &format!("Cancelling deletion of Pod {key}"),
-            )
-            .await;
+        recorder.event(
+            pod,
+            "Normal",
+            "TaintManagerEviction",
+            format!("Cancelling deletion of Pod {key}"),
+        );
     }
 }
 
@@ -184,14 +182,12 @@ async fn sync(
         return Ok(Some(fire_at - now));
     }
     scheduled.lock().remove(&key);
-    recorder
-        .event(
-            &*pod,
-            "Normal",
-            "TaintManagerEviction",
-            &format!("Marking for deletion Pod {key}"),
-        )
-        .await;
+    recorder.event(
+        &*pod,
+        "Normal",
+        "TaintManagerEviction",
+        format!("Marking for deletion Pod {key}"),
+    );
     evict(client, &pod).await?;
     Ok(None)
 }

@@ -19,12 +19,10 @@
 //!   certificate through a CertificateSigningRequest), as the kubelet's TLS bootstrap.
 //! - `certificate_manager`: the node certificate renewed at 70-90% of its life, swapped into the
 //!   one client every part of the agent calls through.
-//! - `bench`: `skiff bench startup` (pod startup latency, and the same work done directly in Docker).
 //!
 //! Invariant: the agent never stops containers because it exits; containers are found again by label.
 
 pub mod actions;
-pub mod bench;
 pub mod bootstrap;
 pub mod certificate_manager;
 pub mod cleanup;
@@ -62,7 +60,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-pub use bench::{StartupBench, StartupReport, bench_startup};
 pub use images::build_local_images;
 
 /// How a node agent runs.

@@ -2,7 +2,8 @@
 # Installs what building and testing the workspace need on a fresh machine: curl, Debian's
 # busybox-static (for the local busybox image), nftables and conntrack (the proxy's kernel tests,
 # in network namespaces of their own), protoc (to build the etcd client), etcd and etcdctl (the
-# etcd backend's tests), Prometheus (the metrics test scrapes a server with it), the Python
+# etcd backend's tests), Prometheus (the metrics test scrapes a server with it), qemu-user-static
+# (the aarch64 pause binary's test runs it under qemu-aarch64-static), the Python
 # Kubernetes client and cargo-nextest. Whatever is already there is left alone.
 set -euo pipefail
 
@@ -15,6 +16,7 @@ command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
 command -v etcd >/dev/null || need_apt+=(etcd-server)
 command -v etcdctl >/dev/null || need_apt+=(etcd-client)
 command -v prometheus >/dev/null || need_apt+=(prometheus)
+command -v qemu-aarch64-static >/dev/null || need_apt+=(qemu-user-static)
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

@@ -506,13 +506,17 @@ impl Evictor {
         let uid = chosen.pod.metadata.uid.clone().unwrap_or_default();
         tracing::warn!(pod = ?chosen.pod.metadata.name, signal = threshold.signal.name(), "evicting a pod");
         self.evicted.lock().insert(uid.clone(), text.clone());
-        self.recorder.pod_event(&chosen.pod, None, "Warning", "Evicted", text);
+        self.recorder.record(
+            crate::events::pod_reference(&chosen.pod, None),
+            "Warning",
+            "Evicted",
+            None,
+            text,
+        );
         // Its worker wakes on the deaths and reports it Failed.
         let runtime = crate::docker::pod_runtime(&self.docker, self.owner(), &uid).await?;
-        for c in runtime.containers.iter().chain(runtime.sandboxes.iter()) {
-            if let Err(e) = crate::docker::kill(&self.docker, &c.id).await {
-                tracing::debug!(container = %c.id, error = %format!("{e:#}"), "killing an evicted pod's container");
-            }
+        if let Err(e) = crate::cleanup::stop_pod(&self.docker, &runtime, crate::cleanup::Grace::Kill).await {
+            tracing::debug!(error = %format!("{e:#}"), "killing an evicted pod's containers");
         }
         Ok(true)
     }

@@ -5,7 +5,8 @@
 //! Code map:
 //! - `node`: Node registration, status and Lease heartbeats.
 //! - `pods`: the watch on pods bound to this node; one `worker` per pod; adoption of containers.
-//! - `worker`: the per-pod sync loop (sandbox, init and app containers, restarts, back-off, deletion).
+//! - `worker`: the per-pod sync loop (sandbox, init and app containers, restarts, back-off, deletion);
+//!   `actions` decides what each pass does (upstream's computePodActions), the worker does it.
 //! - `docker`: the runtime: container records, labels, stop/kill/remove.
 //! - `volumes`, `env`, `probes`, `status`, `events`: what the worker is made of (`volumes` includes
 //!   persistentVolumeClaim volumes: the bound PersistentVolume's hostPath or local path).
@@ -18,13 +19,13 @@
 //!   certificate through a CertificateSigningRequest), as the kubelet's TLS bootstrap.
 //! - `certificate_manager`: the node certificate renewed at 70-90% of its life, swapped into the
 //!   one client every part of the agent calls through.
-//! - `bench`: `skiff bench startup` (pod startup latency, and the same work done directly in Docker).
 //!
 //! Invariant: the agent never stops containers because it exits; containers are found again by label.
 
-pub mod bench;
+pub mod actions;
 pub mod bootstrap;
 pub mod certificate_manager;
+pub mod cleanup;
 pub mod dns;
 pub mod docker;
 pub mod env;
@@ -60,7 +61,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-pub use bench::{StartupBench, StartupReport, bench_startup};
 pub use images::build_local_images;
 
 /// How a node agent runs.
@@ -283,7 +283,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         docker: docker.clone(),
         node: cfg.node_name.clone(),
         cluster: cluster.clone(),
-        recorder: events::Recorder::new(client.clone(), &cfg.node_name),
+        recorder: events::kubelet(client.clone(), &cfg.node_name),
         evicted: evicted.clone(),
         data_dir: cfg.data_dir.clone(),
     };
@@ -326,7 +326,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         cluster,
         data_dir: cfg.data_dir.clone(),
         host_ip: facts.internal_ip.clone(),
-        recorder: events::Recorder::new(client, &cfg.node_name),
+        recorder: events::kubelet(client, &cfg.node_name),
         allocatable_cpu_milli: i128::from(facts.cpus) * 1000,
         allocatable_memory: facts.allocatable_memory(),
         allocatable_storage: facts.allocatable_storage(),

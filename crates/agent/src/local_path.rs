@@ -43,7 +43,7 @@ use skiff_api::volume::{
 };
 use tokio::sync::mpsc;
 
-use crate::events::{NORMAL, Recorder, WARNING};
+use crate::events::{self, NORMAL, Recorder, WARNING};
 
 /// The provisioner's name, in StorageClasses and on the volumes it made.
 pub const PROVISIONER: &str = LOCAL_PATH_PROVISIONER;
@@ -399,7 +399,7 @@ impl LocalPath {
     pub fn new(client: kube::Client, node: &str, storage_path: &Path) -> anyhow::Result<LocalPath> {
         let root = prepare_root(storage_path)?;
         // As the library names its event source: the provisioner, then who runs it.
-        let recorder = Recorder::for_component(client.clone(), node, &format!("{PROVISIONER}_{node}"));
+        let recorder = events::component(client.clone(), &format!("{PROVISIONER}_{node}"));
         Ok(LocalPath {
             client,
             node: node.to_string(),
@@ -502,21 +502,21 @@ impl LocalPath {
         }
         if claim.spec.as_ref().and_then(|s| s.volume_mode.as_deref()) == Some("Block") {
             let msg = format!("{PROVISIONER} does not support block volume provisioning");
-            self.recorder.object_event(&claim, WARNING, "ProvisioningFailed", msg);
+            self.recorder.event(&claim, WARNING, "ProvisioningFailed", msg);
             return Ok(Outcome::Done);
         }
         if class.provisioner != PROVISIONER {
             return Ok(Outcome::Done);
         }
         let key = claim_key(&claim);
-        self.recorder.object_event(
+        self.recorder.event(
             &claim,
             NORMAL,
             "Provisioning",
             format!("External provisioner is provisioning volume for claim {key:?}"),
         );
         if let Err(msg) = check_claim(&claim, node) {
-            self.recorder.object_event(&claim, WARNING, "ProvisioningFailed", msg);
+            self.recorder.event(&claim, WARNING, "ProvisioningFailed", msg);
             return Ok(Outcome::Retry);
         }
         let root = self.root.clone();
@@ -527,7 +527,7 @@ impl LocalPath {
         let path = match made {
             Ok(path) => path,
             Err(msg) => {
-                self.recorder.object_event(&claim, WARNING, "ProvisioningFailed", msg);
+                self.recorder.event(&claim, WARNING, "ProvisioningFailed", msg);
                 return Ok(Outcome::Retry);
             }
         };
@@ -538,7 +538,7 @@ impl LocalPath {
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => return Err(e).context("creating the volume"),
         }
-        self.recorder.object_event(
+        self.recorder.event(
             &claim,
             NORMAL,
             "ProvisioningSucceeded",
@@ -572,7 +572,7 @@ impl LocalPath {
             .context("joining the directory remover")?;
         if let Err(e) = removed {
             let msg = format!("failed to delete volume {name}: {e}");
-            self.recorder.object_event(&pv, WARNING, "VolumeFailedDelete", msg);
+            self.recorder.event(&pv, WARNING, "VolumeFailedDelete", msg);
             return Ok(Outcome::Retry);
         }
         tracing::info!(volume = %name, "deleted volume");
@@ -674,7 +674,7 @@ impl LocalPath {
             .replace_status(&name, &PostParams::default(), &marked)
             .await
             .with_context(|| format!("marking pvc {name:?} as resizing"))?;
-        self.recorder.object_event(
+        self.recorder.event(
             &claim,
             NORMAL,
             "Resizing",
@@ -701,12 +701,8 @@ impl LocalPath {
             .await
             .with_context(|| format!("marking pvc {name:?} as resize finished"))?;
         tracing::info!(volume = %pv_name, size = %size.0, "volume expanded");
-        self.recorder.object_event(
-            &claim,
-            NORMAL,
-            "VolumeResizeSuccessful",
-            "Resize volume succeeded".into(),
-        );
+        self.recorder
+            .event(&claim, NORMAL, "VolumeResizeSuccessful", "Resize volume succeeded");
         Ok(Outcome::Done)
     }
 }

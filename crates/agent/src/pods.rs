@@ -12,6 +12,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
+use crate::cleanup::{self, Grace};
 use crate::docker;
 use crate::worker::{self, Ctx};
 
@@ -163,20 +164,12 @@ async fn report_unowned(ctx: Arc<Ctx>) {
 /// on the same engine may carry the same name.
 async fn remove_orphans(ctx: &Ctx, known: &HashSet<String>) -> anyhow::Result<()> {
     let pods = docker::list_node_containers(&ctx.docker, ctx.owner()).await?;
-    for (uid, rt) in pods {
+    for uid in pods.into_keys() {
         if known.contains(&uid) {
             continue;
         }
         tracing::info!(%uid, "removing containers of a pod that no longer exists");
-        for c in rt.containers.iter().filter(|c| c.state == docker::RunState::Running) {
-            let grace = c
-                .labels
-                .get(docker::LABEL_GRACE)
-                .and_then(|g| g.parse().ok())
-                .unwrap_or(30);
-            docker::stop(&ctx.docker, &c.id, grace).await?;
-        }
-        worker::cleanup_pod(&ctx.docker, ctx.owner(), &ctx.data_dir, &uid).await?;
+        cleanup::remove_pod(&ctx.docker, ctx.owner(), &ctx.data_dir, &uid, Grace::Labelled).await?;
     }
     Ok(())
 }

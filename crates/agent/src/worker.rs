@@ -16,20 +16,22 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use parking_lot::Mutex;
-use sha2::Digest;
 use tokio::sync::{Notify, watch};
 
+use crate::actions::{
+    self, BackoffState, INITIAL_BACKOFF, Key, KillPodReason, MAX_BACKOFF, Observed, PodActions, SandboxChange,
+    container_hash, grace_seconds,
+};
+use crate::cleanup::{self, Grace};
 use crate::docker::{self, ContainerRecord, PodRuntime, RunState};
 use crate::env::{self, EnvContext, ObjectCache};
-use crate::events::{NORMAL, Recorder, WARNING, container_field_path};
+use crate::events::{self, NORMAL, Recorder, WARNING, container_field_path};
 use crate::images::PAUSE_IMAGE;
 use crate::probes::{self, ProbeKind, ProbeState, Target};
 use crate::status::{self, ContainerNote, StatusInput};
 use crate::volumes::{self, HostVolume};
 
 const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
-const INITIAL_BACKOFF: Duration = Duration::from_secs(10);
-const MAX_BACKOFF: Duration = Duration::from_secs(300);
 const RESYNC: Duration = Duration::from_secs(1);
 /// Pods whose containers all run and are ready (or that finished) are checked now and then; container
 /// exits and probe changes wake their worker at once.
@@ -80,8 +82,6 @@ impl Ctx {
         }
     }
 }
-
-type Key = (bool, String);
 
 struct Backoff {
     duration: Duration,
@@ -174,33 +174,6 @@ pub fn format_pod(pod: &Pod) -> String {
     )
 }
 
-/// The hash stored on a container; a spec change (other than resources) restarts it.
-pub fn container_hash(c: &Container) -> String {
-    let mut c = c.clone();
-    c.resources = None;
-    let json = serde_json::to_vec(&c).unwrap_or_default();
-    hex_prefix(&sha2::Sha256::digest(&json))
-}
-
-fn hex_prefix(bytes: &[u8]) -> String {
-    bytes.iter().take(8).map(|b| format!("{b:02x}")).collect()
-}
-
-/// An ephemeral container as the container it runs (the same fields, less the target).
-fn ephemeral_as_container(ec: &k8s_openapi::api::core::v1::EphemeralContainer) -> Option<Container> {
-    let mut v = serde_json::to_value(ec).ok()?;
-    v.as_object_mut()?.remove("targetContainerName");
-    serde_json::from_value(v).ok()
-}
-
-fn grace_seconds(pod: &Pod) -> i64 {
-    pod.metadata
-        .deletion_grace_period_seconds
-        .or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
-        .unwrap_or(30)
-        .max(0)
-}
-
 fn default_pull_policy(image: &str) -> &'static str {
     let last = image.rsplit('/').next().unwrap_or(image);
     if image.contains('@') {
@@ -257,7 +230,7 @@ pub async fn run_with_wake(
         let sync_start = std::time::Instant::now();
         match pod {
             None => {
-                if let Err(e) = worker.teardown(None).await {
+                if let Err(e) = worker.teardown().await {
                     tracing::warn!(uid = %worker.uid, error = %format!("{e:#}"), "tearing down a removed pod");
                 }
                 crate::metrics::pod_removed(&worker.uid);
@@ -335,7 +308,9 @@ impl PodWorker {
 
     fn event(&self, pod: &Pod, container: Option<(bool, &str)>, type_: &str, reason: &str, message: String) {
         let path = container.map(|(init, name)| container_field_path(init, name));
-        self.ctx.recorder.pod_event(pod, path, type_, reason, message);
+        self.ctx
+            .recorder
+            .record(events::pod_reference(pod, path), type_, reason, None, message);
     }
 
     async fn runtime(&self) -> anyhow::Result<PodRuntime> {
@@ -362,24 +337,32 @@ impl PodWorker {
             self.event(pod, None, WARNING, "DeadlineExceeded", DEADLINE_MESSAGE.into());
         }
         let preview = self.compute_status(pod, &rt);
-        let phase = preview.phase.clone().unwrap_or_default();
-        if phase == "Succeeded" || phase == "Failed" {
-            // Nothing more will run: stop what is left (the sandbox), keep the containers for logs.
-            for c in rt.containers.iter().filter(|c| c.state == RunState::Running) {
-                docker::stop(self.docker(), &c.id, grace_seconds(pod)).await?;
+        let terminal = matches!(preview.phase.as_deref(), Some("Succeeded" | "Failed"));
+        let actions = self.decide(pod, &rt, terminal);
+        match actions.kill_pod {
+            Some(KillPodReason::Terminal) => {
+                // Nothing more will run: stop what is left (the sandbox), keep the containers for logs.
+                cleanup::stop_pod(self.docker(), &rt, Grace::Seconds(grace_seconds(pod))).await?;
+                self.probes.clear();
+                let rt = self.runtime().await?;
+                return self.report(pod, &rt).await.map(|()| true);
             }
-            for s in rt.sandboxes.iter().filter(|s| s.state == RunState::Running) {
-                docker::kill(self.docker(), &s.id).await?;
-            }
-            self.probes.clear();
-            let rt = self.runtime().await?;
-            return self.report(pod, &rt).await.map(|()| true);
+            // The worker's loop sends a pod being deleted to `delete`; should one get here, it is
+            // deleted all the same.
+            Some(KillPodReason::Deleting) => return self.delete(pod).await.map(|()| true),
+            None => {}
         }
 
-        let sandbox = match rt.running_sandbox() {
-            Some(s) => s.clone(),
-            None => {
-                let id = self.create_sandbox(pod, &spec, &rt).await?;
+        let sandbox = match (rt.running_sandbox(), &actions.create_sandbox) {
+            (Some(s), _) => s.clone(),
+            (None, change) => {
+                let change = change.clone().unwrap_or_else(|| SandboxChange {
+                    attempt: rt.next_sandbox_attempt(),
+                    changed: false,
+                    stop: Vec::new(),
+                    remove: Vec::new(),
+                });
+                let id = self.create_sandbox(pod, &spec, &change).await?;
                 // A new pod has nothing else in the engine: its runtime is the sandbox just made,
                 // inspected alone instead of listing the node's containers again.
                 rt = match docker::inspect(self.docker(), &id).await? {
@@ -436,106 +419,9 @@ impl PodWorker {
         }
         self.write_hosts_file(pod, &spec, &pod_ip).await?;
 
-        // Init containers, in order.
-        let policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
-        let mut initialized = true;
-        for c in spec.init_containers.iter().flatten() {
-            let sidecar = c.restart_policy.as_deref() == Some("Always");
-            let instances: Vec<ContainerRecord> = rt.instances(&c.name, true).into_iter().cloned().collect();
-            match instances.first() {
-                None => {
-                    self.start_container(pod, c, true, 0, &sandbox, &pod_ip).await?;
-                    initialized = false;
-                }
-                Some(l) if l.state == RunState::Created => {
-                    docker::remove(self.docker(), &l.id).await?;
-                    self.start_container(pod, c, true, l.restart_count, &sandbox, &pod_ip)
-                        .await?;
-                    initialized = false;
-                }
-                Some(l) if l.state == RunState::Running => {
-                    if sidecar {
-                        if self.check_running(pod, c, true, l).await? {
-                            self.replace_container(pod, c, true, &instances, &sandbox, &pod_ip)
-                                .await?;
-                            initialized = false;
-                            break;
-                        }
-                        let started = self.notes.get(&(true, c.name.clone())).is_none_or(|n| n.started);
-                        if started {
-                            continue;
-                        }
-                    }
-                    initialized = false;
-                }
-                Some(l) if l.exit_code == 0 && !sidecar => {
-                    self.notes.entry((true, c.name.clone())).or_default().waiting = None;
-                    continue;
-                }
-                Some(_) => {
-                    if policy != "Never" || sidecar {
-                        self.restart_with_backoff(pod, c, true, &instances, &sandbox, &pod_ip)
-                            .await?;
-                    }
-                    initialized = false;
-                }
-            }
-            if !initialized {
-                break;
-            }
-        }
-
-        if initialized {
-            for c in &spec.containers {
-                let instances: Vec<ContainerRecord> = rt.instances(&c.name, false).into_iter().cloned().collect();
-                match instances.first() {
-                    None => self.start_container(pod, c, false, 0, &sandbox, &pod_ip).await?,
-                    Some(l) if l.state == RunState::Created => {
-                        docker::remove(self.docker(), &l.id).await?;
-                        self.start_container(pod, c, false, l.restart_count, &sandbox, &pod_ip)
-                            .await?;
-                    }
-                    Some(l) if l.state == RunState::Running => {
-                        if self.check_running(pod, c, false, l).await? {
-                            self.replace_container(pod, c, false, &instances, &sandbox, &pod_ip)
-                                .await?;
-                        }
-                    }
-                    Some(l) => {
-                        let restart = match policy.as_str() {
-                            "Always" => true,
-                            "OnFailure" => l.exit_code != 0,
-                            _ => false,
-                        };
-                        if restart {
-                            self.restart_with_backoff(pod, c, false, &instances, &sandbox, &pod_ip)
-                                .await?;
-                        }
-                    }
-                }
-            }
-        }
-        // Ephemeral containers: started once each, whether or not initialization is done (as
-        // upstream), never restarted.
-        for ec in spec.ephemeral_containers.iter().flatten() {
-            if !rt.instances(&ec.name, false).is_empty() {
-                continue;
-            }
-            let Some(c) = ephemeral_as_container(ec) else {
-                continue;
-            };
-            // The target's PID namespace, when it runs (upstream's targetContainerName).
-            let target = ec.target_container_name.as_deref().filter(|t| !t.is_empty()).map(|t| {
-                rt.instances(t, false)
-                    .into_iter()
-                    .chain(rt.instances(t, true))
-                    .find(|r| r.state == RunState::Running)
-                    .map(|r| r.id.clone())
-                    .unwrap_or_default()
-            });
-            self.start_container_as(pod, &c, false, 0, &sandbox, &pod_ip, Some(target.as_deref()))
-                .await?;
-        }
+        // The containers, decided again on the runtime the sandbox step left.
+        let actions = self.decide(pod, &rt, false);
+        self.apply(pod, &spec, &actions, &sandbox, &pod_ip).await?;
         let rt = if started_empty {
             let mut rt = PodRuntime {
                 sandboxes: vec![sandbox],
@@ -801,9 +687,10 @@ impl PodWorker {
         labels
     }
 
-    /// Creates and starts the pod's sandbox; returns its container id.
-    async fn create_sandbox(&mut self, pod: &Pod, spec: &PodSpec, rt: &PodRuntime) -> anyhow::Result<String> {
-        if !rt.sandboxes.is_empty() {
+    /// Creates and starts the pod's sandbox, after stopping what ran in the one it replaces;
+    /// returns its container id.
+    async fn create_sandbox(&mut self, pod: &Pod, spec: &PodSpec, change: &SandboxChange) -> anyhow::Result<String> {
+        if change.changed {
             self.event(
                 pod,
                 None,
@@ -811,20 +698,15 @@ impl PodWorker {
                 "SandboxChanged",
                 "Pod sandbox changed, it will be killed and re-created.".into(),
             );
-            for c in &rt.containers {
-                if c.state == RunState::Running {
-                    docker::stop(self.docker(), &c.id, grace_seconds(pod)).await?;
-                }
-                if c.init {
-                    docker::remove(self.docker(), &c.id).await?;
-                }
+            for id in &change.stop {
+                docker::stop(self.docker(), id, grace_seconds(pod)).await?;
             }
-            for s in &rt.sandboxes {
-                docker::remove(self.docker(), &s.id).await?;
+            for id in &change.remove {
+                docker::remove(self.docker(), id).await?;
             }
             self.probes.clear();
         }
-        let attempt = rt.next_sandbox_attempt();
+        let attempt = change.attempt;
         let name = pod.metadata.name.clone().unwrap_or_default();
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let mut labels = self.base_labels(pod, docker::TYPE_SANDBOX);
@@ -933,41 +815,131 @@ impl PodWorker {
         Ok(created.id)
     }
 
-    /// Kills a running container whose probe asked for a restart or whose spec changed.
-    async fn check_running(
+    /// Decides this pass's actions from what was observed.
+    fn decide(&self, pod: &Pod, rt: &PodRuntime, terminal: bool) -> PodActions {
+        let probes: HashMap<String, Option<String>> = self
+            .probes
+            .iter()
+            .map(|(id, run)| (id.clone(), run.state.lock().restart.clone()))
+            .collect();
+        let backoff: HashMap<Key, BackoffState> = self
+            .backoff
+            .iter()
+            .map(|(k, b)| {
+                (
+                    k.clone(),
+                    BackoffState {
+                        duration: b.duration,
+                        since_update: b.last_update.elapsed(),
+                    },
+                )
+            })
+            .collect();
+        actions::compute_pod_actions(
+            pod,
+            &Observed {
+                runtime: rt,
+                probes: &probes,
+                notes: &self.notes,
+                backoff: &backoff,
+                now: jiff::Timestamp::now(),
+                terminal,
+            },
+        )
+    }
+
+    /// Carries out the containers' actions: kills first, then starts, as upstream.
+    async fn apply(
         &mut self,
         pod: &Pod,
-        c: &Container,
-        init: bool,
-        latest: &ContainerRecord,
-    ) -> anyhow::Result<bool> {
-        let restart = self.probes.get(&latest.id).and_then(|p| p.state.lock().restart.clone());
-        let changed = !latest.hash.is_empty() && latest.hash != container_hash(c);
-        let spec_change = restart.is_none() && changed;
-        let message = match (restart, changed) {
-            (Some(m), _) => m,
-            (None, true) => format!("Container {} definition changed, will be restarted", c.name),
-            (None, false) => {
-                if !self.probes.contains_key(&latest.id) {
-                    // Adopted after an agent restart: probes start again from scratch.
-                    self.start_probes(pod, c, &latest.id, None);
-                }
-                return Ok(false);
+        spec: &PodSpec,
+        actions: &PodActions,
+        sandbox: &ContainerRecord,
+        pod_ip: &str,
+    ) -> anyhow::Result<()> {
+        let def = |init: bool, index: usize| -> Option<&Container> {
+            if init {
+                spec.init_containers.as_ref()?.get(index)
+            } else {
+                spec.containers.get(index)
             }
         };
-        // A liveness or startup probe may carry its own grace period.
-        let probe_grace = if spec_change {
-            None
-        } else {
-            [c.liveness_probe.as_ref(), c.startup_probe.as_ref()]
-                .into_iter()
-                .flatten()
-                .find_map(|p| p.termination_grace_period_seconds)
-        };
-        let grace = probe_grace.unwrap_or_else(|| grace_seconds(pod));
-        self.kill_container(pod, c, init, &latest.id, grace, &message).await?;
-        // A changed spec restarts the container whatever the restart policy (as upstream).
-        Ok(spec_change)
+        for index in &actions.init_done {
+            if let Some(c) = def(true, *index) {
+                self.notes.entry((true, c.name.clone())).or_default().waiting = None;
+            }
+        }
+        for (init, index, id) in &actions.start_probes {
+            if let Some(c) = def(*init, *index) {
+                // Adopted after an agent restart: probes start again from scratch.
+                self.start_probes(pod, c, id, None);
+            }
+        }
+        for kill in &actions.containers_to_kill {
+            if let Some(c) = def(kill.init, kill.index) {
+                self.kill_container(pod, c, kill.init, &kill.id, kill.grace_seconds, &kill.message)
+                    .await?;
+            }
+        }
+        for waiting in &actions.backing_off {
+            let Some(c) = def(waiting.init, waiting.index) else {
+                continue;
+            };
+            let key = (waiting.init, c.name.clone());
+            let message = format!(
+                "back-off {} restarting failed container={} pod={}",
+                go_duration(waiting.duration),
+                c.name,
+                format_pod(pod)
+            );
+            let note = self.notes.entry(key.clone()).or_default();
+            if note.waiting.as_ref().map(|w| w.0.as_str()) != Some("CrashLoopBackOff") {
+                self.event(
+                    pod,
+                    Some((waiting.init, &c.name)),
+                    WARNING,
+                    "BackOff",
+                    format!(
+                        "Back-off restarting failed container {} in pod {}",
+                        c.name,
+                        format_pod(pod)
+                    ),
+                );
+            }
+            self.notes.entry(key).or_default().waiting = Some(("CrashLoopBackOff".into(), message));
+        }
+        for start in &actions.containers_to_start {
+            let Some(c) = def(start.init, start.index) else {
+                continue;
+            };
+            if let Some(duration) = start.backoff {
+                self.backoff.insert(
+                    (start.init, c.name.clone()),
+                    Backoff {
+                        duration,
+                        last_update: Instant::now(),
+                    },
+                );
+            }
+            for id in &start.remove {
+                docker::remove(self.docker(), id).await?;
+            }
+            self.start_container(pod, c, start.init, start.restart_count, sandbox, pod_ip)
+                .await?;
+        }
+        for start in &actions.ephemeral_to_start {
+            let Some(c) = spec
+                .ephemeral_containers
+                .as_ref()
+                .and_then(|e| e.get(start.index))
+                .and_then(actions::ephemeral_as_container)
+            else {
+                continue;
+            };
+            self.start_container_as(pod, &c, false, 0, sandbox, pod_ip, Some(start.target.as_deref()))
+                .await?;
+        }
+        Ok(())
     }
 
     async fn kill_container(
@@ -1032,100 +1004,16 @@ impl PodWorker {
         let pod_for_events = pod.clone();
         let name = c.name.clone();
         let on_failure: probes::FailureHook = Arc::new(move |kind: ProbeKind, message: &str| {
-            recorder.pod_event(
-                &pod_for_events,
-                Some(container_field_path(false, &name)),
+            recorder.record(
+                events::pod_reference(&pod_for_events, Some(container_field_path(false, &name))),
                 WARNING,
                 "Unhealthy",
+                None,
                 format!("{} probe failed: {message}", kind.name()),
             );
         });
         let tasks = probes::start(target, state.clone(), self.wake.clone(), on_failure);
         self.probes.insert(id.to_string(), ProbeRun { state, tasks });
-    }
-
-    /// Starts the next instance of a container right away (its spec changed), keeping only the
-    /// instance it replaces.
-    async fn replace_container(
-        &mut self,
-        pod: &Pod,
-        c: &Container,
-        init: bool,
-        instances: &[ContainerRecord],
-        sandbox: &ContainerRecord,
-        pod_ip: &str,
-    ) -> anyhow::Result<()> {
-        let Some(latest) = instances.first() else {
-            return Ok(());
-        };
-        for old in instances.iter().skip(1) {
-            docker::remove(self.docker(), &old.id).await?;
-        }
-        self.start_container(pod, c, init, latest.restart_count + 1, sandbox, pod_ip)
-            .await
-    }
-
-    /// Restarts an exited container unless it is in back-off. `instances` is newest first and not empty.
-    async fn restart_with_backoff(
-        &mut self,
-        pod: &Pod,
-        c: &Container,
-        init: bool,
-        instances: &[ContainerRecord],
-        sandbox: &ContainerRecord,
-        pod_ip: &str,
-    ) -> anyhow::Result<()> {
-        let Some(latest) = instances.first() else {
-            return Ok(());
-        };
-        let key = (init, c.name.clone());
-        let finished = latest.finished_at.unwrap_or_else(jiff::Timestamp::now);
-        let since_finish = Duration::from_secs(jiff::Timestamp::now().duration_since(finished).as_secs().max(0) as u64);
-        if let Some(b) = self.backoff.get(&key) {
-            if b.last_update.elapsed() > MAX_BACKOFF * 2 {
-                self.backoff.remove(&key);
-            } else if since_finish < b.duration {
-                let message = format!(
-                    "back-off {} restarting failed container={} pod={}",
-                    go_duration(b.duration),
-                    c.name,
-                    format_pod(pod)
-                );
-                let note = self.notes.entry(key.clone()).or_default();
-                if note.waiting.as_ref().map(|w| w.0.as_str()) != Some("CrashLoopBackOff") {
-                    self.event(
-                        pod,
-                        Some((init, &c.name)),
-                        WARNING,
-                        "BackOff",
-                        format!(
-                            "Back-off restarting failed container {} in pod {}",
-                            c.name,
-                            format_pod(pod)
-                        ),
-                    );
-                }
-                self.notes.entry(key).or_default().waiting = Some(("CrashLoopBackOff".into(), message));
-                return Ok(());
-            }
-        }
-        let next = match self.backoff.get(&key) {
-            Some(b) => (b.duration * 2).min(MAX_BACKOFF),
-            None => INITIAL_BACKOFF,
-        };
-        self.backoff.insert(
-            key.clone(),
-            Backoff {
-                duration: next,
-                last_update: Instant::now(),
-            },
-        );
-        // Keep the newest dead instance (for lastState and `logs --previous`), drop older ones.
-        for old in instances.iter().skip(1) {
-            docker::remove(self.docker(), &old.id).await?;
-        }
-        self.start_container(pod, c, init, latest.restart_count + 1, sandbox, pod_ip)
-            .await
     }
 
     /// Resolves the image per imagePullPolicy; `Ok(false)` means the container must wait.
@@ -1544,66 +1432,24 @@ impl PodWorker {
             r?;
         }
         self.probes.clear();
-        for s in rt.sandboxes.iter().filter(|s| s.state == RunState::Running) {
-            docker::kill(self.docker(), &s.id).await?;
-        }
-        Ok(())
+        cleanup::kill_sandboxes(self.docker(), &rt).await
     }
 
     /// The API object is gone (force deletion): stop and remove everything.
-    async fn teardown(&mut self, pod: Option<&Pod>) -> anyhow::Result<()> {
-        let rt = self.runtime().await?;
-        let grace = pod.map(grace_seconds).or_else(|| {
-            rt.containers
-                .iter()
-                .chain(&rt.sandboxes)
-                .find_map(|c| c.labels.get(docker::LABEL_GRACE)?.parse().ok())
-        });
-        let grace = grace.unwrap_or(30);
-        for c in rt.containers.iter().filter(|c| c.state == RunState::Running) {
-            docker::stop(self.docker(), &c.id, grace).await?;
-        }
+    async fn teardown(&mut self) -> anyhow::Result<()> {
         self.cleanup().await
     }
 
     async fn cleanup(&mut self) -> anyhow::Result<()> {
         self.probes.clear();
-        cleanup_pod(&self.ctx.docker, self.ctx.owner(), &self.ctx.data_dir, &self.uid).await
-    }
-}
-
-/// Removes every container, tmpfs volume and the directory of a pod.
-pub async fn cleanup_pod(
-    docker: &Docker,
-    owner: docker::Owner<'_>,
-    data_dir: &std::path::Path,
-    uid: &str,
-) -> anyhow::Result<()> {
-    let rt = docker::pod_runtime(docker, owner, uid).await?;
-    for c in rt.containers.iter().chain(&rt.sandboxes) {
-        docker::remove(docker, &c.id).await?;
-    }
-    let filters = HashMap::from([("label".to_string(), vec![format!("{}={uid}", docker::LABEL_POD_UID)])]);
-    let options = bollard::query_parameters::ListVolumesOptionsBuilder::default()
-        .filters(&filters)
-        .build();
-    if let Ok(list) = docker.list_volumes(Some(options)).await {
-        for v in list.volumes.unwrap_or_default() {
-            let _ = docker
-                .remove_volume(&v.name, None::<bollard::query_parameters::RemoveVolumeOptions>)
-                .await;
-        }
-    }
-    let dir = volumes::pod_dir(data_dir, uid);
-    // Removing the directory must never reach through a subPath mount into a volume's data.
-    let subpaths = dir.clone();
-    tokio::task::spawn_blocking(move || crate::subpath::cleanup(&subpaths))
+        cleanup::remove_pod(
+            &self.ctx.docker,
+            self.ctx.owner(),
+            &self.ctx.data_dir,
+            &self.uid,
+            Grace::Labelled,
+        )
         .await
-        .context("unmounting subPath mounts")??;
-    match tokio::fs::remove_dir_all(&dir).await {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("removing {}", dir.display())),
     }
 }
 
@@ -1649,19 +1495,5 @@ mod tests {
                 .unwrap_err()
                 .contains("non-numeric user (nobody)")
         );
-    }
-
-    #[test]
-    fn hash_ignores_resources() {
-        let a = Container {
-            name: "a".into(),
-            image: Some("busybox".into()),
-            ..Default::default()
-        };
-        let mut b = a.clone();
-        b.resources = Some(Default::default());
-        assert_eq!(container_hash(&a), container_hash(&b));
-        b.image = Some("busybox:1".into());
-        assert_ne!(container_hash(&a), container_hash(&b));
     }
 }

@@ -16,7 +16,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
 use skiff_agent::docker::{self, RunState};
-use skiff_agent::events::Recorder;
+use skiff_agent::events;
 use skiff_agent::worker::{self, Ctx};
 use tokio::sync::{OnceCell, oneshot, watch};
 
@@ -190,7 +190,7 @@ impl Harness {
             cluster: TEST_CLUSTER.into(),
             data_dir,
             host_ip: "127.0.0.1".into(),
-            recorder: Recorder::new(client.clone(), &node),
+            recorder: events::kubelet(client.clone(), &node),
             allocatable_cpu_milli: 2000,
             allocatable_memory: 1 << 30,
             allocatable_storage: 1 << 34,

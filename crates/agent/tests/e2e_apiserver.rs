@@ -208,9 +208,9 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
     .await;
 
     // Pod startup latency through the whole path (API, watch, agent, Docker).
-    let report = skiff_agent::bench_startup(
+    let report = skiff_bench::bench_startup(
         client.clone(),
-        skiff_agent::StartupBench {
+        skiff_bench::StartupBench {
             pods: std::env::var("BENCH_PODS")
                 .ok()
                 .and_then(|v| v.parse().ok())

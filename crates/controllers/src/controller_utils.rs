@@ -18,11 +18,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
@@ -583,103 +583,9 @@ pub fn new_controller_ref(owner: &ObjectMeta, api_version: &str, kind: &str) -> 
     }
 }
 
-/// A recorded Event: its namespace, name and count.
-type SeenEvent = (String, String, i32);
-
-/// Records core/v1 Events as one component; failures are only logged.
-#[derive(Clone)]
-pub struct Recorder {
-    client: kube::Client,
-    component: &'static str,
-    /// Events already recorded, by object uid, type, reason and message: repeats bump the
-    /// count of the same Event, as upstream's event correlator does.
-    seen: Arc<parking_lot::Mutex<HashMap<String, SeenEvent>>>,
-}
-
-impl Recorder {
-    pub fn new(client: kube::Client, component: &'static str) -> Self {
-        Recorder {
-            client,
-            component,
-            seen: Default::default(),
-        }
-    }
-
-    /// Record an event about `obj` (`type_` is `Normal` or `Warning`).
-    pub async fn event<K>(&self, obj: &K, type_: &str, reason: &str, message: &str)
-    where
-        K: kube::Resource<DynamicType = ()>,
-    {
-        let meta = obj.meta();
-        let involved = ObjectReference {
-            api_version: Some(K::api_version(&()).to_string()),
-            kind: Some(K::kind(&()).to_string()),
-            name: meta.name.clone(),
-            namespace: meta.namespace.clone(),
-            uid: meta.uid.clone(),
-            resource_version: meta.resource_version.clone(),
-            ..Default::default()
-        };
-        self.event_on(involved, type_, reason, message).await
-    }
-
-    /// Record an event about the object `involved` names (for objects of any kind, such as the
-    /// garbage collector's).
-    pub async fn event_on(&self, involved: ObjectReference, type_: &str, reason: &str, message: &str) {
-        let ns = involved.namespace.clone().unwrap_or_else(|| "default".to_string());
-        let name = involved.name.clone().unwrap_or_default();
-        let t = jiff::Timestamp::now();
-        let seen_key = format!(
-            "{}/{type_}/{reason}/{message}",
-            involved.uid.as_deref().unwrap_or_default()
-        );
-        let repeat = self.seen.lock().get(&seen_key).cloned();
-        if let Some((ev_ns, ev_name, count)) = repeat {
-            let api: Api<Event> = Api::namespaced(self.client.clone(), &ev_ns);
-            let patch = json!({"count": count + 1, "lastTimestamp": Time(t)});
-            if api
-                .patch(&ev_name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .is_ok()
-            {
-                self.seen.lock().insert(seen_key, (ev_ns, ev_name, count + 1));
-                return;
-            }
-        }
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(format!("{name}.{:x}", t.as_nanosecond())),
-                namespace: Some(ns.clone()),
-                ..Default::default()
-            },
-            involved_object: involved,
-            reason: Some(reason.to_string()),
-            message: Some(message.to_string()),
-            type_: Some(type_.to_string()),
-            source: Some(EventSource {
-                component: Some(self.component.to_string()),
-                host: None,
-            }),
-            reporting_component: Some(self.component.to_string()),
-            reporting_instance: Some(self.component.to_string()),
-            first_timestamp: Some(Time(t)),
-            last_timestamp: Some(Time(t)),
-            count: Some(1),
-            ..Default::default()
-        };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
-        match api.create(&PostParams::default(), &event).await {
-            Ok(created) => {
-                let mut seen = self.seen.lock();
-                if seen.len() > 4096 {
-                    seen.clear();
-                }
-                seen.insert(seen_key, (ns, created.metadata.name.unwrap_or_default(), 1));
-            }
-            Err(e) => tracing::debug!(component = self.component, reason, error = %e, "recording an event failed"),
-        }
-    }
-}
+/// Records core/v1 Events as one component: the one recorder every component uses
+/// (`skiff_record`: upstream's correlator, a bounded queue, never waiting for the write).
+pub use skiff_record::EventRecorder as Recorder;
 
 // ---- pods ----
 

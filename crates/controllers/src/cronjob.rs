@@ -33,7 +33,7 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
         cu::controller_key(&j.metadata, "CronJob").into_iter().collect()
     });
     let ctx = Ctx {
-        recorder: Recorder::new(client.clone(), COMPONENT),
+        recorder: Recorder::for_component(client.clone(), COMPONENT),
         client,
     };
     queue.run("cronjob", |key| sync(&ctx, key)).await
@@ -352,14 +352,12 @@ async fn sync_cronjob(
         }
         let jname = r.name.clone().unwrap_or_default();
         if jobs_api.get_opt(&jname).await?.is_none() {
-            ctx.recorder
-                .event(
-                    &*cj,
-                    "Normal",
-                    "MissingJob",
-                    &format!("Active job went missing: {jname}"),
-                )
-                .await;
+            ctx.recorder.event(
+                &*cj,
+                "Normal",
+                "MissingJob",
+                format!("Active job went missing: {jname}"),
+            );
             remove_active(cj, r.uid.as_deref());
         }
     }
@@ -369,11 +367,11 @@ async fn sync_cronjob(
         let found = in_active(cj, juid);
         if !found && !is_finished(j) {
             let msg = format!("Saw a job that the controller did not create or forgot: {jname}");
-            ctx.recorder.event(&*cj, "Warning", "UnexpectedJob", &msg).await;
+            ctx.recorder.event(&*cj, "Warning", "UnexpectedJob", &msg);
         } else if found && let Some(cond) = job_condition(j) {
             remove_active(cj, juid);
             let msg = format!("Saw completed job: {jname}, condition: {cond}");
-            ctx.recorder.event(&*cj, "Normal", "SawCompletedJob", &msg).await;
+            ctx.recorder.event(&*cj, "Normal", "SawCompletedJob", &msg);
         }
         if job_condition(j) == Some("Complete")
             && let Some(done) = j.status.as_ref().and_then(|s| s.completion_time.clone())
@@ -392,14 +390,14 @@ async fn sync_cronjob(
         && jiff::tz::TimeZone::get(tz).is_err()
     {
         let msg = format!("invalid timeZone: {tz:?}: unknown time zone {tz}");
-        ctx.recorder.event(&*cj, "Warning", "UnknownTimeZone", &msg).await;
+        ctx.recorder.event(&*cj, "Warning", "UnknownTimeZone", &msg);
         return Ok(None);
     }
     let sched = match Schedule::parse(&spec.schedule, spec.time_zone.as_deref()) {
         Ok(s) => s,
         Err(e) => {
             let msg = format!("unparseable schedule: {:?} : {e}", spec.schedule);
-            ctx.recorder.event(&*cj, "Warning", "UnparseableSchedule", &msg).await;
+            ctx.recorder.event(&*cj, "Warning", "UnparseableSchedule", &msg);
             return Ok(None);
         }
     };
@@ -413,7 +411,7 @@ async fn sync_cronjob(
         let msg = format!(
             "too many missed start times: {missed}. Set or decrease .spec.startingDeadlineSeconds or check clock skew"
         );
-        ctx.recorder.event(&*cj, "Warning", "TooManyMissedTimes", &msg).await;
+        ctx.recorder.event(&*cj, "Warning", "TooManyMissedTimes", &msg);
     }
     let Some(scheduled) = scheduled else {
         return Ok(after);
@@ -425,7 +423,7 @@ async fn sync_cronjob(
             "Missed scheduled time to start a job: {}",
             scheduled.strftime("%a, %d %b %Y %H:%M:%S %z")
         );
-        ctx.recorder.event(&*cj, "Warning", "MissSchedule", &msg).await;
+        ctx.recorder.event(&*cj, "Warning", "MissSchedule", &msg);
         return Ok(after);
     }
     let cj_name = cj.metadata.name.clone().unwrap_or_default();
@@ -447,14 +445,12 @@ async fn sync_cronjob(
     let policy = spec.concurrency_policy.as_deref().unwrap_or("Allow");
     let active_now: Vec<ObjectReference> = cj.status.as_ref().and_then(|s| s.active.clone()).unwrap_or_default();
     if policy == "Forbid" && !active_now.is_empty() {
-        ctx.recorder
-            .event(
-                &*cj,
-                "Normal",
-                "JobAlreadyActive",
-                "Not starting job because prior execution is running and concurrency policy is Forbid",
-            )
-            .await;
+        ctx.recorder.event(
+            &*cj,
+            "Normal",
+            "JobAlreadyActive",
+            "Not starting job because prior execution is running and concurrency policy is Forbid",
+        );
         return Ok(after);
     }
     if policy == "Replace" {
@@ -462,8 +458,7 @@ async fn sync_cronjob(
             let jname = r.name.clone().unwrap_or_default();
             cu::delete_ignoring_missing(jobs_api, &jname, &DeleteParams::background()).await?;
             ctx.recorder
-                .event(&*cj, "Normal", "SuccessfulDelete", &format!("Deleted job {jname}"))
-                .await;
+                .event(&*cj, "Normal", "SuccessfulDelete", format!("Deleted job {jname}"));
             remove_active(cj, r.uid.as_deref());
         }
     }
@@ -473,13 +468,12 @@ async fn sync_cronjob(
         Err(e) if cu::is_already_exists(&e) => return Ok(after),
         Err(e) => {
             let msg = format!("Error creating job: {}", crate::replicaset::api_message(&e));
-            ctx.recorder.event(&*cj, "Warning", "FailedCreate", &msg).await;
+            ctx.recorder.event(&*cj, "Warning", "FailedCreate", &msg);
             return Err(e.into());
         }
     };
     ctx.recorder
-        .event(&*cj, "Normal", "SuccessfulCreate", &format!("Created job {name}"))
-        .await;
+        .event(&*cj, "Normal", "SuccessfulCreate", format!("Created job {name}"));
     let status = cj.status.get_or_insert_with(Default::default);
     status.active.get_or_insert_with(Vec::new).push(job_ref(&created));
     status.last_schedule_time = Some(Time(scheduled));
@@ -541,8 +535,7 @@ async fn cleanup_finished(ctx: &Ctx, cj: &mut CronJob, jobs: &[Job], jobs_api: &
             let jname = j.metadata.name.clone().unwrap_or_default();
             cu::delete_ignoring_missing(jobs_api, &jname, &DeleteParams::background()).await?;
             ctx.recorder
-                .event(&*cj, "Normal", "SuccessfulDelete", &format!("Deleted job {jname}"))
-                .await;
+                .event(&*cj, "Normal", "SuccessfulDelete", format!("Deleted job {jname}"));
             remove_active(cj, j.metadata.uid.as_deref());
         }
     }

@@ -59,7 +59,7 @@ pub async fn run(client: kube::Client, informers: crate::informers::SharedInform
         },
     );
     let ctx = Ctx {
-        recorder: Recorder::new(client.clone(), COMPONENT),
+        recorder: Recorder::for_component(client.clone(), COMPONENT),
         client,
     };
     queue.run("daemonset", |key| sync(&ctx, key)).await
@@ -225,14 +225,12 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
     };
     let selector = cu::selector_of(Some(&spec.selector));
     if selector.is_empty() {
-        ctx.recorder
-            .event(
-                &ds,
-                "Warning",
-                "SelectingAll",
-                "This daemon set is selecting all pods. A non-empty selector is required.",
-            )
-            .await;
+        ctx.recorder.event(
+            &ds,
+            "Warning",
+            "SelectingAll",
+            "This daemon set is selecting all pods. A non-empty selector is required.",
+        );
         return Ok(None);
     }
     let nodes = Api::<Node>::all(ctx.client.clone())
@@ -314,7 +312,7 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
                         ns,
                         p.metadata.name.clone().unwrap_or_default()
                     );
-                    ctx.recorder.event(&ds, "Warning", "FailedDaemonPod", &msg).await;
+                    ctx.recorder.event(&ds, "Warning", "FailedDaemonPod", &msg);
                     delete.push(p);
                     continue;
                 }
@@ -538,11 +536,11 @@ async fn sync_nodes(
         match pods_api.create(&PostParams::default(), &pod).await {
             Ok(p) => {
                 let msg = format!("Created pod: {}", p.metadata.name.unwrap_or_default());
-                ctx.recorder.event(ds, "Normal", "SuccessfulCreate", &msg).await;
+                ctx.recorder.event(ds, "Normal", "SuccessfulCreate", &msg);
             }
             Err(e) => {
                 let msg = format!("Error creating: {}", crate::replicaset::api_message(&e));
-                ctx.recorder.event(ds, "Warning", "FailedCreate", &msg).await;
+                ctx.recorder.event(ds, "Warning", "FailedCreate", &msg);
                 first_err.get_or_insert(e);
             }
         }
@@ -552,13 +550,12 @@ async fn sync_nodes(
         match pods_api.delete(&pname, &DeleteParams::default()).await {
             Ok(_) => {
                 ctx.recorder
-                    .event(ds, "Normal", "SuccessfulDelete", &format!("Deleted pod: {pname}"))
-                    .await;
+                    .event(ds, "Normal", "SuccessfulDelete", format!("Deleted pod: {pname}"));
             }
             Err(e) if cu::is_not_found(&e) => {}
             Err(e) => {
                 let msg = format!("Error deleting: {}", crate::replicaset::api_message(&e));
-                ctx.recorder.event(ds, "Warning", "FailedDelete", &msg).await;
+                ctx.recorder.event(ds, "Warning", "FailedDelete", &msg);
                 first_err.get_or_insert(e);
             }
         }

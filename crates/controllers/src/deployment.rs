@@ -117,7 +117,7 @@ pub async fn run(client: kube::Client, informers: SharedInformerFactory) -> anyh
     replicasets.wait_synced().await;
     pods.wait_synced().await;
     let ctx = Ctx {
-        recorder: Recorder::new(client.clone(), COMPONENT),
+        recorder: Recorder::for_component(client.clone(), COMPONENT),
         client,
         deployments,
         replicasets,
@@ -525,15 +525,12 @@ impl Syncer<'_> {
         let spec = self.d.spec.clone().unwrap_or_default();
         let selector = cu::selector_of(Some(&spec.selector));
         if selector.is_empty() {
-            self.ctx
-                .recorder
-                .event(
-                    &self.d,
-                    "Warning",
-                    "SelectingAll",
-                    "This deployment is selecting all pods. A non-empty selector is required.",
-                )
-                .await;
+            self.ctx.recorder.event(
+                &self.d,
+                "Warning",
+                "SelectingAll",
+                "This deployment is selecting all pods. A non-empty selector is required.",
+            );
             if self.d.status.as_ref().and_then(|s| s.observed_generation) < self.d.metadata.generation {
                 self.d.status.get_or_insert_with(Default::default).observed_generation = self.d.metadata.generation;
                 self.update_status().await?;
@@ -745,8 +742,7 @@ impl Syncer<'_> {
                     );
                     self.ctx
                         .recorder
-                        .event(&self.d, "Warning", FAILED_RS_CREATE_REASON, &msg)
-                        .await;
+                        .event(&self.d, "Warning", FAILED_RS_CREATE_REASON, &msg);
                     self.update_status().await?;
                 }
                 return Err(e.into());
@@ -754,10 +750,7 @@ impl Syncer<'_> {
         };
         if new_replicas > 0 {
             let msg = format!("Scaled up replica set {rs_name} from 0 to {new_replicas}");
-            self.ctx
-                .recorder
-                .event(&self.d, "Normal", "ScalingReplicaSet", &msg)
-                .await;
+            self.ctx.recorder.event(&self.d, "Normal", "ScalingReplicaSet", &msg);
         }
         self.set_deployment_revision(&new_revision.to_string()).await?;
         if has_progress_deadline(&self.d) {
@@ -790,10 +783,7 @@ impl Syncer<'_> {
         if size_changed {
             let op = if old_scale < new_scale { "up" } else { "down" };
             let msg = format!("Scaled {op} replica set {name} from {old_scale} to {new_scale}");
-            self.ctx
-                .recorder
-                .event(&self.d, "Normal", "ScalingReplicaSet", &msg)
-                .await;
+            self.ctx.recorder.event(&self.d, "Normal", "ScalingReplicaSet", &msg);
         }
         Ok(size_changed)
     }

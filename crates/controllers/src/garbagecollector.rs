@@ -309,7 +309,7 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
             }
         });
     }
-    let recorder = Recorder::new(client.clone(), COMPONENT);
+    let recorder = Recorder::for_component(client.clone(), COMPONENT);
     let mut graph = Graph::default();
     let far = Duration::from_secs(3600);
     loop {
@@ -377,9 +377,7 @@ async fn report_invalid_namespace_owner_ref(recorder: &Recorder, uid: &str, dep:
         describe_owner(owner, &dep.namespace),
         dep.namespace
     );
-    recorder
-        .event_on(involved, "Warning", "OwnerRefInvalidNamespace", &message)
-        .await;
+    recorder.record(involved, "Warning", "OwnerRefInvalidNamespace", None, &message);
 }
 
 /// The served resource an ownerReference names (group, version and kind, as upstream's REST

@@ -37,7 +37,7 @@ pub async fn run(client: kube::Client, informers: crate::informers::SharedInform
         })
     });
     let ctx = Ctx {
-        recorder: Recorder::new(client.clone(), COMPONENT),
+        recorder: Recorder::for_component(client.clone(), COMPONENT),
         client,
     };
     queue.run("job", |key| sync(&ctx, key)).await
@@ -327,7 +327,7 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
         failed += delete_pods(ctx, &job, &pods_api, &active).await? as i32;
         set_condition(&mut status, new_condition("FailureTarget", "True", reason, message));
         set_condition(&mut status, new_condition("Failed", "True", reason, message));
-        ctx.recorder.event(&job, "Warning", reason, message).await;
+        ctx.recorder.event(&job, "Warning", reason, message);
         status.active = None;
         status.ready = Some(0);
     } else if complete {
@@ -340,7 +340,7 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
         set_condition(&mut status, new_condition("SuccessCriteriaMet", "True", reason, msg));
         set_condition(&mut status, new_condition("Complete", "True", reason, msg));
         status.completion_time = Some(cu::now());
-        ctx.recorder.event(&job, "Normal", "Completed", "Job completed").await;
+        ctx.recorder.event(&job, "Normal", "Completed", "Job completed");
         status.active = None;
         status.ready = Some(0);
     } else {
@@ -452,8 +452,7 @@ async fn delete_pods(ctx: &Ctx, job: &Job, pods_api: &Api<Pod>, pods: &[&Pod]) -
             Ok(_) => {
                 n += 1;
                 ctx.recorder
-                    .event(job, "Normal", "SuccessfulDelete", &format!("Deleted pod: {pname}"))
-                    .await;
+                    .event(job, "Normal", "SuccessfulDelete", format!("Deleted pod: {pname}"));
             }
             Err(e) if cu::is_not_found(&e) => {}
             Err(e) => return Err(e.into()),
@@ -509,11 +508,11 @@ async fn create_pods(ctx: &Ctx, job: &Job, pods_api: &Api<Pod>, n: usize, index:
             Ok(p) => {
                 created += 1;
                 let msg = format!("Created pod: {}", p.metadata.name.unwrap_or_default());
-                ctx.recorder.event(job, "Normal", "SuccessfulCreate", &msg).await;
+                ctx.recorder.event(job, "Normal", "SuccessfulCreate", &msg);
             }
             Err(e) => {
                 let msg = format!("Error creating: {}", crate::replicaset::api_message(&e));
-                ctx.recorder.event(job, "Warning", "FailedCreate", &msg).await;
+                ctx.recorder.event(job, "Warning", "FailedCreate", &msg);
                 return Err(e.into());
             }
         }

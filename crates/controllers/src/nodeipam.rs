@@ -354,7 +354,7 @@ pub struct NodeIpam {
 pub async fn run(client: kube::Client, config: NodeIpamConfig) -> anyhow::Result<()> {
     let ipam = std::sync::Arc::new(NodeIpam {
         state: Mutex::new(State::new(config.clone())?),
-        recorder: Recorder::new(client.clone(), EVENT_COMPONENT),
+        recorder: Recorder::for_component(client.clone(), EVENT_COMPONENT),
         client: client.clone(),
     });
     tracing::info!(cluster_cidr = %config.cluster_cidr, node_cidr_mask_size = config.node_cidr_mask_size, "starting the node IPAM controller");
@@ -414,14 +414,12 @@ impl NodeIpam {
             Step::Nothing => Ok(None),
             Step::NotAvailable(node) => {
                 tracing::warn!(node = %name, "{}", CidrSetError::NoCidrsRemaining);
-                self.recorder
-                    .event(
-                        &node,
-                        "Normal",
-                        "CIDRNotAvailable",
-                        &format!("Node {name} status is now: CIDRNotAvailable"),
-                    )
-                    .await;
+                self.recorder.event(
+                    &node,
+                    "Normal",
+                    "CIDRNotAvailable",
+                    format!("Node {name} status is now: CIDRNotAvailable"),
+                );
                 Ok(None)
             }
             Step::Patch(node, cidr) => {
@@ -445,14 +443,12 @@ impl NodeIpam {
                         let invalid = matches!(&e, kube::Error::Api(s) if s.code == 422);
                         if invalid {
                             self.release(&name, cidr);
-                            self.recorder
-                                .event(
-                                    &node,
-                                    "Normal",
-                                    "CIDRAssignmentFailed",
-                                    &format!("Node {name} status is now: CIDRAssignmentFailed"),
-                                )
-                                .await;
+                            self.recorder.event(
+                                &node,
+                                "Normal",
+                                "CIDRAssignmentFailed",
+                                format!("Node {name} status is now: CIDRAssignmentFailed"),
+                            );
                             return Ok(None);
                         }
                         Err(e.into())

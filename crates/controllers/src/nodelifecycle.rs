@@ -486,8 +486,7 @@ impl Monitor {
                 Err(e) => tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "marking the pod not ready"),
             }
             self.recorder
-                .event(&*pod, "Warning", "NodeNotReady", "Node is not ready")
-                .await;
+                .event(&*pod, "Warning", "NodeNotReady", "Node is not ready");
         }
     }
 
@@ -517,7 +516,7 @@ impl Monitor {
             }
             if current.as_deref() != Some("True") && observed.as_deref() == Some("True") {
                 let message = format!("Node {name} status is now: NodeNotReady");
-                self.recorder.event(&**node, "Normal", "NodeNotReady", &message).await;
+                self.recorder.event(&**node, "Normal", "NodeNotReady", &message);
                 self.mark_pods_not_ready(&name, pods).await;
             }
             let excluded = node
@@ -737,7 +736,7 @@ pub async fn run(
     let _ = leases.wait_until_ready().await;
     pods.wait_synced().await;
     let mut monitor = Monitor {
-        recorder: Recorder::new(client.clone(), CONTROLLER_NAME),
+        recorder: Recorder::for_component(client.clone(), CONTROLLER_NAME),
         client,
         config: config.clone(),
         health: HashMap::new(),

@@ -88,7 +88,7 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
         },
     );
     let ctx = Ctx {
-        recorder: Recorder::new(client.clone(), COMPONENT),
+        recorder: Recorder::for_component(client.clone(), COMPONENT),
         client,
         claims,
         claim_queue: claim_queue.clone(),
@@ -294,7 +294,7 @@ async fn sync_unbound_claim(ctx: &Ctx, claim: PersistentVolumeClaim) -> anyhow::
             return Ok(Some(RESYNC));
         } else {
             let msg = "no persistent volumes available for this claim and no storage class is set";
-            ctx.recorder.event(&claim, "Normal", "FailedBinding", msg).await;
+            ctx.recorder.event(&claim, "Normal", "FailedBinding", msg);
         }
         update_claim_status(ctx, claim, CLAIM_PENDING, None).await?;
         return Ok(Some(RESYNC));
@@ -308,7 +308,7 @@ async fn sync_unbound_claim(ctx: &Ctx, claim: PersistentVolumeClaim) -> anyhow::
     if pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()).is_none() {
         if let Err(e) = check_volume_satisfy_claim(&pv, &claim) {
             let msg = format!("Cannot bind to requested volume {wanted:?}: {e}");
-            ctx.recorder.event(&claim, "Warning", "VolumeMismatch", &msg).await;
+            ctx.recorder.event(&claim, "Warning", "VolumeMismatch", &msg);
             update_claim_status(ctx, claim, CLAIM_PENDING, None).await?;
             return Ok(Some(RESYNC));
         }
@@ -322,7 +322,7 @@ async fn sync_unbound_claim(ctx: &Ctx, claim: PersistentVolumeClaim) -> anyhow::
     }
     // Claimed by someone else.
     let msg = format!("volume {wanted:?} already bound to a different claim.");
-    ctx.recorder.event(&claim, "Warning", "FailedBinding", &msg).await;
+    ctx.recorder.event(&claim, "Warning", "FailedBinding", &msg);
     if has_annotation(&claim.metadata, ANN_BOUND_BY_CONTROLLER) {
         // Someone removed bind-completed from a claim this controller bound.
         anyhow::bail!(
@@ -438,7 +438,7 @@ async fn emit_event_for_unbound_delay_binding_claim(ctx: &Ctx, claim: &Persisten
             format!("waiting for pods {} to be scheduled", many.join(",")),
         ),
     };
-    ctx.recorder.event(claim, "Normal", reason, &msg).await;
+    ctx.recorder.event(claim, "Normal", reason, &msg);
     Ok(())
 }
 
@@ -448,14 +448,14 @@ async fn emit_event_for_unbound_delay_binding_claim(ctx: &Ctx, claim: &Persisten
 async fn provision_claim(ctx: &Ctx, claim: PersistentVolumeClaim, class: &str) -> anyhow::Result<()> {
     let Some(sc) = Api::<StorageClass>::all(ctx.client.clone()).get_opt(class).await? else {
         let msg = format!("storageclass.storage.k8s.io {class:?} not found");
-        ctx.recorder.event(&claim, "Warning", "ProvisioningFailed", &msg).await;
+        ctx.recorder.event(&claim, "Warning", "ProvisioningFailed", &msg);
         return Ok(());
     };
     let provisioner = sc.provisioner;
     if provisioner.starts_with("kubernetes.io/") {
         // In-tree provisioner names: none is built in here.
         let msg = format!("no volume plugin matched name: {provisioner}");
-        ctx.recorder.event(&claim, "Warning", "ProvisioningFailed", &msg).await;
+        ctx.recorder.event(&claim, "Warning", "ProvisioningFailed", &msg);
         return Ok(());
     }
     let mut claim = claim;
@@ -477,7 +477,7 @@ async fn provision_claim(ctx: &Ctx, claim: PersistentVolumeClaim, class: &str) -
          system administrator. If volume creation is delayed, please verify that the provisioner is running and \
          correctly registered."
     );
-    ctx.recorder.event(&claim, "Normal", "ExternalProvisioning", &msg).await;
+    ctx.recorder.event(&claim, "Normal", "ExternalProvisioning", &msg);
     Ok(())
 }
 
@@ -550,7 +550,7 @@ async fn update_claim_status_with_event(
         return Ok(());
     }
     let saved = update_claim_status(ctx, claim, phase, None).await?;
-    ctx.recorder.event(&saved, "Warning", reason, message).await;
+    ctx.recorder.event(&saved, "Warning", reason, message);
     Ok(())
 }
 
@@ -603,13 +603,11 @@ async fn sync_volume(ctx: &Ctx, name: String) -> anyhow::Result<Option<Duration>
                     "Cannot bind PersistentVolume to requested PersistentVolumeClaim {:?} due to incompatible volumeMode.",
                     claim_name
                 );
-                ctx.recorder.event(&pv, "Warning", "VolumeMismatch", &volume_msg).await;
+                ctx.recorder.event(&pv, "Warning", "VolumeMismatch", &volume_msg);
                 let claim_msg = format!(
                     "Cannot bind PersistentVolume {name:?} to requested PersistentVolumeClaim due to incompatible volumeMode."
                 );
-                ctx.recorder
-                    .event(&claim, "Warning", "VolumeMismatch", &claim_msg)
-                    .await;
+                ctx.recorder.event(&claim, "Warning", "VolumeMismatch", &claim_msg);
                 return Ok(None);
             }
             // Bound on this side only: the claim's sync finishes it.
@@ -724,9 +722,7 @@ async fn reclaim_volume(ctx: &Ctx, pv: PersistentVolume) -> anyhow::Result<()> {
             if volume_phase(&pv) != VOLUME_FAILED {
                 let saved = update_volume_phase(ctx, pv, VOLUME_FAILED, "").await?;
                 let msg = "Volume has unrecognized PersistentVolumeReclaimPolicy";
-                ctx.recorder
-                    .event(&saved, "Warning", "VolumeUnknownReclaimPolicy", msg)
-                    .await;
+                ctx.recorder.event(&saved, "Warning", "VolumeUnknownReclaimPolicy", msg);
             }
         }
     }

@@ -69,7 +69,7 @@ struct Memory {
 }
 
 pub async fn run(client: kube::Client, config: PodAutoscalerConfig) -> anyhow::Result<()> {
-    let recorder = Recorder::new(client.clone(), CONTROLLER_NAME);
+    let recorder = Recorder::for_component(client.clone(), CONTROLLER_NAME);
     let mut memory: HashMap<String, Memory> = HashMap::new();
     let mut tick = tokio::time::interval(config.sync_period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -123,7 +123,7 @@ async fn reconcile(
             "the HPA controller was unable to get the target's current scale: no matches for kind \"{}\" in group \"{group}\"",
             target.kind
         );
-        recorder.event(&hpa, "Warning", "FailedGetScale", &message).await;
+        recorder.event(&hpa, "Warning", "FailedGetScale", &message);
         conditions.push(("AbleToScale", "False", "FailedGetScale", message));
         return write_status(client, &hpa, None, None, Vec::new(), conditions, None).await;
     };
@@ -143,7 +143,7 @@ async fn reconcile(
         Ok(s) => s,
         Err(e) => {
             let message = format!("the HPA controller was unable to get the target's current scale: {e}");
-            recorder.event(&hpa, "Warning", "FailedGetScale", &message).await;
+            recorder.event(&hpa, "Warning", "FailedGetScale", &message);
             conditions.push(("AbleToScale", "False", "FailedGetScale", message));
             return write_status(client, &hpa, None, None, Vec::new(), conditions, None).await;
         }
@@ -178,7 +178,7 @@ async fn reconcile(
         (min, "Current number of replicas below Spec.MinReplicas".to_string())
     } else if selector.is_empty() {
         let message = "selector is required".to_string();
-        recorder.event(&hpa, "Warning", "SelectorRequired", &message).await;
+        recorder.event(&hpa, "Warning", "SelectorRequired", &message);
         conditions.push((
             "ScalingActive",
             "False",
@@ -201,7 +201,7 @@ async fn reconcile(
                     }
                 }
                 Err((reason, message)) => {
-                    recorder.event(&hpa, "Warning", reason, &message).await;
+                    recorder.event(&hpa, "Warning", reason, &message);
                     first_error.get_or_insert((reason, message));
                 }
             }
@@ -248,7 +248,7 @@ async fn reconcile(
         match scales.replace_scale(&target.name, &PostParams::default(), &s).await {
             Ok(_) => {
                 let message = format!("New size: {desired}; reason: {reason}");
-                recorder.event(&hpa, "Normal", "SuccessfulRescale", &message).await;
+                recorder.event(&hpa, "Normal", "SuccessfulRescale", &message);
                 mem.scale_events.push((now, desired - current));
                 conditions[0] = (
                     "AbleToScale",
@@ -260,7 +260,7 @@ async fn reconcile(
             }
             Err(e) => {
                 let message = format!("New size: {desired}; reason: {reason}; error: {e}");
-                recorder.event(&hpa, "Warning", "FailedRescale", &message).await;
+                recorder.event(&hpa, "Warning", "FailedRescale", &message);
                 conditions[0] = (
                     "AbleToScale",
                     "False",

@@ -132,7 +132,7 @@ pub async fn run(client: kube::Client, informers: SharedInformerFactory) -> anyh
     replicasets.wait_synced().await;
     pods.wait_synced().await;
     let ctx = Ctx {
-        recorder: Recorder::new(client.clone(), COMPONENT),
+        recorder: Recorder::for_component(client.clone(), COMPONENT),
         client,
         replicasets,
         pods,
@@ -302,21 +302,15 @@ async fn manage_replicas(ctx: &Ctx, key: &str, rs: &ReplicaSet, pods: &[Arc<Pod>
         while created < diff {
             let n = batch.min(diff - created);
             let pp = PostParams::default();
-            // Each create's event is written as soon as it succeeds, concurrently with the
-            // batch's other creates (one event at a time would hold the batch back).
-            let results = futures::future::join_all((0..n).map(|_| async {
-                let r = pods_api.create(&pp, &pod).await;
-                if let Ok(p) = &r {
-                    let msg = format!("Created pod: {}", p.metadata.name.as_deref().unwrap_or_default());
-                    ctx.recorder.event(rs, "Normal", "SuccessfulCreate", &msg).await;
-                }
-                r
-            }))
-            .await;
+            // Events are queued to the recorder, never awaited: they do not hold the batch back.
+            let results = futures::future::join_all((0..n).map(|_| pods_api.create(&pp, &pod))).await;
             let mut failed = None;
             for r in results {
                 match r {
-                    Ok(_) => {}
+                    Ok(p) => {
+                        let msg = format!("Created pod: {}", p.metadata.name.unwrap_or_default());
+                        ctx.recorder.event(rs, "Normal", "SuccessfulCreate", &msg);
+                    }
                     Err(e) => {
                         // Never to be observed: expected no more.
                         ctx.expectations.creation_observed(key);
@@ -324,7 +318,7 @@ async fn manage_replicas(ctx: &Ctx, key: &str, rs: &ReplicaSet, pods: &[Arc<Pod>
                             continue;
                         }
                         let msg = format!("Error creating: {}", api_message(&e));
-                        ctx.recorder.event(rs, "Warning", "FailedCreate", &msg).await;
+                        ctx.recorder.event(rs, "Warning", "FailedCreate", &msg);
                         failed = Some(e);
                     }
                 }
@@ -351,7 +345,7 @@ async fn manage_replicas(ctx: &Ctx, key: &str, rs: &ReplicaSet, pods: &[Arc<Pod>
             match pods_api.delete(&pname, &DeleteParams::default()).await {
                 Ok(_) => {
                     let msg = format!("Deleted pod: {pname}");
-                    ctx.recorder.event(rs, "Normal", "SuccessfulDelete", &msg).await;
+                    ctx.recorder.event(rs, "Normal", "SuccessfulDelete", &msg);
                 }
                 Err(e) if cu::is_not_found(&e) => {
                     ctx.expectations.deletion_observed(key, &object_key(&p.metadata));
@@ -360,7 +354,7 @@ async fn manage_replicas(ctx: &Ctx, key: &str, rs: &ReplicaSet, pods: &[Arc<Pod>
                     ctx.expectations.deletion_observed(key, &object_key(&p.metadata));
                     if failed.is_none() {
                         let msg = format!("Error deleting: {}", api_message(&e));
-                        ctx.recorder.event(rs, "Warning", "FailedDelete", &msg).await;
+                        ctx.recorder.event(rs, "Warning", "FailedDelete", &msg);
                         failed = Some(e);
                     }
                 }

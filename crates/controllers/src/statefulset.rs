@@ -59,7 +59,7 @@ pub async fn run(client: kube::Client, informers: crate::informers::SharedInform
         },
     );
     let ctx = Ctx {
-        recorder: Recorder::new(client.clone(), COMPONENT),
+        recorder: Recorder::for_component(client.clone(), COMPONENT),
         client,
         claims,
     };
@@ -483,15 +483,11 @@ async fn record_pod_event(ctx: &Ctx, set: &StatefulSet, verb: &str, pod: &str, e
     match err {
         None => {
             let msg = format!("{verb} Pod {pod} in StatefulSet {set_name} successful");
-            ctx.recorder
-                .event(set, "Normal", &format!("Successful{title}"), &msg)
-                .await;
+            ctx.recorder.event(set, "Normal", &format!("Successful{title}"), &msg);
         }
         Some(e) => {
             let msg = format!("{verb} Pod {pod} in StatefulSet {set_name} failed error: {e}");
-            ctx.recorder
-                .event(set, "Warning", &format!("Failed{title}"), &msg)
-                .await;
+            ctx.recorder.event(set, "Warning", &format!("Failed{title}"), &msg);
         }
     }
 }
@@ -502,11 +498,11 @@ async fn record_claim_event(ctx: &Ctx, set: &StatefulSet, pod: &str, claim: &str
     match err {
         None => {
             let msg = format!("create Claim {claim} Pod {pod} in StatefulSet {set_name} success");
-            ctx.recorder.event(set, "Normal", "SuccessfulCreate", &msg).await;
+            ctx.recorder.event(set, "Normal", "SuccessfulCreate", &msg);
         }
         Some(e) => {
             let msg = format!("create Claim {claim} for Pod {pod} in StatefulSet {set_name} failed error: {e}");
-            ctx.recorder.event(set, "Warning", "FailedCreate", &msg).await;
+            ctx.recorder.event(set, "Warning", "FailedCreate", &msg);
         }
     }
 }
@@ -846,7 +842,7 @@ async fn update_pod_claim_for_retention_policy(ctx: &Ctx, set: &StatefulSet, pod
                 "PersistentVolumeClaim {cname} has a conflicting OwnerReference that acts as a manging controller, \
                  the retention policy is ignored for this claim"
             );
-            ctx.recorder.event(set, "Warning", "ConflictingController", &msg).await;
+            ctx.recorder.event(set, "Warning", "ConflictingController", &msg);
         }
         if !is_claim_owner_up_to_date(&claim, set, pod) {
             update_claim_owner_refs(&mut claim, set, pod);

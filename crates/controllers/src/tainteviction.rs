@@ -72,7 +72,7 @@ pub async fn run(client: kube::Client, informers: SharedInformerFactory) -> anyh
         let pending = key.first().is_some_and(|k| s.lock().contains_key(k));
         if on_tainted || pending { key } else { Vec::new() }
     });
-    let recorder = Recorder::new(client.clone(), CONTROLLER_NAME);
+    let recorder = Recorder::for_component(client.clone(), CONTROLLER_NAME);
     queue
         .run(CONTROLLER_NAME, |key| {
             sync(&client, &recorder, &nodes, &pods, &scheduled, key)
@@ -135,14 +135,12 @@ pub fn verdict(taints: &[Taint], tolerations: &[Toleration]) -> Verdict {
 async fn cancel(recorder: &Recorder, scheduled: &Scheduled, key: &str, pod: Option<&Pod>) {
     let was = scheduled.lock().remove(key).is_some();
     if was && let Some(pod) = pod {
-        recorder
-            .event(
-                pod,
-                "Normal",
-                "TaintManagerEviction",
-                &format!("Cancelling deletion of Pod {key}"),
-            )
-            .await;
+        recorder.event(
+            pod,
+            "Normal",
+            "TaintManagerEviction",
+            format!("Cancelling deletion of Pod {key}"),
+        );
     }
 }
 
@@ -183,14 +181,12 @@ async fn sync(
         return Ok(Some(fire_at - now));
     }
     scheduled.lock().remove(&key);
-    recorder
-        .event(
-            &*pod,
-            "Normal",
-            "TaintManagerEviction",
-            &format!("Marking for deletion Pod {key}"),
-        )
-        .await;
+    recorder.event(
+        &*pod,
+        "Normal",
+        "TaintManagerEviction",
+        format!("Marking for deletion Pod {key}"),
+    );
     evict(client, &pod).await?;
     Ok(None)
 }

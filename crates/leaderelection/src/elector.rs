@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 
@@ -57,8 +57,8 @@ pub struct LeaderElector {
     api: Api<Lease>,
     namespace: String,
     name: String,
-    /// The component events are recorded for (`source.component`), if any.
-    event_component: Option<String>,
+    /// The recorder of the component events are recorded for (`source.component`), if any.
+    events: Option<skiff_record::EventRecorder>,
     /// The Lease as last read or written: its resourceVersion makes every update conditional.
     lease: Option<Lease>,
     /// The record last seen, and when (by this process's clock) it was first seen as it is.
@@ -100,7 +100,7 @@ impl LeaderElector {
             client,
             namespace: namespace.to_string(),
             name: name.to_string(),
-            event_component: None,
+            events: None,
             lease: None,
             observed: None,
             observed_time: None,
@@ -115,7 +115,13 @@ impl LeaderElector {
     /// Record upstream's `LeaderElection` events (`ID became leader`, `ID stopped leading`) on
     /// the Lease, from `component`.
     pub fn with_events(mut self, component: &str) -> Self {
-        self.event_component = Some(component.to_string());
+        self.events = Some(skiff_record::EventRecorder::new(
+            self.client.clone(),
+            skiff_record::Options {
+                reporting_instance: Some(self.identity.clone()),
+                ..skiff_record::Options::component(component)
+            },
+        ));
         self
     }
 
@@ -399,44 +405,24 @@ impl LeaderElector {
     /// Upstream's `LeaseLock.RecordEvent`: a Normal `LeaderElection` event on the Lease,
     /// `IDENTITY MESSAGE`, sent without waiting for it.
     fn record_event(&self, message: &str) {
-        let (Some(component), Some(lease)) = (&self.event_component, &self.lease) else {
+        let (Some(events), Some(lease)) = (&self.events, &self.lease) else {
             return;
         };
-        let now = Timestamp::now();
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(format!("{}.{:x}", self.name, now.as_nanosecond())),
-                namespace: Some(self.namespace.clone()),
-                ..Default::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some("coordination.k8s.io/v1".into()),
-                kind: Some("Lease".into()),
-                namespace: Some(self.namespace.clone()),
-                name: Some(self.name.clone()),
-                uid: lease.metadata.uid.clone(),
-                resource_version: lease.metadata.resource_version.clone(),
-                ..Default::default()
-            },
-            reason: Some("LeaderElection".into()),
-            message: Some(format!("{} {message}", self.identity)),
-            type_: Some("Normal".into()),
-            source: Some(EventSource {
-                component: Some(component.clone()),
-                host: None,
-            }),
-            first_timestamp: Some(Time(now)),
-            last_timestamp: Some(Time(now)),
-            count: Some(1),
-            reporting_component: Some(component.clone()),
-            reporting_instance: Some(self.identity.clone()),
+        let involved = ObjectReference {
+            api_version: Some("coordination.k8s.io/v1".into()),
+            kind: Some("Lease".into()),
+            namespace: Some(self.namespace.clone()),
+            name: Some(self.name.clone()),
+            uid: lease.metadata.uid.clone(),
+            resource_version: lease.metadata.resource_version.clone(),
             ..Default::default()
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
-        tokio::spawn(async move {
-            if let Err(e) = api.create(&PostParams::default(), &event).await {
-                tracing::debug!(error = %e, "recording a leader election event");
-            }
-        });
+        events.record(
+            involved,
+            skiff_record::NORMAL,
+            "LeaderElection",
+            None,
+            format!("{} {message}", self.identity),
+        );
     }
 }

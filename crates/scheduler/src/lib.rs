@@ -6,12 +6,11 @@
 //! and claims assumed for pods being bound),
 //! `queue` (active/backoff/unschedulable), `framework` (extension points, filtering with
 //! percentageOfNodesToScore, scoring, FitError), `plugins/*` (one file per upstream plugin),
-//! `scheduler` (the loop and the API I/O), `writer` (events, status), `explain`, `bench`.
+//! `scheduler` (the loop and the API I/O), `writer` (events, status), `explain`.
 //!
 //! Architecture invariant: the scheduler talks to the API only; it never reads the store.
 
 pub mod assume_cache;
-pub mod bench;
 pub mod cache;
 pub mod explain;
 pub mod framework;
@@ -25,6 +24,5 @@ pub mod scheduler;
 pub mod types;
 pub mod writer;
 
-pub use bench::{BenchConfig, BenchResult, bench};
 pub use explain::{EXPLAIN_ANNOTATION, Explain, render_explain};
 pub use scheduler::{SchedulerConfig, run, run_with_signal};

@@ -328,9 +328,9 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                 }
             };
             wait_ready(&client).await?;
-            let result = skiff_scheduler::bench(
+            let result = skiff_bench::bench(
                 client,
-                skiff_scheduler::BenchConfig {
+                skiff_bench::BenchConfig {
                     nodes,
                     pods,
                     workload: workload.parse()?,
@@ -532,13 +532,13 @@ async fn bench_cluster(nodes: u8, pods: usize, as_json: bool) -> anyhow::Result<
         let c = created?;
         let client = crate::client::kube_client(&c.kubeconfig()).await?;
         let worker = format!("{name}-worker");
-        let opts = |n: usize| skiff_agent::StartupBench {
+        let opts = |n: usize| skiff_bench::StartupBench {
             pods: n,
             node_selector: [("kubernetes.io/hostname".to_string(), worker.clone())].into(),
             ..Default::default()
         };
-        let single = skiff_agent::bench_startup(client.clone(), opts(1)).await?;
-        let many = skiff_agent::bench_startup(client, opts(pods)).await?;
+        let single = skiff_bench::bench_startup(client.clone(), opts(1)).await?;
+        let many = skiff_bench::bench_startup(client, opts(pods)).await?;
         anyhow::Ok((single, many))
     }
     .await;
@@ -571,7 +571,7 @@ async fn bench_startup(pods: usize, image: &str, as_json: bool) -> anyhow::Resul
     let measured = async {
         wait_node_ready(&client, &node, &mut agent).await?;
         // Through the scheduler, as any pod, onto the agent's node (the only one there is).
-        let opts = |n: usize| skiff_agent::StartupBench {
+        let opts = |n: usize| skiff_bench::StartupBench {
             pods: n,
             namespace: "default".into(),
             node_name: None,
@@ -579,9 +579,9 @@ async fn bench_startup(pods: usize, image: &str, as_json: bool) -> anyhow::Resul
             image: image.to_string(),
             timeout: Duration::from_secs(300),
         };
-        let single = skiff_agent::bench_startup(client.clone(), opts(1)).await?;
-        let docker_single = skiff_agent::bench::bench_docker_direct(&docker, 1, image).await?;
-        let (many, memory) = skiff_agent::bench::bench_startup_with(client.clone(), opts(pods), || {
+        let single = skiff_bench::bench_startup(client.clone(), opts(1)).await?;
+        let docker_single = skiff_bench::startup::bench_docker_direct(&docker, 1, image).await?;
+        let (many, memory) = skiff_bench::startup::bench_startup_with(client.clone(), opts(pods), || {
             (rss_mb(agent.pid()), anon_rss_mb(agent.pid()), rss_mb(server.pid()))
         })
         .await?;
@@ -596,7 +596,7 @@ async fn bench_startup(pods: usize, image: &str, as_json: bool) -> anyhow::Resul
     drop(server);
     remove_node_containers(&docker, &node).await;
     let (single, docker_single, many, (agent_rss, agent_anon, server_rss)) = measured?;
-    let docker_many = skiff_agent::bench::bench_docker_direct(&docker, pods, image).await?;
+    let docker_many = skiff_bench::startup::bench_docker_direct(&docker, pods, image).await?;
     let result = json!({
         "node": node,
         "pods": pods,

@@ -19,7 +19,7 @@ use kube::{Api, Client};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::scheduler::{BoundObserver, SchedulerConfig, run_with_signal};
+use skiff_scheduler::scheduler::{BoundObserver, SchedulerConfig, run_with_signal};
 
 /// The part of a pod the benchmark's bind observer reads.
 #[derive(Clone, Debug, serde::Deserialize)]
@@ -733,9 +733,9 @@ async fn cleanup(client: &Client, namespaces: &[&str], node_prefix: &str, nodes:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::Cache;
-    use crate::framework::Framework;
-    use crate::types::PodInfo;
+    use skiff_scheduler::cache::Cache;
+    use skiff_scheduler::framework::Framework;
+    use skiff_scheduler::types::PodInfo;
 
     #[test]
     fn workload_names_round_trip() {

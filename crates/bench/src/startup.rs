@@ -32,7 +32,7 @@ impl Default for StartupBench {
             namespace: "default".into(),
             node_name: None,
             node_selector: BTreeMap::new(),
-            image: crate::images::BUSYBOX_IMAGE.into(),
+            image: skiff_agent::images::BUSYBOX_IMAGE.into(),
             timeout: Duration::from_secs(300),
         }
     }
@@ -186,7 +186,7 @@ pub async fn bench_docker_direct(docker: &bollard::Docker, pods: usize, image: &
                 .create_container(
                     Some(CreateContainerOptionsBuilder::default().name(&sandbox).build()),
                     ContainerCreateBody {
-                        image: Some(crate::images::PAUSE_IMAGE.to_string()),
+                        image: Some(skiff_agent::images::PAUSE_IMAGE.to_string()),
                         labels: Some(labels.clone()),
                         host_config: Some(HostConfig {
                             ipc_mode: Some("shareable".into()),

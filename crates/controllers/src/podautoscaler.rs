@@ -388,7 +388,7 @@ fn metric_replicas(
     } else {
         "FailedGetResourceMetric"
     };
-    let Some(usage) = usage else {
+    let Some(usage) = usage.filter(|u| !u.is_empty()) else {
         return Err((
             failed,
             format!(

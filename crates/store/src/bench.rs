@@ -1,4 +1,4 @@
-//! Store write benchmark, reported by `skiff bench`.
+//! Store write benchmark, run by each backend's ignored `bench_*` test.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

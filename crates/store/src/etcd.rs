@@ -1653,7 +1653,7 @@ mod bench {
         })
         .await
         .unwrap();
-        let result = crate::bench_creates(store, 10_000, 64).await;
+        let result = crate::bench::bench_creates(store, 10_000, 64).await;
         println!(
             "EtcdStore on etcd (3 members): 10000 creates, 64 clients: {:.0} creates/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
             result.creates_per_second, result.p50_ms, result.p99_ms, result.errors

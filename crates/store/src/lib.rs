@@ -9,13 +9,15 @@
 //! [`MemoryStore`] (tests, simulations). All keep the latest value
 //! of every key and a window of recent events in memory (`state`), so reads at
 //! the current revision and recent watches never touch disk.
-//! [`bench_creates`] measures a backend's write throughput and latency.
+//! `bench::bench_creates` (test builds only) measures a backend's write throughput and latency
+//! for the ignored benchmark tests of each backend.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
+#[cfg(test)]
 mod bench;
 #[cfg(test)]
 mod conformance;
@@ -24,7 +26,6 @@ pub mod memory;
 pub mod sqlite;
 mod state;
 
-pub use bench::{BenchResult, bench_creates};
 pub use etcd::{EtcdOptions, EtcdStore};
 pub use memory::{MemoryOptions, MemoryStore};
 pub use sqlite::{SqliteOptions, SqliteStore};

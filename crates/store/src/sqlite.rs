@@ -1547,14 +1547,14 @@ mod tests {
     #[ignore = "benchmark: cargo test -p skiff-store -- --ignored bench_sqlite --nocapture"]
     async fn bench_sqlite_creates() {
         let (store, _dir) = fresh_with(SqliteOptions::default());
-        let result = crate::bench_creates(store.clone(), 10_000, 64).await;
+        let result = crate::bench::bench_creates(store.clone(), 10_000, 64).await;
         println!(
             "sqlite: 10000 creates, 64 clients: {:.0} creates/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
             result.creates_per_second, result.p50_ms, result.p99_ms, result.errors
         );
         assert_eq!(result.errors, 0);
         // One client: every create pays a whole commit (no batching to share it).
-        let single = crate::bench_creates(store, 500, 1).await;
+        let single = crate::bench::bench_creates(store, 500, 1).await;
         println!(
             "sqlite: 500 creates, 1 client: {:.0} creates/s, p50 {:.2} ms, p99 {:.2} ms",
             single.creates_per_second, single.p50_ms, single.p99_ms

@@ -82,7 +82,7 @@ spec:
         n.c.k(&["get", "--raw", "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods"])
     );
     let status = eventually(Duration::from_secs(60), || {
-        let hpa = n.c.get_json(&["get", "hpa", "spin"]);
+        let hpa = n.c.get_json(&["hpa", "spin"]);
         let conditions = hpa["status"]["conditions"].as_array().cloned().unwrap_or_default();
         let reason = |t: &str| {
             conditions

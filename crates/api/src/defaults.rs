@@ -39,6 +39,11 @@ pub fn apply_defaults(res: &Resource, obj: &mut Value) {
         ("batch", "Job") => default_job(obj),
         ("batch", "CronJob") => default_cronjob(obj),
         ("autoscaling", "HorizontalPodAutoscaler") => default_horizontal_pod_autoscaler(obj),
+        ("", "PodTemplate") => {
+            if let Some(t) = obj.as_object_mut().and_then(|m| child(m, "template")) {
+                default_template(t);
+            }
+        }
         ("scheduling.k8s.io", "PriorityClass") => {
             if let Some(m) = obj.as_object_mut() {
                 default_str(m, "preemptionPolicy", "PreemptLowerPriority");

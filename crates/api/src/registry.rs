@@ -490,6 +490,17 @@ pub static RESOURCES: &[Resource] = &[
         &[]
     ),
     res!(
+        "",
+        "v1",
+        "PodTemplate",
+        "podtemplates",
+        "podtemplate",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
         "autoscaling",
         "v2",
         "HorizontalPodAutoscaler",

@@ -609,3 +609,48 @@ fn storage_classes_apply_get_validate_and_stay_immutable() {
     c.apply(&format!("{STORAGE_CLASS}allowVolumeExpansion: true\n"), &[]);
     assert_eq!(c.get_json(&["sc", "local"])["allowVolumeExpansion"], true);
 }
+
+#[test]
+fn pod_templates_are_validated_defaulted_and_printed() {
+    let c = Cluster::start(CONTROL_PLANE);
+    let template = r#"
+apiVersion: v1
+kind: PodTemplate
+metadata:
+  name: web
+template:
+  metadata:
+    labels: {app: web}
+  spec:
+    containers:
+    - name: nginx
+      image: nginx:1.27
+"#;
+    c.apply(template, &[]);
+    let table = c.k(&["get", "podtemplates"]);
+    let rows = common::table(&table);
+    assert_eq!(rows[0], ["NAME", "CONTAINERS", "IMAGES", "POD", "LABELS"], "{table}");
+    assert_eq!(rows[1], ["web", "nginx", "nginx:1.27", "app=web"], "{table}");
+    // The template's pod spec is defaulted as a pod's is.
+    let stored = c.get_json(&["podtemplate", "web"]);
+    assert_eq!(stored["template"]["spec"]["restartPolicy"], "Always", "{stored}");
+    assert_eq!(
+        stored["template"]["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
+    let bad = r#"
+apiVersion: v1
+kind: PodTemplate
+metadata:
+  name: bad
+template:
+  spec:
+    containers:
+    - name: nginx
+"#;
+    let err = c.stdin_kubectl_err(&["apply", "-f", "-"], bad);
+    assert!(
+        err.contains("template.spec.containers[0].image: Required value"),
+        "{err}"
+    );
+}

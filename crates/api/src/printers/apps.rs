@@ -454,3 +454,22 @@ pub(crate) fn priorityclass(obj: &Value, now: Timestamp) -> Vec<Value> {
         json!(str_at(obj, "/preemptionPolicy")),
     ]
 }
+
+// --- pod templates ----------------------------------------------------------------------------
+
+pub(crate) const PODTEMPLATE_COLUMNS: &[Column] = &[
+    NAME,
+    Column::new("Containers", "string", CONTAINERS_DESC),
+    Column::new("Images", "string", IMAGES_DESC),
+    Column::new("Pod Labels", "string", "The labels for the pod template."),
+];
+
+pub(crate) fn podtemplate(obj: &Value) -> Vec<Value> {
+    let (containers, images) = container_cells(obj.pointer("/template/spec"));
+    vec![
+        json!(name(obj)),
+        json!(containers),
+        json!(images),
+        json!(format_labels(obj.pointer("/template/metadata/labels"))),
+    ]
+}

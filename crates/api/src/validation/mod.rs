@@ -80,6 +80,10 @@ pub fn validate_write(res: &Resource, subresource: &str, obj: &Value, old: Optio
         ("", "Node") => core::validate_node(obj, old, &mut errs),
         ("", "Secret") => core::validate_secret(obj, old, &mut errs),
         ("", "ConfigMap") => core::validate_configmap(obj, old, &mut errs),
+        // upstream's `ValidatePodTemplate`: the object's metadata (above), then its template.
+        ("", "PodTemplate") => {
+            pod::validate_pod_template(field(Some(obj), "template"), &Path::new("template"), &mut errs)
+        }
         ("", "PersistentVolumeClaim") => core::validate_pvc(obj, old, &mut errs),
         ("scheduling.k8s.io", "PriorityClass") => core::validate_priority_class(obj, old, &mut errs),
         ("storage.k8s.io", "StorageClass") => storage::validate_storage_class(obj, old, &mut errs),

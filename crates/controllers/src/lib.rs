@@ -200,7 +200,8 @@ pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig)
     }
     if let Some(config) = cfg.podautoscaler {
         let c = clients(podautoscaler::CONTROLLER_NAME);
-        set.spawn(async move { podautoscaler::run(c, config).await });
+        let i = informers.clone();
+        set.spawn(async move { podautoscaler::run(c, i, config).await });
     }
     if cfg.tainteviction {
         // Upstream's taint eviction controller calls as the node controller (no role of its own).

@@ -21,6 +21,7 @@
 //! unavailable (`FailedGetPodsMetric` and friends), as upstream reports a missing custom metrics API.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::autoscaling::v2::{
@@ -34,7 +35,10 @@ use kube::Api;
 use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
 use serde_json::Value;
 
+use skiff_api::selector::LabelSelector;
+
 use crate::controller_utils::Recorder;
+use crate::informers::{Informer, SharedInformerFactory};
 
 pub const CONTROLLER_NAME: &str = "horizontal-pod-autoscaler";
 
@@ -68,8 +72,15 @@ struct Memory {
     scale_events: Vec<(Instant, i32)>,
 }
 
-pub async fn run(client: kube::Client, config: PodAutoscalerConfig) -> anyhow::Result<()> {
+pub async fn run(
+    client: kube::Client,
+    informers: SharedInformerFactory,
+    config: PodAutoscalerConfig,
+) -> anyhow::Result<()> {
     let recorder = Recorder::for_component(client.clone(), CONTROLLER_NAME);
+    // The targets' pods come from the process's shared pod cache, not a list per sync.
+    let pods = informers.informer::<Pod>();
+    pods.wait_synced().await;
     let mut memory: HashMap<String, Memory> = HashMap::new();
     let mut tick = tokio::time::interval(config.sync_period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -92,7 +103,7 @@ pub async fn run(client: kube::Client, config: PodAutoscalerConfig) -> anyhow::R
             );
             live.insert(key.clone());
             let mem = memory.entry(key.clone()).or_default();
-            if let Err(e) = reconcile(&client, &recorder, hpa, mem).await {
+            if let Err(e) = reconcile(&client, &recorder, &pods, hpa, mem).await {
                 tracing::warn!(hpa = key, error = format!("{e:#}"), "autoscaling");
             }
         }
@@ -106,6 +117,7 @@ type Cond = (&'static str, &'static str, &'static str, String);
 async fn reconcile(
     client: &kube::Client,
     recorder: &Recorder,
+    pod_cache: &Informer<Pod>,
     hpa: HorizontalPodAutoscaler,
     mem: &mut Memory,
 ) -> anyhow::Result<()> {
@@ -187,8 +199,20 @@ async fn reconcile(
         ));
         return write_status(client, &hpa, Some(current), None, Vec::new(), conditions, None).await;
     } else {
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        let pods = pods.list(&ListParams::default().labels(&selector)).await?.items;
+        let Ok(parsed) = LabelSelector::parse(&selector) else {
+            conditions.push((
+                "ScalingActive",
+                "False",
+                "InvalidSelector",
+                format!("the HPA target's scale has an invalid selector {selector:?}"),
+            ));
+            return write_status(client, &hpa, Some(current), None, Vec::new(), conditions, None).await;
+        };
+        let pods: Vec<Arc<Pod>> = pod_cache
+            .list_namespace(&ns)
+            .into_iter()
+            .filter(|p| parsed.matches(&p.metadata.labels))
+            .collect();
         let usage = pod_usage(client, &ns, &selector).await;
         let mut proposal: Option<(i32, String)> = None;
         let mut first_error: Option<(&'static str, String)> = None;
@@ -338,7 +362,7 @@ async fn pod_usage(client: &kube::Client, ns: &str, selector: &str) -> Option<Us
 fn metric_replicas(
     m: &MetricSpec,
     current: i32,
-    pods: &[Pod],
+    pods: &[Arc<Pod>],
     usage: Option<&Usage>,
 ) -> Result<(i32, MetricStatus, String), (&'static str, String)> {
     let (resource, container, target) = match m.type_.as_str() {
@@ -476,7 +500,7 @@ pub enum PodState {
     Ignored,
 }
 
-fn pod_samples(pods: &[Pod], usage: &Usage, resource: &str, container: Option<&str>) -> Vec<PodSample> {
+fn pod_samples(pods: &[Arc<Pod>], usage: &Usage, resource: &str, container: Option<&str>) -> Vec<PodSample> {
     let now = jiff::Timestamp::now();
     pods.iter()
         .map(|pod| {

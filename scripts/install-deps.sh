@@ -4,7 +4,8 @@
 # in network namespaces of their own), protoc (to build the etcd client), etcd and etcdctl (the
 # etcd backend's tests), Prometheus (the metrics test scrapes a server with it), qemu-user-static
 # (the aarch64 pause binary's test runs it under qemu-aarch64-static), the Python
-# Kubernetes client and cargo-nextest. Whatever is already there is left alone.
+# Kubernetes client, helm 3 and 4 with kubectl 1.33 and 1.37 (scripts/client-tools.sh) and
+# cargo-nextest. Whatever is already there is left alone.
 set -euo pipefail
 
 need_apt=()
@@ -23,4 +24,5 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get install -y -qq "${need_apt[@]}"
 fi
 python3 -c 'import kubernetes' 2>/dev/null || python3 -m pip install -q kubernetes
+"$(dirname "$0")/client-tools.sh"
 command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest

@@ -527,8 +527,10 @@ pub fn names_conflict(crd: &Value, others: &[Value]) -> Option<(&'static str, St
 }
 
 /// Upstream's defaults for a definition (`SetDefaults_CustomResourceDefinition*`):
-/// singular and list kind from the kind, conversion `None`, and the Age column for versions
-/// without printer columns.
+/// singular and list kind from the kind, conversion `None`. A version without printer columns
+/// is served with the Age column (`columns.rs`) but stored without it, as upstream's
+/// `serveDefaultColumnsIfEmpty` leaves the object alone: a client that applies the same
+/// definition again (server-side apply compares the stored list) must find it unchanged.
 pub fn apply_definition_defaults(crd: &mut Value) {
     let kind = text(crd, "/spec/names/kind");
     if let Some(names) = crd.pointer_mut("/spec/names").and_then(Value::as_object_mut) {
@@ -543,26 +545,6 @@ pub fn apply_definition_defaults(crd: &mut Value) {
         && !spec.contains_key("conversion")
     {
         spec.insert("conversion".into(), json!({"strategy": "None"}));
-    }
-    if let Some(vs) = crd.pointer_mut("/spec/versions").and_then(Value::as_array_mut) {
-        for v in vs {
-            if let Some(m) = v.as_object_mut() {
-                if m.get("additionalPrinterColumns")
-                    .and_then(Value::as_array)
-                    .is_none_or(|a| a.is_empty())
-                {
-                    m.insert(
-                        "additionalPrinterColumns".into(),
-                        json!([{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]),
-                    );
-                }
-                if let Some(cols) = m.get_mut("additionalPrinterColumns").and_then(Value::as_array_mut) {
-                    for c in cols.iter_mut().filter_map(Value::as_object_mut) {
-                        c.entry("priority").or_insert_with(|| json!(0));
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -598,6 +580,17 @@ mod tests {
         assert_eq!(rs[0].subresources, ["status", "scale"]);
         assert_eq!(rs[0].short_names, ["wd"]);
         assert_eq!(d.versions[0].columns[0].name, "Age");
+    }
+
+    /// The Age column is served, never stored: the stored versions stay as applied, so applying
+    /// the same definition again finds nothing changed.
+    #[test]
+    fn defaults_leave_the_versions_as_written() {
+        let mut c = crd();
+        let versions = c["spec"]["versions"].clone();
+        apply_definition_defaults(&mut c);
+        assert_eq!(c["spec"]["versions"], versions);
+        assert_eq!(c["spec"]["conversion"], json!({"strategy": "None"}));
     }
 
     #[test]

@@ -400,6 +400,54 @@ impl Drop for Cluster {
     }
 }
 
+/// A client the end-to-end tests drive besides the system kubectl (helm 3 and 4, kubectl 1.33 and
+/// 1.37), installed by `scripts/client-tools.sh` into `$SKIFF_CLIENTS` (default
+/// `/opt/skiff-clients`). A missing client fails the test: it is part of what the tests prove.
+pub fn client_tool(name: &str) -> PathBuf {
+    let dir = std::env::var("SKIFF_CLIENTS").unwrap_or_else(|_| "/opt/skiff-clients".to_string());
+    let path = Path::new(&dir).join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/client-tools.sh (scripts/install-deps.sh runs it)",
+        path.display()
+    );
+    path
+}
+
+impl Cluster {
+    /// A client program pointed at this cluster (`KUBECONFIG`) with the test's HOME.
+    pub fn client_cmd(&self, program: &Path, args: &[&str]) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .env("HOME", self.home.path())
+            .env("KUBECONFIG", &self.kubeconfig)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs a client program; returns its stdout, stderr and whether it succeeded.
+    pub fn client(&self, program: &Path, args: &[&str]) -> (String, String, bool) {
+        let out = self.client_cmd(program, args).output().expect("run client");
+        (
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+            out.status.success(),
+        )
+    }
+
+    /// A client program that must succeed; returns its stdout.
+    pub fn client_ok(&self, program: &Path, args: &[&str]) -> String {
+        let (stdout, stderr, ok) = self.client(program, args);
+        assert!(
+            ok,
+            "{} {args:?} failed:\nstdout: {stdout}\nstderr: {stderr}\nserver log tail:\n{}",
+            program.display(),
+            tail(&self.log(), 40)
+        );
+        stdout
+    }
+}
+
 pub fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")

@@ -22,4 +22,16 @@ cargo build --workspace --bins
 if docker info >/dev/null 2>&1; then
   ./target/debug/skiff images build
 fi
-cargo nextest run --workspace --no-fail-fast "$@"
+status=0
+cargo nextest run --workspace --no-fail-fast "$@" || status=$?
+# The kubectl suites again with kubectl 1.33 (the version the server reports) and 1.37 (the newest
+# released), installed by scripts/client-tools.sh; the system kubectl ran them above. Only when the
+# whole workspace was asked for.
+if [ $# -eq 0 ]; then
+  for version in 1.33 1.37; do
+    SKIFF_KUBECTL="${SKIFF_CLIENTS:-/opt/skiff-clients}/kubectl-$version" \
+      cargo nextest run -p skiff --no-fail-fast --test kubectl_basics --test crds --test workloads \
+      || status=$?
+  done
+fi
+exit "$status"

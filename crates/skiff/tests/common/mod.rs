@@ -77,6 +77,13 @@ pub fn node_kubeconfig(c: &Cluster, name: &str) -> PathBuf {
     issued_kubeconfig(c, &["node", name], &format!("node-{name}.kubeconfig"))
 }
 
+/// The kubectl the tests drive: `$SKIFF_KUBECTL` when set (the test script runs the kubectl
+/// suite again with kubectl 1.33 and 1.37, the version skew upstream supports), else the
+/// system's `kubectl`.
+pub fn kubectl_bin() -> String {
+    std::env::var("SKIFF_KUBECTL").unwrap_or_else(|_| "kubectl".to_string())
+}
+
 pub fn skiff_bin() -> &'static str {
     env!("CARGO_BIN_EXE_skiff")
 }
@@ -170,7 +177,7 @@ impl Cluster {
     }
 
     pub fn kubectl_cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new("kubectl");
+        let mut cmd = Command::new(kubectl_bin());
         cmd.arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .args(args)

@@ -494,3 +494,79 @@ fn custom_objects_on_etcd_under_upstreams_keys() {
     c.restart();
     assert_eq!(c.k(&["get", "wd", "w1", "-o", "jsonpath={.spec.replicas}"]), "1");
 }
+
+/// The Python client's CustomObjectsApi on the Widget kind: create (defaulted and pruned as the
+/// schema says), get, list by label, a watch that sees a later create, merge patch, the status
+/// subresource, the scale subresource, an invalid object refused with 422, delete and 404.
+#[test]
+fn python_client_custom_objects() {
+    let c = Cluster::start(CONTROL_PLANE);
+    install(&c);
+    let script = r#"
+import sys, threading
+from kubernetes import client, config, watch
+config.load_kube_config(config_file=sys.argv[1])
+api = client.CustomObjectsApi()
+G, V, P, NS = "example.com", "v1", "widgets", "default"
+body = {"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "py", "labels": {"team": "a"}},
+        "spec": {"color": "red", "unknown": 1}}
+created = api.create_namespaced_custom_object(G, V, NS, P, body)
+assert created["spec"]["replicas"] == 1, created["spec"]
+assert "unknown" not in created["spec"], created["spec"]
+got = api.get_namespaced_custom_object(G, V, NS, P, "py")
+assert got["metadata"]["uid"] == created["metadata"]["uid"]
+names = [o["metadata"]["name"] for o in api.list_namespaced_custom_object(G, V, NS, P, label_selector="team=a")["items"]]
+assert names == ["py"], names
+rv = api.list_namespaced_custom_object(G, V, NS, P)["metadata"]["resourceVersion"]
+def later():
+    api.create_namespaced_custom_object(G, V, NS, P, {"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "py2"}, "spec": {"color": "green"}})
+threading.Timer(0.5, later).start()
+seen = []
+w = watch.Watch()
+for ev in w.stream(api.list_namespaced_custom_object, G, V, NS, P, resource_version=rv, timeout_seconds=10):
+    seen.append((ev["type"], ev["object"]["metadata"]["name"]))
+    if ev["object"]["metadata"]["name"] == "py2":
+        w.stop()
+assert ("ADDED", "py2") in seen, seen
+patched = api.patch_namespaced_custom_object(G, V, NS, P, "py", {"spec": {"color": "green"}})
+assert patched["spec"]["color"] == "green", patched["spec"]
+st = api.patch_namespaced_custom_object_status(G, V, NS, P, "py", {"status": {"replicas": 4}})
+assert st["status"]["replicas"] == 4, st
+assert api.get_namespaced_custom_object(G, V, NS, P, "py")["spec"]["color"] == "green"
+scale = api.patch_namespaced_custom_object_scale(G, V, NS, P, "py", {"spec": {"replicas": 3}})
+assert scale["spec"]["replicas"] == 3, scale
+assert api.get_namespaced_custom_object(G, V, NS, P, "py")["spec"]["replicas"] == 3
+try:
+    api.create_namespaced_custom_object(G, V, NS, P, {"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "bad"}, "spec": {"color": "blue"}})
+    raise SystemExit("an invalid widget was created")
+except client.exceptions.ApiException as e:
+    assert e.status == 422, e.status
+    import json
+    msg = json.loads(e.body)["message"]
+    assert 'spec.color: Unsupported value: "blue": supported values: "red", "green"' in msg, msg
+api.delete_namespaced_custom_object(G, V, NS, P, "py")
+try:
+    api.get_namespaced_custom_object(G, V, NS, P, "py")
+    raise SystemExit("still there")
+except client.exceptions.ApiException as e:
+    assert e.status == 404, e.status
+print("ok")
+"#;
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&c.kubeconfig)
+        .env("HOME", c.home.path())
+        .output()
+        .expect("python3 with the kubernetes client (scripts/install-deps.sh installs it)");
+    assert!(
+        out.status.success(),
+        "python client failed:\n{}\n{}\nserver log tail:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        common::tail(&c.log(), 30)
+    );
+}

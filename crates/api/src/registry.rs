@@ -468,6 +468,28 @@ pub static RESOURCES: &[Resource] = &[
         &["status"]
     ),
     res!(
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingWebhookConfiguration",
+        "mutatingwebhookconfigurations",
+        "mutatingwebhookconfiguration",
+        false,
+        &[],
+        &["api-extensions"],
+        &[]
+    ),
+    res!(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+        "validatingwebhookconfiguration",
+        false,
+        &[],
+        &["api-extensions"],
+        &[]
+    ),
+    res!(
         "apiextensions.k8s.io",
         "v1",
         "CustomResourceDefinition",

@@ -294,7 +294,7 @@ async fn serve(
             if webhook_write {
                 // The writer's next request is admitted with what it wrote (the watch brings it
                 // to the other replicas).
-                crate::webhook::refresh(&state).await;
+                crate::webhook::refresh(state).await;
             }
             if rbac_write {
                 // The new grants hold before the client hears its write succeeded.

@@ -587,8 +587,17 @@ struct Answer {
 #[derive(Debug)]
 struct CallError(String);
 
-/// The address, TLS server name and URL (for messages) of a webhook.
-async fn endpoint(ctx: &Ctx, hook: &Hook) -> Result<(String, u16, String, String), CallError> {
+/// Where a call goes: the address dialled, the TLS server name, the request path, and the URL
+/// as upstream's messages show it (with its `?timeout=`).
+struct Endpoint {
+    host: String,
+    port: u16,
+    server_name: String,
+    path: String,
+    shown: String,
+}
+
+async fn endpoint(ctx: &Ctx, hook: &Hook) -> Result<Endpoint, CallError> {
     let timeout = hook.timeout.as_secs();
     match &hook.client {
         Client::Url(url) => {
@@ -601,10 +610,13 @@ async fn endpoint(ctx: &Ctx, hook: &Hook) -> Result<(String, u16, String, String
                 .trim_start_matches('[')
                 .trim_end_matches(']')
                 .to_string();
-            let port = uri.port_u16().unwrap_or(443);
-            let path = uri.path().to_string();
-            let shown = format!("{url}?timeout={timeout}s");
-            Ok((host.clone(), port, host, format!("{path}\u{0}{shown}")))
+            Ok(Endpoint {
+                server_name: host.clone(),
+                host,
+                port: uri.port_u16().unwrap_or(443),
+                path: uri.path().to_string(),
+                shown: format!("{url}?timeout={timeout}s"),
+            })
         }
         Client::Service {
             namespace,
@@ -618,7 +630,13 @@ async fn endpoint(ctx: &Ctx, hook: &Hook) -> Result<(String, u16, String, String
             let (host, p) = resolve_service(ctx, namespace, name, *port)
                 .await
                 .map_err(|e| CallError(format!("failed to call webhook: Post {shown:?}: {e}")))?;
-            Ok((host, p, server_name, format!("{path}\u{0}{shown}")))
+            Ok(Endpoint {
+                host,
+                port: p,
+                server_name,
+                path,
+                shown,
+            })
         }
     }
 }
@@ -695,10 +713,15 @@ fn dial_error(host: &str, port: u16, e: &std::io::Error) -> String {
 
 /// POST the review to the webhook and read its answer.
 async fn call(ctx: &Ctx, hook: &Hook, body: Value, uid: &str) -> Result<Answer, CallError> {
-    let (host, port, server_name, path_and_shown) = endpoint(ctx, hook).await?;
-    let (path, shown) = path_and_shown.split_once('\u{0}').unwrap_or(("/", ""));
+    let Endpoint {
+        host,
+        port,
+        server_name,
+        path,
+        shown,
+    } = endpoint(ctx, hook).await?;
     let fail = |why: String| CallError(format!("failed to call webhook: Post {shown:?}: {why}"));
-    let path = if path.is_empty() { "/" } else { path };
+    let path = if path.is_empty() { "/" } else { path.as_str() };
     let target = format!("{path}?timeout={}s", hook.timeout.as_secs());
     let bytes = serde_json::to_vec(&body).map_err(|e| fail(e.to_string()))?;
     let exchange = async {
@@ -1048,7 +1071,9 @@ mod tests {
         assert!(!any_status.matches(&attrs(Operation::Update, "apps", "v1", "deployments", "scale", "ns")));
         let pod_subs = rule(&["*"], &[""], &["v1"], &["pods/*"], "*");
         assert!(pod_subs.matches(&attrs(Operation::Create, "", "v1", "pods", "eviction", "ns")));
-        assert!(!pod_subs.matches(&attrs(Operation::Create, "", "v1", "pods", "", "ns")));
+        // As upstream's matcher: `x/*` covers the resource itself too.
+        assert!(pod_subs.matches(&attrs(Operation::Create, "", "v1", "pods", "", "ns")));
+        assert!(!pod_subs.matches(&attrs(Operation::Create, "", "v1", "nodes", "status", "ns")));
     }
 
     #[test]

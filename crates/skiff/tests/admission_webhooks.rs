@@ -48,11 +48,12 @@ fn answer(path: &str, review: &Value) -> Value {
     let uid = req["uid"].clone();
     let mut response = json!({"uid": uid, "allowed": true});
     match path {
-        "/mutate" => {
+        "/mutate" | "/mutate2" => {
+            let label = if path == "/mutate" { "webhook-added" } else { "second" };
             let patch = if req["object"]["metadata"]["labels"].is_object() {
-                json!([{"op": "add", "path": "/metadata/labels/webhook-added", "value": "yes"}])
+                json!([{"op": "add", "path": format!("/metadata/labels/{label}"), "value": "yes"}])
             } else {
-                json!([{"op": "add", "path": "/metadata/labels", "value": {"webhook-added": "yes"}}])
+                json!([{"op": "add", "path": "/metadata/labels", "value": {label: "yes"}}])
             };
             response["patchType"] = json!("JSONPatch");
             response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(patch.to_string()));
@@ -430,6 +431,53 @@ webhooks:
     let started = Instant::now();
     c.k(&["create", "serviceaccount", "sa2"]);
     assert!(started.elapsed() < Duration::from_secs(3));
+
+    // reinvocationPolicy IfNeeded: the labeller is called again once a later webhook (by
+    // configuration name) changed the pod, and then sees that webhook's label.
+    c.k(&[
+        "patch",
+        "mutatingwebhookconfiguration",
+        "pod-labeler",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/webhooks/0/reinvocationPolicy","value":"IfNeeded"}]"#,
+    ]);
+    c.apply(
+        &format!(
+            r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: zz-second
+webhooks:
+- name: second.pods.skiff.test
+  clientConfig:
+    url: {}
+    caBundle: {ca}
+  rules:
+  - operations: ["CREATE"]
+    apiGroups: [""]
+    apiVersions: ["v1"]
+    resources: ["pods"]
+  sideEffects: None
+  admissionReviewVersions: ["v1"]
+"#,
+            url("/mutate2")
+        ),
+        &[],
+    );
+    let before = server.reviews("/mutate").len();
+    c.k(&["run", "twice", "--image=busybox:latest", "--restart=Never"]);
+    let pod = c.get_json(&["pod", "twice"]);
+    assert_eq!(pod["metadata"]["labels"]["webhook-added"], "yes", "{pod}");
+    assert_eq!(pod["metadata"]["labels"]["second"], "yes", "{pod}");
+    let calls = server.reviews("/mutate");
+    assert_eq!(calls.len(), before + 2, "the labeller was not called again");
+    let again = calls.last().expect("a review");
+    assert_eq!(
+        again["request"]["object"]["metadata"]["labels"]["second"], "yes",
+        "{again}"
+    );
 
     // The configurations themselves are never judged by webhooks, and deleting them stops the calls.
     c.k(&[

@@ -50,6 +50,8 @@ pub fn apply_defaults(res: &Resource, obj: &mut Value) {
             }
         }
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => default_role_binding(obj),
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => default_webhooks(obj, false),
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => default_webhooks(obj, true),
         ("certificates.k8s.io", "CertificateSigningRequest") => {
             // certificates/v1's `SetDefaults_CertificateSigningRequestCondition`.
             if let Some(cs) = obj.pointer_mut("/status/conditions").and_then(Value::as_array_mut) {
@@ -973,6 +975,34 @@ fn default_role_binding(obj: &mut Value) {
             default_str(subject, "apiGroup", RBAC_GROUP);
         }
     });
+}
+
+/// admissionregistration/v1's `SetDefaults_ValidatingWebhook` and `SetDefaults_MutatingWebhook`
+/// (the latter adds `reinvocationPolicy`), with `SetDefaults_Rule` (scope `*`) and
+/// `SetDefaults_ServiceReference` (port 443) inside them. Pointers in upstream: only a missing
+/// or null field is defaulted.
+fn default_webhooks(obj: &mut Value, mutating: bool) {
+    let Some(hooks) = obj.as_object_mut().and_then(|m| array(m, "webhooks")) else {
+        return;
+    };
+    for h in hooks.iter_mut().filter_map(Value::as_object_mut) {
+        default_val(h, "failurePolicy", json!("Fail"));
+        default_val(h, "matchPolicy", json!("Equivalent"));
+        default_val(h, "namespaceSelector", json!({}));
+        default_val(h, "objectSelector", json!({}));
+        default_val(h, "timeoutSeconds", json!(10));
+        if mutating {
+            default_val(h, "reinvocationPolicy", json!("Never"));
+        }
+        if let Some(rules) = array(h, "rules") {
+            for r in rules.iter_mut().filter_map(Value::as_object_mut) {
+                default_val(r, "scope", json!("*"));
+            }
+        }
+        if let Some(svc) = existing(h, "clientConfig").and_then(|c| existing(c, "service")) {
+            default_val(svc, "port", json!(443));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -468,6 +468,28 @@ pub static RESOURCES: &[Resource] = &[
         &["status"]
     ),
     res!(
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingWebhookConfiguration",
+        "mutatingwebhookconfigurations",
+        "mutatingwebhookconfiguration",
+        false,
+        &[],
+        &["api-extensions"],
+        &[]
+    ),
+    res!(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+        "validatingwebhookconfiguration",
+        false,
+        &[],
+        &["api-extensions"],
+        &[]
+    ),
+    res!(
         "apiextensions.k8s.io",
         "v1",
         "CustomResourceDefinition",
@@ -758,6 +780,7 @@ mod tests {
                 "policy",
                 "rbac.authorization.k8s.io",
                 "storage.k8s.io",
+                "admissionregistration.k8s.io",
                 "apiextensions.k8s.io",
                 "scheduling.k8s.io",
                 "coordination.k8s.io",

@@ -93,6 +93,18 @@ fn build() -> Schemas {
             api::networking::v1::ServiceCIDR
         ),
         (
+            "admissionregistration.k8s.io",
+            "v1",
+            "MutatingWebhookConfiguration",
+            api::admissionregistration::v1::MutatingWebhookConfiguration
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingWebhookConfiguration",
+            api::admissionregistration::v1::ValidatingWebhookConfiguration
+        ),
+        (
             "scheduling.k8s.io",
             "v1",
             "PriorityClass",

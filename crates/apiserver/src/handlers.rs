@@ -246,6 +246,7 @@ async fn serve(
                 headers,
                 method,
                 user,
+                warnings: Default::default(),
             };
             match crate::proxy::handle(&ctx, parts).await {
                 Ok(resp) => resp,
@@ -264,6 +265,7 @@ async fn serve(
                 headers,
                 method,
                 user,
+                warnings: Default::default(),
             };
             match crate::proxy::node_proxy(&ctx, &parts, bytes).await {
                 Ok(resp) => resp,
@@ -277,6 +279,7 @@ async fn serve(
             };
             audit.request_body(&bytes);
             let rbac_write = method != Method::GET && authz::is_rbac(rr.resource.group, rr.resource.plural);
+            let webhook_write = method != Method::GET && crate::webhook::is_configuration(rr.resource);
             let ctx = Ctx {
                 state: state.clone(),
                 rr,
@@ -284,15 +287,22 @@ async fn serve(
                 headers,
                 method,
                 user,
+                warnings: Default::default(),
             };
+            let warnings = ctx.warnings.clone();
             let result = dispatch(ctx, bytes).await;
+            if webhook_write {
+                // The writer's next request is admitted with what it wrote (the watch brings it
+                // to the other replicas).
+                crate::webhook::refresh(state).await;
+            }
             if rbac_write {
                 // The new grants hold before the client hears its write succeeded.
                 if let Err(e) = state.authz.refresh(&*state.store).await {
                     tracing::error!(error = %e, "rebuilding the RBAC snapshot failed");
                 }
             }
-            match result {
+            let mut resp = match result {
                 Ok(resp) => resp,
                 Err(e) => {
                     if e.code >= 500 {
@@ -300,7 +310,9 @@ async fn serve(
                     }
                     body::error_response(&e)
                 }
-            }
+            };
+            body::add_warnings(&mut resp, &warnings.take());
+            resp
         }
     }
 }
@@ -403,6 +415,8 @@ pub struct Ctx {
     pub method: Method,
     /// The authenticated caller.
     pub user: Identity,
+    /// Warnings admission gathered (webhooks'), sent with the answer whatever it is.
+    pub warnings: crate::webhook::Warnings,
 }
 
 impl Ctx {
@@ -415,6 +429,7 @@ impl Ctx {
             headers: self.headers.clone(),
             method: self.method.clone(),
             user: self.user.clone(),
+            warnings: self.warnings.clone(),
         }
     }
 

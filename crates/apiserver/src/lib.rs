@@ -45,6 +45,7 @@ pub mod subresources;
 pub mod tls;
 pub mod token_request;
 pub mod watch;
+pub mod webhook;
 pub mod write;
 
 #[cfg(test)]

@@ -40,6 +40,8 @@ pub struct ApiState {
     pub encryption: Option<Arc<Encryption>>,
     /// Upstream's request filters: deadlines, max in flight, the requests shutdown waits for.
     pub filters: Filters,
+    /// The Mutating and ValidatingWebhookConfigurations, kept current by a watch.
+    pub webhooks: crate::webhook::Webhooks,
 }
 
 impl ApiState {
@@ -57,6 +59,7 @@ impl ApiState {
             audit: crate::audit::Auditor::disabled(),
             encryption: None,
             filters: Filters::default(),
+            webhooks: Default::default(),
         })
     }
 
@@ -365,6 +368,10 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         .await
         .context("serving the stored CustomResourceDefinitions")?;
     crate::customresourcedefinitions::spawn(state.clone());
+    crate::webhook::load(&state)
+        .await
+        .context("reading the webhook configurations")?;
+    crate::webhook::spawn(state.clone());
 
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(opts.bind, opts.port))
         .await

@@ -593,6 +593,7 @@ async fn evict(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
         headers: ctx.headers.clone(),
         method: Method::DELETE,
         user: ctx.user.clone(),
+        warnings: ctx.warnings.clone(),
     };
     write::delete_object(&pctx, &opts).await?;
     let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});

@@ -17,6 +17,7 @@ use crate::body::{self, Output};
 use crate::handlers::{Ctx, render_one};
 use crate::objects::{self, metadata_mut};
 use crate::read::Filter;
+use crate::webhook::{self, Operation};
 
 const GENERATE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
@@ -431,6 +432,24 @@ fn admit(res: &Resource, subresource: &str, obj: &mut Value, old: Option<&Value>
     }
 }
 
+/// The admission webhooks of a create or update, after the built-in mutating admission (as
+/// upstream orders its plugins): the mutating webhooks, the object defaulted and validated
+/// again when they changed it (upstream's strategy validates what admission produced), then
+/// the validating webhooks.
+async fn admit_webhooks(
+    ctx: &Ctx,
+    operation: Operation,
+    obj: &mut Value,
+    old: Option<&Value>,
+) -> Result<(), StatusError> {
+    if webhook::mutate(ctx, operation, Some(obj), old).await? {
+        let res = ctx.rr.resource;
+        check_type(res, obj)?;
+        admit(res, &ctx.rr.subresource, obj, old)?;
+    }
+    webhook::validate(ctx, operation, Some(obj), old).await
+}
+
 /// Record the writer's fields in managedFields, as upstream does for every write.
 fn manage_fields(ctx: &Ctx, old: Option<&Value>, new: &mut Value, operation: &str) {
     let res = ctx.rr.resource;
@@ -550,6 +569,8 @@ async fn create_stored(
     // Mutating admission runs after the creator's fields are recorded, as upstream's create
     // handler orders them: the finalizer is the system's, not the creator's.
     crate::storageobjectinuseprotection::admit(res, &ctx.rr.subresource, obj);
+    admit_webhooks(ctx, Operation::Create, obj, None).await?;
+    let name = objects::name(obj).to_string();
     let key = objects::key(res, &ctx.rr.namespace, &name);
     if ctx.dry_run() {
         return Ok((std::mem::take(obj), warnings, None));
@@ -902,6 +923,7 @@ pub async fn finish_update(
     crate::escalation::admit(ctx, &new, Some(old)).await?;
     crate::noderestriction::admit(ctx, &new, Some(old))?;
     manage_fields(ctx, Some(old), &mut new, operation);
+    admit_webhooks(ctx, Operation::Update, &mut new, Some(old)).await?;
     let key = ctx.key();
     if delete_during_update(res, old, &new) {
         if ctx.dry_run() {
@@ -1229,9 +1251,16 @@ pub async fn delete_object(ctx: &Ctx, opts: &DeleteOpts) -> Result<(Written, Sta
     if let Some(e) = immortal_namespace(res, &ctx.rr.name) {
         return Err(e);
     }
+    let mut admitted = false;
     for _ in 0..8 {
         let (obj, rev) = ctx.current().await?;
         crate::noderestriction::admit_delete(ctx, &obj)?;
+        if !admitted {
+            // Mutating webhooks see no object to change on a delete; then the validating ones.
+            webhook::mutate(ctx, Operation::Delete, None, Some(&obj)).await?;
+            webhook::validate(ctx, Operation::Delete, None, Some(&obj)).await?;
+            admitted = true;
+        }
         if let Some(uid) = &opts.uid
             && uid != objects::uid(&obj)
         {

@@ -473,3 +473,21 @@ pub(crate) fn podtemplate(obj: &Value) -> Vec<Value> {
         json!(format_labels(obj.pointer("/template/metadata/labels"))),
     ]
 }
+
+// --- webhook configurations -------------------------------------------------------------------
+
+pub(crate) const WEBHOOK_CONFIGURATION_COLUMNS: &[Column] = &[
+    NAME,
+    Column::new(
+        "Webhooks",
+        "integer",
+        "Webhooks indicates the number of webhooks contained in this configuration.",
+    ),
+    AGE,
+];
+
+/// Validating and MutatingWebhookConfigurations alike: the number of webhooks.
+pub(crate) fn webhook_configuration(obj: &Value, now: Timestamp) -> Vec<Value> {
+    let n = obj.get("webhooks").and_then(Value::as_array).map_or(0, Vec::len);
+    vec![json!(name(obj)), json!(n), json!(age(obj, now))]
+}

@@ -104,6 +104,7 @@ enum Printer {
     PodDisruptionBudget,
     HorizontalPodAutoscaler,
     PodTemplate,
+    WebhookConfiguration,
     PriorityClass,
     StorageClass,
     CSINode,
@@ -142,6 +143,9 @@ fn printer_for(res: &Resource) -> Printer {
         ("coordination.k8s.io", "Lease") => Printer::Lease,
         ("policy", "PodDisruptionBudget") => Printer::PodDisruptionBudget,
         ("", "PodTemplate") => Printer::PodTemplate,
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration") => {
+            Printer::WebhookConfiguration
+        }
         ("autoscaling", "HorizontalPodAutoscaler") => Printer::HorizontalPodAutoscaler,
         ("scheduling.k8s.io", "PriorityClass") => Printer::PriorityClass,
         ("storage.k8s.io", "StorageClass") => Printer::StorageClass,
@@ -181,6 +185,7 @@ fn columns(printer: Printer) -> &'static [Column] {
         Printer::Lease => apps::LEASE_COLUMNS,
         Printer::PodDisruptionBudget => apps::PDB_COLUMNS,
         Printer::PodTemplate => apps::PODTEMPLATE_COLUMNS,
+        Printer::WebhookConfiguration => apps::WEBHOOK_CONFIGURATION_COLUMNS,
         Printer::HorizontalPodAutoscaler => autoscaling::HPA_COLUMNS,
         Printer::PriorityClass => apps::PRIORITYCLASS_COLUMNS,
         Printer::StorageClass => storage::STORAGECLASS_COLUMNS,
@@ -244,6 +249,7 @@ pub fn row_cells(res: &Resource, obj: &Value, now: Timestamp) -> Vec<Value> {
         Printer::Lease => apps::lease(obj, now),
         Printer::PodDisruptionBudget => apps::poddisruptionbudget(obj, now),
         Printer::PodTemplate => apps::podtemplate(obj),
+        Printer::WebhookConfiguration => apps::webhook_configuration(obj, now),
         Printer::HorizontalPodAutoscaler => autoscaling::horizontalpodautoscaler(obj, now),
         Printer::PriorityClass => apps::priorityclass(obj, now),
         Printer::StorageClass => storage::storageclass(obj, now),

@@ -13,6 +13,7 @@
 //!   cron schedule parser), PodDisruptionBudget.
 //! - `core`: Service, Node taints, Secret, ConfigMap, PersistentVolumeClaim, PriorityClass.
 //! - `storage`: StorageClass, CSINode.
+//! - `admissionregistration`: Validating and MutatingWebhookConfigurations.
 //! - `certificates`: CertificateSigningRequest (create, update, status and approval).
 //! - `rbac`: Role, ClusterRole, RoleBinding, ClusterRoleBinding (their metadata included, as
 //!   upstream's strategies validate it in their own order on update).
@@ -20,6 +21,7 @@
 //! Values inside messages are rendered as upstream's `field.Error` renders them, including
 //! Go's `%#v` of structs where upstream passes a struct (selectors, strategies, taints).
 
+mod admissionregistration;
 mod autoscaling;
 mod certificates;
 mod core;
@@ -104,6 +106,12 @@ pub fn validate_write(res: &Resource, subresource: &str, obj: &Value, old: Optio
         ("batch", "CronJob") => workloads::validate_cronjob(obj, &mut errs),
         ("policy", "PodDisruptionBudget") => workloads::validate_pdb(obj, &mut errs),
         ("autoscaling", "HorizontalPodAutoscaler") => autoscaling::validate_horizontal_pod_autoscaler(obj, &mut errs),
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+            admissionregistration::validate_webhook_configuration(obj, false, &mut errs)
+        }
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+            admissionregistration::validate_webhook_configuration(obj, true, &mut errs)
+        }
         _ => {}
     }
     errs

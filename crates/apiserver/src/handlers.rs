@@ -219,6 +219,20 @@ async fn serve(
             None => not_found_path(),
         },
         Route::OpenApiIndex => body::value_response(StatusCode::OK, &openapi::v3_index()),
+        Route::OpenApiV2 => {
+            let (json, pb) = openapi::v2_document();
+            let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+            if crate::openapi_v2::wants_protobuf(accept) {
+                let mut r = Response::new(Body::from(pb));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(crate::openapi_v2::PROTOBUF),
+                );
+                r
+            } else {
+                body::json_response(StatusCode::OK, json)
+            }
+        }
         Route::OpenApiDocument(p) => match openapi::v3_document_bytes(&p) {
             Some(doc) => {
                 let mut r = body::json_response(StatusCode::OK, doc);

@@ -27,6 +27,7 @@ pub mod node_authorizer;
 pub mod noderestriction;
 pub mod objects;
 pub mod openapi;
+pub mod openapi_v2;
 pub mod persistentvolumeclaimresize;
 pub mod pki;
 pub mod protobuf;

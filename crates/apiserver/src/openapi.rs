@@ -198,6 +198,40 @@ pub fn hash_of(path: &str) -> Option<String> {
         .or_else(|| custom_doc(path).map(|d| d.hash))
 }
 
+/// `/openapi/v2` as JSON and as gnostic protobuf, converted from every v3 document served now
+/// (the custom resources' included); rebuilt only when the custom resources served change.
+pub fn v2_document() -> (Bytes, Bytes) {
+    type Cached = (Vec<usize>, Bytes, Bytes);
+    static CACHE: std::sync::Mutex<Option<Cached>> = std::sync::Mutex::new(None);
+    let customs = registry::custom();
+    let key: Vec<usize> = customs.iter().map(|r| std::ptr::from_ref(*r) as usize).collect();
+    let mut cache = match CACHE.lock() {
+        Ok(c) => c,
+        Err(p) => p.into_inner(),
+    };
+    if let Some((k, json, pb)) = cache.as_ref()
+        && *k == key
+    {
+        return (json.clone(), pb.clone());
+    }
+    let mut custom_gvs: Vec<(&str, &str)> = Vec::new();
+    for r in &customs {
+        if skiff_api::apiextensions::definition(r).is_some() && !custom_gvs.contains(&(r.group, r.version)) {
+            custom_gvs.push((r.group, r.version));
+        }
+    }
+    let custom_docs: Vec<Value> = custom_gvs
+        .into_iter()
+        .map(|(g, v)| custom_group_version_document(g, v))
+        .collect();
+    let v3 = docs().values().map(|d| d.value.as_ref()).chain(custom_docs.iter());
+    let doc = crate::openapi_v2::document(v3);
+    let json = Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());
+    let pb = Bytes::from(crate::openapi_v2::protobuf(&doc));
+    *cache = Some((key, json.clone(), pb.clone()));
+    (json, pb)
+}
+
 /// The group-versions served, in registry order.
 fn group_versions() -> Vec<(&'static str, &'static str)> {
     let mut out: Vec<(&'static str, &'static str)> = Vec::new();

@@ -32,6 +32,8 @@ pub enum Route {
     /// `/api/v1` or `/apis/GROUP/VERSION`.
     GroupVersion(String, String),
     OpenApiIndex,
+    /// `/openapi/v2`: the whole API as one Swagger 2.0 document.
+    OpenApiV2,
     OpenApiDocument(String),
     /// `/skiff/secrets-encrypt/OP` (Skiff's own, as k3s's `secrets-encrypt`).
     SecretsEncrypt(String),
@@ -64,6 +66,9 @@ pub fn route(path: &str) -> Route {
     }
     if trimmed.starts_with("/readyz/") || trimmed.starts_with("/livez/") || trimmed.starts_with("/healthz/") {
         return Route::Health("check");
+    }
+    if trimmed == "/openapi/v2" {
+        return Route::OpenApiV2;
     }
     if trimmed == "/openapi/v3" {
         return Route::OpenApiIndex;

@@ -501,6 +501,34 @@ fn explain_and_validation_errors() {
     assert!(err.contains("unknown field \"foo\""), "{err}");
 }
 
+/// `/openapi/v2`: kubectl falls back to it for a kind the v3 documents do not know, so an object
+/// of a removed version reads upstream's `no matches for kind` (not a validation failure), and
+/// `explain --output plaintext-openapiv2` reads its definitions.
+#[test]
+fn removed_versions_and_openapi_v2() {
+    let c = Cluster::start(CONTROL_PLANE);
+    let old = "apiVersion: extensions/v1beta1\nkind: Ingress\nmetadata:\n  name: old\nspec:\n  backend:\n    serviceName: x\n    servicePort: 80\n";
+    for verb in ["apply", "create"] {
+        let err = c.stdin_kubectl_err(&[verb, "-f", "-"], old);
+        assert!(
+            err.contains(r#"no matches for kind "Ingress" in version "extensions/v1beta1""#),
+            "{verb}: {err}"
+        );
+    }
+    let out = c.k(&["explain", "deployment.spec.replicas", "--output", "plaintext-openapiv2"]);
+    assert!(
+        out.contains("replicas <integer>") && out.contains("Number of desired pods"),
+        "{out}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&c.k(&["get", "--raw", "/openapi/v2"])).expect("json");
+    assert_eq!(doc["swagger"], "2.0");
+    assert_eq!(
+        doc["definitions"]["io.k8s.api.apps.v1.Deployment"]["properties"]["spec"]["$ref"],
+        "#/definitions/io.k8s.api.apps.v1.DeploymentSpec"
+    );
+    assert!(doc["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments"]["post"]["parameters"][0]["in"] == "body");
+}
+
 const STORAGE_CLASS: &str = r#"
 apiVersion: storage.k8s.io/v1
 kind: StorageClass

@@ -39,6 +39,8 @@ fn tracks_generation(res: &Resource) -> bool {
                 | "jobs"
                 | "cronjobs"
                 | "poddisruptionbudgets"
+                | "ingresses"
+                | "networkpolicies"
                 | "services"
                 | "persistentvolumeclaims"
                 | "pods"
@@ -532,10 +534,12 @@ async fn create_stored(
     check_namespace(ctx, &name).await?;
     if res.plural == "pods" {
         admit_priority(ctx, obj).await?;
+        crate::runtimeclass::admit(ctx, obj).await?;
     }
     if res.plural == "persistentvolumeclaims" && res.group.is_empty() {
         admit_default_storage_class(ctx, obj).await?;
     }
+    crate::defaultingressclass::admit(ctx, obj).await?;
     reset_status_on_create(res, obj);
     if crate::certificates::is_csr(res) {
         crate::certificates::prepare_create(&ctx.user, obj);
@@ -758,7 +762,9 @@ fn reset_status_on_create(res: &Resource, obj: &mut Value) {
         | "daemonsets"
         | "jobs"
         | "cronjobs"
-        | "poddisruptionbudgets" => {
+        | "poddisruptionbudgets"
+        | "ingresses"
+        | "volumeattachments" => {
             m.remove("status");
         }
         "namespaces" => {

@@ -1,7 +1,8 @@
 //! Upstream's DefaultIngressClass admission plugin: an Ingress created without a class (neither
 //! `spec.ingressClassName` nor the `kubernetes.io/ingress.class` annotation) gets the
 //! IngressClass annotated `ingressclass.kubernetes.io/is-default-class: "true"`. More than one
-//! default refuses the Ingress, as upstream does. Creates of the main resource only.
+//! default refuses the Ingress, as upstream does. Creates of the main resource only. Also the
+//! Ingress strategy's warning on create about that deprecated annotation.
 
 use serde_json::{Value, json};
 use skiff_api::StatusError;
@@ -16,6 +17,21 @@ const INGRESS_CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
 pub fn applies(ctx: &Ctx) -> bool {
     let res = ctx.rr.resource;
     res.group == "networking.k8s.io" && res.plural == "ingresses" && ctx.rr.subresource.is_empty()
+}
+
+/// upstream's Ingress `WarningsOnCreate`: the class annotation is deprecated.
+pub fn warnings_on_create(ctx: &Ctx, ingress: &Value) -> Vec<String> {
+    let annotated = ingress
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(INGRESS_CLASS_ANNOTATION))
+        .is_some();
+    if applies(ctx) && annotated {
+        vec![format!(
+            "annotation {INGRESS_CLASS_ANNOTATION:?} is deprecated, please use 'spec.ingressClassName' instead"
+        )]
+    } else {
+        Vec::new()
+    }
 }
 
 /// Whether the Ingress names its class already.

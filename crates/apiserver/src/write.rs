@@ -489,7 +489,8 @@ async fn create_stored(
 ) -> Result<(Value, Vec<String>, Stored), StatusError> {
     let res = ctx.rr.resource;
     check_type(res, obj)?;
-    let warnings = check_shape(ctx, obj)?;
+    let mut warnings = check_shape(ctx, obj)?;
+    warnings.extend(crate::defaultingressclass::warnings_on_create(ctx, obj));
     {
         let md = metadata_mut(obj);
         let ns_in_body = md.get("namespace").and_then(Value::as_str).unwrap_or("").to_string();

@@ -101,13 +101,21 @@ spec:
     let rows = table(&got);
     assert_eq!(rows[0][..4], ["defaulted", "nginx", "bar.com", "80"], "{got}");
     // The annotation names a class too: no default is added.
-    c.k(&[
+    let out = c.kubectl(&[
         "create",
         "ingress",
         "annotated",
         "--rule=baz.com/=svc3:80",
         "--annotation=kubernetes.io/ingress.class=other",
     ]);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "Warning: annotation \"kubernetes.io/ingress.class\" is deprecated, please use 'spec.ingressClassName' instead"
+        ),
+        "{stderr}"
+    );
     let annotated = c.get_json(&["ingress", "annotated"]);
     assert!(annotated["spec"].get("ingressClassName").is_none(), "{annotated}");
 

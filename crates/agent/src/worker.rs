@@ -38,6 +38,9 @@ const RESYNC: Duration = Duration::from_secs(1);
 const SETTLED_RESYNC: Duration = Duration::from_secs(10);
 const VOLUME_REFRESH: Duration = Duration::from_secs(60);
 
+/// The RuntimeClass handler that means the engine's default runtime.
+const DEFAULT_RUNTIME_HANDLER: &str = "runc";
+
 /// What every pod worker shares.
 pub struct Ctx {
     pub client: kube::Client,
@@ -315,6 +318,35 @@ impl PodWorker {
 
     async fn runtime(&self) -> anyhow::Result<PodRuntime> {
         docker::pod_runtime(self.docker(), self.ctx.owner(), &self.uid).await
+    }
+
+    /// The Docker runtime the pod's RuntimeClass names: `None` for the default (`runc`, or no
+    /// class); an error, in the words upstream's kubelet and containerd use, when the class is
+    /// missing or names a runtime the engine does not know.
+    async fn docker_runtime(&self, spec: &PodSpec) -> Result<Option<String>, String> {
+        let Some(class) = spec.runtime_class_name.as_deref() else {
+            return Ok(None);
+        };
+        let api: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(self.ctx.client.clone());
+        let handler = match api.get_opt(class).await {
+            Ok(Some(rc)) => rc.handler,
+            Ok(None) => return Err(format!("runtimeclasses.node.k8s.io {class:?} not found")),
+            Err(e) => return Err(format!("failed to lookup RuntimeClass {class}: {e}")),
+        };
+        if handler == DEFAULT_RUNTIME_HANDLER {
+            return Ok(None);
+        }
+        let known = match self.docker().info().await {
+            Ok(info) => info.runtimes.is_some_and(|r| r.contains_key(&handler)),
+            Err(e) => return Err(format!("reading the container runtime's handlers: {e}")),
+        };
+        if known {
+            Ok(Some(handler))
+        } else {
+            Err(format!(
+                "rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for {handler:?} is configured"
+            ))
+        }
     }
 
     /// One pass of the sync loop; `true` when the pod has reached a terminal phase.
@@ -706,6 +738,19 @@ impl PodWorker {
             }
             self.probes.clear();
         }
+        let runtime = match self.docker_runtime(spec).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.event(
+                    pod,
+                    None,
+                    WARNING,
+                    "FailedCreatePodSandBox",
+                    format!("Failed to create pod sandbox: {e}"),
+                );
+                anyhow::bail!("creating the pod sandbox: {e}");
+            }
+        };
         let attempt = change.attempt;
         let name = pod.metadata.name.clone().unwrap_or_default();
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
@@ -762,6 +807,7 @@ impl PodWorker {
                 .as_ref()
                 .and_then(|s| s.sysctls.as_ref())
                 .map(|s| s.iter().map(|s| (s.name.clone(), s.value.clone())).collect()),
+            runtime,
             ..Default::default()
         };
         let config = ContainerCreateBody {
@@ -1243,7 +1289,10 @@ impl PodWorker {
         if sc.allow_privilege_escalation == Some(false) {
             security_opt.push("no-new-privileges".to_string());
         }
+        // The containers run on the sandbox's runtime (the class was checked when it was made).
+        let runtime = self.docker_runtime(&spec).await.ok().flatten();
         let host_config = HostConfig {
+            runtime,
             binds: Some(binds),
             network_mode: Some(sandbox_mode.clone()),
             ipc_mode: Some(if spec.host_ipc == Some(true) {

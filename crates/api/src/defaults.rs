@@ -62,6 +62,14 @@ pub fn apply_defaults(res: &Resource, obj: &mut Value) {
                 }
             }
         }
+        ("networking.k8s.io", "NetworkPolicy") => default_network_policy(obj),
+        ("networking.k8s.io", "IngressClass") => {
+            // upstream's networking/v1 `SetDefaults_IngressClass`.
+            if let Some(p) = obj.pointer_mut("/spec/parameters").and_then(Value::as_object_mut) {
+                default_val(p, "scope", json!("Cluster"));
+            }
+        }
+        ("storage.k8s.io", "CSIDriver") => default_csi_driver(obj),
         ("storage.k8s.io", "StorageClass") => {
             // upstream's storage/v1 `SetDefaults_StorageClass`: only nil pointers are defaulted,
             // so an explicit "" stays for validation to judge.
@@ -1005,6 +1013,59 @@ fn default_webhooks(obj: &mut Value, mutating: bool) {
     }
 }
 
+// ---- networking and storage drivers ----------------------------------------------------------
+
+/// upstream's networking/v1 `SetDefaults_NetworkPolicy` and `SetDefaults_NetworkPolicyPort`:
+/// ports are TCP unless given, and a policy naming no types is an Ingress policy (and an
+/// Egress one when it has egress rules).
+fn default_network_policy(obj: &mut Value) {
+    let Some(spec) = obj.as_object_mut().and_then(|m| child(m, "spec")) else {
+        return;
+    };
+    for rules in ["ingress", "egress"] {
+        for_each_object(array(spec, rules), |rule| {
+            for_each_object(array(rule, "ports"), |port| default_val(port, "protocol", json!("TCP")));
+        });
+    }
+    let has_types = spec
+        .get("policyTypes")
+        .and_then(Value::as_array)
+        .is_some_and(|t| !t.is_empty());
+    if !has_types {
+        let has_egress = spec
+            .get("egress")
+            .and_then(Value::as_array)
+            .is_some_and(|e| !e.is_empty());
+        let types = if has_egress {
+            json!(["Ingress", "Egress"])
+        } else {
+            json!(["Ingress"])
+        };
+        spec.insert("policyTypes".into(), types);
+    }
+}
+
+/// upstream's storage/v1 `SetDefaults_CSIDriver` with 1.33's default feature gates
+/// (`CSIInlineVolume` and `SELinuxMountReadWriteOncePod` on).
+fn default_csi_driver(obj: &mut Value) {
+    let Some(spec) = obj.as_object_mut().and_then(|m| child(m, "spec")) else {
+        return;
+    };
+    default_val(spec, "attachRequired", json!(true));
+    default_val(spec, "podInfoOnMount", json!(false));
+    default_val(spec, "storageCapacity", json!(false));
+    default_val(spec, "fsGroupPolicy", json!("ReadWriteOnceWithFSType"));
+    let no_modes = spec
+        .get("volumeLifecycleModes")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty);
+    if no_modes {
+        spec.insert("volumeLifecycleModes".into(), json!(["Persistent"]));
+    }
+    default_val(spec, "requiresRepublish", json!(false));
+    default_val(spec, "seLinuxMount", json!(false));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1412,5 +1473,66 @@ mod tests {
                 apply_defaults(r, &mut v);
             }
         }
+    }
+
+    #[test]
+    fn network_policy_defaults() {
+        let p = defaulted(
+            "networking.k8s.io",
+            "NetworkPolicy",
+            json!({"spec": {"podSelector": {}, "ingress": [{"ports": [{"port": 80}, {"port": 53, "protocol": "UDP"}]}]}}),
+        );
+        assert_eq!(p["spec"]["policyTypes"], json!(["Ingress"]));
+        assert_eq!(p["spec"]["ingress"][0]["ports"][0]["protocol"], "TCP");
+        assert_eq!(p["spec"]["ingress"][0]["ports"][1]["protocol"], "UDP");
+        let p = defaulted(
+            "networking.k8s.io",
+            "NetworkPolicy",
+            json!({"spec": {"podSelector": {}, "egress": [{"ports": [{"port": 443}]}]}}),
+        );
+        assert_eq!(p["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+        assert_eq!(p["spec"]["egress"][0]["ports"][0]["protocol"], "TCP");
+        // Types given are kept.
+        let p = defaulted(
+            "networking.k8s.io",
+            "NetworkPolicy",
+            json!({"spec": {"podSelector": {}, "egress": [{}], "policyTypes": ["Egress"]}}),
+        );
+        assert_eq!(p["spec"]["policyTypes"], json!(["Egress"]));
+    }
+
+    #[test]
+    fn ingress_class_parameters_default_to_cluster_scope() {
+        let c = defaulted(
+            "networking.k8s.io",
+            "IngressClass",
+            json!({"spec": {"controller": "a.io/b", "parameters": {"kind": "K", "name": "n"}}}),
+        );
+        assert_eq!(c["spec"]["parameters"]["scope"], "Cluster");
+        let c = defaulted(
+            "networking.k8s.io",
+            "IngressClass",
+            json!({"spec": {"controller": "a.io/b"}}),
+        );
+        assert!(c["spec"].get("parameters").is_none());
+    }
+
+    #[test]
+    fn csi_driver_defaults() {
+        let d = defaulted("storage.k8s.io", "CSIDriver", json!({"metadata": {"name": "d"}}));
+        assert_eq!(
+            d["spec"],
+            json!({"attachRequired": true, "podInfoOnMount": false, "storageCapacity": false,
+                "fsGroupPolicy": "ReadWriteOnceWithFSType", "volumeLifecycleModes": ["Persistent"],
+                "requiresRepublish": false, "seLinuxMount": false})
+        );
+        let d = defaulted(
+            "storage.k8s.io",
+            "CSIDriver",
+            json!({"spec": {"attachRequired": false, "volumeLifecycleModes": ["Ephemeral"], "fsGroupPolicy": "File"}}),
+        );
+        assert_eq!(d["spec"]["attachRequired"], false);
+        assert_eq!(d["spec"]["volumeLifecycleModes"], json!(["Ephemeral"]));
+        assert_eq!(d["spec"]["fsGroupPolicy"], "File");
     }
 }

@@ -435,6 +435,39 @@ pub static RESOURCES: &[Resource] = &[
         &[]
     ),
     res!(
+        "storage.k8s.io",
+        "v1",
+        "CSIDriver",
+        "csidrivers",
+        "csidriver",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "storage.k8s.io",
+        "v1",
+        "CSIStorageCapacity",
+        "csistoragecapacities",
+        "csistoragecapacity",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "storage.k8s.io",
+        "v1",
+        "VolumeAttachment",
+        "volumeattachments",
+        "volumeattachment",
+        false,
+        &[],
+        &[],
+        &["status"]
+    ),
+    res!(
         "discovery.k8s.io",
         "v1",
         "EndpointSlice",
@@ -487,6 +520,50 @@ pub static RESOURCES: &[Resource] = &[
         false,
         &[],
         &["api-extensions"],
+        &[]
+    ),
+    res!(
+        "networking.k8s.io",
+        "v1",
+        "Ingress",
+        "ingresses",
+        "ingress",
+        true,
+        &["ing"],
+        &[],
+        &["status"]
+    ),
+    res!(
+        "networking.k8s.io",
+        "v1",
+        "IngressClass",
+        "ingressclasses",
+        "ingressclass",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "networking.k8s.io",
+        "v1",
+        "NetworkPolicy",
+        "networkpolicies",
+        "networkpolicy",
+        true,
+        &["netpol"],
+        &[],
+        &[]
+    ),
+    res!(
+        "node.k8s.io",
+        "v1",
+        "RuntimeClass",
+        "runtimeclasses",
+        "runtimeclass",
+        false,
+        &[],
+        &[],
         &[]
     ),
     res!(
@@ -784,6 +861,7 @@ mod tests {
                 "apiextensions.k8s.io",
                 "scheduling.k8s.io",
                 "coordination.k8s.io",
+                "node.k8s.io",
                 "discovery.k8s.io",
                 "metrics.k8s.io",
             ]

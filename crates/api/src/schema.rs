@@ -79,6 +79,19 @@ fn build() -> Schemas {
         ("policy", "v1", "Eviction", api::policy::v1::Eviction),
         ("storage.k8s.io", "v1", "CSINode", api::storage::v1::CSINode),
         ("storage.k8s.io", "v1", "StorageClass", api::storage::v1::StorageClass),
+        ("storage.k8s.io", "v1", "CSIDriver", api::storage::v1::CSIDriver),
+        (
+            "storage.k8s.io",
+            "v1",
+            "CSIStorageCapacity",
+            api::storage::v1::CSIStorageCapacity
+        ),
+        (
+            "storage.k8s.io",
+            "v1",
+            "VolumeAttachment",
+            api::storage::v1::VolumeAttachment
+        ),
         (
             "discovery.k8s.io",
             "v1",
@@ -86,6 +99,20 @@ fn build() -> Schemas {
             api::discovery::v1::EndpointSlice
         ),
         ("networking.k8s.io", "v1", "IPAddress", api::networking::v1::IPAddress),
+        ("networking.k8s.io", "v1", "Ingress", api::networking::v1::Ingress),
+        ("node.k8s.io", "v1", "RuntimeClass", api::node::v1::RuntimeClass),
+        (
+            "networking.k8s.io",
+            "v1",
+            "IngressClass",
+            api::networking::v1::IngressClass
+        ),
+        (
+            "networking.k8s.io",
+            "v1",
+            "NetworkPolicy",
+            api::networking::v1::NetworkPolicy
+        ),
         (
             "networking.k8s.io",
             "v1",

@@ -40,6 +40,8 @@ fn tracks_generation(res: &Resource) -> bool {
                 | "jobs"
                 | "cronjobs"
                 | "poddisruptionbudgets"
+                | "ingresses"
+                | "networkpolicies"
                 | "services"
                 | "persistentvolumeclaims"
                 | "pods"
@@ -506,7 +508,8 @@ async fn create_stored(
 ) -> Result<(Value, Vec<String>, Stored), StatusError> {
     let res = ctx.rr.resource;
     check_type(res, obj)?;
-    let warnings = check_shape(ctx, obj)?;
+    let mut warnings = check_shape(ctx, obj)?;
+    warnings.extend(crate::defaultingressclass::warnings_on_create(ctx, obj));
     {
         let md = metadata_mut(obj);
         let ns_in_body = md.get("namespace").and_then(Value::as_str).unwrap_or("").to_string();
@@ -551,10 +554,12 @@ async fn create_stored(
     check_namespace(ctx, &name).await?;
     if res.plural == "pods" {
         admit_priority(ctx, obj).await?;
+        crate::runtimeclass::admit(ctx, obj).await?;
     }
     if res.plural == "persistentvolumeclaims" && res.group.is_empty() {
         admit_default_storage_class(ctx, obj).await?;
     }
+    crate::defaultingressclass::admit(ctx, obj).await?;
     reset_status_on_create(res, obj);
     if crate::certificates::is_csr(res) {
         crate::certificates::prepare_create(&ctx.user, obj);
@@ -779,7 +784,9 @@ fn reset_status_on_create(res: &Resource, obj: &mut Value) {
         | "daemonsets"
         | "jobs"
         | "cronjobs"
-        | "poddisruptionbudgets" => {
+        | "poddisruptionbudgets"
+        | "ingresses"
+        | "volumeattachments" => {
             m.remove("status");
         }
         "namespaces" => {

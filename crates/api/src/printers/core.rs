@@ -595,7 +595,7 @@ pub(crate) const SERVICE_COLUMNS: &[Column] = &[
 ];
 
 /// Upstream's `loadBalancerStatusStringer` as the server calls it (wide, so never clipped).
-fn load_balancer_ips(obj: &Value) -> String {
+pub(crate) fn load_balancer_ips(obj: &Value) -> String {
     let mut set = BTreeSet::new();
     for ing in array_at(obj, "/status/loadBalancer/ingress") {
         let ip = str_at(ing, "/ip");

@@ -9,8 +9,10 @@ mod apps;
 mod autoscaling;
 mod certificates;
 mod core;
+mod csi;
 mod format;
 mod networking;
+mod node;
 mod rbac;
 mod storage;
 
@@ -112,6 +114,13 @@ enum Printer {
     EndpointSlice,
     IPAddress,
     ServiceCIDR,
+    Ingress,
+    IngressClass,
+    NetworkPolicy,
+    RuntimeClass,
+    CSIDriver,
+    VolumeAttachment,
+    CSIStorageCapacity,
     RoleBinding,
     ClusterRoleBinding,
     /// Upstream's default table (`rest.NewDefaultTableConvertor`): Role, ClusterRole,
@@ -154,6 +163,13 @@ fn printer_for(res: &Resource) -> Printer {
         ("discovery.k8s.io", "EndpointSlice") => Printer::EndpointSlice,
         ("networking.k8s.io", "IPAddress") => Printer::IPAddress,
         ("networking.k8s.io", "ServiceCIDR") => Printer::ServiceCIDR,
+        ("networking.k8s.io", "Ingress") => Printer::Ingress,
+        ("networking.k8s.io", "IngressClass") => Printer::IngressClass,
+        ("networking.k8s.io", "NetworkPolicy") => Printer::NetworkPolicy,
+        ("node.k8s.io", "RuntimeClass") => Printer::RuntimeClass,
+        ("storage.k8s.io", "CSIDriver") => Printer::CSIDriver,
+        ("storage.k8s.io", "VolumeAttachment") => Printer::VolumeAttachment,
+        ("storage.k8s.io", "CSIStorageCapacity") => Printer::CSIStorageCapacity,
         ("rbac.authorization.k8s.io", "RoleBinding") => Printer::RoleBinding,
         ("rbac.authorization.k8s.io", "ClusterRoleBinding") => Printer::ClusterRoleBinding,
         ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => Printer::CreatedAt,
@@ -194,6 +210,13 @@ fn columns(printer: Printer) -> &'static [Column] {
         Printer::EndpointSlice => networking::ENDPOINTSLICE_COLUMNS,
         Printer::IPAddress => networking::IPADDRESS_COLUMNS,
         Printer::ServiceCIDR => networking::SERVICECIDR_COLUMNS,
+        Printer::Ingress => networking::INGRESS_COLUMNS,
+        Printer::IngressClass => networking::INGRESSCLASS_COLUMNS,
+        Printer::NetworkPolicy => networking::NETWORKPOLICY_COLUMNS,
+        Printer::RuntimeClass => node::RUNTIMECLASS_COLUMNS,
+        Printer::CSIDriver => csi::CSIDRIVER_COLUMNS,
+        Printer::VolumeAttachment => csi::VOLUMEATTACHMENT_COLUMNS,
+        Printer::CSIStorageCapacity => csi::CSISTORAGECAPACITY_COLUMNS,
         Printer::RoleBinding => rbac::ROLEBINDING_COLUMNS,
         Printer::ClusterRoleBinding => rbac::CLUSTERROLEBINDING_COLUMNS,
         Printer::CreatedAt => rbac::ROLE_COLUMNS,
@@ -258,6 +281,13 @@ pub fn row_cells(res: &Resource, obj: &Value, now: Timestamp) -> Vec<Value> {
         Printer::EndpointSlice => networking::endpointslice(obj, now),
         Printer::IPAddress => networking::ipaddress(obj, now),
         Printer::ServiceCIDR => networking::servicecidr(obj, now),
+        Printer::Ingress => networking::ingress(obj, now),
+        Printer::IngressClass => networking::ingressclass(obj, now),
+        Printer::NetworkPolicy => networking::networkpolicy(obj, now),
+        Printer::RuntimeClass => node::runtimeclass(obj, now),
+        Printer::CSIDriver => csi::csidriver(obj, now),
+        Printer::VolumeAttachment => csi::volumeattachment(obj, now),
+        Printer::CSIStorageCapacity => csi::csistoragecapacity(obj),
         Printer::RoleBinding | Printer::ClusterRoleBinding => rbac::binding(obj, now),
         Printer::CreatedAt => rbac::created_at(obj),
         Printer::Default => vec![json!(format::name(obj)), json!(format::age(obj, now))],

@@ -116,3 +116,229 @@ pub(crate) fn servicecidr(obj: &Value, now: Timestamp) -> Vec<Value> {
     let cidrs: Vec<&str> = array_at(obj, "/spec/cidrs").iter().filter_map(Value::as_str).collect();
     vec![json!(name(obj)), json!(cidrs.join(",")), json!(age(obj, now))]
 }
+
+// --- ingresses, ingress classes, network policies ---------------------------------------------
+
+pub(crate) const INGRESS_COLUMNS: &[Column] = &[
+    NAME,
+    Column::new(
+        "Class",
+        "string",
+        "The name of the IngressClass resource that should be used for additional configuration",
+    ),
+    Column::new(
+        "Hosts",
+        "string",
+        "Hosts that incoming requests are matched against before the ingress rule",
+    ),
+    Column::new(
+        "Address",
+        "string",
+        "Address is a list containing ingress points for the load-balancer",
+    ),
+    Column::new("Ports", "string", "Ports of TLS configurations that open"),
+    AGE,
+];
+
+/// Upstream's `formatHosts`: the first three hosts, then `+ N more...` (N counting the rules
+/// past the third, hosts or not); `*` when no rule names a host.
+fn format_hosts(rules: &[Value]) -> String {
+    const MAX: usize = 3;
+    let mut list: Vec<&str> = Vec::new();
+    let mut more = false;
+    for rule in rules {
+        if list.len() == MAX {
+            more = true;
+        }
+        let host = str_at(rule, "/host");
+        if !more && !host.is_empty() {
+            list.push(host);
+        }
+    }
+    if list.is_empty() {
+        return "*".to_string();
+    }
+    let shown = list.join(",");
+    if more {
+        format!("{shown} + {} more...", rules.len() - MAX)
+    } else {
+        shown
+    }
+}
+
+/// Upstream's `printIngress`. The address is never clipped: the server prints wide.
+pub(crate) fn ingress(obj: &Value, now: Timestamp) -> Vec<Value> {
+    let class = obj
+        .pointer("/spec/ingressClassName")
+        .and_then(Value::as_str)
+        .unwrap_or("<none>");
+    let ports = if array_at(obj, "/spec/tls").is_empty() {
+        "80"
+    } else {
+        "80, 443"
+    };
+    vec![
+        json!(name(obj)),
+        json!(class),
+        json!(format_hosts(array_at(obj, "/spec/rules"))),
+        json!(super::core::load_balancer_ips(obj)),
+        json!(ports),
+        json!(age(obj, now)),
+    ]
+}
+
+pub(crate) const INGRESSCLASS_COLUMNS: &[Column] = &[
+    NAME,
+    Column::new(
+        "Controller",
+        "string",
+        "Controller that is responsible for handling this class",
+    ),
+    Column::new(
+        "Parameters",
+        "string",
+        "A reference to a resource with additional parameters",
+    ),
+    AGE,
+];
+
+/// Upstream's `printIngressClass`: parameters as `Kind.apiGroup/name`, `<none>` when unset.
+pub(crate) fn ingressclass(obj: &Value, now: Timestamp) -> Vec<Value> {
+    let parameters = match obj.pointer("/spec/parameters").filter(|p| p.is_object()) {
+        None => "<none>".to_string(),
+        Some(p) => {
+            let mut s = str_at(p, "/kind").to_string();
+            if let Some(group) = p.get("apiGroup").and_then(Value::as_str) {
+                s = format!("{s}.{group}");
+            }
+            format!("{s}/{}", str_at(p, "/name"))
+        }
+    };
+    vec![
+        json!(name(obj)),
+        json!(str_at(obj, "/spec/controller")),
+        json!(parameters),
+        json!(age(obj, now)),
+    ]
+}
+
+pub(crate) const NETWORKPOLICY_COLUMNS: &[Column] = &[
+    NAME,
+    Column::new(
+        "Pod-Selector",
+        "string",
+        "podSelector selects the pods to which this NetworkPolicy object applies. The array of ingress rules is applied to any pods selected by this field. Multiple network policies can select the same set of pods. In this case, the ingress rules for each are combined additively. This field is NOT optional and follows standard label selector semantics. An empty podSelector matches all pods in this namespace.",
+    ),
+    AGE,
+];
+
+/// Upstream's `printNetworkPolicy`: the pod selector as `metav1.FormatLabelSelector`.
+pub(crate) fn networkpolicy(obj: &Value, now: Timestamp) -> Vec<Value> {
+    vec![
+        json!(name(obj)),
+        json!(super::format::format_label_selector(obj.pointer("/spec/podSelector"))),
+        json!(age(obj, now)),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use crate::printers::{column_definitions, row_cells};
+    use crate::registry::lookup;
+
+    fn cells(plural: &str, obj: &Value) -> Vec<Value> {
+        let r = lookup("networking.k8s.io", "v1", plural).expect("served");
+        let now = "2024-05-01T12:00:00Z".parse().expect("time");
+        let cells = row_cells(r, obj, now);
+        assert_eq!(cells.len(), column_definitions(r).len());
+        cells
+    }
+
+    fn names(plural: &str) -> Vec<String> {
+        let r = lookup("networking.k8s.io", "v1", plural).expect("served");
+        column_definitions(r)
+            .iter()
+            .map(|c| c["name"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
+    const CREATED: &str = "2024-05-01T11:00:00Z";
+
+    #[test]
+    fn ingress_rows() {
+        assert_eq!(
+            names("ingresses"),
+            ["Name", "Class", "Hosts", "Address", "Ports", "Age"]
+        );
+        let i = json!({"metadata": {"name": "simple", "creationTimestamp": CREATED},
+            "spec": {"rules": [{"host": "foo.com"}]}});
+        assert_eq!(
+            cells("ingresses", &i),
+            [
+                json!("simple"),
+                json!("<none>"),
+                json!("foo.com"),
+                json!(""),
+                json!("80"),
+                json!("60m")
+            ]
+        );
+        let i = json!({"metadata": {"name": "many", "creationTimestamp": CREATED},
+            "spec": {"ingressClassName": "nginx",
+                "rules": [{"host": "a.com"}, {}, {"host": "b.com"}, {"host": "c.com"}, {"host": "d.com"}],
+                "tls": [{"hosts": ["a.com"]}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "10.0.0.2"}, {"hostname": "lb.example.com"}, {"ip": "10.0.0.1"}, {"ip": "10.0.0.2"}]}}});
+        assert_eq!(
+            cells("ingresses", &i),
+            [
+                json!("many"),
+                json!("nginx"),
+                json!("a.com,b.com,c.com + 2 more..."),
+                json!("10.0.0.1,10.0.0.2,lb.example.com"),
+                json!("80, 443"),
+                json!("60m")
+            ]
+        );
+        let i = json!({"metadata": {"name": "d"}, "spec": {"defaultBackend": {}, "rules": [{}]}});
+        assert_eq!(cells("ingresses", &i)[2], "*");
+    }
+
+    #[test]
+    fn ingress_class_rows() {
+        assert_eq!(names("ingressclasses"), ["Name", "Controller", "Parameters", "Age"]);
+        let c = json!({"metadata": {"name": "nginx", "creationTimestamp": CREATED},
+            "spec": {"controller": "k8s.io/ingress-nginx"}});
+        assert_eq!(
+            cells("ingressclasses", &c),
+            [
+                json!("nginx"),
+                json!("k8s.io/ingress-nginx"),
+                json!("<none>"),
+                json!("60m")
+            ]
+        );
+        let c = json!({"metadata": {"name": "x"}, "spec": {"controller": "a.io/b",
+            "parameters": {"apiGroup": "k8s.example.com", "kind": "IngressParameters", "name": "external-lb"}}});
+        assert_eq!(
+            cells("ingressclasses", &c)[2],
+            "IngressParameters.k8s.example.com/external-lb"
+        );
+        let c = json!({"metadata": {"name": "x"}, "spec": {"controller": "a.io/b", "parameters": {"kind": "K", "name": "n"}}});
+        assert_eq!(cells("ingressclasses", &c)[2], "K/n");
+    }
+
+    #[test]
+    fn network_policy_rows() {
+        assert_eq!(names("networkpolicies"), ["Name", "Pod-Selector", "Age"]);
+        let p = json!({"metadata": {"name": "deny", "creationTimestamp": CREATED}, "spec": {"podSelector": {}}});
+        assert_eq!(
+            cells("networkpolicies", &p),
+            [json!("deny"), json!("<none>"), json!("60m")]
+        );
+        let p = json!({"metadata": {"name": "db"}, "spec": {"podSelector": {"matchLabels": {"role": "db"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]}}});
+        assert_eq!(cells("networkpolicies", &p)[1], "role=db,tier in (a,b)");
+    }
+}

@@ -14,6 +14,9 @@
 //! - `core`: Service, Node taints, Secret, ConfigMap, PersistentVolumeClaim, PriorityClass.
 //! - `storage`: StorageClass, CSINode.
 //! - `admissionregistration`: Validating and MutatingWebhookConfigurations.
+//! - `networking`: Ingress (and its status), IngressClass, NetworkPolicy.
+//! - `node`: RuntimeClass.
+//! - `csi`: CSIDriver, VolumeAttachment, CSIStorageCapacity.
 //! - `certificates`: CertificateSigningRequest (create, update, status and approval).
 //! - `rbac`: Role, ClusterRole, RoleBinding, ClusterRoleBinding (their metadata included, as
 //!   upstream's strategies validate it in their own order on update).
@@ -25,7 +28,10 @@ mod admissionregistration;
 mod autoscaling;
 mod certificates;
 mod core;
+mod csi;
 mod meta;
+mod networking;
+mod node;
 mod pod;
 mod rbac;
 mod storage;
@@ -88,6 +94,13 @@ pub fn validate_write(res: &Resource, subresource: &str, obj: &Value, old: Optio
         }
         ("", "PersistentVolumeClaim") => core::validate_pvc(obj, old, &mut errs),
         ("scheduling.k8s.io", "PriorityClass") => core::validate_priority_class(obj, old, &mut errs),
+        ("networking.k8s.io", "Ingress") => networking::validate_ingress(obj, old, subresource, &mut errs),
+        ("networking.k8s.io", "IngressClass") => networking::validate_ingress_class(obj, old, &mut errs),
+        ("networking.k8s.io", "NetworkPolicy") => networking::validate_network_policy(obj, old, &mut errs),
+        ("node.k8s.io", "RuntimeClass") => node::validate_runtime_class(obj, old, &mut errs),
+        ("storage.k8s.io", "CSIDriver") => csi::validate_csi_driver(obj, old, &mut errs),
+        ("storage.k8s.io", "VolumeAttachment") => csi::validate_volume_attachment(obj, old, &mut errs),
+        ("storage.k8s.io", "CSIStorageCapacity") => csi::validate_csi_storage_capacity(obj, old, &mut errs),
         ("storage.k8s.io", "StorageClass") => storage::validate_storage_class(obj, old, &mut errs),
         ("storage.k8s.io", "CSINode") => storage::validate_csinode(obj, old, &mut errs),
         ("certificates.k8s.io", "CertificateSigningRequest") => {

@@ -471,7 +471,7 @@ fn resource_quantity(name: &str, v: &Value, p: &Path, errs: &mut Vec<FieldError>
 }
 
 /// upstream's `ValidateResourceRequirements` for a container.
-fn validate_resources(res: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>) {
+pub(crate) fn validate_resources(res: Option<&Value>, p: &Path, errs: &mut Vec<FieldError>) {
     let lim_path = p.child("limits");
     let req_path = p.child("requests");
     let mut limits: Vec<(String, Quantity)> = Vec::new();

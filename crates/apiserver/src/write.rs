@@ -540,6 +540,12 @@ async fn create_stored(
     if crate::certificates::is_csr(res) {
         crate::certificates::prepare_create(&ctx.user, obj);
     }
+    if res.group.is_empty() && res.plural == "pods" {
+        // Mutating admission sees the defaulted object, as upstream's decoding defaults it
+        // before admission runs (so a container's limit already gave it a request).
+        skiff_api::defaults::apply_defaults(res, obj);
+        crate::limitranger::mutate(ctx, obj).await?;
+    }
     admit(res, "", obj, None)?;
     if crate::certificates::is_csr(res) {
         crate::certificates::admit(ctx, obj, None).await?;
@@ -550,6 +556,10 @@ async fn create_stored(
     // Mutating admission runs after the creator's fields are recorded, as upstream's create
     // handler orders them: the finalizer is the system's, not the creator's.
     crate::storageobjectinuseprotection::admit(res, &ctx.rr.subresource, obj);
+    // Validating admission, ResourceQuota last: the quota is charged only for a write every
+    // other check let through.
+    crate::limitranger::validate(ctx, obj, None).await?;
+    crate::resourcequota::admit(ctx, obj, None).await?;
     let key = objects::key(res, &ctx.rr.namespace, &name);
     if ctx.dry_run() {
         return Ok((std::mem::take(obj), warnings, None));
@@ -758,7 +768,8 @@ fn reset_status_on_create(res: &Resource, obj: &mut Value) {
         | "daemonsets"
         | "jobs"
         | "cronjobs"
-        | "poddisruptionbudgets" => {
+        | "poddisruptionbudgets"
+        | "resourcequotas" => {
             m.remove("status");
         }
         "namespaces" => {
@@ -909,6 +920,10 @@ pub async fn finish_update(
         }
         delete_stored(ctx, old, rev).await.map_err(|e| ctx.store_err(e))?;
         return Ok(Written::Deleted(new));
+    }
+    if scope == UpdateScope::Main {
+        crate::limitranger::validate(ctx, &new, Some(old)).await?;
+        crate::resourcequota::admit(ctx, &new, Some(old)).await?;
     }
     let alloc = if is_service(res) && scope == UpdateScope::Main {
         allocator::allocate(&*ctx.state.store, &ctx.state.service_ranges, Some(old), &mut new).await?

@@ -85,6 +85,8 @@ pub fn validate_write(res: &Resource, subresource: &str, obj: &Value, old: Optio
             pod::validate_pod_template(field(Some(obj), "template"), &Path::new("template"), &mut errs)
         }
         ("", "PersistentVolumeClaim") => core::validate_pvc(obj, old, &mut errs),
+        ("", "ResourceQuota") => core::validate_resource_quota(obj, old, &mut errs),
+        ("", "LimitRange") => core::validate_limit_range(obj, &mut errs),
         ("scheduling.k8s.io", "PriorityClass") => core::validate_priority_class(obj, old, &mut errs),
         ("storage.k8s.io", "StorageClass") => storage::validate_storage_class(obj, old, &mut errs),
         ("storage.k8s.io", "CSINode") => storage::validate_csinode(obj, old, &mut errs),

@@ -1396,7 +1396,8 @@ fn default_limit_range(obj: &mut Value) {
         if item.get("type").and_then(Value::as_str) != Some("Container") {
             continue;
         }
-        let list = |item: &Map<String, Value>, f: &str| item.get(f).and_then(Value::as_object).cloned().unwrap_or_default();
+        let list =
+            |item: &Map<String, Value>, f: &str| item.get(f).and_then(Value::as_object).cloned().unwrap_or_default();
         let max = list(item, "max");
         let min = list(item, "min");
         let mut default = list(item, "default");

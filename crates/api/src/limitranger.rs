@@ -39,10 +39,7 @@ fn merge_container(c: &mut Value, requests: &ResourceList, limits: &ResourceList
     let Some(m) = c.as_object_mut() else {
         return Vec::new();
     };
-    let res = m
-        .entry("resources")
-        .or_insert_with(|| json!({}))
-        .as_object_mut();
+    let res = m.entry("resources").or_insert_with(|| json!({})).as_object_mut();
     let Some(res) = res else { return Vec::new() };
     let mut set = |field: &str, defaults: &ResourceList| -> Vec<String> {
         let mut set = Vec::new();
@@ -108,7 +105,11 @@ pub fn default_pod(lr: &Value, pod: &mut Value) {
 /// Compare in milli-units when every quantity fits them, in units otherwise, as upstream's
 /// `requestLimitEnforcedValues`.
 fn scaled(req: Option<&Quantity>, lim: Option<&Quantity>, enforced: &Quantity) -> (i128, i128, i128) {
-    let all = [req.copied().unwrap_or_default(), lim.copied().unwrap_or_default(), *enforced];
+    let all = [
+        req.copied().unwrap_or_default(),
+        lim.copied().unwrap_or_default(),
+        *enforced,
+    ];
     let milli = all.iter().all(|q| q.value() <= i64::MAX / 1000);
     let v = |q: &Quantity| {
         if milli {
@@ -124,10 +125,14 @@ fn min_constraint(kind: &str, r: &str, enforced: &Quantity, req: &ResourceList, 
     let (rq, lq) = (req.get(r), lim.get(r));
     let (rv, lv, ev) = scaled(rq, lq, enforced);
     let Some(rq) = rq else {
-        return Some(format!("minimum {r} usage per {kind} is {enforced}.  No request is specified"));
+        return Some(format!(
+            "minimum {r} usage per {kind} is {enforced}.  No request is specified"
+        ));
     };
     if rv < ev {
-        return Some(format!("minimum {r} usage per {kind} is {enforced}, but request is {rq}"));
+        return Some(format!(
+            "minimum {r} usage per {kind} is {enforced}, but request is {rq}"
+        ));
     }
     match lq {
         Some(lq) if lv < ev => Some(format!("minimum {r} usage per {kind} is {enforced}, but limit is {lq}")),
@@ -139,7 +144,9 @@ fn max_request_constraint(kind: &str, r: &str, enforced: &Quantity, req: &Resour
     let rq = req.get(r);
     let (rv, _, ev) = scaled(rq, None, enforced);
     let Some(rq) = rq else {
-        return Some(format!("maximum {r} usage per {kind} is {enforced}.  No request is specified"));
+        return Some(format!(
+            "maximum {r} usage per {kind} is {enforced}.  No request is specified"
+        ));
     };
     (rv > ev).then(|| format!("maximum {r} usage per {kind} is {enforced}, but request is {rq}"))
 }
@@ -148,18 +155,28 @@ fn max_constraint(kind: &str, r: &str, enforced: &Quantity, req: &ResourceList, 
     let (rq, lq) = (req.get(r), lim.get(r));
     let (rv, lv, ev) = scaled(rq, lq, enforced);
     let Some(lq) = lq else {
-        return Some(format!("maximum {r} usage per {kind} is {enforced}.  No limit is specified"));
+        return Some(format!(
+            "maximum {r} usage per {kind} is {enforced}.  No limit is specified"
+        ));
     };
     if lv > ev {
         return Some(format!("maximum {r} usage per {kind} is {enforced}, but limit is {lq}"));
     }
     match rq {
-        Some(rq) if rv > ev => Some(format!("maximum {r} usage per {kind} is {enforced}, but request is {rq}")),
+        Some(rq) if rv > ev => Some(format!(
+            "maximum {r} usage per {kind} is {enforced}, but request is {rq}"
+        )),
         _ => None,
     }
 }
 
-fn ratio_constraint(kind: &str, r: &str, enforced: &Quantity, req: &ResourceList, lim: &ResourceList) -> Option<String> {
+fn ratio_constraint(
+    kind: &str,
+    r: &str,
+    enforced: &Quantity,
+    req: &ResourceList,
+    lim: &ResourceList,
+) -> Option<String> {
     let (rq, lq) = (req.get(r), lim.get(r));
     let (rv, lv, _) = scaled(rq, lq, enforced);
     if rq.is_none() || rv == 0 {
@@ -181,13 +198,7 @@ fn ratio_constraint(kind: &str, r: &str, enforced: &Quantity, req: &ResourceList
     })
 }
 
-fn check(
-    item: &Value,
-    kind: &str,
-    req: &ResourceList,
-    lim: &ResourceList,
-    errs: &mut Vec<String>,
-) {
+fn check(item: &Value, kind: &str, req: &ResourceList, lim: &ResourceList, errs: &mut Vec<String>) {
     let by_name = |f: &str| -> BTreeMap<String, Quantity> { list_from(item.get(f)) };
     for (r, v) in by_name("min") {
         errs.extend(min_constraint(kind, &r, &v, req, lim));
@@ -216,7 +227,12 @@ pub fn aggregate(errs: Vec<String>) -> Option<String> {
 /// effective requests and limits against the Pod items.
 pub fn validate_pod(lr: &Value, pod: &Value) -> Vec<String> {
     let mut errs = Vec::new();
-    for item in lr.pointer("/spec/limits").and_then(Value::as_array).into_iter().flatten() {
+    for item in lr
+        .pointer("/spec/limits")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         match item.get("type").and_then(Value::as_str) {
             Some("Container") => {
                 for field in ["containers", "initContainers"] {
@@ -246,7 +262,13 @@ pub fn validate_pvc(lr: &Value, pvc: &Value) -> Vec<String> {
     let req = list_from(pvc.pointer("/spec/resources/requests"));
     for item in items(lr, "PersistentVolumeClaim") {
         for (r, v) in list_from(item.get("min")) {
-            errs.extend(min_constraint("PersistentVolumeClaim", &r, &v, &req, &ResourceList::new()));
+            errs.extend(min_constraint(
+                "PersistentVolumeClaim",
+                &r,
+                &v,
+                &req,
+                &ResourceList::new(),
+            ));
         }
         for (r, v) in list_from(item.get("max")) {
             errs.extend(max_request_constraint("PersistentVolumeClaim", &r, &v, &req));
@@ -265,8 +287,10 @@ mod tests {
 
     #[test]
     fn containers_get_the_defaults_they_lack_and_the_annotation_says_which() {
-        let lr = lr(json!([{"type": "Container", "default": {"cpu": "500m", "memory": "256Mi"},
-            "defaultRequest": {"cpu": "100m", "memory": "128Mi"}}]));
+        let lr = lr(
+            json!([{"type": "Container", "default": {"cpu": "500m", "memory": "256Mi"},
+            "defaultRequest": {"cpu": "100m", "memory": "128Mi"}}]),
+        );
         let mut pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [
             {"name": "a"}, {"name": "b", "resources": {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}}]}});
         default_pod(&lr, &mut pod);
@@ -281,8 +305,10 @@ mod tests {
 
     #[test]
     fn min_max_and_ratio_are_enforced_with_upstream_messages() {
-        let lr = lr(json!([{"type": "Container", "min": {"cpu": "100m"}, "max": {"memory": "1Gi"},
-            "maxLimitRequestRatio": {"cpu": "2"}}]));
+        let lr = lr(
+            json!([{"type": "Container", "min": {"cpu": "100m"}, "max": {"memory": "1Gi"},
+            "maxLimitRequestRatio": {"cpu": "2"}}]),
+        );
         let check = |req: Value, lim: Value| {
             let pod = json!({"spec": {"containers": [{"name": "a", "resources": {"requests": req, "limits": lim}}]}});
             aggregate(validate_pod(&lr, &pod))
@@ -305,9 +331,18 @@ mod tests {
                 "[minimum cpu usage per Container is 100m, but request is 50m, maximum memory usage per Container is 1Gi.  No limit is specified, cpu max limit to request ratio per Container is 2, but provided ratio is 4.000000]"
             )
         );
-        assert_eq!(check(json!({"cpu": "100m"}), json!({"cpu": "200m", "memory": "512Mi"})), None);
-        let pvc_lr = self::lr(json!([{"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"}, "max": {"storage": "2Gi"}}]));
-        let pvc = |s: &str| aggregate(validate_pvc(&pvc_lr, &json!({"spec": {"resources": {"requests": {"storage": s}}}})));
+        assert_eq!(
+            check(json!({"cpu": "100m"}), json!({"cpu": "200m", "memory": "512Mi"})),
+            None
+        );
+        let pvc_lr =
+            self::lr(json!([{"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"}, "max": {"storage": "2Gi"}}]));
+        let pvc = |s: &str| {
+            aggregate(validate_pvc(
+                &pvc_lr,
+                &json!({"spec": {"resources": {"requests": {"storage": s}}}}),
+            ))
+        };
         assert_eq!(
             pvc("3Gi").as_deref(),
             Some("maximum storage usage per PersistentVolumeClaim is 2Gi, but request is 3Gi")

@@ -28,7 +28,11 @@ pub fn list_from(v: Option<&Value>) -> ResourceList {
 
 /// A resource list as JSON (each quantity in its canonical form).
 pub fn list_to_json(l: &ResourceList) -> Value {
-    Value::Object(l.iter().map(|(k, v)| (k.clone(), json!(v.canonical()))).collect::<Map<_, _>>())
+    Value::Object(
+        l.iter()
+            .map(|(k, v)| (k.clone(), json!(v.canonical())))
+            .collect::<Map<_, _>>(),
+    )
 }
 
 fn one() -> Quantity {
@@ -91,10 +95,7 @@ pub fn equals(a: &ResourceList, b: &ResourceList) -> bool {
 
 /// Upstream's `prettyPrint`: `a=1,b=2Gi`, sorted by name.
 pub fn pretty_print(l: &ResourceList) -> String {
-    l.iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    l.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
 }
 
 /// The name under which every object of a resource is counted (`count/pods`,
@@ -140,12 +141,7 @@ const VALIDATION_SET: &[&str] = &[
 const SERVICE_RESOURCES: &[&str] = &["services", "services.loadbalancers", "services.nodeports"];
 const PVC_RESOURCES: &[&str] = &["persistentvolumeclaims", "requests.storage"];
 /// Resources whose objects are also counted under their legacy name (`secrets`, `configmaps`).
-const LEGACY_COUNTED: &[&str] = &[
-    "configmaps",
-    "secrets",
-    "replicationcontrollers",
-    "resourcequotas",
-];
+const LEGACY_COUNTED: &[&str] = &["configmaps", "secrets", "replicationcontrollers", "resourcequotas"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -215,9 +211,7 @@ impl Evaluator {
                 POD_RESOURCES.contains(&name)
                     || name.starts_with("hugepages-")
                     || name.starts_with("requests.hugepages-")
-                    || name
-                        .strip_prefix("requests.")
-                        .is_some_and(is_extended_resource_name)
+                    || name.strip_prefix("requests.").is_some_and(is_extended_resource_name)
             }
             Kind::Services => SERVICE_RESOURCES.contains(&name),
             Kind::Claims => {
@@ -253,10 +247,7 @@ impl Evaluator {
             }
             Kind::Services => {
                 usage.insert("services".into(), one());
-                let ports = obj
-                    .pointer("/spec/ports")
-                    .and_then(Value::as_array)
-                    .map_or(0, Vec::len);
+                let ports = obj.pointer("/spec/ports").and_then(Value::as_array).map_or(0, Vec::len);
                 let n = |c: usize| Quantity::new(i64::try_from(c).unwrap_or(i64::MAX), Format::DecimalSI);
                 match obj.pointer("/spec/type").and_then(Value::as_str) {
                     Some("NodePort") => {
@@ -270,13 +261,11 @@ impl Evaluator {
                         let node_ports = if allocate {
                             ports
                         } else {
-                            obj.pointer("/spec/ports")
-                                .and_then(Value::as_array)
-                                .map_or(0, |ps| {
-                                    ps.iter()
-                                        .filter(|p| p.get("nodePort").and_then(Value::as_i64).unwrap_or(0) != 0)
-                                        .count()
-                                })
+                            obj.pointer("/spec/ports").and_then(Value::as_array).map_or(0, |ps| {
+                                ps.iter()
+                                    .filter(|p| p.get("nodePort").and_then(Value::as_i64).unwrap_or(0) != 0)
+                                    .count()
+                            })
                         };
                         usage.insert("services.nodeports".into(), n(node_ports));
                         usage.insert("services.loadbalancers".into(), one());
@@ -384,9 +373,7 @@ impl Evaluator {
         if self.matching_resources(hard.keys()).is_empty() {
             return false;
         }
-        scope_requirements(quota)
-            .iter()
-            .all(|s| self.matches_scope(s, obj))
+        scope_requirements(quota).iter().all(|s| self.matches_scope(s, obj))
     }
 }
 
@@ -588,9 +575,12 @@ fn uses_cross_namespace_affinity(pod: &Value) -> bool {
                     .flatten()
                     .filter_map(|w| w.get("podAffinityTerm")),
             );
-        terms
-            .into_iter()
-            .any(|t| t.get("namespaceSelector").is_some() || t.get("namespaces").and_then(Value::as_array).is_some_and(|n| !n.is_empty()))
+        terms.into_iter().any(|t| {
+            t.get("namespaceSelector").is_some()
+                || t.get("namespaces")
+                    .and_then(Value::as_array)
+                    .is_some_and(|n| !n.is_empty())
+        })
     })
 }
 
@@ -761,7 +751,10 @@ mod tests {
     #[test]
     fn quota_on_compute_needs_every_container_to_name_it() {
         let pods = Evaluator::new("", "pods");
-        let quotas = [quota(json!({"limits.cpu": "2", "requests.memory": "1Gi"}), json!({"limits.cpu": "0", "requests.memory": "0"}))];
+        let quotas = [quota(
+            json!({"limits.cpu": "2", "requests.memory": "1Gi"}),
+            json!({"limits.cpu": "0", "requests.memory": "0"}),
+        )];
         let p = json!({"metadata": {"name": "p"}, "spec": {"containers": [
             {"name": "a", "resources": {"limits": {"cpu": "1"}}},
             {"name": "b", "resources": {}},
@@ -778,7 +771,10 @@ mod tests {
         let pods = Evaluator::new("", "pods");
         let fresh = json!({"metadata": {"name": "q"}, "spec": {"hard": {"pods": "1"}}});
         let p = pod("p", json!({}), json!({}));
-        assert_eq!(check_request(&[fresh], &pods, Operation::Create, &p, None, Timestamp::now()), Ok(vec![]));
+        assert_eq!(
+            check_request(&[fresh], &pods, Operation::Create, &p, None, Timestamp::now()),
+            Ok(vec![])
+        );
         let half = json!({"metadata": {"name": "q"}, "status": {"hard": {"pods": "1", "count/pods": "3"}, "used": {"pods": "0"}}});
         let err = check_request(&[half], &pods, Operation::Create, &p, None, Timestamp::now()).unwrap_err();
         assert_eq!(err.0, "status unknown for quota: q, resources: count/pods");
@@ -791,7 +787,14 @@ mod tests {
             "status": {"hard": {"pods": "1"}, "used": {"pods": "1"}}});
         let guaranteed = pod("p", json!({"cpu": "1"}), json!({"cpu": "1"}));
         assert_eq!(
-            check_request(&[best_effort.clone()], &pods, Operation::Create, &guaranteed, None, Timestamp::now()),
+            check_request(
+                &[best_effort.clone()],
+                &pods,
+                Operation::Create,
+                &guaranteed,
+                None,
+                Timestamp::now()
+            ),
             Ok(vec![])
         );
         let be = pod("p", json!({}), json!({}));
@@ -801,7 +804,17 @@ mod tests {
             "status": {"hard": {"pods": "0"}, "used": {"pods": "0"}}});
         let mut high = be.clone();
         high["spec"]["priorityClassName"] = json!("high");
-        assert!(check_request(&[by_class.clone()], &pods, Operation::Create, &high, None, Timestamp::now()).is_err());
+        assert!(
+            check_request(
+                &[by_class.clone()],
+                &pods,
+                Operation::Create,
+                &high,
+                None,
+                Timestamp::now()
+            )
+            .is_err()
+        );
         assert_eq!(
             check_request(&[by_class], &pods, Operation::Create, &be, None, Timestamp::now()),
             Ok(vec![])
@@ -823,7 +836,10 @@ mod tests {
         assert_eq!(u["gold.storageclass.storage.k8s.io/requests.storage"], q("5Gi"));
         assert_eq!(u["gold.storageclass.storage.k8s.io/persistentvolumeclaims"], q("1"));
         // A resize is charged the growth only.
-        let quotas = [quota(json!({"requests.storage": "8Gi"}), json!({"requests.storage": "5Gi"}))];
+        let quotas = [quota(
+            json!({"requests.storage": "8Gi"}),
+            json!({"requests.storage": "5Gi"}),
+        )];
         let grown = json!({"spec": {"storageClassName": "gold", "resources": {"requests": {"storage": "9Gi"}}}});
         let err = check_request(&quotas, &pvc, Operation::Update, &grown, Some(&claim), Timestamp::now()).unwrap_err();
         assert_eq!(

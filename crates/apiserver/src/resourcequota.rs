@@ -115,7 +115,9 @@ async fn charge(
         // Every quota charged moves together, or none does.
         let mut ops = Vec::with_capacity(charged.len());
         for (i, used) in charged {
-            let Some((key, quota, rev)) = quotas.get(i) else { continue };
+            let Some((key, quota, rev)) = quotas.get(i) else {
+                continue;
+            };
             let mut quota = quota.clone();
             if let Some(status) = quota.get_mut("status").and_then(Value::as_object_mut) {
                 status.insert("used".into(), list_to_json(&used));

@@ -72,7 +72,11 @@ fn namespace_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMet
     meta.namespace.as_deref().unwrap_or("")
 }
 
-pub async fn run(client: kube::Client, informers: SharedInformerFactory, cfg: ResourceQuotaConfig) -> anyhow::Result<()> {
+pub async fn run(
+    client: kube::Client,
+    informers: SharedInformerFactory,
+    cfg: ResourceQuotaConfig,
+) -> anyhow::Result<()> {
     let queue = WorkQueue::new();
     let quotas = informers.informer::<ResourceQuota>();
     let pods = informers.informer::<Pod>();
@@ -242,9 +246,8 @@ async fn sync(ctx: &Ctx, key: &str) -> anyhow::Result<()> {
     let hard = hard_of(&current);
     let status_hard = quota::list_from(current_json.pointer("/status/hard"));
     let old_used = current_json.pointer("/status/used").map(|u| quota::list_from(Some(u)));
-    let mut dirty = !quota::equals(&hard, &status_hard)
-        || current_json.pointer("/status/hard").is_none()
-        || old_used.is_none();
+    let mut dirty =
+        !quota::equals(&hard, &status_hard) || current_json.pointer("/status/hard").is_none() || old_used.is_none();
     let old_used = old_used.unwrap_or_default();
     let mut used = old_used.clone();
     let now = jiff::Timestamp::now();
@@ -283,10 +286,16 @@ mod tests {
 
     #[test]
     fn a_quota_calls_for_the_evaluators_of_what_it_limits() {
-        let hard: ResourceList = ["pods", "requests.cpu", "count/deployments.apps", "secrets", "count/widgets.example.com"]
-            .iter()
-            .map(|k| (k.to_string(), Quantity::parse("1").unwrap()))
-            .collect();
+        let hard: ResourceList = [
+            "pods",
+            "requests.cpu",
+            "count/deployments.apps",
+            "secrets",
+            "count/widgets.example.com",
+        ]
+        .iter()
+        .map(|k| (k.to_string(), Quantity::parse("1").unwrap()))
+        .collect();
         let names: Vec<(String, String)> = evaluators_for(&hard)
             .iter()
             .map(|e| (e.group().to_string(), e.resource().to_string()))

@@ -72,7 +72,10 @@ fn a_quota_refuses_pods_beyond_it_and_gives_back_what_a_deleted_pod_used() {
     let rows = table(&c.k(&["get", "quota"]));
     assert_eq!(rows[0], ["NAME", "AGE", "REQUEST", "LIMIT"]);
     assert_eq!(rows[1][0], "q");
-    assert_eq!(rows[1][2..], ["pods:", "0/2,", "requests.cpu:", "0/1", "limits.memory:", "0/1Gi"]);
+    assert_eq!(
+        rows[1][2..],
+        ["pods:", "0/2,", "requests.cpu:", "0/1", "limits.memory:", "0/1Gi"]
+    );
 
     // A pod that names neither resource the quota limits.
     let bare = r#"
@@ -151,7 +154,14 @@ spec:
 fn concurrent_creates_never_pass_a_count_quota() {
     let c = Cluster::start(CONTROL_PLANE);
     c.k(&["create", "namespace", "burst"]);
-    c.k(&["create", "quota", "objects", "-n", "burst", "--hard=secrets=5,count/deployments.apps=1"]);
+    c.k(&[
+        "create",
+        "quota",
+        "objects",
+        "-n",
+        "burst",
+        "--hard=secrets=5,count/deployments.apps=1",
+    ]);
     wait_used(&c, "burst", "objects", "secrets", "0");
 
     let results: Vec<std::process::Output> = std::thread::scope(|s| {
@@ -178,7 +188,9 @@ fn concurrent_creates_never_pass_a_count_quota() {
     for o in results.iter().filter(|o| !o.status.success()) {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(
-            err.contains("is forbidden: exceeded quota: objects, requested: secrets=1, used: secrets=5, limited: secrets=5"),
+            err.contains(
+                "is forbidden: exceeded quota: objects, requested: secrets=1, used: secrets=5, limited: secrets=5"
+            ),
             "{err}"
         );
     }
@@ -252,9 +264,16 @@ spec:
         ),
         "{err}"
     );
+    // The default limit (500m) is below the request: validation refuses it first, as upstream.
     let err = c.stdin_kubectl_err(&["create", "-f", "-"], &pod("big", "2", "64Mi"));
     assert!(
-        err.contains(r#"pods "big" is forbidden: maximum cpu usage per Container is 1, but request is 2"#),
+        err.contains("spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit of 500m"),
+        "{err}"
+    );
+    let big = pod("big", "2", "64Mi").replace("limits: {memory: 64Mi}", "limits: {cpu: 2, memory: 64Mi}");
+    let err = c.stdin_kubectl_err(&["create", "-f", "-"], &big);
+    assert!(
+        err.contains(r#"pods "big" is forbidden: maximum cpu usage per Container is 1, but limit is 2"#),
         "{err}"
     );
 

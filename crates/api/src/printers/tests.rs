@@ -926,5 +926,8 @@ fn resource_quota_and_limit_range_rows() {
     assert_eq!(c[2], "pods: 1/2, requests.cpu: 500m/1");
     assert_eq!(c[3], "limits.memory: 0/1Gi");
     let lr = json!({"metadata": {"name": "lr", "creationTimestamp": "2024-04-01T12:00:00Z"}});
-    assert_eq!(cells("", "limitranges", &lr), vec![json!("lr"), json!("2024-04-01T12:00:00Z")]);
+    assert_eq!(
+        cells("", "limitranges", &lr),
+        vec![json!("lr"), json!("2024-04-01T12:00:00Z")]
+    );
 }

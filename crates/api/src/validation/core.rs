@@ -8,8 +8,8 @@ use serde_json::Value;
 use super::meta::{is_dns1123_label, is_dns1123_subdomain, is_valid_label_value, validate_label_name, validate_labels};
 use super::pod::{validate_port_num_or_name, validate_taint_effect};
 use super::{
-    Path, arr_at, diff_paths, duplicate, field, forbidden, int_at, invalid, invalid_str, not_supported, required, semantic_eq,
-    str_at,
+    Path, arr_at, diff_paths, duplicate, field, forbidden, int_at, invalid, invalid_str, not_supported, required,
+    semantic_eq, str_at,
 };
 use crate::quantity::Quantity;
 use crate::status::{FieldError, FieldErrorKind};
@@ -952,7 +952,10 @@ pub(crate) fn validate_resource_quota(obj: &Value, old: Option<&Value>, errs: &m
             errs.push(invalid_str(&sp.child("scopes"), s, "unsupported scope"));
         }
     }
-    for (i, e) in arr_at(field(spec, "scopeSelector"), "matchExpressions").iter().enumerate() {
+    for (i, e) in arr_at(field(spec, "scopeSelector"), "matchExpressions")
+        .iter()
+        .enumerate()
+    {
         let ep = sp.child("scopeSelector").child("matchExpressions").index(i);
         let name = str_at(Some(e), "scopeName");
         if !QUOTA_SCOPES.contains(&name) {
@@ -1058,7 +1061,10 @@ pub(crate) fn validate_limit_range(obj: &Value, errs: &mut Vec<FieldError>) {
         }
         if ty == "Pod" {
             if !default.is_empty() {
-                errs.push(forbidden(&ip.child("default"), "may not be specified when `type` is 'Pod'"));
+                errs.push(forbidden(
+                    &ip.child("default"),
+                    "may not be specified when `type` is 'Pod'",
+                ));
             }
             if !request.is_empty() {
                 errs.push(forbidden(
@@ -1082,7 +1088,8 @@ pub(crate) fn validate_limit_range(obj: &Value, errs: &mut Vec<FieldError>) {
             .collect();
         for k in keys {
             let (mn, mx, d, r, rt) = (min.get(k), max.get(k), default.get(k), request.get(k), ratio.get(k));
-            let mut bad = |f: &str, q: &Quantity, why: String| errs.push(invalid_str(&ip.child(f).key(k), &q.to_string(), &why));
+            let mut bad =
+                |f: &str, q: &Quantity, why: String| errs.push(invalid_str(&ip.child(f).key(k), &q.to_string(), &why));
             if let (Some(mn), Some(mx)) = (mn, mx)
                 && mn > mx
             {
@@ -1091,27 +1098,47 @@ pub(crate) fn validate_limit_range(obj: &Value, errs: &mut Vec<FieldError>) {
             if let (Some(r), Some(mn)) = (r, mn)
                 && mn > r
             {
-                bad("defaultRequest", r, format!("min value {mn} is greater than default request value {r}"));
+                bad(
+                    "defaultRequest",
+                    r,
+                    format!("min value {mn} is greater than default request value {r}"),
+                );
             }
             if let (Some(r), Some(mx)) = (r, mx)
                 && r > mx
             {
-                bad("defaultRequest", r, format!("default request value {r} is greater than max value {mx}"));
+                bad(
+                    "defaultRequest",
+                    r,
+                    format!("default request value {r} is greater than max value {mx}"),
+                );
             }
             if let (Some(r), Some(d)) = (r, d)
                 && r > d
             {
-                bad("defaultRequest", r, format!("default request value {r} is greater than default limit value {d}"));
+                bad(
+                    "defaultRequest",
+                    r,
+                    format!("default request value {r} is greater than default limit value {d}"),
+                );
             }
             if let (Some(d), Some(mn)) = (d, mn)
                 && mn > d
             {
-                bad("default", d, format!("min value {mn} is greater than default value {d}"));
+                bad(
+                    "default",
+                    d,
+                    format!("min value {mn} is greater than default value {d}"),
+                );
             }
             if let (Some(d), Some(mx)) = (d, mx)
                 && d > mx
             {
-                bad("default", d, format!("default value {d} is greater than max value {mx}"));
+                bad(
+                    "default",
+                    d,
+                    format!("default value {d} is greater than max value {mx}"),
+                );
             }
             if let Some(rt) = rt {
                 if *rt < Quantity::new(1, crate::quantity::Format::DecimalSI) {

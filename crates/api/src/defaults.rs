@@ -976,6 +976,37 @@ fn default_role_binding(obj: &mut Value) {
     });
 }
 
+/// upstream's `SetDefaults_LimitRangeItem`: a Container item's default limit is its max, its
+/// default request the default limit, or else the min.
+fn default_limit_range(obj: &mut Value) {
+    let Some(items) = obj.pointer_mut("/spec/limits").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for item in items.iter_mut().filter_map(Value::as_object_mut) {
+        if item.get("type").and_then(Value::as_str) != Some("Container") {
+            continue;
+        }
+        let list =
+            |item: &Map<String, Value>, f: &str| item.get(f).and_then(Value::as_object).cloned().unwrap_or_default();
+        let max = list(item, "max");
+        let min = list(item, "min");
+        let mut default = list(item, "default");
+        for (k, v) in &max {
+            default.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        let mut request = list(item, "defaultRequest");
+        for (k, v) in default.iter().chain(min.iter()) {
+            request.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        if !default.is_empty() {
+            item.insert("default".into(), Value::Object(default));
+        }
+        if !request.is_empty() {
+            item.insert("defaultRequest".into(), Value::Object(request));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1382,37 +1413,6 @@ mod tests {
                 let mut v = v;
                 apply_defaults(r, &mut v);
             }
-        }
-    }
-}
-
-/// upstream's `SetDefaults_LimitRangeItem`: a Container item's default limit is its max, its
-/// default request the default limit, or else the min.
-fn default_limit_range(obj: &mut Value) {
-    let Some(items) = obj.pointer_mut("/spec/limits").and_then(Value::as_array_mut) else {
-        return;
-    };
-    for item in items.iter_mut().filter_map(Value::as_object_mut) {
-        if item.get("type").and_then(Value::as_str) != Some("Container") {
-            continue;
-        }
-        let list =
-            |item: &Map<String, Value>, f: &str| item.get(f).and_then(Value::as_object).cloned().unwrap_or_default();
-        let max = list(item, "max");
-        let min = list(item, "min");
-        let mut default = list(item, "default");
-        for (k, v) in &max {
-            default.entry(k.clone()).or_insert_with(|| v.clone());
-        }
-        let mut request = list(item, "defaultRequest");
-        for (k, v) in default.iter().chain(min.iter()) {
-            request.entry(k.clone()).or_insert_with(|| v.clone());
-        }
-        if !default.is_empty() {
-            item.insert("default".into(), Value::Object(default));
-        }
-        if !request.is_empty() {
-            item.insert("defaultRequest".into(), Value::Object(request));
         }
     }
 }

@@ -788,7 +788,7 @@ mod tests {
         let guaranteed = pod("p", json!({"cpu": "1"}), json!({"cpu": "1"}));
         assert_eq!(
             check_request(
-                &[best_effort.clone()],
+                std::slice::from_ref(&best_effort),
                 &pods,
                 Operation::Create,
                 &guaranteed,
@@ -806,7 +806,7 @@ mod tests {
         high["spec"]["priorityClassName"] = json!("high");
         assert!(
             check_request(
-                &[by_class.clone()],
+                std::slice::from_ref(&by_class),
                 &pods,
                 Operation::Create,
                 &high,

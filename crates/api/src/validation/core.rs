@@ -577,281 +577,6 @@ pub(crate) fn validate_priority_class(obj: &Value, old: Option<&Value>, errs: &m
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use crate::validation::test_util::{errors, errors_defaulted};
-    use serde_json::{Value, json};
-
-    fn svc(spec: Value) -> Value {
-        json!({"metadata": {"name": "web", "namespace": "default"}, "spec": spec})
-    }
-
-    #[test]
-    fn services() {
-        assert!(
-            errors_defaulted(
-                "",
-                "Service",
-                &svc(json!({"selector": {"app": "web"}, "ports": [{"port": 80}]})),
-                None
-            )
-            .is_empty()
-        );
-        assert_eq!(
-            errors_defaulted("", "Service", &svc(json!({})), None),
-            vec!["spec.ports: Required value"]
-        );
-        let e = errors_defaulted(
-            "",
-            "Service",
-            &svc(
-                json!({"type": "Magic", "ports": [{"port": 0, "name": "a"}, {"port": 81, "protocol": "ICMP", "targetPort": "Bad_Name"}, {"port": 82, "name": "a"}]}),
-            ),
-            None,
-        );
-        assert_eq!(
-            e,
-            vec![
-                "spec.ports[0].port: Invalid value: 0: must be between 1 and 65535, inclusive",
-                "spec.ports[0].targetPort: Invalid value: 0: must be between 1 and 65535, inclusive",
-                "spec.ports[1].name: Required value",
-                "spec.ports[1].protocol: Unsupported value: \"ICMP\": supported values: \"SCTP\", \"TCP\", \"UDP\"",
-                "spec.ports[1].targetPort: Invalid value: \"Bad_Name\": must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)",
-                "spec.ports[2].name: Duplicate value: \"a\"",
-                "spec.type: Unsupported value: \"Magic\": supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\"",
-            ]
-        );
-        let e = errors_defaulted(
-            "",
-            "Service",
-            &svc(json!({"ports": [{"port": 80, "name": "a"}, {"port": 80, "name": "b"}]})),
-            None,
-        );
-        assert_eq!(
-            e,
-            vec![
-                "spec.ports[1]: Duplicate value: core.ServicePort{Name:\"\", Protocol:\"TCP\", AppProtocol:(*string)(nil), Port:80, TargetPort:intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}, NodePort:0}"
-            ]
-        );
-        let e = errors_defaulted(
-            "",
-            "Service",
-            &svc(json!({"ports": [{"port": 80, "nodePort": 30000}]})),
-            None,
-        );
-        assert_eq!(
-            e,
-            vec!["spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'"]
-        );
-        let e = errors_defaulted("", "Service", &svc(json!({"type": "ExternalName"})), None);
-        assert_eq!(e, vec!["spec.externalName: Required value"]);
-        let old = svc(json!({"clusterIP": "10.0.0.1", "ports": [{"port": 80}]}));
-        let new = svc(json!({"clusterIP": "10.0.0.2", "ports": [{"port": 80}]}));
-        assert_eq!(
-            errors_defaulted("", "Service", &new, Some(&old)),
-            vec!["spec.clusterIPs[0]: Invalid value: \"10.0.0.2\": may not change once set"]
-        );
-    }
-
-    #[test]
-    fn node_taints() {
-        let node = json!({"metadata": {"name": "n1"}, "spec": {"taints": [
-            {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
-            {"key": "dedicated", "value": "other", "effect": "NoSchedule"},
-            {"key": "bad key", "effect": "Sometimes"},
-            {"key": "k", "value": "-x"},
-            {"key": "dedicated", "value": "gpu", "effect": "NoExecute"}
-        ]}});
-        let e = errors("", "Node", &node, None);
-        assert_eq!(
-            e[0],
-            "spec.taints[1]: Duplicate value: core.Taint{Key:\"dedicated\", Value:\"other\", Effect:\"NoSchedule\", TimeAdded:(*v1.Time)(nil)}: taints must be unique by key and effect pair"
-        );
-        assert!(e[1].starts_with("spec.taints[2].key: Invalid value: \"bad key\": name part must consist of"));
-        assert_eq!(
-            e[2],
-            "spec.taints[2].effect: Unsupported value: \"Sometimes\": supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\""
-        );
-        assert!(e[3].starts_with("spec.taints[3].value: Invalid value: \"-x\": a valid label must be"));
-        assert_eq!(e[4], "spec.taints[3].effect: Required value");
-        assert_eq!(e.len(), 5);
-    }
-
-    #[test]
-    fn a_node_pod_cidr_is_valid_and_set_once() {
-        let with = |cidrs: Value| json!({"metadata": {"name": "n"}, "spec": {"podCIDRs": cidrs}});
-        assert!(errors("", "Node", &with(json!(["10.244.0.0/24"])), None).is_empty());
-        assert!(errors("", "Node", &with(json!(["10.244.0.0/24", "fd00::/64"])), None).is_empty());
-        let e = errors("", "Node", &with(json!(["10.244.0.0/33"])), None);
-        assert_eq!(
-            e,
-            [
-                "spec.podCIDRs[0]: Invalid value: \"10.244.0.0/33\": must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"
-            ]
-        );
-        let e = errors("", "Node", &with(json!(["10.244.0.0/24", "10.244.0.0/24"])), None);
-        assert_eq!(
-            e,
-            [
-                "spec.podCIDRs: Invalid value: [\"10.244.0.0/24\",\"10.244.0.0/24\"]: may specify no more than one CIDR for each IP family",
-                "spec.podCIDRs[1]: Duplicate value: \"10.244.0.0/24\""
-            ]
-        );
-        // Set from empty: allowed; changed or removed once set: forbidden.
-        let none = json!({"metadata": {"name": "n"}, "spec": {}});
-        let set = with(json!(["10.244.0.0/24"]));
-        assert!(errors("", "Node", &set, Some(&none)).is_empty());
-        assert!(errors("", "Node", &set, Some(&set)).is_empty());
-        let forbidden = ["spec.podCIDRs: Forbidden: node updates may not change podCIDR except from \"\" to valid"];
-        assert_eq!(
-            errors("", "Node", &with(json!(["10.244.1.0/24"])), Some(&set)),
-            forbidden
-        );
-        assert_eq!(errors("", "Node", &none, Some(&set)), forbidden);
-        // podCIDR alone is podCIDRs' first element, as upstream's conversion makes it.
-        let single = json!({"metadata": {"name": "n"}, "spec": {"podCIDR": "10.244.1.0/24"}});
-        assert_eq!(errors_defaulted("", "Node", &single, Some(&set)), forbidden);
-    }
-
-    #[test]
-    fn secrets_and_configmaps() {
-        let e = errors(
-            "",
-            "Secret",
-            &json!({"metadata": {"name": "s", "namespace": "d"}, "type": "Opaque", "data": {"bad key": "eA=="}}),
-            None,
-        );
-        assert_eq!(
-            e,
-            vec![
-                "data[bad key]: Invalid value: \"bad key\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
-            ]
-        );
-        let e = errors(
-            "",
-            "Secret",
-            &json!({"metadata": {"name": "s", "namespace": "d"}, "type": "kubernetes.io/tls", "data": {"tls.crt": ""}}),
-            None,
-        );
-        assert_eq!(e, vec!["data[tls.key]: Required value"]);
-        let old = json!({"metadata": {"name": "s", "namespace": "d"}, "type": "Opaque", "immutable": true, "data": {"a": "eA=="}});
-        let mut new = old.clone();
-        new["data"]["a"] = json!("eQ==");
-        new["type"] = json!("other");
-        assert_eq!(
-            errors("", "Secret", &new, Some(&old)),
-            vec![
-                "type: Invalid value: \"other\": field is immutable",
-                "data: Forbidden: field is immutable when `immutable` is set",
-            ]
-        );
-        let e = errors(
-            "",
-            "ConfigMap",
-            &json!({"metadata": {"name": "c", "namespace": "d"}, "data": {"k": "v"}, "binaryData": {"k": "eA=="}}),
-            None,
-        );
-        assert_eq!(
-            e,
-            vec!["data[k]: Invalid value: \"k\": duplicate of key present in binaryData"]
-        );
-    }
-
-    #[test]
-    fn pvc_updates_keep_the_spec_but_let_bound_claims_grow() {
-        let pvc = |size: &str, phase: &str, capacity: &str| {
-            json!({
-                "metadata": {"name": "c", "namespace": "d", "resourceVersion": "1"},
-                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-path",
-                         "resources": {"requests": {"storage": size}}},
-                "status": {"phase": phase, "capacity": {"storage": capacity}},
-            })
-        };
-        let e = |new: &Value, old: &Value| errors_defaulted("", "PersistentVolumeClaim", new, Some(old));
-        let bound = pvc("1Gi", "Bound", "1Gi");
-        // Growing a bound claim, and asking the same in other words, are fine.
-        assert!(e(&pvc("2Gi", "Bound", "1Gi"), &bound).is_empty());
-        assert!(e(&pvc("1024Mi", "Bound", "1Gi"), &bound).is_empty());
-        // Shrinking to the capacity or below is not.
-        assert_eq!(
-            e(&pvc("500Mi", "Bound", "1Gi"), &bound),
-            vec!["spec.resources.requests.storage: Forbidden: field can not be less than status.capacity"]
-        );
-        // Back down after a failed expansion, to above the capacity, is.
-        assert!(e(&pvc("1500Mi", "Bound", "1Gi"), &pvc("2Gi", "Bound", "1Gi")).is_empty());
-        // An unbound claim's request is part of its fixed spec.
-        let pending = pvc("1Gi", "Pending", "0");
-        let errs = e(&pvc("2Gi", "Pending", "0"), &pending);
-        assert_eq!(errs.len(), 1, "{errs:?}");
-        assert!(
-            errs[0].starts_with(
-                "spec: Forbidden: spec is immutable after creation except resources.requests and \
-                 volumeAttributesClassName for bound claims\n"
-            ),
-            "{errs:?}"
-        );
-        assert!(errs[0].contains("spec.resources.requests.storage"), "{errs:?}");
-        // The volume name is set once; the class only where there was none.
-        let mut named = pending.clone();
-        named["spec"]["volumeName"] = json!("pv1");
-        assert!(e(&named, &pending).is_empty());
-        let mut renamed = named.clone();
-        renamed["spec"]["volumeName"] = json!("pv2");
-        assert_eq!(e(&renamed, &named).len(), 1);
-        let mut classless = pending.clone();
-        classless["spec"].as_object_mut().unwrap().remove("storageClassName");
-        assert!(e(&pending, &classless).is_empty());
-        let mut other_class = pending.clone();
-        other_class["spec"]["storageClassName"] = json!("fast");
-        assert_eq!(e(&other_class, &pending).len(), 1);
-        // The volume mode and the beta class annotation are immutable.
-        let mut block = bound.clone();
-        block["spec"]["volumeMode"] = json!("Block");
-        let errs = e(&block, &bound);
-        assert_eq!(
-            errs.last().map(String::as_str),
-            Some("volumeMode: Invalid value: \"Block\": field is immutable")
-        );
-        let mut annotated = bound.clone();
-        annotated["metadata"]["annotations"] = json!({"volume.beta.kubernetes.io/storage-class": "fast"});
-        assert_eq!(
-            e(&annotated, &bound),
-            vec![
-                "metadata.annotations.volume.beta.kubernetes.io/storage-class: Invalid value: \"fast\": field is immutable"
-            ]
-        );
-    }
-
-    #[test]
-    fn pvcs_and_priority_classes() {
-        let e = errors_defaulted(
-            "",
-            "PersistentVolumeClaim",
-            &json!({"metadata": {"name": "c", "namespace": "d"}, "spec": {}}),
-            None,
-        );
-        assert_eq!(
-            e,
-            vec![
-                "spec.accessModes: Required value: at least 1 access mode is required",
-                "spec.resources[storage]: Required value",
-            ]
-        );
-        let ok = json!({"metadata": {"name": "c", "namespace": "d"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}});
-        assert!(errors_defaulted("", "PersistentVolumeClaim", &ok, None).is_empty());
-        let e = errors_defaulted(
-            "scheduling.k8s.io",
-            "PriorityClass",
-            &json!({"metadata": {"name": "high"}, "value": 2_000_000_000}),
-            None,
-        );
-        assert_eq!(
-            e,
-            vec!["value: Forbidden: maximum allowed value of a user defined priority is 1000000000"]
-        );
-    }
-}
-
 // ---- resource quotas and limit ranges ----------------------------------------------------------
 
 const STANDARD_QUOTA_RESOURCES: &[&str] = &[
@@ -1161,5 +886,280 @@ pub(crate) fn validate_limit_range(obj: &Value, errs: &mut Vec<FieldError>) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::validation::test_util::{errors, errors_defaulted};
+    use serde_json::{Value, json};
+
+    fn svc(spec: Value) -> Value {
+        json!({"metadata": {"name": "web", "namespace": "default"}, "spec": spec})
+    }
+
+    #[test]
+    fn services() {
+        assert!(
+            errors_defaulted(
+                "",
+                "Service",
+                &svc(json!({"selector": {"app": "web"}, "ports": [{"port": 80}]})),
+                None
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            errors_defaulted("", "Service", &svc(json!({})), None),
+            vec!["spec.ports: Required value"]
+        );
+        let e = errors_defaulted(
+            "",
+            "Service",
+            &svc(
+                json!({"type": "Magic", "ports": [{"port": 0, "name": "a"}, {"port": 81, "protocol": "ICMP", "targetPort": "Bad_Name"}, {"port": 82, "name": "a"}]}),
+            ),
+            None,
+        );
+        assert_eq!(
+            e,
+            vec![
+                "spec.ports[0].port: Invalid value: 0: must be between 1 and 65535, inclusive",
+                "spec.ports[0].targetPort: Invalid value: 0: must be between 1 and 65535, inclusive",
+                "spec.ports[1].name: Required value",
+                "spec.ports[1].protocol: Unsupported value: \"ICMP\": supported values: \"SCTP\", \"TCP\", \"UDP\"",
+                "spec.ports[1].targetPort: Invalid value: \"Bad_Name\": must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)",
+                "spec.ports[2].name: Duplicate value: \"a\"",
+                "spec.type: Unsupported value: \"Magic\": supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\"",
+            ]
+        );
+        let e = errors_defaulted(
+            "",
+            "Service",
+            &svc(json!({"ports": [{"port": 80, "name": "a"}, {"port": 80, "name": "b"}]})),
+            None,
+        );
+        assert_eq!(
+            e,
+            vec![
+                "spec.ports[1]: Duplicate value: core.ServicePort{Name:\"\", Protocol:\"TCP\", AppProtocol:(*string)(nil), Port:80, TargetPort:intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}, NodePort:0}"
+            ]
+        );
+        let e = errors_defaulted(
+            "",
+            "Service",
+            &svc(json!({"ports": [{"port": 80, "nodePort": 30000}]})),
+            None,
+        );
+        assert_eq!(
+            e,
+            vec!["spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'"]
+        );
+        let e = errors_defaulted("", "Service", &svc(json!({"type": "ExternalName"})), None);
+        assert_eq!(e, vec!["spec.externalName: Required value"]);
+        let old = svc(json!({"clusterIP": "10.0.0.1", "ports": [{"port": 80}]}));
+        let new = svc(json!({"clusterIP": "10.0.0.2", "ports": [{"port": 80}]}));
+        assert_eq!(
+            errors_defaulted("", "Service", &new, Some(&old)),
+            vec!["spec.clusterIPs[0]: Invalid value: \"10.0.0.2\": may not change once set"]
+        );
+    }
+
+    #[test]
+    fn node_taints() {
+        let node = json!({"metadata": {"name": "n1"}, "spec": {"taints": [
+            {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+            {"key": "dedicated", "value": "other", "effect": "NoSchedule"},
+            {"key": "bad key", "effect": "Sometimes"},
+            {"key": "k", "value": "-x"},
+            {"key": "dedicated", "value": "gpu", "effect": "NoExecute"}
+        ]}});
+        let e = errors("", "Node", &node, None);
+        assert_eq!(
+            e[0],
+            "spec.taints[1]: Duplicate value: core.Taint{Key:\"dedicated\", Value:\"other\", Effect:\"NoSchedule\", TimeAdded:(*v1.Time)(nil)}: taints must be unique by key and effect pair"
+        );
+        assert!(e[1].starts_with("spec.taints[2].key: Invalid value: \"bad key\": name part must consist of"));
+        assert_eq!(
+            e[2],
+            "spec.taints[2].effect: Unsupported value: \"Sometimes\": supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\""
+        );
+        assert!(e[3].starts_with("spec.taints[3].value: Invalid value: \"-x\": a valid label must be"));
+        assert_eq!(e[4], "spec.taints[3].effect: Required value");
+        assert_eq!(e.len(), 5);
+    }
+
+    #[test]
+    fn a_node_pod_cidr_is_valid_and_set_once() {
+        let with = |cidrs: Value| json!({"metadata": {"name": "n"}, "spec": {"podCIDRs": cidrs}});
+        assert!(errors("", "Node", &with(json!(["10.244.0.0/24"])), None).is_empty());
+        assert!(errors("", "Node", &with(json!(["10.244.0.0/24", "fd00::/64"])), None).is_empty());
+        let e = errors("", "Node", &with(json!(["10.244.0.0/33"])), None);
+        assert_eq!(
+            e,
+            [
+                "spec.podCIDRs[0]: Invalid value: \"10.244.0.0/33\": must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"
+            ]
+        );
+        let e = errors("", "Node", &with(json!(["10.244.0.0/24", "10.244.0.0/24"])), None);
+        assert_eq!(
+            e,
+            [
+                "spec.podCIDRs: Invalid value: [\"10.244.0.0/24\",\"10.244.0.0/24\"]: may specify no more than one CIDR for each IP family",
+                "spec.podCIDRs[1]: Duplicate value: \"10.244.0.0/24\""
+            ]
+        );
+        // Set from empty: allowed; changed or removed once set: forbidden.
+        let none = json!({"metadata": {"name": "n"}, "spec": {}});
+        let set = with(json!(["10.244.0.0/24"]));
+        assert!(errors("", "Node", &set, Some(&none)).is_empty());
+        assert!(errors("", "Node", &set, Some(&set)).is_empty());
+        let forbidden = ["spec.podCIDRs: Forbidden: node updates may not change podCIDR except from \"\" to valid"];
+        assert_eq!(
+            errors("", "Node", &with(json!(["10.244.1.0/24"])), Some(&set)),
+            forbidden
+        );
+        assert_eq!(errors("", "Node", &none, Some(&set)), forbidden);
+        // podCIDR alone is podCIDRs' first element, as upstream's conversion makes it.
+        let single = json!({"metadata": {"name": "n"}, "spec": {"podCIDR": "10.244.1.0/24"}});
+        assert_eq!(errors_defaulted("", "Node", &single, Some(&set)), forbidden);
+    }
+
+    #[test]
+    fn secrets_and_configmaps() {
+        let e = errors(
+            "",
+            "Secret",
+            &json!({"metadata": {"name": "s", "namespace": "d"}, "type": "Opaque", "data": {"bad key": "eA=="}}),
+            None,
+        );
+        assert_eq!(
+            e,
+            vec![
+                "data[bad key]: Invalid value: \"bad key\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+            ]
+        );
+        let e = errors(
+            "",
+            "Secret",
+            &json!({"metadata": {"name": "s", "namespace": "d"}, "type": "kubernetes.io/tls", "data": {"tls.crt": ""}}),
+            None,
+        );
+        assert_eq!(e, vec!["data[tls.key]: Required value"]);
+        let old = json!({"metadata": {"name": "s", "namespace": "d"}, "type": "Opaque", "immutable": true, "data": {"a": "eA=="}});
+        let mut new = old.clone();
+        new["data"]["a"] = json!("eQ==");
+        new["type"] = json!("other");
+        assert_eq!(
+            errors("", "Secret", &new, Some(&old)),
+            vec![
+                "type: Invalid value: \"other\": field is immutable",
+                "data: Forbidden: field is immutable when `immutable` is set",
+            ]
+        );
+        let e = errors(
+            "",
+            "ConfigMap",
+            &json!({"metadata": {"name": "c", "namespace": "d"}, "data": {"k": "v"}, "binaryData": {"k": "eA=="}}),
+            None,
+        );
+        assert_eq!(
+            e,
+            vec!["data[k]: Invalid value: \"k\": duplicate of key present in binaryData"]
+        );
+    }
+
+    #[test]
+    fn pvc_updates_keep_the_spec_but_let_bound_claims_grow() {
+        let pvc = |size: &str, phase: &str, capacity: &str| {
+            json!({
+                "metadata": {"name": "c", "namespace": "d", "resourceVersion": "1"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-path",
+                         "resources": {"requests": {"storage": size}}},
+                "status": {"phase": phase, "capacity": {"storage": capacity}},
+            })
+        };
+        let e = |new: &Value, old: &Value| errors_defaulted("", "PersistentVolumeClaim", new, Some(old));
+        let bound = pvc("1Gi", "Bound", "1Gi");
+        // Growing a bound claim, and asking the same in other words, are fine.
+        assert!(e(&pvc("2Gi", "Bound", "1Gi"), &bound).is_empty());
+        assert!(e(&pvc("1024Mi", "Bound", "1Gi"), &bound).is_empty());
+        // Shrinking to the capacity or below is not.
+        assert_eq!(
+            e(&pvc("500Mi", "Bound", "1Gi"), &bound),
+            vec!["spec.resources.requests.storage: Forbidden: field can not be less than status.capacity"]
+        );
+        // Back down after a failed expansion, to above the capacity, is.
+        assert!(e(&pvc("1500Mi", "Bound", "1Gi"), &pvc("2Gi", "Bound", "1Gi")).is_empty());
+        // An unbound claim's request is part of its fixed spec.
+        let pending = pvc("1Gi", "Pending", "0");
+        let errs = e(&pvc("2Gi", "Pending", "0"), &pending);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with(
+                "spec: Forbidden: spec is immutable after creation except resources.requests and \
+                 volumeAttributesClassName for bound claims\n"
+            ),
+            "{errs:?}"
+        );
+        assert!(errs[0].contains("spec.resources.requests.storage"), "{errs:?}");
+        // The volume name is set once; the class only where there was none.
+        let mut named = pending.clone();
+        named["spec"]["volumeName"] = json!("pv1");
+        assert!(e(&named, &pending).is_empty());
+        let mut renamed = named.clone();
+        renamed["spec"]["volumeName"] = json!("pv2");
+        assert_eq!(e(&renamed, &named).len(), 1);
+        let mut classless = pending.clone();
+        classless["spec"].as_object_mut().unwrap().remove("storageClassName");
+        assert!(e(&pending, &classless).is_empty());
+        let mut other_class = pending.clone();
+        other_class["spec"]["storageClassName"] = json!("fast");
+        assert_eq!(e(&other_class, &pending).len(), 1);
+        // The volume mode and the beta class annotation are immutable.
+        let mut block = bound.clone();
+        block["spec"]["volumeMode"] = json!("Block");
+        let errs = e(&block, &bound);
+        assert_eq!(
+            errs.last().map(String::as_str),
+            Some("volumeMode: Invalid value: \"Block\": field is immutable")
+        );
+        let mut annotated = bound.clone();
+        annotated["metadata"]["annotations"] = json!({"volume.beta.kubernetes.io/storage-class": "fast"});
+        assert_eq!(
+            e(&annotated, &bound),
+            vec![
+                "metadata.annotations.volume.beta.kubernetes.io/storage-class: Invalid value: \"fast\": field is immutable"
+            ]
+        );
+    }
+
+    #[test]
+    fn pvcs_and_priority_classes() {
+        let e = errors_defaulted(
+            "",
+            "PersistentVolumeClaim",
+            &json!({"metadata": {"name": "c", "namespace": "d"}, "spec": {}}),
+            None,
+        );
+        assert_eq!(
+            e,
+            vec![
+                "spec.accessModes: Required value: at least 1 access mode is required",
+                "spec.resources[storage]: Required value",
+            ]
+        );
+        let ok = json!({"metadata": {"name": "c", "namespace": "d"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}});
+        assert!(errors_defaulted("", "PersistentVolumeClaim", &ok, None).is_empty());
+        let e = errors_defaulted(
+            "scheduling.k8s.io",
+            "PriorityClass",
+            &json!({"metadata": {"name": "high"}, "value": 2_000_000_000}),
+            None,
+        );
+        assert_eq!(
+            e,
+            vec!["value: Forbidden: maximum allowed value of a user defined priority is 1000000000"]
+        );
     }
 }

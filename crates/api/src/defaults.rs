@@ -39,6 +39,7 @@ pub fn apply_defaults(res: &Resource, obj: &mut Value) {
         ("batch", "Job") => default_job(obj),
         ("batch", "CronJob") => default_cronjob(obj),
         ("autoscaling", "HorizontalPodAutoscaler") => default_horizontal_pod_autoscaler(obj),
+        ("", "LimitRange") => default_limit_range(obj),
         ("", "PodTemplate") => {
             if let Some(t) = obj.as_object_mut().and_then(|m| child(m, "template")) {
                 default_template(t);
@@ -1009,6 +1010,37 @@ fn default_webhooks(obj: &mut Value, mutating: bool) {
         }
         if let Some(svc) = existing(h, "clientConfig").and_then(|c| existing(c, "service")) {
             default_val(svc, "port", json!(443));
+        }
+    }
+}
+
+/// upstream's `SetDefaults_LimitRangeItem`: a Container item's default limit is its max, its
+/// default request the default limit, or else the min.
+fn default_limit_range(obj: &mut Value) {
+    let Some(items) = obj.pointer_mut("/spec/limits").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for item in items.iter_mut().filter_map(Value::as_object_mut) {
+        if item.get("type").and_then(Value::as_str) != Some("Container") {
+            continue;
+        }
+        let list =
+            |item: &Map<String, Value>, f: &str| item.get(f).and_then(Value::as_object).cloned().unwrap_or_default();
+        let max = list(item, "max");
+        let min = list(item, "min");
+        let mut default = list(item, "default");
+        for (k, v) in &max {
+            default.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        let mut request = list(item, "defaultRequest");
+        for (k, v) in default.iter().chain(min.iter()) {
+            request.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        if !default.is_empty() {
+            item.insert("default".into(), Value::Object(default));
+        }
+        if !request.is_empty() {
+            item.insert("defaultRequest".into(), Value::Object(request));
         }
     }
 }

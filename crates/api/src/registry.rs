@@ -591,6 +591,28 @@ pub static RESOURCES: &[Resource] = &[
     res!(
         "",
         "v1",
+        "ResourceQuota",
+        "resourcequotas",
+        "resourcequota",
+        true,
+        &["quota"],
+        &[],
+        &["status"]
+    ),
+    res!(
+        "",
+        "v1",
+        "LimitRange",
+        "limitranges",
+        "limitrange",
+        true,
+        &["limits"],
+        &[],
+        &[]
+    ),
+    res!(
+        "",
+        "v1",
         "PodTemplate",
         "podtemplates",
         "podtemplate",

@@ -564,6 +564,17 @@ async fn create_stored(
     if crate::certificates::is_csr(res) {
         crate::certificates::prepare_create(&ctx.user, obj);
     }
+    if res.group.is_empty() && res.plural == "pods" {
+        // Mutating admission sees the defaulted object, as upstream's decoding defaults it
+        // before admission runs (so a container's limit already gave it a request).
+        skiff_api::defaults::apply_defaults(res, obj);
+        crate::limitranger::mutate(ctx, obj).await?;
+        // The QoS class is the system's, computed from the admitted containers (upstream's
+        // PrepareForCreate runs after mutating admission).
+        if let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut) {
+            status.remove("qosClass");
+        }
+    }
     admit(res, "", obj, None)?;
     if crate::certificates::is_csr(res) {
         crate::certificates::admit(ctx, obj, None).await?;
@@ -576,6 +587,10 @@ async fn create_stored(
     crate::storageobjectinuseprotection::admit(res, &ctx.rr.subresource, obj);
     admit_webhooks(ctx, Operation::Create, obj, None).await?;
     let name = objects::name(obj).to_string();
+    // Validating admission, ResourceQuota last: the quota is charged only for a write every
+    // other check let through.
+    crate::limitranger::validate(ctx, obj, None).await?;
+    crate::resourcequota::admit(ctx, obj, None).await?;
     let key = objects::key(res, &ctx.rr.namespace, &name);
     if ctx.dry_run() {
         return Ok((std::mem::take(obj), warnings, None));
@@ -786,7 +801,8 @@ fn reset_status_on_create(res: &Resource, obj: &mut Value) {
         | "cronjobs"
         | "poddisruptionbudgets"
         | "ingresses"
-        | "volumeattachments" => {
+        | "volumeattachments"
+        | "resourcequotas" => {
             m.remove("status");
         }
         "namespaces" => {
@@ -938,6 +954,10 @@ pub async fn finish_update(
         }
         delete_stored(ctx, old, rev).await.map_err(|e| ctx.store_err(e))?;
         return Ok(Written::Deleted(new));
+    }
+    if scope == UpdateScope::Main {
+        crate::limitranger::validate(ctx, &new, Some(old)).await?;
+        crate::resourcequota::admit(ctx, &new, Some(old)).await?;
     }
     let alloc = if is_service(res) && scope == UpdateScope::Main {
         allocator::allocate(&*ctx.state.store, &ctx.state.service_ranges, Some(old), &mut new).await?

@@ -27,6 +27,7 @@ pub mod protectionutil;
 pub mod pvcprotection;
 pub mod pvprotection;
 pub mod replicaset;
+pub mod resource_quota;
 pub mod resources;
 pub mod rootcacertpublisher;
 pub mod service_explain;
@@ -77,6 +78,8 @@ pub struct ControllersConfig {
     pub csr_signing: Option<csrsigning::SigningConfig>,
     /// Expired bootstrap token Secrets are deleted.
     pub tokencleaner: bool,
+    /// ResourceQuotas' status follows their namespaces' usage; `None`: not run.
+    pub resource_quota: Option<resource_quota::ResourceQuotaConfig>,
 }
 
 impl Default for ControllersConfig {
@@ -106,6 +109,7 @@ impl Default for ControllersConfig {
             root_ca_pem: None,
             csr_signing: None,
             tokencleaner: true,
+            resource_quota: Some(Default::default()),
         }
     }
 }
@@ -234,6 +238,11 @@ pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig)
     if cfg.tokencleaner {
         let c = clients("token-cleaner");
         set.spawn(async move { tokencleaner::run(c).await });
+    }
+    if let Some(config) = cfg.resource_quota {
+        let c = clients(resource_quota::CONTROLLER_NAME);
+        let i = informers.clone();
+        set.spawn(async move { resource_quota::run(c, i, config).await });
     }
     // Every informer the controllers asked for (and any they ask for later) lists and watches.
     informers.start();

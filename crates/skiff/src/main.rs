@@ -316,6 +316,10 @@ struct ServerArgs {
     /// (kube-controller-manager's flag).
     #[arg(long, default_value = "8760h", value_parser = parse_duration)]
     cluster_signing_duration: std::time::Duration,
+    /// How often every ResourceQuota's usage is recalculated in full (kube-controller-manager's
+    /// flag; upstream's default is 5m).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    resource_quota_sync_period: std::time::Duration,
     #[command(flatten)]
     agent: AgentArgs,
     #[command(flatten)]
@@ -984,6 +988,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             podgc: Some(skiff_controllers::podgc::PodGcConfig {
                 terminated_pod_threshold: args.node_lifecycle.terminated_pod_gc_threshold,
                 ..Default::default()
+            }),
+            resource_quota: Some(skiff_controllers::resource_quota::ResourceQuotaConfig {
+                resync: args.resource_quota_sync_period,
             }),
             ..Default::default()
         };

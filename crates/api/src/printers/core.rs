@@ -887,3 +887,57 @@ pub(crate) fn persistentvolumeclaim(obj: &Value, now: Timestamp) -> Vec<Value> {
         json!(unset_or(obj, "/spec/volumeMode")),
     ]
 }
+
+// --- resource quotas and limit ranges ----------------------------------------------------------
+
+pub(crate) const RESOURCEQUOTA_COLUMNS: &[Column] = &[
+    NAME,
+    AGE,
+    Column::new(
+        "Request",
+        "string",
+        "Request represents a minimum amount of cpu/memory that a container may consume.",
+    ),
+    Column::new(
+        "Limit",
+        "string",
+        "Limits control the maximum amount of cpu/memory that a container may use independent of contention on the node.",
+    ),
+];
+
+/// Upstream's `printResourceQuota`: `used/hard` of each resource in `status.hard`, sorted by
+/// name, `limits.*` in the Limit column and every other one in Request.
+pub(crate) fn resourcequota(obj: &Value, now: Timestamp) -> Vec<Value> {
+    let hard = crate::quota::list_from(obj.pointer("/status/hard"));
+    let used = crate::quota::list_from(obj.pointer("/status/used"));
+    let mut request = Vec::new();
+    let mut limit = Vec::new();
+    for (r, h) in &hard {
+        let u = used.get(r).copied().unwrap_or_default();
+        let cell = format!("{r}: {u}/{h}");
+        if r.split('.').count() > 1 && r.split('.').next() == Some("limits") {
+            limit.push(cell);
+        } else {
+            request.push(cell);
+        }
+    }
+    vec![
+        json!(name(obj)),
+        json!(age(obj, now)),
+        json!(request.join(", ")),
+        json!(limit.join(", ")),
+    ]
+}
+
+pub(crate) const LIMITRANGE_COLUMNS: &[Column] = &[NAME, Column::new("Created At", "date", super::AGE_DESC)];
+
+/// Upstream's `printLimitRange`: the creation time in RFC 3339, UTC.
+pub(crate) fn limitrange(obj: &Value) -> Vec<Value> {
+    let created = obj
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| t.parse::<Timestamp>().ok())
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default();
+    vec![json!(name(obj)), json!(created)]
+}

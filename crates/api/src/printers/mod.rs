@@ -107,6 +107,8 @@ enum Printer {
     HorizontalPodAutoscaler,
     PodTemplate,
     WebhookConfiguration,
+    ResourceQuota,
+    LimitRange,
     PriorityClass,
     StorageClass,
     CSINode,
@@ -155,6 +157,8 @@ fn printer_for(res: &Resource) -> Printer {
         ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration") => {
             Printer::WebhookConfiguration
         }
+        ("", "ResourceQuota") => Printer::ResourceQuota,
+        ("", "LimitRange") => Printer::LimitRange,
         ("autoscaling", "HorizontalPodAutoscaler") => Printer::HorizontalPodAutoscaler,
         ("scheduling.k8s.io", "PriorityClass") => Printer::PriorityClass,
         ("storage.k8s.io", "StorageClass") => Printer::StorageClass,
@@ -202,6 +206,8 @@ fn columns(printer: Printer) -> &'static [Column] {
         Printer::PodDisruptionBudget => apps::PDB_COLUMNS,
         Printer::PodTemplate => apps::PODTEMPLATE_COLUMNS,
         Printer::WebhookConfiguration => apps::WEBHOOK_CONFIGURATION_COLUMNS,
+        Printer::ResourceQuota => core::RESOURCEQUOTA_COLUMNS,
+        Printer::LimitRange => core::LIMITRANGE_COLUMNS,
         Printer::HorizontalPodAutoscaler => autoscaling::HPA_COLUMNS,
         Printer::PriorityClass => apps::PRIORITYCLASS_COLUMNS,
         Printer::StorageClass => storage::STORAGECLASS_COLUMNS,
@@ -273,6 +279,8 @@ pub fn row_cells(res: &Resource, obj: &Value, now: Timestamp) -> Vec<Value> {
         Printer::PodDisruptionBudget => apps::poddisruptionbudget(obj, now),
         Printer::PodTemplate => apps::podtemplate(obj),
         Printer::WebhookConfiguration => apps::webhook_configuration(obj, now),
+        Printer::ResourceQuota => core::resourcequota(obj, now),
+        Printer::LimitRange => core::limitrange(obj),
         Printer::HorizontalPodAutoscaler => autoscaling::horizontalpodautoscaler(obj, now),
         Printer::PriorityClass => apps::priorityclass(obj, now),
         Printer::StorageClass => storage::storageclass(obj, now),

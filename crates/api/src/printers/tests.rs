@@ -916,3 +916,18 @@ fn role_binding_rows() {
             .starts_with("RoleRef can only reference a ClusterRole in the global namespace.")
     );
 }
+
+#[test]
+fn resource_quota_and_limit_range_rows() {
+    let q = json!({"metadata": {"name": "q", "creationTimestamp": "2024-04-01T12:00:00Z"},
+        "status": {"hard": {"pods": "2", "limits.memory": "1Gi", "requests.cpu": "1"},
+                   "used": {"pods": "1", "requests.cpu": "500m"}}});
+    let c = cells("", "resourcequotas", &q);
+    assert_eq!(c[2], "pods: 1/2, requests.cpu: 500m/1");
+    assert_eq!(c[3], "limits.memory: 0/1Gi");
+    let lr = json!({"metadata": {"name": "lr", "creationTimestamp": "2024-04-01T12:00:00Z"}});
+    assert_eq!(
+        cells("", "limitranges", &lr),
+        vec![json!("lr"), json!("2024-04-01T12:00:00Z")]
+    );
+}

@@ -8,8 +8,8 @@ use serde_json::Value;
 use super::meta::{is_dns1123_label, is_dns1123_subdomain, is_valid_label_value, validate_label_name, validate_labels};
 use super::pod::{validate_port_num_or_name, validate_taint_effect};
 use super::{
-    Path, arr_at, diff_paths, field, forbidden, int_at, invalid, invalid_str, not_supported, required, semantic_eq,
-    str_at,
+    Path, arr_at, diff_paths, duplicate, field, forbidden, int_at, invalid, invalid_str, not_supported, required,
+    semantic_eq, str_at,
 };
 use crate::quantity::Quantity;
 use crate::status::{FieldError, FieldErrorKind};
@@ -573,6 +573,318 @@ pub(crate) fn validate_priority_class(obj: &Value, old: Option<&Value>, errs: &m
                 np.unwrap_or(&Value::Null),
                 "field is immutable",
             ));
+        }
+    }
+}
+
+// ---- resource quotas and limit ranges ----------------------------------------------------------
+
+const STANDARD_QUOTA_RESOURCES: &[&str] = &[
+    "cpu",
+    "memory",
+    "ephemeral-storage",
+    "requests.cpu",
+    "requests.memory",
+    "requests.storage",
+    "requests.ephemeral-storage",
+    "limits.cpu",
+    "limits.memory",
+    "limits.ephemeral-storage",
+    "pods",
+    "services",
+    "replicationcontrollers",
+    "resourcequotas",
+    "secrets",
+    "persistentvolumeclaims",
+    "configmaps",
+    "services.nodeports",
+    "services.loadbalancers",
+];
+const INTEGER_RESOURCES: &[&str] = &[
+    "pods",
+    "services",
+    "replicationcontrollers",
+    "resourcequotas",
+    "secrets",
+    "configmaps",
+    "persistentvolumeclaims",
+    "services.nodeports",
+    "services.loadbalancers",
+];
+const QUOTA_SCOPES: &[&str] = &[
+    "Terminating",
+    "NotTerminating",
+    "BestEffort",
+    "NotBestEffort",
+    "PriorityClass",
+    "CrossNamespacePodAffinity",
+    "VolumeAttributesClass",
+];
+/// The resources a scope may limit (upstream's `podObjectCountQuotaResources` and
+/// `podComputeQuotaResources`; BestEffort quotas only count pods).
+const SCOPED_POD_COUNT: &[&str] = &["pods"];
+const SCOPED_POD_COMPUTE: &[&str] = &[
+    "cpu",
+    "memory",
+    "limits.cpu",
+    "limits.memory",
+    "requests.cpu",
+    "requests.memory",
+];
+
+/// upstream's `ValidateResourceQuotaResourceName` and `ValidateResourceQuantityValue` for one
+/// entry of `spec.hard` or `status.hard`/`status.used`.
+fn validate_quota_entry(k: &str, v: &Value, p: &Path, errs: &mut Vec<FieldError>) {
+    let ep = p.key(k);
+    if !k.contains('/')
+        && !STANDARD_QUOTA_RESOURCES.contains(&k)
+        && !k.starts_with("hugepages-")
+        && !k.starts_with("requests.hugepages-")
+    {
+        errs.push(invalid_str(&ep, k, "must be a standard resource for quota"));
+        return;
+    }
+    let Ok(q) = Quantity::from_json(v) else { return };
+    if q.is_negative() {
+        errs.push(invalid_str(&ep, &q.to_string(), "must be greater than or equal to 0"));
+    }
+    if INTEGER_RESOURCES.contains(&k) && q.milli_value() % 1000 != 0 {
+        errs.push(invalid_str(&ep, &q.to_string(), "must be an integer"));
+    }
+}
+
+/// upstream's `ValidateResourceQuota` (and `ValidateResourceQuotaUpdate`: scopes are immutable).
+pub(crate) fn validate_resource_quota(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
+    let spec = field(Some(obj), "spec");
+    let sp = Path::new("spec");
+    let hard = field(spec, "hard").and_then(Value::as_object);
+    for (k, v) in hard.into_iter().flatten() {
+        validate_quota_entry(k, v, &sp.child("hard"), errs);
+    }
+    let status = field(Some(obj), "status");
+    for f in ["hard", "used"] {
+        for (k, v) in field(status, f).and_then(Value::as_object).into_iter().flatten() {
+            validate_quota_entry(k, v, &Path::new("status").child(f), errs);
+        }
+    }
+    let scopes: Vec<&str> = arr_at(spec, "scopes").iter().filter_map(Value::as_str).collect();
+    let mut all: Vec<&str> = scopes.clone();
+    for e in arr_at(field(spec, "scopeSelector"), "matchExpressions") {
+        all.push(str_at(Some(e), "scopeName"));
+    }
+    for s in &scopes {
+        if !QUOTA_SCOPES.contains(s) {
+            errs.push(invalid_str(&sp.child("scopes"), s, "unsupported scope"));
+        }
+    }
+    for (i, e) in arr_at(field(spec, "scopeSelector"), "matchExpressions")
+        .iter()
+        .enumerate()
+    {
+        let ep = sp.child("scopeSelector").child("matchExpressions").index(i);
+        let name = str_at(Some(e), "scopeName");
+        if !QUOTA_SCOPES.contains(&name) {
+            errs.push(invalid_str(&ep.child("scopeName"), name, "unsupported scope"));
+        }
+        let op = str_at(Some(e), "operator");
+        let values = arr_at(Some(e), "values");
+        match op {
+            "In" | "NotIn" if values.is_empty() => errs.push(required(
+                &ep.child("values"),
+                "must be at least one value when `operator` is 'In' or 'NotIn' for scope selector",
+            )),
+            "Exists" | "DoesNotExist" if !values.is_empty() => errs.push(invalid(
+                &ep.child("values"),
+                &Value::Array(values.to_vec()),
+                "must be no value when `operator` is 'Exist' or 'DoesNotExist' for scope selector",
+            )),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            _ => errs.push(not_supported(
+                &ep.child("operator"),
+                &Value::String(op.to_string()),
+                &["DoesNotExist", "Exists", "In", "NotIn"],
+            )),
+        }
+    }
+    // upstream's `validateScopedResourceSelectorRequirement` and `ValidateResourceQuotaSpec`:
+    // scopes that contradict each other, and resources a scope cannot limit.
+    let has = |s: &str| all.contains(&s);
+    if (has("Terminating") && has("NotTerminating")) || (has("BestEffort") && has("NotBestEffort")) {
+        errs.push(invalid_str(
+            &sp.child("scopes"),
+            &format!("[{}]", all.join(" ")),
+            "conflicting scopes",
+        ));
+    }
+    if !all.is_empty() {
+        for k in hard.into_iter().flat_map(|h| h.keys()) {
+            let allowed = all.iter().all(|s| match *s {
+                "BestEffort" => SCOPED_POD_COUNT.contains(&k.as_str()),
+                "Terminating" | "NotTerminating" | "NotBestEffort" | "PriorityClass" => {
+                    SCOPED_POD_COUNT.contains(&k.as_str()) || SCOPED_POD_COMPUTE.contains(&k.as_str())
+                }
+                "CrossNamespacePodAffinity" => SCOPED_POD_COUNT.contains(&k.as_str()),
+                _ => true,
+            });
+            if !allowed {
+                errs.push(invalid_str(
+                    &sp.child("hard").key(k),
+                    k,
+                    "unsupported scope applied to resource",
+                ));
+            }
+        }
+    }
+    if let Some(old) = old
+        && !semantic_eq(
+            field(field(Some(obj), "spec"), "scopes").unwrap_or(&Value::Null),
+            field(field(Some(old), "spec"), "scopes").unwrap_or(&Value::Null),
+        )
+    {
+        errs.push(invalid(
+            &sp.child("scopes"),
+            field(spec, "scopes").unwrap_or(&Value::Null),
+            "field is immutable",
+        ));
+    }
+}
+
+/// upstream's `ValidateLimitRange`.
+pub(crate) fn validate_limit_range(obj: &Value, errs: &mut Vec<FieldError>) {
+    let lp = Path::new("spec").child("limits");
+    let mut seen = HashSet::new();
+    for (i, item) in arr_at(field(Some(obj), "spec"), "limits").iter().enumerate() {
+        let ip = lp.index(i);
+        let ty = str_at(Some(item), "type");
+        if !seen.insert(ty.to_string()) {
+            errs.push(duplicate(&ip.child("type"), &Value::String(ty.to_string())));
+        }
+        let list = |f: &str| crate::quota::list_from(item.get(f));
+        let (min, max, default, request, ratio) = (
+            list("min"),
+            list("max"),
+            list("default"),
+            list("defaultRequest"),
+            list("maxLimitRequestRatio"),
+        );
+        for (f, l) in [
+            ("max", &max),
+            ("min", &min),
+            ("default", &default),
+            ("defaultRequest", &request),
+            ("maxLimitRequestRatio", &ratio),
+        ] {
+            for (k, q) in l {
+                if q.is_negative() {
+                    errs.push(invalid_str(
+                        &ip.child(f).key(k),
+                        &q.to_string(),
+                        "must be greater than or equal to 0",
+                    ));
+                }
+            }
+        }
+        if ty == "Pod" {
+            if !default.is_empty() {
+                errs.push(forbidden(
+                    &ip.child("default"),
+                    "may not be specified when `type` is 'Pod'",
+                ));
+            }
+            if !request.is_empty() {
+                errs.push(forbidden(
+                    &ip.child("defaultRequest"),
+                    "may not be specified when `type` is 'Pod'",
+                ));
+            }
+        }
+        if ty == "PersistentVolumeClaim" && !min.contains_key("storage") && !max.contains_key("storage") {
+            errs.push(required(
+                &ip.child("limits"),
+                "either minimum or maximum storage value is required, but neither was provided",
+            ));
+        }
+        let keys: std::collections::BTreeSet<&String> = min
+            .keys()
+            .chain(max.keys())
+            .chain(default.keys())
+            .chain(request.keys())
+            .chain(ratio.keys())
+            .collect();
+        for k in keys {
+            let (mn, mx, d, r, rt) = (min.get(k), max.get(k), default.get(k), request.get(k), ratio.get(k));
+            let mut bad =
+                |f: &str, q: &Quantity, why: String| errs.push(invalid_str(&ip.child(f).key(k), &q.to_string(), &why));
+            if let (Some(mn), Some(mx)) = (mn, mx)
+                && mn > mx
+            {
+                bad("min", mn, format!("min value {mn} is greater than max value {mx}"));
+            }
+            if let (Some(r), Some(mn)) = (r, mn)
+                && mn > r
+            {
+                bad(
+                    "defaultRequest",
+                    r,
+                    format!("min value {mn} is greater than default request value {r}"),
+                );
+            }
+            if let (Some(r), Some(mx)) = (r, mx)
+                && r > mx
+            {
+                bad(
+                    "defaultRequest",
+                    r,
+                    format!("default request value {r} is greater than max value {mx}"),
+                );
+            }
+            if let (Some(r), Some(d)) = (r, d)
+                && r > d
+            {
+                bad(
+                    "defaultRequest",
+                    r,
+                    format!("default request value {r} is greater than default limit value {d}"),
+                );
+            }
+            if let (Some(d), Some(mn)) = (d, mn)
+                && mn > d
+            {
+                bad(
+                    "default",
+                    d,
+                    format!("min value {mn} is greater than default value {d}"),
+                );
+            }
+            if let (Some(d), Some(mx)) = (d, mx)
+                && d > mx
+            {
+                bad(
+                    "default",
+                    d,
+                    format!("default value {d} is greater than max value {mx}"),
+                );
+            }
+            if let Some(rt) = rt {
+                if *rt < Quantity::new(1, crate::quantity::Format::DecimalSI) {
+                    bad("maxLimitRequestRatio", rt, format!("ratio {rt} is less than 1"));
+                }
+                if let (Some(mn), Some(mx)) = (mn, mx)
+                    && !mn.is_zero()
+                {
+                    #[allow(clippy::cast_precision_loss)]
+                    let limit = mx.milli_value() as f64 / mn.milli_value() as f64;
+                    #[allow(clippy::cast_precision_loss)]
+                    let value = rt.milli_value() as f64 / 1000.0;
+                    if value > limit {
+                        bad(
+                            "maxLimitRequestRatio",
+                            rt,
+                            format!("ratio {rt} is greater than max/min = {limit:.6}"),
+                        );
+                    }
+                }
+            }
         }
     }
 }

@@ -93,6 +93,8 @@ pub fn validate_write(res: &Resource, subresource: &str, obj: &Value, old: Optio
             pod::validate_pod_template(field(Some(obj), "template"), &Path::new("template"), &mut errs)
         }
         ("", "PersistentVolumeClaim") => core::validate_pvc(obj, old, &mut errs),
+        ("", "ResourceQuota") => core::validate_resource_quota(obj, old, &mut errs),
+        ("", "LimitRange") => core::validate_limit_range(obj, &mut errs),
         ("scheduling.k8s.io", "PriorityClass") => core::validate_priority_class(obj, old, &mut errs),
         ("networking.k8s.io", "Ingress") => networking::validate_ingress(obj, old, subresource, &mut errs),
         ("networking.k8s.io", "IngressClass") => networking::validate_ingress_class(obj, old, &mut errs),

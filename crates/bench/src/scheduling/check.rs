@@ -286,11 +286,8 @@ pub fn check(p: &Placement, measured: usize) -> CheckReport {
         let on = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
         let is_measured = pod.metadata.namespace.as_deref() == Some(p.measured_namespace.as_str());
         match on {
-            Some(n) if nodes.contains_key(n) => {
-                if is_measured {
-                    r.measured_bound += 1;
-                }
-            }
+            Some(n) if nodes.contains_key(n) && is_measured => r.measured_bound += 1,
+            Some(n) if nodes.contains_key(n) => {}
             Some(n) => r.violate(format!(
                 "pod {} is bound to {n}, not one of the benchmark's nodes",
                 key(pod)

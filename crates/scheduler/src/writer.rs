@@ -146,8 +146,14 @@ impl Writer {
                 }),
                 ..Default::default()
             };
-            if let Err(e) = api.delete(&victim.name, &dp).await {
-                tracing::warn!(error = %e, pod = %victim.key(), "deleting preemption victim failed");
+            match api.delete(&victim.name, &dp).await {
+                // Already gone: a victim chosen again before its deletion reached the cache (as
+                // upstream's PreemptPod, not an error).
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    tracing::debug!(pod = %victim.key(), "preemption victim already deleted")
+                }
+                Err(e) => tracing::warn!(error = %e, pod = %victim.key(), "deleting preemption victim failed"),
+                Ok(_) => {}
             }
         });
     }

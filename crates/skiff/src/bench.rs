@@ -37,13 +37,21 @@ pub enum BenchCommand {
         nodes: usize,
         #[arg(long, default_value_t = 10_000)]
         pods: usize,
+        /// The scheduler_perf shape: basic, node-affinity, taints, topology-spread,
+        /// preferred-topology-spread, default-topology-spread, node-inclusion-policy,
+        /// pod-anti-affinity, pod-affinity, preferred-pod-affinity, preferred-pod-anti-affinity,
+        /// mixed, pod-affinity-ns-selector, pod-anti-affinity-ns-selector,
+        /// preferred-pod-affinity-ns-selector, preferred-pod-anti-affinity-ns-selector,
+        /// preemption, secrets, in-tree-pvs, csi-pvs. The run fails when the final placement
+        /// violates the pods' constraints.
         #[arg(long, default_value = "basic")]
         workload: String,
         /// Pod creations in flight at once.
         #[arg(long, default_value_t = 64)]
         clients: usize,
-        /// Pods created and bound before the measured ones (scheduler_perf's initPods); the
-        /// default is upstream's count for the workload at 5,000 nodes, in proportion to --nodes.
+        /// Pods created and bound before the measured ones, per template of the workload's
+        /// initial pods (scheduler_perf's initPods); the default is upstream's count for the
+        /// workload's 5,000-node shape, in proportion to --nodes.
         #[arg(long)]
         init_pods: Option<usize>,
         /// Events the benchmark's scheduler writes at once (default: the scheduler's 8).

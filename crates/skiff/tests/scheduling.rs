@@ -413,3 +413,88 @@ fn scheduling_benchmark_reports_every_pod_bound() {
     // The events already written of the 60 Scheduled ones the run records.
     assert!(r["scheduled_events"].as_u64().is_some_and(|n| n <= 60), "{r}");
 }
+
+/// Every scheduler_perf shape at a small size, each run against a server of its own (four at a
+/// time): each names upstream's threshold beside its figure, reads every pod back and passes the
+/// placement check of its workload.
+#[test]
+fn scheduling_benchmark_checks_every_workload() {
+    let workloads = std::sync::Mutex::new(vec![
+        ("basic", 60),
+        ("node-affinity", 60),
+        ("taints", 60),
+        ("topology-spread", 60),
+        ("preferred-topology-spread", 60),
+        ("default-topology-spread", 60),
+        ("node-inclusion-policy", 60),
+        // One pod per node, the 6 initial ones included.
+        ("pod-anti-affinity", 24),
+        ("pod-affinity", 60),
+        ("preferred-pod-affinity", 60),
+        ("preferred-pod-anti-affinity", 60),
+        ("mixed", 60),
+        ("pod-affinity-ns-selector", 60),
+        // One pod per node, the 20 initial ones included.
+        ("pod-anti-affinity-ns-selector", 10),
+        ("preferred-pod-affinity-ns-selector", 60),
+        ("preferred-pod-anti-affinity-ns-selector", 60),
+        // One high-priority pod per node.
+        ("preemption", 30),
+        ("secrets", 60),
+        ("in-tree-pvs", 60),
+        ("csi-pvs", 60),
+    ]);
+    let home = tempfile::tempdir().expect("home");
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                while let Some((w, pods)) = workloads.lock().expect("queue").pop() {
+                    check_workload(w, pods, home.path());
+                }
+            });
+        }
+    });
+}
+
+fn check_workload(w: &str, pods: usize, home: &std::path::Path) {
+    let out = std::process::Command::new(common::skiff_bin())
+        .args(["bench", "scheduling", "--nodes", "30", "--pods", &pods.to_string()])
+        .args(["--workload", w, "--json"])
+        .env("HOME", home)
+        .env("SKIFF_LOG", "warn")
+        .output()
+        .expect("run skiff bench scheduling");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{w}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(r["workload"], w);
+    assert_eq!(r["pods"], pods, "{r}");
+    assert!(r["upstream"].as_str().is_some_and(|u| !u.is_empty()), "{r}");
+    let published = !matches!(w, "taints" | "preemption");
+    assert_eq!(r["upstream_threshold"].as_f64().is_some(), published, "{r}");
+    assert_eq!(r["ratio"].as_f64().is_some(), published, "{r}");
+    assert!(r["pods_per_second"].as_f64().is_some_and(|v| v > 0.0), "{r}");
+    assert_eq!(r["check"]["passed"], true, "{r}");
+    assert_eq!(r["check"]["measured_bound"], pods, "{r}");
+    let rules = r["check"]["rules"].as_array().cloned().unwrap_or_default();
+    let expect = match w {
+        "node-affinity" => Some("node-affinity"),
+        "taints" => Some("taints"),
+        "topology-spread" | "node-inclusion-policy" => Some("topology-spread"),
+        "pod-affinity" | "pod-affinity-ns-selector" | "mixed" => Some("pod-affinity"),
+        "pod-anti-affinity" | "pod-anti-affinity-ns-selector" => Some("pod-anti-affinity"),
+        _ => None,
+    };
+    if let Some(rule) = expect {
+        assert!(rules.iter().any(|v| v == rule), "{w}: {r}");
+    }
+    if w == "preemption" {
+        // 120 initial pods (4 a node); each measured pod preempted three.
+        assert_eq!(r["init_pods"], 120, "{r}");
+        assert_eq!(r["check"]["init_pods_gone"], 90, "{r}");
+    }
+}

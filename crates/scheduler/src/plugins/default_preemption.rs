@@ -74,14 +74,23 @@ pub fn eligible(pod: &PodInfo, cache: &Cache) -> Result<(), String> {
 
 /// Removes lower-priority pods until the pod fits, then re-adds as many as possible (most
 /// important first). Returns the victims, or the status explaining why the node cannot help.
+/// The pods nominated to the node with at least the pod's priority count as placed there (as
+/// upstream's RunFilterPluginsWithNominatedPods), so that two preemptors do not both count on
+/// the room one eviction makes.
 fn select_victims_on_node(
     fw: &Framework,
     state: &CycleState,
     pod: &PodInfo,
     node: &NodeInfo,
-    pdbs: &[Pdb],
+    cache: &Cache,
 ) -> Result<(Vec<Arc<PodInfo>>, usize), Status> {
+    let pdbs = &cache.pdbs;
     let mut sim = node.clone();
+    for n in cache.nominated_on(&node.name) {
+        if n.uid != pod.uid && n.priority >= pod.priority {
+            sim.add_pod(n.clone());
+        }
+    }
     let mut potential: Vec<Arc<PodInfo>> = node
         .pods
         .iter()
@@ -163,7 +172,7 @@ pub fn preempt(
         if candidates.len() >= want {
             break;
         }
-        match select_victims_on_node(fw, state, pod, &cache.nodes()[idx], &cache.pdbs) {
+        match select_victims_on_node(fw, state, pod, &cache.nodes()[idx], cache) {
             Ok((victims, pdb_violations)) => candidates.push(Candidate {
                 node: idx,
                 victims,
@@ -244,6 +253,32 @@ mod tests {
         let (node, victims) = attempt(&c, &p).unwrap();
         assert_eq!(c.node_name(node), "n1");
         assert_eq!(victims.len(), 1);
+    }
+
+    #[test]
+    fn nominated_preemptors_keep_their_room() {
+        let mut c = Cache::new();
+        c.upsert_node(Arc::new(node("n1", "2", "8Gi", "110")));
+        c.upsert_node(Arc::new(node("n2", "2", "8Gi", "110")));
+        c.upsert_bound_pod(bound(prio(pod("low1", "2", ""), 1), "n1"));
+        c.upsert_bound_pod(bound(prio(pod("low2", "2", ""), 5), "n2"));
+        // n1 would be chosen (its victim has the lower priority)...
+        let first = Arc::new(PodInfo::new(prio(pod("high1", "2", ""), 10)));
+        let (chosen, _) = attempt(&c, &first).unwrap();
+        assert_eq!(c.node_name(chosen), "n1");
+        // ...but once a pod of the same priority is nominated there, the next preemptor
+        // finds no room on n1 even without low1, and evicts on n2.
+        c.set_nominated(&first, Some("n1"));
+        let second = PodInfo::new(prio(pod("high2", "2", ""), 10));
+        let (chosen, victims) = attempt(&c, &second).unwrap();
+        assert_eq!((c.node_name(chosen), victims), ("n2", vec!["low2".to_string()]));
+        // A lower-priority nomination does not hold the room.
+        let mut c2 = Cache::new();
+        c2.upsert_node(Arc::new(node("n1", "2", "8Gi", "110")));
+        c2.upsert_bound_pod(bound(prio(pod("low1", "2", ""), 1), "n1"));
+        c2.set_nominated(&Arc::new(PodInfo::new(prio(pod("mid", "2", ""), 3))), Some("n1"));
+        let (chosen, _) = attempt(&c2, &second).unwrap();
+        assert_eq!(c2.node_name(chosen), "n1");
     }
 
     #[test]

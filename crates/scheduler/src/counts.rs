@@ -310,3 +310,232 @@ impl Counts {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::Cache;
+    use crate::types::testutil::*;
+    use k8s_openapi::api::core::v1::{
+        Affinity, PodAffinity, PodAffinityTerm, PodAntiAffinity, WeightedPodAffinityTerm,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+    /// xorshift: a fixed pseudo-random sequence of cache operations.
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    fn selector(app: &str) -> LabelSelector {
+        LabelSelector {
+            match_labels: Some([("app".to_string(), app.to_string())].into()),
+            ..Default::default()
+        }
+    }
+
+    fn term(app: &str, key: &str, team: Option<&str>) -> PodAffinityTerm {
+        PodAffinityTerm {
+            label_selector: Some(selector(app)),
+            topology_key: key.into(),
+            namespace_selector: team.map(|t| LabelSelector {
+                match_labels: Some([("team".to_string(), t.to_string())].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn compiled(pod_ns: &str, t: &PodAffinityTerm) -> AffinityTerm {
+        let mut p = pod("t", "", "");
+        p.metadata.namespace = Some(pod_ns.into());
+        p.spec.as_mut().unwrap().affinity = Some(Affinity {
+            pod_anti_affinity: Some(PodAntiAffinity {
+                required_during_scheduling_ignored_during_execution: Some(vec![t.clone()]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        PodInfo::new(p).required_anti_affinity.remove(0)
+    }
+
+    /// What the views must equal: a walk over every node and pod.
+    fn recount(cache: &Cache, selects: &dyn Fn(&PodInfo) -> bool, required: &[String], key: &str) -> Domains {
+        let mut out = Domains::new();
+        for n in cache.nodes() {
+            if n.node.is_none() || !required.iter().all(|k| n.labels.contains_key(k)) {
+                continue;
+            }
+            let v = n.labels.get(key).cloned().unwrap_or_default();
+            let d = out.entry(v).or_default();
+            d.nodes += 1;
+            d.pods += n.pods.iter().filter(|p| selects(p)).count() as i64;
+        }
+        out
+    }
+
+    fn recount_carried(cache: &Cache, kind: TermKind) -> HashMap<AffinityTerm, Domains> {
+        let mut out: HashMap<AffinityTerm, Domains> = HashMap::new();
+        for n in cache.nodes() {
+            for p in &n.pods {
+                for t in kind.terms(p) {
+                    let m = out.entry(t.clone()).or_default();
+                    if n.node.is_some()
+                        && let Some(v) = n.labels.get(&t.topology_key)
+                    {
+                        m.entry(v.clone()).or_default().pods += 1;
+                    }
+                }
+            }
+        }
+        out.retain(|_, m| !m.is_empty());
+        out
+    }
+
+    fn random_pod(rng: &mut Rng, k: u64) -> PodInfo {
+        let mut p = pod(&format!("p{k}"), "", "");
+        let app = ["a", "b"][rng.below(2) as usize];
+        p.metadata.labels = Some([("app".to_string(), app.to_string())].into());
+        p.metadata.namespace = Some(["default", "other"][rng.below(2) as usize].into());
+        let key = ["kubernetes.io/hostname", "zone"][rng.below(2) as usize];
+        let mut aff = Affinity::default();
+        match rng.below(4) {
+            0 => {
+                aff.pod_anti_affinity = Some(PodAntiAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(vec![term("a", key, None)]),
+                    preferred_during_scheduling_ignored_during_execution: Some(vec![WeightedPodAffinityTerm {
+                        weight: 3,
+                        pod_affinity_term: term("b", "zone", Some("x")),
+                    }]),
+                })
+            }
+            1 => {
+                aff.pod_affinity = Some(PodAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(vec![
+                        term("b", key, None),
+                        term("b", key, None),
+                    ]),
+                    ..Default::default()
+                })
+            }
+            _ => {}
+        }
+        p.spec.as_mut().unwrap().affinity = Some(aff);
+        let mut info = PodInfo::new(p);
+        info.deleting = rng.below(5) == 0;
+        info
+    }
+
+    /// After every add, assume, confirm, forget, update and removal of pods, relabelling,
+    /// removal and return of nodes, and namespace relabelling, the incrementally kept counts
+    /// equal a full recount.
+    #[test]
+    fn incremental_counts_equal_a_recount() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut cache = Cache::new();
+        let zone = "zone".to_string();
+        let host = "kubernetes.io/hostname".to_string();
+        let spread = |ns: &str, app: &str| Matcher::Spread {
+            namespace: ns.into(),
+            selector: Selector::from_label_selector(Some(&selector(app))),
+        };
+        let term_a = compiled("default", &term("a", "zone", None));
+        let term_x = compiled("default", &term("b", "zone", Some("x")));
+        let queries: Vec<(Matcher, Box<dyn Fn(&PodInfo) -> bool>)> = vec![
+            (
+                spread("default", "a"),
+                Box::new(|p: &PodInfo| !p.deleting && p.namespace == "default" && p.labels["app"] == "a"),
+            ),
+            (
+                spread("other", "b"),
+                Box::new(|p: &PodInfo| !p.deleting && p.namespace == "other" && p.labels["app"] == "b"),
+            ),
+            (
+                Matcher::Terms(vec![term_a.clone()]),
+                Box::new(|p: &PodInfo| p.namespace == "default" && p.labels["app"] == "a"),
+            ),
+        ];
+        let keys: Vec<(Vec<String>, String)> = vec![
+            (vec![zone.clone()], zone.clone()),
+            (vec![], zone.clone()),
+            (vec![host.clone(), zone.clone()], host.clone()),
+        ];
+        for step in 0..3000 {
+            match rng.below(10) {
+                0 | 1 => {
+                    let name = format!("n{}", rng.below(8));
+                    let mut n = node(&name, "4", "8Gi", "110");
+                    if rng.below(4) != 0 {
+                        let z = format!("z{}", rng.below(3));
+                        n.metadata.labels.as_mut().unwrap().insert("zone".into(), z);
+                    }
+                    cache.upsert_node(Arc::new(n));
+                }
+                2 => cache.remove_node(&format!("n{}", rng.below(8))),
+                3 | 4 => {
+                    let mut p = {
+                        let k = rng.below(40);
+                        random_pod(&mut rng, k)
+                    };
+                    // n8 is never a node: its pods wait in a placeholder slot.
+                    p.node_name = Some(format!("n{}", rng.below(9)));
+                    cache.upsert_bound_pod(Arc::new(p));
+                }
+                5 | 6 => {
+                    let p = {
+                        let k = rng.below(40);
+                        random_pod(&mut rng, k)
+                    };
+                    let node = format!("n{}", rng.below(9));
+                    cache.assume_pod(Arc::new(p), &node);
+                }
+                7 => {
+                    cache.remove_pod(&format!("uid-p{}", rng.below(40)));
+                }
+                8 => cache.forget_pod(&format!("uid-p{}", rng.below(40))),
+                _ => {
+                    let team = ["x", "y"][rng.below(2) as usize];
+                    cache.set_namespace("other", [("team".to_string(), team.to_string())].into());
+                }
+            }
+            for (m, selects) in &queries {
+                for (required, key) in &keys {
+                    let want = recount(&cache, selects.as_ref(), required, key);
+                    assert_eq!(
+                        *cache.domains(m, required, key),
+                        want,
+                        "step {step}: {m:?} {required:?} {key}"
+                    );
+                }
+                let per_node: Vec<i64> = cache
+                    .nodes()
+                    .iter()
+                    .map(|n| n.pods.iter().filter(|p| selects(p)).count() as i64)
+                    .collect();
+                assert_eq!(cache.with_per_node(m, |c| c.to_vec()), per_node, "step {step}: {m:?}");
+            }
+            // A namespace-selector term, asked for every few steps (rebuilt after relabels).
+            if step % 7 == 0 {
+                let other_x = cache.namespace_labels("other").is_some_and(|l| l["team"] == "x");
+                let m = Matcher::Terms(vec![term_x.clone()]);
+                let selects = |p: &PodInfo| p.namespace == "other" && other_x && p.labels["app"] == "b";
+                let want = recount(&cache, &selects, std::slice::from_ref(&zone), &zone);
+                assert_eq!(*cache.domains(&m, &[zone.clone()], &zone), want, "step {step}");
+            }
+            for kind in TermKind::ALL {
+                let got: HashMap<AffinityTerm, Domains> = cache
+                    .carried_terms(kind)
+                    .into_iter()
+                    .map(|(t, d)| (t, (*d).clone()))
+                    .filter(|(_, d)| !d.is_empty())
+                    .collect();
+                assert_eq!(got, recount_carried(&cache, kind), "step {step}: {kind:?}");
+            }
+        }
+    }
+}

@@ -446,7 +446,8 @@ mod tests {
         };
         let term_a = compiled("default", &term("a", "zone", None));
         let term_x = compiled("default", &term("b", "zone", Some("x")));
-        let queries: Vec<(Matcher, Box<dyn Fn(&PodInfo) -> bool>)> = vec![
+        type Selects = Box<dyn Fn(&PodInfo) -> bool>;
+        let queries: Vec<(Matcher, Selects)> = vec![
             (
                 spread("default", "a"),
                 Box::new(|p: &PodInfo| !p.deleting && p.namespace == "default" && p.labels["app"] == "a"),
@@ -525,7 +526,11 @@ mod tests {
                 let m = Matcher::Terms(vec![term_x.clone()]);
                 let selects = |p: &PodInfo| p.namespace == "other" && other_x && p.labels["app"] == "b";
                 let want = recount(&cache, &selects, std::slice::from_ref(&zone), &zone);
-                assert_eq!(*cache.domains(&m, &[zone.clone()], &zone), want, "step {step}");
+                assert_eq!(
+                    *cache.domains(&m, std::slice::from_ref(&zone), &zone),
+                    want,
+                    "step {step}"
+                );
             }
             for kind in TermKind::ALL {
                 let got: HashMap<AffinityTerm, Domains> = cache

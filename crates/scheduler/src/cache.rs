@@ -2,12 +2,13 @@
 //! watch events and read in place by the scheduling cycle (one owner, no per-pod copies).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use crate::assume_cache::AssumeCache;
+use crate::counts::{Counts, Domains, Matcher, TermKind};
 use crate::types::{NodeInfo, PodInfo};
 
 #[derive(Debug, Default)]
@@ -34,6 +35,9 @@ pub struct Cache {
     pub volumes: Volumes,
     /// `namespace/claim` -> how many pods counted here use it (upstream's PVC reference counts).
     pvc_refs: HashMap<String, usize>,
+    /// Matching-pod counts per node and topology domain, kept current here; behind a lock
+    /// because a scheduling cycle (reading the cache) may start counting a new selector.
+    counts: Mutex<Counts>,
 }
 
 /// The storage objects the volume plugins read, kept from watches.
@@ -164,6 +168,7 @@ impl Cache {
             ..Default::default()
         });
         self.index.insert(name.to_string(), i);
+        self.counts_mut().add_slot();
         i
     }
 
@@ -171,9 +176,8 @@ impl Cache {
     pub fn upsert_node(&mut self, node: Arc<Node>) -> NodeChange {
         let name = node.metadata.name.clone().unwrap_or_default();
         let i = self.slot(&name);
-        let ni = &mut self.nodes[i];
         let mut change = NodeChange::default();
-        match &ni.node {
+        match &self.nodes[i].node {
             None => {
                 change.added = true;
                 self.num_nodes += 1;
@@ -188,15 +192,58 @@ impl Cache {
                     != node.status.as_ref().and_then(|s| s.allocatable.as_ref());
             }
         }
-        ni.set_node(node);
+        if change.labels {
+            self.counts
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .node_changed(&self.nodes, i, -1);
+        }
+        self.nodes[i].set_node(node);
+        if change.labels || change.added {
+            self.counts
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .node_changed(&self.nodes, i, 1);
+        }
         change
+    }
+
+    fn counts_mut(&mut self) -> &mut Counts {
+        self.counts.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn counts(&self) -> MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Pods `m` selects per value of `key`, over the nodes that have every `required` key
+    /// (a node without `key` counts under ""), with each domain's number of such nodes.
+    pub fn domains(&self, m: &Matcher, required: &[String], key: &str) -> Arc<Domains> {
+        self.counts().domains(&self.nodes, &self.namespaces, m, required, key)
+    }
+
+    /// Runs `f` with the number of pods `m` selects on each node slot (indexed as `nodes()`).
+    pub fn with_per_node<R>(&self, m: &Matcher, f: impl FnOnce(&[i64]) -> R) -> R {
+        let mut counts = self.counts();
+        f(counts.per_node(&self.nodes, &self.namespaces, m))
+    }
+
+    /// The distinct terms of `kind` the pods here carry, each with how many pods carry it per
+    /// value of its topology key.
+    pub fn carried_terms(&self, kind: TermKind) -> Vec<(crate::types::AffinityTerm, Arc<Domains>)> {
+        self.counts().carried(kind)
     }
 
     pub fn remove_node(&mut self, name: &str) {
         let Some(&i) = self.index.get(name) else {
             return;
         };
-        if self.nodes[i].node.take().is_some() {
+        if self.nodes[i].node.is_some() {
+            self.counts
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .node_changed(&self.nodes, i, -1);
+            self.nodes[i].node = None;
             self.num_nodes -= 1;
         }
         if self.nodes[i].pods.is_empty() {
@@ -205,6 +252,7 @@ impl Cache {
     }
 
     fn drop_slot(&mut self, i: usize) {
+        self.counts_mut().drop_slot(i);
         let removed = self.nodes.swap_remove(i);
         self.index.remove(&removed.name);
         if i < self.nodes.len() {
@@ -237,6 +285,10 @@ impl Cache {
         for key in pod.pvc_keys() {
             *self.pvc_refs.entry(key).or_default() += 1;
         }
+        self.counts
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pod_changed(&self.nodes, i, &pod, &self.namespaces, 1);
         self.nodes[i].add_pod(pod);
     }
 
@@ -270,6 +322,10 @@ impl Cache {
         let i = *self.index.get(&node)?;
         let pod = self.nodes[i].remove_pod(uid);
         if let Some(p) = &pod {
+            self.counts
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pod_changed(&self.nodes, i, p, &self.namespaces, -1);
             if p.has_affinity_terms() {
                 self.pods_with_affinity -= 1;
             }
@@ -318,11 +374,14 @@ impl Cache {
             return false;
         }
         self.namespaces.insert(name.to_string(), labels);
+        self.counts_mut().namespaces_changed();
         true
     }
 
     pub fn remove_namespace(&mut self, name: &str) {
-        self.namespaces.remove(name);
+        if self.namespaces.remove(name).is_some() {
+            self.counts_mut().namespaces_changed();
+        }
     }
 
     pub fn namespace_labels(&self, name: &str) -> Option<&std::collections::BTreeMap<String, String>> {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Op {
     In,
     NotIn,
@@ -12,7 +12,7 @@ enum Op {
     DoesNotExist,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Requirement {
     key: String,
     op: Op,
@@ -21,7 +21,7 @@ struct Requirement {
 
 /// A label selector ready to match. A missing selector matches nothing, an empty one everything
 /// (as upstream's `LabelSelectorAsSelector`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Selector {
     nothing: bool,
     reqs: Vec<Requirement>,

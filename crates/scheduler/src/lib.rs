@@ -12,6 +12,7 @@
 
 pub mod assume_cache;
 pub mod cache;
+pub mod counts;
 pub mod explain;
 pub mod framework;
 pub mod labels;

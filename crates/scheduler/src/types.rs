@@ -143,7 +143,7 @@ impl HostPort {
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 /// A pod (anti-)affinity term, compiled.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AffinityTerm {
     pub selector: Selector,
     /// Namespaces named by the term (the pod's own when it names none and has no selector).

@@ -3,8 +3,10 @@
 //! score.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::cache::Cache;
+use crate::counts::{Domains, Matcher, TermKind};
 use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Status};
 use crate::types::{AffinityTerm, NodeInfo, PodInfo};
 
@@ -15,40 +17,40 @@ pub const ERR_REASON_ANTI_AFFINITY: &str = "node(s) didn't match pod anti-affini
 /// Upstream's default hardPodAffinityWeight.
 const HARD_POD_AFFINITY_WEIGHT: i64 = 1;
 
-/// topology key -> topology value -> count.
+/// Per topology key, the pods counted per value (several maps may share a key: they add up).
 #[derive(Debug, Default)]
-struct TopologyCounts(HashMap<String, HashMap<String, i64>>);
+struct TopologyCounts(Vec<(String, Arc<Domains>)>);
 
 impl TopologyCounts {
-    fn add(&mut self, node: &NodeInfo, key: &str, n: i64) {
-        if let Some(v) = node.labels.get(key) {
-            let values = match self.0.get_mut(key) {
-                Some(m) => m,
-                None => self.0.entry(key.to_string()).or_default(),
-            };
-            match values.get_mut(v) {
-                Some(c) => *c += n,
-                None => {
-                    values.insert(v.clone(), n);
-                }
-            }
-        }
+    fn push(&mut self, key: &str, domains: Arc<Domains>) {
+        self.0.push((key.to_string(), domains));
     }
 
     fn get(&self, key: &str, value: &str) -> i64 {
-        self.0.get(key).and_then(|m| m.get(value)).copied().unwrap_or(0)
+        self.0
+            .iter()
+            .filter(|(k, _)| k == key)
+            .filter_map(|(_, m)| m.get(value))
+            .map(|d| d.pods)
+            .sum()
     }
 
+    /// Whether no domain has a pod counted.
     fn is_empty(&self) -> bool {
-        self.0.values().all(|m| m.is_empty())
+        self.0.iter().all(|(_, m)| m.values().all(|d| d.pods == 0))
     }
 
     /// Whether the node is in a domain with a positive count.
     fn hits(&self, node: &NodeInfo) -> bool {
         self.0
             .iter()
-            .any(|(k, m)| node.labels.get(k).and_then(|v| m.get(v)).is_some_and(|c| *c > 0))
+            .any(|(k, m)| node.labels.get(k).and_then(|v| m.get(v)).is_some_and(|d| d.pods > 0))
     }
+}
+
+/// Pods the terms all select, per value of `key` over the nodes that have it.
+fn term_counts(cache: &Cache, terms: &[AffinityTerm], key: &str) -> Arc<Domains> {
+    cache.domains(&Matcher::Terms(terms.to_vec()), &[key.to_string()], key)
 }
 
 #[derive(Debug, Default)]
@@ -95,32 +97,27 @@ impl Plugin for InterPodAffinity {
             ..Default::default()
         };
         let pod_ns = cache.namespace_labels(&pod.namespace);
-        for node in cache.nodes() {
-            if node.node.is_none() {
-                continue;
-            }
-            if existing && node.pods_with_required_anti_affinity > 0 {
-                for existing in &node.pods {
-                    for t in &existing.required_anti_affinity {
-                        if t.matches(pod, pod_ns) {
-                            s.existing_anti.add(node, &t.topology_key, 1);
-                        }
-                    }
+        if existing {
+            for (t, domains) in cache.carried_terms(TermKind::RequiredAntiAffinity) {
+                if t.matches(pod, pod_ns) {
+                    s.existing_anti.push(&t.topology_key, domains);
                 }
             }
-            if own {
-                for existing in &node.pods {
-                    if matches_all(&pod.required_affinity, existing, cache) {
-                        for t in &pod.required_affinity {
-                            s.affinity.add(node, &t.topology_key, 1);
-                        }
-                    }
-                    for t in &pod.required_anti_affinity {
-                        if t.matches(existing, cache.namespace_labels(&existing.namespace)) {
-                            s.anti_affinity.add(node, &t.topology_key, 1);
-                        }
-                    }
+        }
+        if own {
+            if !pod.required_affinity.is_empty() {
+                for t in &pod.required_affinity {
+                    s.affinity.push(
+                        &t.topology_key,
+                        term_counts(cache, &pod.required_affinity, &t.topology_key),
+                    );
                 }
+            }
+            for t in &pod.required_anti_affinity {
+                s.anti_affinity.push(
+                    &t.topology_key,
+                    term_counts(cache, std::slice::from_ref(t), &t.topology_key),
+                );
             }
         }
         state.inter_pod = Some(s);
@@ -172,51 +169,54 @@ impl Plugin for InterPodAffinity {
             return false;
         }
         let mut s = PreScoreState::default();
-        let mut bump = |node: &NodeInfo, key: &str, w: i64| {
-            if let Some(v) = node.labels.get(key) {
-                *s.scores
-                    .entry(key.to_string())
-                    .or_default()
-                    .entry(v.clone())
-                    .or_default() += w;
+        let mut any = false;
+        let mut bump = |key: &str, domains: &Domains, w: i64| {
+            for (v, d) in domains {
+                if d.pods == 0 {
+                    continue;
+                }
+                any = true;
+                let values = match s.scores.get_mut(key) {
+                    Some(m) => m,
+                    None => s.scores.entry(key.to_string()).or_default(),
+                };
+                match values.get_mut(v) {
+                    Some(c) => *c += w * d.pods,
+                    None => {
+                        values.insert(v.clone(), w * d.pods);
+                    }
+                }
             }
         };
-        let mut any = false;
-        let pod_ns = cache.namespace_labels(&pod.namespace);
-        for node in cache.nodes() {
-            if node.node.is_none() || (!own && node.pods_with_affinity == 0) {
-                continue;
-            }
-            for existing in &node.pods {
-                let ex_ns = cache.namespace_labels(&existing.namespace);
-                for t in &pod.preferred_affinity {
-                    if t.matches(existing, ex_ns) {
-                        bump(node, &t.topology_key, t.weight);
-                        any = true;
-                    }
-                }
-                for t in &pod.preferred_anti_affinity {
-                    if t.matches(existing, ex_ns) {
-                        bump(node, &t.topology_key, -t.weight);
-                        any = true;
-                    }
-                }
-                for t in &existing.required_affinity {
+        for t in &pod.preferred_affinity {
+            bump(
+                &t.topology_key,
+                &term_counts(cache, std::slice::from_ref(t), &t.topology_key),
+                t.weight,
+            );
+        }
+        for t in &pod.preferred_anti_affinity {
+            bump(
+                &t.topology_key,
+                &term_counts(cache, std::slice::from_ref(t), &t.topology_key),
+                -t.weight,
+            );
+        }
+        if cache.any_pod_with_affinity() {
+            let pod_ns = cache.namespace_labels(&pod.namespace);
+            for (kind, sign) in [
+                (TermKind::RequiredAffinity, 0),
+                (TermKind::PreferredAffinity, 1),
+                (TermKind::PreferredAntiAffinity, -1),
+            ] {
+                for (t, domains) in cache.carried_terms(kind) {
                     if t.matches(pod, pod_ns) {
-                        bump(node, &t.topology_key, HARD_POD_AFFINITY_WEIGHT);
-                        any = true;
-                    }
-                }
-                for t in &existing.preferred_affinity {
-                    if t.matches(pod, pod_ns) {
-                        bump(node, &t.topology_key, t.weight);
-                        any = true;
-                    }
-                }
-                for t in &existing.preferred_anti_affinity {
-                    if t.matches(pod, pod_ns) {
-                        bump(node, &t.topology_key, -t.weight);
-                        any = true;
+                        let w = if sign == 0 {
+                            HARD_POD_AFFINITY_WEIGHT
+                        } else {
+                            sign * t.weight
+                        };
+                        bump(&t.topology_key, &domains, w);
                     }
                 }
             }

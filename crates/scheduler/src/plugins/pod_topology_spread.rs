@@ -2,8 +2,10 @@
 //! emptiest eligible domain), `ScheduleAnyway` constraints score.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::cache::Cache;
+use crate::counts::{Domain, Domains, Matcher};
 use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Status};
 use crate::labels::Selector;
 use crate::plugins::node_affinity::PodNodeAffinity;
@@ -85,11 +87,60 @@ fn eligible(node: &NodeInfo, c: &Constraint, pod: &PodInfo, aff: &PodNodeAffinit
         && (!c.honor_taints || find_untolerated(&node.taints, &pod.tolerations).is_none())
 }
 
+/// The sorted, distinct topology keys of the constraints.
+fn required_keys(cs: &[Constraint]) -> Vec<String> {
+    let mut keys: Vec<String> = cs.iter().map(|c| c.topology_key.clone()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// Matching pods (of the pod's namespace, not being deleted) per value of the constraint's
+/// key, over the nodes that are eligible for it and have every `required` key (a node
+/// without the key counts under ""). Read from the cache's counts; only when the constraint
+/// honors a node affinity the pod has, or taints, are the nodes walked (still without
+/// looking at their pods).
+fn domain_counts(
+    cache: &Cache,
+    pod: &PodInfo,
+    c: &Constraint,
+    required: &[String],
+    aff: &PodNodeAffinity,
+) -> Arc<Domains> {
+    let m = Matcher::Spread {
+        namespace: pod.namespace.clone(),
+        selector: c.selector.clone(),
+    };
+    if (!c.honor_node_affinity || !aff.has_required()) && !c.honor_taints {
+        return cache.domains(&m, required, &c.topology_key);
+    }
+    let nodes = cache.nodes();
+    cache.with_per_node(&m, |per_node| {
+        let mut out = Domains::new();
+        for (node, &n) in nodes.iter().zip(per_node) {
+            if node.node.is_none()
+                || !required.iter().all(|k| node.labels.contains_key(k))
+                || !eligible(node, c, pod, aff)
+            {
+                continue;
+            }
+            let v = node.labels.get(&c.topology_key).map(String::as_str).unwrap_or("");
+            let d = match out.get_mut(v) {
+                Some(d) => d,
+                None => out.entry(v.to_string()).or_default(),
+            };
+            d.pods += n;
+            d.nodes += 1;
+        }
+        Arc::new(out)
+    })
+}
+
 #[derive(Debug, Default)]
 pub struct PreFilterState {
     constraints: Vec<Constraint>,
-    /// Per constraint: domain value -> matching pods.
-    counts: Vec<HashMap<String, i64>>,
+    /// Per constraint: domain value -> matching pods (and eligible nodes).
+    counts: Vec<Arc<Domains>>,
     /// Per constraint: the minimum over eligible domains (0 below minDomains).
     min_match: Vec<i64>,
 }
@@ -120,34 +171,28 @@ impl Plugin for PodTopologySpread {
         if cs.is_empty() {
             return Status::skip();
         }
-        let aff = state.node_affinity.clone().unwrap_or_else(|| PodNodeAffinity::new(pod));
-        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
-        for node in cache.nodes() {
-            if node.node.is_none() || !has_all_keys(node, &cs) {
-                continue;
+        let fallback;
+        let aff = match &state.node_affinity {
+            Some(a) => a,
+            None => {
+                fallback = PodNodeAffinity::new(pod);
+                &fallback
             }
-            for (i, c) in cs.iter().enumerate() {
-                if !eligible(node, c, pod, &aff) {
-                    continue;
-                }
-                let v = &node.labels[&c.topology_key];
-                let n = count_matching(node, &c.selector, &pod.namespace);
-                match counts[i].get_mut(v) {
-                    Some(slot) => *slot += n,
-                    None => {
-                        counts[i].insert(v.clone(), n);
-                    }
-                }
-            }
-        }
+        };
+        let required = required_keys(&cs);
+        let counts: Vec<Arc<Domains>> = cs
+            .iter()
+            .map(|c| domain_counts(cache, pod, c, &required, aff))
+            .collect();
         let min_match = cs
             .iter()
             .zip(&counts)
             .map(|(c, m)| {
-                if (m.len() as i64) < c.min_domains {
+                let eligible = m.values().filter(|d| d.nodes > 0);
+                if (eligible.clone().count() as i64) < c.min_domains {
                     0
                 } else {
-                    m.values().copied().min().unwrap_or(0)
+                    eligible.map(|d| d.pods).min().unwrap_or(0)
                 }
             })
             .collect();
@@ -168,7 +213,7 @@ impl Plugin for PodTopologySpread {
                 return Status::unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH);
             };
             let self_match = i64::from(c.selector.matches(&pod.labels));
-            let matched = s.counts[i].get(v).copied().unwrap_or(0);
+            let matched = s.counts[i].get(v).map(|d: &Domain| d.pods).unwrap_or(0);
             let skew = matched + self_match - s.min_match[i];
             if skew > c.max_skew {
                 return Status::unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH);
@@ -236,21 +281,22 @@ impl Plugin for PodTopologySpread {
                 ((size + 2) as f64).ln()
             })
             .collect();
-        let aff = state.node_affinity.clone().unwrap_or_else(|| PodNodeAffinity::new(pod));
-        if cs.iter().any(|c| c.topology_key != LABEL_HOSTNAME) {
-            for node in nodes {
-                if node.node.is_none() || (require_all && !has_all_keys(node, &cs)) {
-                    continue;
-                }
-                for (i, c) in cs.iter().enumerate() {
-                    if c.topology_key == LABEL_HOSTNAME || !eligible(node, c, pod, &aff) {
-                        continue;
-                    }
-                    let v = node.labels.get(&c.topology_key).map(String::as_str).unwrap_or("");
-                    if let Some(slot) = s.pair_counts[i].get_mut(v) {
-                        *slot += count_matching(node, &c.selector, &pod.namespace);
-                    }
-                }
+        let fallback;
+        let aff = match &state.node_affinity {
+            Some(a) => a,
+            None => {
+                fallback = PodNodeAffinity::new(pod);
+                &fallback
+            }
+        };
+        let required = if require_all { required_keys(&cs) } else { Vec::new() };
+        for (i, c) in cs.iter().enumerate() {
+            if c.topology_key == LABEL_HOSTNAME {
+                continue;
+            }
+            let domains = domain_counts(cache, pod, c, &required, aff);
+            for (v, slot) in s.pair_counts[i].iter_mut() {
+                *slot = domains.get(v).map(|d| d.pods).unwrap_or(0);
             }
         }
         s.constraints = cs;

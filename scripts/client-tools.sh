@@ -19,7 +19,7 @@ want=(
 )
 
 work=""
-cleanup() { [ -n "$work" ] && rm -rf "$work"; }
+cleanup() { if [ -n "$work" ]; then rm -rf "$work"; fi; }
 trap cleanup EXIT
 
 for entry in "${want[@]}"; do

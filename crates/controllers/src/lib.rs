@@ -9,6 +9,7 @@ pub mod csrcleaner;
 pub mod csrsigning;
 pub mod daemonset;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod endpointutil;
@@ -80,6 +81,8 @@ pub struct ControllersConfig {
     pub tokencleaner: bool,
     /// ResourceQuotas' status follows their namespaces' usage; `None`: not run.
     pub resource_quota: Option<resource_quota::ResourceQuotaConfig>,
+    /// PodDisruptionBudgets' status says how many of their pods may be evicted now.
+    pub disruption: bool,
 }
 
 impl Default for ControllersConfig {
@@ -110,6 +113,7 @@ impl Default for ControllersConfig {
             csr_signing: None,
             tokencleaner: true,
             resource_quota: Some(Default::default()),
+            disruption: true,
         }
     }
 }
@@ -243,6 +247,11 @@ pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig)
         let c = clients(resource_quota::CONTROLLER_NAME);
         let i = informers.clone();
         set.spawn(async move { resource_quota::run(c, i, config).await });
+    }
+    if cfg.disruption {
+        let c = clients(disruption::CONTROLLER_NAME);
+        let i = informers.clone();
+        set.spawn(async move { disruption::run(c, i).await });
     }
     // Every informer the controllers asked for (and any they ask for later) lists and watches.
     informers.start();

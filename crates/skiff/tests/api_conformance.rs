@@ -915,9 +915,12 @@ fn graceful_pod_deletion() {
     assert!(!exists(&c, &["pod", "held"]), "the pod outlived its last finalizer");
 }
 
+/// The eviction subresource against budget statuses written by hand: without the controllers,
+/// so the disruption controller does not recount them (tests/disruption.rs drives the two
+/// together).
 #[test]
 fn eviction_respects_pod_disruption_budgets() {
-    let c = Cluster::start(CONTROL_PLANE);
+    let c = Cluster::start(&[CONTROL_PLANE, &["--no-controllers"]].concat());
     c.apply(NODE, &[]);
     c.apply(&pod_yaml("guarded", "{app: guarded}", Some("n1")), &[]);
     c.k(&[

@@ -240,10 +240,13 @@ fn start_skiff(c: &ClusterState, node: &NodeState) -> anyhow::Result<()> {
 async fn wait_api(c: &ClusterState, timeout: Duration) -> anyhow::Result<()> {
     let cp = c.control_plane()?;
     let written = c.skiff_dir(cp).join("kubeconfig");
+    // The server writes its kubeconfig before its join token: the agents need both.
+    let token = skiff_apiserver::join::token_path(&c.skiff_dir(cp));
     let deadline = Instant::now() + timeout;
     let text = loop {
         if let Ok(text) = std::fs::read_to_string(&written)
             && text.contains(&format!("https://127.0.0.1:{}", state::API_PORT))
+            && std::fs::metadata(&token).is_ok_and(|m| m.len() > 0)
         {
             break text;
         }

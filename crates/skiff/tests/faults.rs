@@ -159,6 +159,8 @@ impl Replica {
             .args(&self.args)
             .env("HOME", self.home.path())
             .env("SKIFF_LOG", "info")
+            // A replica that exits says why in the log's last lines, not under a backtrace.
+            .env("RUST_LIB_BACKTRACE", "0")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

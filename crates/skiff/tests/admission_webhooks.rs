@@ -173,7 +173,7 @@ fn stderr_of(c: &Cluster, args: &[&str]) -> (bool, String) {
 
 #[test]
 fn webhooks_mutate_and_validate_as_upstream_calls_them() {
-    let c = Cluster::start(&[]);
+    let c = Cluster::start(&["--no-agent", "--no-scheduler"]);
     let certs = certs();
     let server = WebhookServer::start(&certs);
     let ca = base64::engine::general_purpose::STANDARD.encode(&certs.ca_pem);

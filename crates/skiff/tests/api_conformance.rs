@@ -1479,11 +1479,7 @@ async fn kube_rs_client_crud_watch_patch_and_subresources() {
     let c = tokio::task::spawn_blocking(|| Cluster::start(CONTROL_PLANE))
         .await
         .expect("cluster");
-    let kc = kube::config::Kubeconfig::read_from(&c.kubeconfig).expect("kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .expect("config");
-    let client = kube::Client::try_from(config).expect("client");
+    let client = c.kube_client().await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
 
     // Watch from the current list's resourceVersion.

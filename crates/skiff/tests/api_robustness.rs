@@ -284,17 +284,5 @@ except client.exceptions.ApiException as e:
     assert e.status == 404, e.status
 print("ok")
 "#;
-    let out = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(&c.kubeconfig)
-        .env("HOME", c.home.path())
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "python client failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    c.python(script);
 }

@@ -51,11 +51,7 @@ async fn kube_rs_derived_custom_resource_end_to_end() {
     let c = tokio::task::spawn_blocking(|| Cluster::start(CONTROL_PLANE))
         .await
         .expect("cluster");
-    let kc = kube::config::Kubeconfig::read_from(&c.kubeconfig).expect("kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .expect("config");
-    let client = kube::Client::try_from(config).expect("client");
+    let client = c.kube_client().await;
 
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &Gizmo::crd())

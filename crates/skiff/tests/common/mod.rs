@@ -455,6 +455,36 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// A kube-rs client from this cluster's kubeconfig.
+    pub async fn kube_client(&self) -> kube::Client {
+        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("config");
+        kube::Client::try_from(config).expect("client")
+    }
+
+    /// Runs a Python script with the `kubernetes` client (its first argument is this cluster's
+    /// kubeconfig); it must exit 0.
+    pub fn python(&self, script: &str) {
+        let out = Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .arg(&self.kubeconfig)
+            .env("HOME", self.home.path())
+            .output()
+            .expect("python3 with the kubernetes client (scripts/install-deps.sh installs it)");
+        assert!(
+            out.status.success(),
+            "python client failed:\n{}\n{}\nserver log tail:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            tail(&self.log(), 30)
+        );
+    }
+}
+
 pub fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{Cluster, eventually, free_port, http_get};
+use common::{Cluster, eventually, free_port, try_http_get};
 
 /// Prometheus on a free loopback port, killed and its directory removed on drop.
 struct Prometheus {
@@ -61,7 +61,8 @@ impl Prometheus {
                 _ => format!("%{b:02X}"),
             })
             .collect();
-        let response = http_get(self.port, &format!("/api/v1/query?query={encoded}"));
+        // Prometheus may still be starting: a refused connection is "no answer yet".
+        let response = try_http_get(self.port, &format!("/api/v1/query?query={encoded}")).ok()?;
         let body = response.split_once("\r\n\r\n")?.1;
         let v: serde_json::Value = serde_json::from_str(body).ok()?;
         if v["status"] != "success" {
@@ -78,7 +79,7 @@ impl Prometheus {
 
     /// The target's health as Prometheus last saw it.
     fn target_health(&self) -> String {
-        let response = http_get(self.port, "/api/v1/targets");
+        let response = try_http_get(self.port, "/api/v1/targets").unwrap_or_else(|e| e.to_string());
         let body = response.split_once("\r\n\r\n").map(|b| b.1).unwrap_or("");
         let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
         format!(

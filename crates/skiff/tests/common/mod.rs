@@ -564,12 +564,16 @@ impl Drop for PortForward {
 /// One HTTP/1.0 GET through a local port: the whole response, or what the connection gave before it
 /// closed.
 pub fn http_get(port: u16, path: &str) -> String {
+    try_http_get(port, path).expect("connect to the forwarded port")
+}
+
+/// [`http_get`] for a port that may not be listening yet: the connection's error instead of a panic.
+pub fn try_http_get(port: u16, path: &str) -> std::io::Result<String> {
     use std::io::{Read, Write};
-    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the forwarded port");
-    tcp.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
-    tcp.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-        .expect("send the request");
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    tcp.set_read_timeout(Some(Duration::from_secs(20)))?;
+    tcp.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())?;
     let mut response = Vec::new();
     let _ = tcp.read_to_end(&mut response);
-    String::from_utf8_lossy(&response).into_owned()
+    Ok(String::from_utf8_lossy(&response).into_owned())
 }

@@ -1014,6 +1014,27 @@ impl Store for EncryptedStore {
         Ok(listed)
     }
 
+    async fn get_cached(&self, key: &str) -> Result<Option<KeyValue>> {
+        let mut kv = self.inner.get_cached(key).await?;
+        if covers(key)
+            && let Some(kv) = &mut kv
+        {
+            open_kv(&self.current(), kv)?;
+        }
+        Ok(kv)
+    }
+
+    async fn list_cached(&self, prefix: &str) -> Result<Vec<KeyValue>> {
+        let mut items = self.inner.list_cached(prefix).await?;
+        if may_cover(prefix) {
+            let t = self.current();
+            for kv in &mut items {
+                open_kv(&t, kv)?;
+            }
+        }
+        Ok(items)
+    }
+
     async fn watch(&self, prefix: &str, after: Revision) -> Result<BoxStream<'static, Event>> {
         let stream = self.inner.watch(prefix, after).await?;
         if !may_cover(prefix) {

@@ -25,13 +25,14 @@ async fn limit_ranges(ctx: &Ctx) -> Result<Vec<Value>, StatusError> {
     let Some(res) = skiff_api::registry::lookup("", "v1", "limitranges") else {
         return Ok(Vec::new());
     };
-    let page = ctx
+    // From the replica's memory, as upstream's plugin reads its informer's cache.
+    let items = ctx
         .state
         .store
-        .list(&objects::prefix(res, &ctx.rr.namespace), Default::default())
+        .list_cached(&objects::prefix(res, &ctx.rr.namespace))
         .await
         .map_err(|e| ctx.store_err(e))?;
-    Ok(page.items.iter().filter_map(objects::decode_kv).collect())
+    Ok(items.iter().filter_map(objects::decode_kv).collect())
 }
 
 /// The mutating half: a created pod's containers get the defaults they lack.

@@ -447,6 +447,12 @@ impl Store for StoreMetrics {
         self.observe(StoreOp::List, prefix, start);
         r
     }
+    async fn get_cached(&self, key: &str) -> Result<Option<KeyValue>> {
+        self.inner.get_cached(key).await
+    }
+    async fn list_cached(&self, prefix: &str) -> Result<Vec<KeyValue>> {
+        self.inner.list_cached(prefix).await
+    }
     async fn watch(&self, prefix: &str, after: Revision) -> Result<BoxStream<'static, Event>> {
         self.inner.watch(prefix, after).await
     }

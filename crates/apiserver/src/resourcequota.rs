@@ -77,8 +77,15 @@ pub async fn admit(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<(), St
         return Ok(());
     };
     let prefix = objects::prefix(quotas_res, ns);
-    // Most namespaces have no quota: that costs one look into the store's memory.
-    if list_quotas(ctx, &prefix).await?.is_empty() {
+    // Most namespaces have no quota: that costs one look into the replica's memory (upstream's
+    // plugin reads its informer's cache); charging reads the quotas from the store itself.
+    let cached = ctx
+        .state
+        .store
+        .list_cached(&prefix)
+        .await
+        .map_err(|e| ctx.store_err(e))?;
+    if cached.is_empty() {
         return Ok(());
     }
     let lock = namespace_lock(ns);

@@ -374,13 +374,19 @@ async fn check_namespace(ctx: &Ctx, name: &str) -> Result<(), StatusError> {
     }
     let ns_res =
         skiff_api::registry::lookup("", "v1", "namespaces").ok_or_else(|| StatusError::internal("no namespaces"))?;
-    let kv = ctx
-        .state
-        .store
-        .get(&objects::key(ns_res, "", &ctx.rr.namespace))
-        .await
-        .map_err(|e| ctx.store_err(e))?
-        .ok_or_else(|| StatusError::not_found("", "namespaces", &ctx.rr.namespace))?;
+    // Upstream's NamespaceLifecycle reads its informer's cache, and asks the store itself only
+    // for a namespace the cache does not hold (one created a moment ago on another replica).
+    let key = objects::key(ns_res, "", &ctx.rr.namespace);
+    let store = &ctx.state.store;
+    let cached = store.get_cached(&key).await.map_err(|e| ctx.store_err(e))?;
+    let kv = match cached {
+        Some(kv) => kv,
+        None => store
+            .get(&key)
+            .await
+            .map_err(|e| ctx.store_err(e))?
+            .ok_or_else(|| StatusError::not_found("", "namespaces", &ctx.rr.namespace))?,
+    };
     // Every namespaced create passes here: the namespace is parsed only when it may be terminating.
     const DELETION: &[u8] = b"\"deletionTimestamp\"";
     if kv.value.windows(DELETION.len()).any(|w| w == DELETION)
@@ -672,14 +678,14 @@ const GLOBAL_DEFAULT: &[u8] = b"\"globalDefault\":true";
 
 /// Every stored object of a cluster-scoped resource, as the store holds it (admission plugins
 /// look through them for a default).
+/// Every object of a cluster-scoped kind, as admission plugins read them: from the replica's
+/// memory, as upstream's plugins read their informers' caches.
 async fn stored_cluster_objects(ctx: &Ctx, res: &Resource) -> Result<Vec<skiff_store::KeyValue>, StatusError> {
-    let page = ctx
-        .state
+    ctx.state
         .store
-        .list(&objects::prefix(res, ""), Default::default())
+        .list_cached(&objects::prefix(res, ""))
         .await
-        .map_err(|e| ctx.store_err(e))?;
-    Ok(page.items)
+        .map_err(|e| ctx.store_err(e))
 }
 
 /// The DefaultStorageClass admission plugin: a claim created without a class (neither
@@ -735,12 +741,13 @@ async fn admit_priority(ctx: &Ctx, pod: &mut Value) -> Result<(), StatusError> {
             .filter_map(objects::decode_kv)
             .find(|pc| pc.get("globalDefault").and_then(Value::as_bool) == Some(true))
     } else {
-        let kv = ctx
-            .state
-            .store
-            .get(&objects::key(pcs, "", &class_name))
-            .await
-            .map_err(|e| ctx.store_err(e))?;
+        // From memory, and from the store itself when memory does not hold the class yet.
+        let key = objects::key(pcs, "", &class_name);
+        let store = &ctx.state.store;
+        let kv = match store.get_cached(&key).await.map_err(|e| ctx.store_err(e))? {
+            Some(kv) => Some(kv),
+            None => store.get(&key).await.map_err(|e| ctx.store_err(e))?,
+        };
         match kv.and_then(|kv| objects::decode_kv(&kv)) {
             Some(pc) => Some(pc),
             None => {

@@ -198,7 +198,58 @@ pub struct EtcdStore {
     applied: tokio_watch::Sender<i64>,
     watch_up: Arc<AtomicBool>,
     opts: EtcdOptions,
+    /// Readers waiting for etcd's current revision (see [`revision_reader`]).
+    revision_requests: tokio::sync::mpsc::UnboundedSender<RevisionWaiter>,
+    /// Revision requests sent to etcd (each answers a batch of readers).
+    revision_round_trips: Arc<std::sync::atomic::AtomicU64>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// One reader's wait for etcd's current revision (an error as its message: one answer goes to
+/// every reader of a batch).
+type RevisionWaiter = tokio::sync::oneshot::Sender<std::result::Result<i64, String>>;
+
+/// Reads etcd's current revision for batches of readers: it takes the first waiting reader and
+/// every other one already queued, sends one linearizable request and answers them all. A reader
+/// only ever joins a request sent after it started waiting (never one already in flight, whose
+/// answer could predate writes acknowledged before the reader began), so consistent reads stay
+/// linearizable while many concurrent ones cost one round trip: upstream's consistent reads
+/// from cache ask etcd per request, which under load is as many ReadIndex rounds as reads.
+async fn revision_reader(
+    client: Client,
+    marker: Vec<u8>,
+    mut requests: tokio::sync::mpsc::UnboundedReceiver<RevisionWaiter>,
+    round_trips: Arc<std::sync::atomic::AtomicU64>,
+) {
+    let mut kv = client.kv_client();
+    while let Some(first) = requests.recv().await {
+        let mut batch = vec![first];
+        while let Ok(more) = requests.try_recv() {
+            batch.push(more);
+        }
+        round_trips.fetch_add(1, Ordering::Relaxed);
+        let answer = read_revision(&mut kv, &marker).await;
+        for waiter in batch {
+            let _ = waiter.send(answer.clone());
+        }
+    }
+}
+
+/// etcd's current revision, linearizably (a count of the marker key). Retried a few times: a
+/// member that went down or an election fails a request or two.
+async fn read_revision(kv: &mut etcd_client::KvClient, marker: &[u8]) -> std::result::Result<i64, String> {
+    let mut tries = 0;
+    loop {
+        match kv.get(marker, Some(GetOptions::new().with_count_only())).await {
+            Ok(resp) => return Ok(resp.header().map_or(0, |h| h.revision())),
+            Err(e) if tries < 3 => {
+                tries += 1;
+                tracing::debug!(error = %e, "asking etcd for its revision failed; trying again");
+                tokio::time::sleep(Duration::from_millis(100 * tries)).await;
+            }
+            Err(e) => return Err(format!("etcd: {e}")),
+        }
+    }
 }
 
 impl Drop for EtcdStore {
@@ -284,6 +335,7 @@ impl EtcdStore {
         let state = Arc::new(State::new(loaded.kvs, loaded.revision - base, compacted, limits));
         let (applied, _) = tokio_watch::channel(loaded.revision);
         let watch_up = Arc::new(AtomicBool::new(false));
+        let (revision_requests, requests) = tokio::sync::mpsc::unbounded_channel();
         let mut store = EtcdStore {
             client: client.clone(),
             keys: keys.clone(),
@@ -292,8 +344,16 @@ impl EtcdStore {
             applied: applied.clone(),
             watch_up: watch_up.clone(),
             opts: opts.clone(),
+            revision_requests,
+            revision_round_trips: Arc::default(),
             tasks: Vec::new(),
         };
+        store.tasks.push(tokio::spawn(revision_reader(
+            client.clone(),
+            store.keys.marker(),
+            requests,
+            store.revision_round_trips.clone(),
+        )));
         let watcher = Watcher {
             client: client.clone(),
             keys,
@@ -334,24 +394,19 @@ impl EtcdStore {
         })
     }
 
-    /// etcd's current revision, linearizably (a count of the marker key). Retried a few times:
-    /// a member that went down or an election fails a request or two.
+    /// etcd's current revision, linearizably: through the revision reader, which answers every
+    /// reader waiting when it sends its request with that one request.
     async fn etcd_revision(&self) -> Result<i64> {
-        let mut tries = 0;
-        loop {
-            match self
-                .kv()
-                .get(self.keys.marker(), Some(GetOptions::new().with_count_only()))
-                .await
-            {
-                Ok(resp) => return Ok(resp.header().map_or(0, |h| h.revision())),
-                Err(e) if tries < 3 => {
-                    tries += 1;
-                    tracing::debug!(error = %e, "asking etcd for its revision failed; trying again");
-                    tokio::time::sleep(Duration::from_millis(100 * tries)).await;
-                }
-                Err(e) => return Err(backend(e)),
-            }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.revision_requests
+            .send(tx)
+            .map_err(|_| StoreError::Backend(anyhow::anyhow!("the etcd revision reader has stopped")))?;
+        match rx.await {
+            Ok(Ok(rev)) => Ok(rev),
+            Ok(Err(e)) => Err(StoreError::Backend(anyhow::anyhow!(e))),
+            Err(_) => Err(StoreError::Backend(anyhow::anyhow!(
+                "the etcd revision reader has stopped"
+            ))),
         }
     }
 
@@ -1085,6 +1140,18 @@ impl Store for EtcdStore {
         }
     }
 
+    async fn get_cached(&self, key: &str) -> Result<Option<KeyValue>> {
+        Ok(self.state.read().get(key).cloned())
+    }
+
+    async fn list_cached(&self, prefix: &str) -> Result<Vec<KeyValue>> {
+        let plan = self.state.read().list(prefix, &ListOptions::default())?;
+        match plan {
+            ListPlan::Done(result) => Ok(result.items),
+            ListPlan::Disk(_) => Ok(self.list(prefix, ListOptions::default()).await?.items),
+        }
+    }
+
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
         match opts.revision {
             None => match self.sync(self.opts.sync_wait).await? {
@@ -1290,6 +1357,39 @@ mod replicas {
         let ea = take_events(&mut wa, 100).await;
         let eb = take_events(&mut wb, 100).await;
         assert_eq!(ea, eb);
+    }
+
+    /// Concurrent consistent reads share the revision requests they wait on, and each still sees
+    /// every write acknowledged (by the other replica) before it began; cached reads see the
+    /// replica's own writes at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_reads_share_revision_requests_and_stay_linearizable() {
+        let etcd = cluster(3).await;
+        let a = replica(etcd.endpoints(), "/registry").await;
+        let b = replica(etcd.endpoints(), "/registry").await;
+        for round in 0..20 {
+            let key = format!("/registry/configmaps/ns/c{round}");
+            let kv = a.create(&key, b"v".to_vec()).await.unwrap();
+            assert_eq!(
+                a.get_cached(&key).await.unwrap(),
+                Some(kv.clone()),
+                "own write, round {round}"
+            );
+            let reads: Vec<_> = (0..32)
+                .map(|_| {
+                    let b = b.clone();
+                    let key = key.clone();
+                    tokio::spawn(async move { b.get(&key).await })
+                })
+                .collect();
+            for read in reads {
+                assert_eq!(read.await.unwrap().unwrap(), Some(kv.clone()), "round {round}");
+            }
+        }
+        let round_trips = b.revision_round_trips.load(Ordering::Relaxed);
+        assert!(round_trips < 320, "640 reads took {round_trips} revision requests");
+        let listed = b.list_cached("/registry/configmaps/").await.unwrap();
+        assert_eq!(listed.len(), 20);
     }
 
     /// Read-modify-write loops on both replicas against the same keys lose no increment: the

@@ -147,6 +147,20 @@ pub trait Store: Send + Sync + 'static {
     /// Keys starting with `prefix`, in key order.
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult>;
 
+    /// `key` as this replica's memory holds it, without asking a shared backend how far it has
+    /// got: it may lag writes that other API servers acknowledged by this replica's watch delay
+    /// (never this replica's own acknowledged writes). For the lookups upstream serves from
+    /// informer caches (admission's namespaces, priority classes, limit ranges, quotas). The
+    /// embedded backends have one writer, so this is [`Store::get`].
+    async fn get_cached(&self, key: &str) -> Result<Option<KeyValue>> {
+        self.get(key).await
+    }
+
+    /// Every key starting with `prefix`, in key order, as [`Store::get_cached`] sees them.
+    async fn list_cached(&self, prefix: &str) -> Result<Vec<KeyValue>> {
+        Ok(self.list(prefix, ListOptions::default()).await?.items)
+    }
+
     /// Changes to keys under `prefix` with revision > `after`, in revision order,
     /// then live changes. `Compacted` if `after` is older than the compaction point.
     async fn watch(&self, prefix: &str, after: Revision) -> Result<BoxStream<'static, Event>>;

@@ -30,6 +30,11 @@ pub enum BenchCommand {
         /// Measure a server whose objects are in this etcd (`skiff server --etcd-servers`).
         #[arg(long)]
         etcd_servers: Option<String>,
+        /// What to create: `Pod`, or any other kind name, which the benchmark defines first as a
+        /// namespaced custom resource (group `bench.skiff.io`) whose structural schema validates
+        /// the same body the pods carry.
+        #[arg(long, default_value = "Pod")]
+        kind: String,
     },
     /// Scheduling throughput on upstream's scheduler_perf shapes.
     Scheduling {
@@ -173,11 +178,16 @@ impl Drop for ChildServer {
 
 /// A client of `user`, whom a Role and RoleBinding in `default` allow to create and list pods
 /// there (the bench server runs no controllers, so aggregated roles such as `edit` have no rules).
-async fn user_client(server: &ChildServer, admin: &kube::Client, user: &str) -> anyhow::Result<kube::Client> {
+async fn user_client(
+    server: &ChildServer,
+    admin: &kube::Client,
+    user: &str,
+    target: &ApiTarget,
+) -> anyhow::Result<kube::Client> {
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
     let role: Role = serde_json::from_value(json!({
         "metadata": {"name": "pod-writer"},
-        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list"]}],
+        "rules": [{"apiGroups": [target.group], "resources": [target.plural], "verbs": ["create", "get", "list"]}],
     }))?;
     kube::Api::<Role>::namespaced(admin.clone(), "default")
         .create(&Default::default(), &role)
@@ -304,11 +314,13 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             as_user,
             mut server_args,
             etcd_servers,
+            kind,
         } => {
             if let Some(etcd) = etcd_servers {
                 server_args.push(format!("--etcd-servers={etcd}"));
             }
-            bench_api(pods, clients, json, as_user, &server_args).await
+            let target = ApiTarget::new(&kind)?;
+            bench_api(pods, clients, json, as_user, &server_args, &target).await
         }
         BenchCommand::Services { options, json } => crate::bench_services::bench_services(options, json).await,
         BenchCommand::Churn { options, json } => crate::bench_churn::bench_churn(options, json).await,
@@ -383,14 +395,16 @@ async fn bench_api(
     as_json: bool,
     as_user: Option<String>,
     server_args: &[String],
+    target: &ApiTarget,
 ) -> anyhow::Result<()> {
     let mut flags = vec!["--no-agent", "--no-scheduler", "--no-controllers"];
     flags.extend(server_args.iter().map(String::as_str));
     let server = ChildServer::start(&flags).await?;
     let client = server.client().await?;
     wait_ready(&client).await?;
+    target.install(&client).await?;
     let client = match &as_user {
-        Some(user) => user_client(&server, &client, user).await?,
+        Some(user) => user_client(&server, &client, user, target).await?,
         None => client,
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -401,6 +415,7 @@ async fn bench_api(
     for _ in 0..clients.max(1) {
         let client = client.clone();
         let next = next.clone();
+        let target = target.clone();
         handles.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             loop {
@@ -410,15 +425,15 @@ async fn bench_api(
                 }
                 // Bodies are prepared JSON and answers are read as bytes: the client's own
                 // serialization stays out of the server's figures.
-                let body = serde_json::to_vec(&bench_pod(i))?;
-                let req = http::Request::post("/api/v1/namespaces/default/pods")
+                let body = serde_json::to_vec(&target.object(i))?;
+                let req = http::Request::post(target.path.as_str())
                     .header(http::header::CONTENT_TYPE, "application/json")
                     .body(body)?;
                 let t = Instant::now();
                 client
                     .request_text(req)
                     .await
-                    .with_context(|| format!("creating pod {i}"))?;
+                    .with_context(|| format!("creating {} {i}", target.kind))?;
                 lat.push(t.elapsed().as_secs_f64() * 1000.0);
             }
             anyhow::Ok(lat)
@@ -436,17 +451,18 @@ async fn bench_api(
     let mut listed = 0;
     for _ in 0..5 {
         let t = Instant::now();
-        let req = http::Request::get("/api/v1/namespaces/default/pods").body(Vec::new())?;
-        let text = client.request_text(req).await.context("listing pods")?;
+        let req = http::Request::get(target.path.as_str()).body(Vec::new())?;
+        let text = client.request_text(req).await.context("listing")?;
         list_times.push(t.elapsed().as_secs_f64() * 1000.0);
-        let list: serde_json::Value = serde_json::from_str(&text).context("decoding the pod list")?;
+        let list: serde_json::Value = serde_json::from_str(&text).context("decoding the list")?;
         listed = list["items"].as_array().map(Vec::len).unwrap_or(0);
     }
     list_times.sort_by(f64::total_cmp);
     let list_ms = list_times[list_times.len() / 2];
-    anyhow::ensure!(listed == pods, "listed {listed} pods, created {pods}");
+    anyhow::ensure!(listed == pods, "listed {listed} objects, created {pods}");
     let rss = rss_mb(server.pid());
     let result = json!({
+        "kind": target.kind,
         "pods": pods,
         "clients": clients,
         "user": as_user.as_deref().unwrap_or("skiff-admin"),
@@ -624,6 +640,141 @@ async fn bench_startup(pods: usize, image: &str, as_json: bool) -> anyhow::Resul
 
 pub(crate) fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
+}
+
+/// What `skiff bench api` creates: pods, or a custom kind the benchmark defines.
+#[derive(Clone)]
+struct ApiTarget {
+    kind: String,
+    group: String,
+    plural: String,
+    /// The collection in namespace `default`.
+    path: String,
+}
+
+/// The custom kinds' API group.
+const BENCH_GROUP: &str = "bench.skiff.io";
+
+impl ApiTarget {
+    fn new(kind: &str) -> anyhow::Result<ApiTarget> {
+        if kind == "Pod" {
+            return Ok(ApiTarget {
+                kind: kind.into(),
+                group: String::new(),
+                plural: "pods".into(),
+                path: "/api/v1/namespaces/default/pods".into(),
+            });
+        }
+        anyhow::ensure!(
+            kind.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+                && kind.chars().all(|c| c.is_ascii_alphanumeric()),
+            "--kind {kind:?}: a kind is an upper-case letter followed by letters and digits"
+        );
+        let plural = format!("{}s", kind.to_ascii_lowercase());
+        Ok(ApiTarget {
+            kind: kind.into(),
+            group: BENCH_GROUP.into(),
+            path: format!("/apis/{BENCH_GROUP}/v1/namespaces/default/{plural}"),
+            plural,
+        })
+    }
+
+    /// Defines the custom kind (nothing for pods) and waits until it is served.
+    async fn install(&self, client: &kube::Client) -> anyhow::Result<()> {
+        if self.group.is_empty() {
+            return Ok(());
+        }
+        let crd = bench_crd(&self.kind, &self.plural);
+        let req = http::Request::post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(&crd)?)?;
+        client
+            .request_text(req)
+            .await
+            .with_context(|| format!("defining the custom kind {}", self.kind))?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let req = http::Request::get(self.path.as_str()).body(Vec::new())?;
+            match client.request_text(req).await {
+                Ok(_) => return Ok(()),
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "the custom kind is not served yet");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e).context("the custom kind was never served"),
+            }
+        }
+    }
+
+    fn object(&self, i: usize) -> serde_json::Value {
+        let mut object = bench_pod(i);
+        if !self.group.is_empty() {
+            object["apiVersion"] = json!(format!("{BENCH_GROUP}/v1"));
+            object["kind"] = json!(self.kind);
+        }
+        object
+    }
+}
+
+/// A CustomResourceDefinition whose structural schema checks every field of [`bench_pod`]'s
+/// body, with the kind of constraints pods' own validation applies (required fields, name
+/// formats, lengths, a quantity's pattern), so its creates pay for schema validation.
+fn bench_crd(kind: &str, plural: &str) -> serde_json::Value {
+    let quantity = json!({
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "x-kubernetes-int-or-string": true,
+        "pattern": "^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$",
+    });
+    let container = json!({
+        "type": "object",
+        "required": ["name", "image"],
+        "properties": {
+            "name": {"type": "string", "maxLength": 63, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+            "image": {"type": "string", "minLength": 1},
+            "command": {"type": "array", "items": {"type": "string"}},
+            "resources": {
+                "type": "object",
+                "properties": {
+                    "requests": {"type": "object", "additionalProperties": quantity},
+                    "limits": {"type": "object", "additionalProperties": quantity},
+                },
+            },
+        },
+    });
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{BENCH_GROUP}")},
+        "spec": {
+            "group": BENCH_GROUP,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_ascii_lowercase(), "listKind": format!("{kind}List")},
+            "versions": [{
+                "name": "v1",
+                "served": true,
+                "storage": true,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "spec": {
+                            "type": "object",
+                            "required": ["containers"],
+                            "properties": {
+                                "schedulerName": {"type": "string", "maxLength": 253},
+                                "containers": {
+                                    "type": "array",
+                                    "minItems": 1,
+                                    "items": container,
+                                    "x-kubernetes-list-type": "map",
+                                    "x-kubernetes-list-map-keys": ["name"],
+                                },
+                            },
+                        },
+                    },
+                }},
+            }],
+        },
+    })
 }
 
 fn bench_pod(i: usize) -> serde_json::Value {

@@ -74,6 +74,29 @@ fn go_number(f: f64) -> String {
     }
 }
 
+/// Compiled `pattern`s, per thread: a definition's patterns are compiled once, not on every
+/// validated value (compiling was most of a custom resource create's cost). A pattern that does
+/// not compile checks nothing, as before (the definition's own validation reports it).
+fn compiled(pattern: &str) -> Option<regex::Regex> {
+    /// Distinct patterns kept; past it the cache starts again (definitions change rarely).
+    const KEPT: usize = 1024;
+    thread_local! {
+        static PATTERNS: std::cell::RefCell<std::collections::HashMap<String, Option<regex::Regex>>> =
+            Default::default();
+    }
+    PATTERNS.with_borrow_mut(|patterns| {
+        if let Some(re) = patterns.get(pattern) {
+            return re.clone();
+        }
+        if patterns.len() >= KEPT {
+            patterns.clear();
+        }
+        let re = regex::Regex::new(pattern).ok();
+        patterns.insert(pattern.to_owned(), re.clone());
+        re
+    })
+}
+
 fn invalid(path: &str, v: &Value, detail: String) -> FieldError {
     FieldError::invalid(path, v, detail)
 }
@@ -109,7 +132,7 @@ fn walk(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
                 ));
             }
             if let Some(p) = &s.pattern
-                && let Ok(re) = regex::Regex::new(p)
+                && let Some(re) = compiled(p)
                 && !re.is_match(st)
             {
                 errs.push(invalid(path, v, format!("{path} in body should match '{p}'")));

@@ -411,7 +411,7 @@ fn admit(res: &Resource, subresource: &str, obj: &mut Value, old: Option<&Value>
     if let Some(def) = skiff_api::apiextensions::definition(res) {
         // A custom object: pruned, defaulted, then checked against its schema and as any
         // object's metadata is.
-        let (_, mut errs) = skiff_api::apiextensions::admit(&def, res, obj);
+        let (_, mut errs) = skiff_api::apiextensions::admit(&def, res, obj, old);
         let mut all = skiff_api::validation::validate_write(res, subresource, obj, old);
         all.append(&mut errs);
         if all.is_empty() {

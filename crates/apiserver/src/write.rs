@@ -437,7 +437,7 @@ fn admit(res: &Resource, subresource: &str, obj: &mut Value, old: Option<&Value>
 /// The admission webhooks of a create or update, after the built-in mutating admission (as
 /// upstream orders its plugins): the mutating webhooks, the object defaulted and validated
 /// again when they changed it (upstream's strategy validates what admission produced), then
-/// the validating webhooks.
+/// the ValidatingAdmissionPolicies and the validating webhooks.
 async fn admit_webhooks(
     ctx: &Ctx,
     operation: Operation,
@@ -449,6 +449,7 @@ async fn admit_webhooks(
         check_type(res, obj)?;
         admit(res, &ctx.rr.subresource, obj, old)?;
     }
+    crate::validatingadmissionpolicy::validate(ctx, operation, Some(obj), old).await?;
     webhook::validate(ctx, operation, Some(obj), old).await
 }
 
@@ -1285,6 +1286,7 @@ pub async fn delete_object(ctx: &Ctx, opts: &DeleteOpts) -> Result<(Written, Sta
         if !admitted {
             // Mutating webhooks see no object to change on a delete; then the validating ones.
             webhook::mutate(ctx, Operation::Delete, None, Some(&obj)).await?;
+            crate::validatingadmissionpolicy::validate(ctx, Operation::Delete, None, Some(&obj)).await?;
             webhook::validate(ctx, Operation::Delete, None, Some(&obj)).await?;
             admitted = true;
         }

@@ -52,6 +52,8 @@ pub fn apply_defaults(res: &Resource, obj: &mut Value) {
         }
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => default_role_binding(obj),
         ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => default_webhooks(obj, false),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => default_admission_policy(obj, true),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => default_admission_policy(obj, false),
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => default_webhooks(obj, true),
         ("certificates.k8s.io", "CertificateSigningRequest") => {
             // certificates/v1's `SetDefaults_CertificateSigningRequestCondition`.
@@ -1010,6 +1012,30 @@ fn default_webhooks(obj: &mut Value, mutating: bool) {
         }
         if let Some(svc) = existing(h, "clientConfig").and_then(|c| existing(c, "service")) {
             default_val(svc, "port", json!(443));
+        }
+    }
+}
+
+/// upstream's `SetDefaults_ValidatingAdmissionPolicySpec` (failurePolicy Fail) and
+/// `SetDefaults_MatchResources` for a policy's `matchConstraints` or a binding's
+/// `matchResources`.
+fn default_admission_policy(obj: &mut Value, policy: bool) {
+    let Some(spec) = obj.as_object_mut().and_then(|m| existing(m, "spec")) else {
+        return;
+    };
+    if policy {
+        default_val(spec, "failurePolicy", json!("Fail"));
+    }
+    let key = if policy { "matchConstraints" } else { "matchResources" };
+    let Some(mr) = existing(spec, key) else { return };
+    default_val(mr, "matchPolicy", json!("Equivalent"));
+    default_val(mr, "namespaceSelector", json!({}));
+    default_val(mr, "objectSelector", json!({}));
+    for rules in ["resourceRules", "excludeResourceRules"] {
+        if let Some(rs) = array(mr, rules) {
+            for r in rs.iter_mut().filter_map(Value::as_object_mut) {
+                default_val(r, "scope", json!("*"));
+            }
         }
     }
 }

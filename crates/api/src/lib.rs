@@ -5,6 +5,7 @@
 
 pub mod apiextensions;
 pub mod bootstraptoken;
+pub mod cel;
 pub mod certificates;
 pub mod cidr;
 pub mod defaults;

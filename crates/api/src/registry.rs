@@ -523,6 +523,28 @@ pub static RESOURCES: &[Resource] = &[
         &[]
     ),
     res!(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicy",
+        false,
+        &[],
+        &["api-extensions"],
+        &["status"]
+    ),
+    res!(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+        "validatingadmissionpolicybinding",
+        false,
+        &[],
+        &["api-extensions"],
+        &[]
+    ),
+    res!(
         "networking.k8s.io",
         "v1",
         "Ingress",

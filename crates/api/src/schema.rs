@@ -134,6 +134,18 @@ fn build() -> Schemas {
             api::admissionregistration::v1::ValidatingWebhookConfiguration
         ),
         (
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicy",
+            api::admissionregistration::v1::ValidatingAdmissionPolicy
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicyBinding",
+            api::admissionregistration::v1::ValidatingAdmissionPolicyBinding
+        ),
+        (
             "scheduling.k8s.io",
             "v1",
             "PriorityClass",

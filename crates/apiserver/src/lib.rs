@@ -49,6 +49,7 @@ pub mod storageobjectinuseprotection;
 pub mod subresources;
 pub mod tls;
 pub mod token_request;
+pub mod validatingadmissionpolicy;
 pub mod watch;
 pub mod webhook;
 pub mod write;

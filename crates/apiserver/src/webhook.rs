@@ -10,6 +10,8 @@
 //! `matchPolicy`, namespace and object selectors decide whether it is called; its client
 //! configuration is a URL or a Service (its ready endpoints, else its ClusterIP), verified
 //! against `caBundle`. Failures follow `failurePolicy` with upstream's messages.
+//! `matchConditions` (CEL over `object`, `oldObject` and `request`) must all hold for a webhook
+//! to be called.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -106,7 +108,7 @@ fn strings(v: Option<&Value>) -> Vec<String> {
 }
 
 impl Rule {
-    fn from_json(v: &Value) -> Rule {
+    pub(crate) fn from_json(v: &Value) -> Rule {
         Rule {
             operations: strings(v.get("operations")),
             groups: strings(v.get("apiGroups")),
@@ -174,6 +176,8 @@ struct Hook {
     tls: Arc<rustls::ClientConfig>,
     review_version: &'static str,
     reinvoke: bool,
+    /// `matchConditions`: the webhook is called only when all are true.
+    match_conditions: Vec<(String, Arc<skiff_api::cel::Program>)>,
 }
 
 /// The webhooks configured now, mutating and validating, in the order they run.
@@ -187,6 +191,8 @@ struct Snapshot {
 #[derive(Default)]
 pub struct Webhooks {
     snapshot: RwLock<Arc<Snapshot>>,
+    /// The ValidatingAdmissionPolicies with their bindings.
+    pub(crate) policies: RwLock<Arc<crate::validatingadmissionpolicy::Snapshot>>,
     /// Reloads one at a time, so the last snapshot swapped in is the last one read.
     reloading: tokio::sync::Mutex<()>,
 }
@@ -227,6 +233,8 @@ async fn reload(state: &ApiState) -> anyhow::Result<()> {
         }
     }
     *state.webhooks.snapshot.write() = Arc::new(snap);
+    let policies = crate::validatingadmissionpolicy::load(state).await?;
+    *state.webhooks.policies.write() = Arc::new(policies);
     Ok(())
 }
 
@@ -281,6 +289,20 @@ fn build_hook(h: &Value) -> anyhow::Result<Hook> {
         tls: Arc::new(tls_config(ca)?),
         review_version,
         reinvoke: h.get("reinvocationPolicy").and_then(Value::as_str) == Some("IfNeeded"),
+        match_conditions: h
+            .get("matchConditions")
+            .and_then(Value::as_array)
+            .map(|a| a.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .map(|c| {
+                let expr = c.get("expression").and_then(Value::as_str).unwrap_or("");
+                let program = skiff_api::cel::compile(expr, skiff_api::validation::admissionregistration::WEBHOOK_VARS)
+                    .map_err(|e| anyhow::anyhow!("matchConditions: compilation failed: {e}"))?;
+                let name = c.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+                anyhow::Ok((name, program))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?,
     })
 }
 
@@ -309,7 +331,10 @@ pub fn is_configuration(res: &Resource) -> bool {
     res.group == GROUP
         && matches!(
             res.plural,
-            "validatingwebhookconfigurations" | "mutatingwebhookconfigurations"
+            "validatingwebhookconfigurations"
+                | "mutatingwebhookconfigurations"
+                | "validatingadmissionpolicies"
+                | "validatingadmissionpolicybindings"
         )
 }
 
@@ -335,6 +360,12 @@ pub fn spawn(state: Arc<ApiState>) {
         let Some(v) = config_resource("ValidatingWebhookConfiguration") else {
             return;
         };
+        let Some(p) = config_resource("ValidatingAdmissionPolicy") else {
+            return;
+        };
+        let Some(b) = config_resource("ValidatingAdmissionPolicyBinding") else {
+            return;
+        };
         loop {
             let from = match store.current_revision().await {
                 Ok(r) => r,
@@ -347,13 +378,15 @@ pub fn spawn(state: Arc<ApiState>) {
             if let Err(e) = reload(&state).await {
                 tracing::warn!(error = %e, "reading webhook configurations failed");
             }
-            let watches = futures::future::try_join(
+            let watches = futures::future::try_join4(
                 store.watch(&objects::prefix(m, ""), from),
                 store.watch(&objects::prefix(v, ""), from),
+                store.watch(&objects::prefix(p, ""), from),
+                store.watch(&objects::prefix(b, ""), from),
             )
             .await;
             let mut events = match watches {
-                Ok((a, b)) => futures::stream::select(a, b),
+                Ok((a, b, c, d)) => futures::stream::select_all([a, b, c, d]),
                 Err(e) => {
                     tracing::warn!(error = %e, "watching webhook configurations failed");
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -371,7 +404,7 @@ pub fn spawn(state: Arc<ApiState>) {
 
 /// upstream's `IsExemptAdmissionConfigurationResource`: webhooks never judge the objects that
 /// configure admission.
-fn exempt(res: &Resource) -> bool {
+pub(crate) fn exempt(res: &Resource) -> bool {
     res.group == GROUP
         && matches!(
             res.plural,
@@ -398,7 +431,7 @@ impl Webhooks {
 }
 
 /// The namespace of the request as admission sees it (a Namespace's own name).
-fn attr_namespace(ctx: &Ctx, obj: Option<&Value>) -> String {
+pub(crate) fn attr_namespace(ctx: &Ctx, obj: Option<&Value>) -> String {
     let res = ctx.rr.resource;
     if res.group.is_empty() && res.plural == "namespaces" {
         if !ctx.rr.name.is_empty() {
@@ -412,6 +445,18 @@ fn attr_namespace(ctx: &Ctx, obj: Option<&Value>) -> String {
 /// Which version of the resource a webhook is called with: the request's own when a rule
 /// matches it, else (matchPolicy Equivalent) another served version of the same resource.
 fn matching_resource(hook: &Hook, ctx: &Ctx, op: Operation, ns: &str) -> Option<&'static Resource> {
+    rules_match(&hook.rules, hook.exact, ctx, op, ns)
+}
+
+/// The resource (the request's own, else under `matchPolicy: Equivalent` another served
+/// version of it) that one of `rules` matches.
+pub(crate) fn rules_match(
+    rules: &[Rule],
+    exact: bool,
+    ctx: &Ctx,
+    op: Operation,
+    ns: &str,
+) -> Option<&'static Resource> {
     let res = ctx.rr.resource;
     let attrs = |r: &'static Resource| RequestAttrs {
         operation: op,
@@ -421,16 +466,16 @@ fn matching_resource(hook: &Hook, ctx: &Ctx, op: Operation, ns: &str) -> Option<
         subresource: &ctx.rr.subresource,
         namespace: ns,
     };
-    if hook.rules.iter().any(|rule| rule.matches(&attrs(res))) {
+    if rules.iter().any(|rule| rule.matches(&attrs(res))) {
         return Some(res);
     }
-    if hook.exact {
+    if exact {
         return None;
     }
     skiff_api::registry::all()
         .into_iter()
         .filter(|r| r.group == res.group && r.plural == res.plural && r.version != res.version)
-        .find(|r| hook.rules.iter().any(|rule| rule.matches(&attrs(r))))
+        .find(|r| rules.iter().any(|rule| rule.matches(&attrs(r))))
 }
 
 fn labels_match(sel: &LabelSelector, obj: Option<&Value>) -> bool {
@@ -439,20 +484,29 @@ fn labels_match(sel: &LabelSelector, obj: Option<&Value>) -> bool {
 
 /// Whether a webhook's selectors let the request through (upstream's `ShouldCallHook`).
 async fn selectors_match(ctx: &Ctx, hook: &Hook, ns: &str, a: &Attributes<'_>) -> Result<bool, StatusError> {
-    if !hook.object_selector.is_empty()
-        && !labels_match(&hook.object_selector, a.object)
-        && !labels_match(&hook.object_selector, a.old)
+    selectors_allow(ctx, &hook.namespace_selector, &hook.object_selector, ns, a).await
+}
+
+/// Whether a namespace and an object selector let the request through.
+pub(crate) async fn selectors_allow(
+    ctx: &Ctx,
+    namespace_selector: &LabelSelector,
+    object_selector: &LabelSelector,
+    ns: &str,
+    a: &Attributes<'_>,
+) -> Result<bool, StatusError> {
+    if !object_selector.is_empty() && !labels_match(object_selector, a.object) && !labels_match(object_selector, a.old)
     {
         return Ok(false);
     }
-    if hook.namespace_selector.is_empty() {
+    if namespace_selector.is_empty() {
         return Ok(true);
     }
     let res = ctx.rr.resource;
     let is_namespace = res.group.is_empty() && res.plural == "namespaces";
     if is_namespace {
         // A Namespace is judged by its own labels.
-        return Ok(labels_match(&hook.namespace_selector, a.object.or(a.old)));
+        return Ok(labels_match(namespace_selector, a.object.or(a.old)));
     }
     if ns.is_empty() {
         // Cluster-scoped objects always match a namespace selector.
@@ -468,7 +522,7 @@ async fn selectors_match(ctx: &Ctx, hook: &Hook, ns: &str, a: &Attributes<'_>) -
         .await
         .map_err(|e| ctx.store_err(e))?;
     match kv.and_then(|kv| objects::decode_kv(&kv)) {
-        Some(n) => Ok(hook.namespace_selector.matches_object(&n)),
+        Some(n) => Ok(namespace_selector.matches_object(&n)),
         None => Err(StatusError::not_found("", "namespaces", ns)),
     }
 }
@@ -485,11 +539,37 @@ async fn matching(
         let Some(res) = matching_resource(hook, ctx, a.operation, &ns) else {
             continue;
         };
-        if selectors_match(ctx, hook, &ns, a).await? {
+        if selectors_match(ctx, hook, &ns, a).await? && conditions_match(ctx, hook, res, a)? {
             out.push((hook.clone(), res));
         }
     }
     Ok(out)
+}
+
+/// upstream's match conditions: every condition true calls the webhook, any false skips it,
+/// and an evaluation error follows the webhook's failure policy.
+fn conditions_match(ctx: &Ctx, hook: &Hook, res: &Resource, a: &Attributes<'_>) -> Result<bool, StatusError> {
+    if hook.match_conditions.is_empty() {
+        return Ok(true);
+    }
+    let object = as_version(a.object, res);
+    let old = as_version(a.old, res);
+    let request = admission_request(ctx, res, a, "");
+    let vars = [("object", &object), ("oldObject", &old), ("request", &request)];
+    for (name, cond) in &hook.match_conditions {
+        match cond.eval_bool(&vars) {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            Err(e) => {
+                let e = CallError(format!("failed to evaluate match condition '{name}': {e}"));
+                return match failed(hook, e) {
+                    None => Ok(false),
+                    Some(err) => Err(err),
+                };
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// An object as the version `res` serves it (versions of one kind here differ only in
@@ -510,6 +590,16 @@ fn as_version(obj: Option<&Value>, res: &Resource) -> Value {
 }
 
 fn review(ctx: &Ctx, hook: &Hook, res: &Resource, a: &Attributes<'_>, uid: &str) -> Value {
+    json!({
+        "kind": "AdmissionReview",
+        "apiVersion": format!("admission.k8s.io/{}", hook.review_version),
+        "request": admission_request(ctx, res, a, uid),
+    })
+}
+
+/// The `admission.k8s.io` AdmissionRequest of a request, as webhooks receive it and CEL's
+/// `request` variable shows it.
+pub(crate) fn admission_request(ctx: &Ctx, res: &Resource, a: &Attributes<'_>, uid: &str) -> Value {
     let req = ctx.rr.resource;
     let gvk = |r: &Resource| json!({"group": r.group, "version": r.version, "kind": r.kind});
     let gvr = |r: &Resource| json!({"group": r.group, "version": r.version, "resource": r.plural});
@@ -566,11 +656,7 @@ fn review(ctx: &Ctx, hook: &Hook, res: &Resource, a: &Attributes<'_>, uid: &str)
         }
         r.insert("options".into(), Value::Object(o));
     }
-    json!({
-        "kind": "AdmissionReview",
-        "apiVersion": format!("admission.k8s.io/{}", hook.review_version),
-        "request": r,
-    })
+    Value::Object(r)
 }
 
 /// What a webhook answered.
@@ -996,7 +1082,7 @@ pub async fn validate(
 /// Whether any webhook is configured (callers skip preparing what only webhooks need).
 pub fn any(state: &ApiState) -> bool {
     let s = state.webhooks.current();
-    !s.mutating.is_empty() || !s.validating.is_empty()
+    !s.mutating.is_empty() || !s.validating.is_empty() || !state.webhooks.policies.read().is_empty()
 }
 
 #[cfg(test)]

@@ -417,7 +417,7 @@ fn admit(res: &Resource, subresource: &str, obj: &mut Value, old: Option<&Value>
     if let Some(def) = skiff_api::apiextensions::definition(res) {
         // A custom object: pruned, defaulted, then checked against its schema and as any
         // object's metadata is.
-        let (_, mut errs) = skiff_api::apiextensions::admit(&def, res, obj);
+        let (_, mut errs) = skiff_api::apiextensions::admit(&def, res, obj, old);
         let mut all = skiff_api::validation::validate_write(res, subresource, obj, old);
         all.append(&mut errs);
         if all.is_empty() {
@@ -443,7 +443,7 @@ fn admit(res: &Resource, subresource: &str, obj: &mut Value, old: Option<&Value>
 /// The admission webhooks of a create or update, after the built-in mutating admission (as
 /// upstream orders its plugins): the mutating webhooks, the object defaulted and validated
 /// again when they changed it (upstream's strategy validates what admission produced), then
-/// the validating webhooks.
+/// the ValidatingAdmissionPolicies and the validating webhooks.
 async fn admit_webhooks(
     ctx: &Ctx,
     operation: Operation,
@@ -455,6 +455,7 @@ async fn admit_webhooks(
         check_type(res, obj)?;
         admit(res, &ctx.rr.subresource, obj, old)?;
     }
+    crate::validatingadmissionpolicy::validate(ctx, operation, Some(obj), old).await?;
     webhook::validate(ctx, operation, Some(obj), old).await
 }
 
@@ -1292,6 +1293,7 @@ pub async fn delete_object(ctx: &Ctx, opts: &DeleteOpts) -> Result<(Written, Sta
         if !admitted {
             // Mutating webhooks see no object to change on a delete; then the validating ones.
             webhook::mutate(ctx, Operation::Delete, None, Some(&obj)).await?;
+            crate::validatingadmissionpolicy::validate(ctx, Operation::Delete, None, Some(&obj)).await?;
             webhook::validate(ctx, Operation::Delete, None, Some(&obj)).await?;
             admitted = true;
         }

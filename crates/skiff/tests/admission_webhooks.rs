@@ -247,7 +247,8 @@ webhooks:
     assert_eq!(rows[0][..3], ["NAME", "WEBHOOKS", "AGE"], "{listed}");
     assert_eq!(rows[1][..2], ["configmap-guard", "1"], "{listed}");
 
-    // Refused as upstream refuses them: no sideEffects, a plain http URL, CEL conditions.
+    // Refused as upstream refuses them: no sideEffects, a plain http URL, a condition name that
+    // is not a qualified name.
     let bad = r#"
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingWebhookConfiguration
@@ -259,6 +260,7 @@ webhooks:
     url: http://127.0.0.1:1/x
   matchConditions:
   - {name: always, expression: "true"}
+  - {name: Not_Qualified!, expression: "true"}
   admissionReviewVersions: ["v1"]
 "#;
     let err = c.stdin_kubectl_err(&["apply", "-f", "-"], bad);
@@ -270,7 +272,10 @@ webhooks:
         err.contains("webhooks[0].clientConfig.url: Invalid value: \"http\": 'https' is the only allowed URL scheme"),
         "{err}"
     );
-    assert!(err.contains("webhooks[0].matchConditions: Forbidden"), "{err}");
+    assert!(
+        err.contains("webhooks[0].matchConditions[1].name: Invalid value: \"Not_Qualified!\""),
+        "{err}"
+    );
 
     // The mutating webhook labels pods, and is sent an AdmissionReview as upstream sends it.
     c.k(&["run", "labelled", "--image=busybox:latest", "--restart=Never"]);
@@ -488,4 +493,72 @@ webhooks:
         "slow",
     ]);
     c.k(&["create", "configmap", "now-fine", "--from-literal=forbidden=1"]);
+}
+
+#[test]
+fn match_conditions_decide_whether_a_webhook_is_called() {
+    let c = Cluster::start(&["--no-agent", "--no-scheduler"]);
+    let certs = certs();
+    let server = WebhookServer::start(&certs);
+    let ca = base64::engine::general_purpose::STANDARD.encode(&certs.ca_pem);
+    c.apply(
+        &format!(
+            r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: checked-configmaps
+webhooks:
+- name: checked.configmaps.skiff.test
+  clientConfig:
+    url: https://127.0.0.1:{}/validate
+    caBundle: {ca}
+  rules:
+  - operations: ["CREATE"]
+    apiGroups: [""]
+    apiVersions: ["v1"]
+    resources: ["configmaps"]
+  matchConditions:
+  - name: checked
+    expression: "has(object.metadata.labels) && object.metadata.labels['checked'] == 'yes'"
+  - name: not-the-admin-namespace
+    expression: "request.namespace != 'kube-system'"
+  sideEffects: None
+  admissionReviewVersions: ["v1"]
+"#,
+            server.port
+        ),
+        &[],
+    );
+    // Not matched: the webhook is not called, and the ConfigMap goes in.
+    c.k(&["create", "configmap", "plain", "--from-literal=forbidden=1"]);
+    assert!(server.reviews("/validate").is_empty());
+    // Matched: the webhook is called and refuses.
+    let cm = |name: &str, ns: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}, labels: {{checked: 'yes'}}}}\ndata: {{forbidden: '1'}}\n"
+        )
+    };
+    let err = c.stdin_kubectl_err(&["create", "-f", "-"], &cm("checked", "default"));
+    assert!(
+        err.contains("admission webhook \"checked.configmaps.skiff.test\" denied the request: the key \"forbidden\" is not allowed"),
+        "{err}"
+    );
+    assert_eq!(server.reviews("/validate").len(), 1);
+    // The second condition is false in kube-system.
+    c.stdin_kubectl(&["create", "-f", "-"], &cm("checked", "kube-system"));
+    assert_eq!(server.reviews("/validate").len(), 1);
+
+    // A condition that does not compile refuses the configuration.
+    let bad = c.stdin_kubectl_err(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: bad}}\nwebhooks:\n- name: bad.skiff.test\n  clientConfig: {{url: 'https://127.0.0.1:{}/validate'}}\n  sideEffects: None\n  admissionReviewVersions: [v1]\n  matchConditions:\n  - {{name: broken, expression: 'object.metadata.name =='}}\n",
+            server.port
+        ),
+    );
+    assert!(
+        bad.contains("webhooks[0].matchConditions[0].expression: Invalid value: \"object.metadata.name ==\": compilation failed: ERROR: <input>:1:"),
+        "{bad}"
+    );
 }

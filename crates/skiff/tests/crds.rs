@@ -438,7 +438,7 @@ fn invalid_and_conflicting_definitions() {
     let err = c.stdin_kubectl_err(&["apply", "-f", "-"], &bad);
     for want in [
         "metadata.name: Invalid value: \"wrong.example.com\": must be spec.names.plural+\".\"+spec.group",
-        "spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields",
+        "spec.validation.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields",
     ] {
         assert!(err.contains(want), "{want}:\n{err}");
     }

@@ -6,8 +6,10 @@
 //! - `schema`: structural schemas and their checks at definition time.
 //! - `validation`: objects against schemas, with upstream's field errors.
 //! - `pruning`, `defaulting`: unknown fields dropped, defaults filled.
+//! - `cel`: `x-kubernetes-validations` rules, compiled with the definition and run on writes.
 //! - `columns`: `additionalPrinterColumns` and their simple JSONPaths.
 
+pub mod cel;
 pub mod columns;
 pub mod defaulting;
 pub mod pruning;
@@ -20,7 +22,7 @@ use std::sync::{Arc, RwLock};
 use serde_json::{Value, json};
 
 use crate::registry::{self, Resource};
-use crate::status::FieldError;
+use crate::status::{FieldError, FieldErrorKind};
 pub use columns::PrinterColumn;
 pub use schema::Schema;
 
@@ -254,8 +256,9 @@ pub fn definition(res: &Resource) -> Option<Arc<Definition>> {
 }
 
 /// A custom object written through `res`: pruned, defaulted and validated against the
-/// version's schema. Returns the pruned paths (unknown fields) and the errors.
-pub fn admit(def: &Definition, res: &Resource, obj: &mut Value) -> (Vec<String>, Vec<FieldError>) {
+/// version's schema and its `x-kubernetes-validations` rules (`old` is the object an update
+/// replaces). Returns the pruned paths (unknown fields) and the errors.
+pub fn admit(def: &Definition, res: &Resource, obj: &mut Value, old: Option<&Value>) -> (Vec<String>, Vec<FieldError>) {
     let Some(version) = def.version(res.version) else {
         return (Vec::new(), Vec::new());
     };
@@ -264,7 +267,25 @@ pub fn admit(def: &Definition, res: &Resource, obj: &mut Value) -> (Vec<String>,
     };
     let pruned = pruning::prune(schema, obj);
     defaulting::apply(schema, obj);
-    let errs = validation::validate(schema, obj);
+    let mut errs = validation::validate(schema, obj);
+    if cel::has_rules(schema) {
+        // As upstream: rules are not run over a value of the wrong shape.
+        let blocking = errs.iter().any(|e| {
+            matches!(
+                e.kind,
+                FieldErrorKind::TypeInvalid(_) | FieldErrorKind::NotSupported { .. }
+            )
+        });
+        if blocking {
+            errs.push(FieldError::invalid(
+                "<nil>",
+                &Value::String("null".into()),
+                "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+            ));
+        } else {
+            errs.extend(cel::validate(schema, obj, old));
+        }
+    }
     (pruned, errs)
 }
 
@@ -392,6 +413,16 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<FieldError> 
             ));
         }
     }
+    // Upstream's internal form keeps one schema for all versions when they are identical, and
+    // reports its problems under spec.validation.
+    let first_schema = versions.first().and_then(|v| v.pointer("/schema/openAPIV3Schema"));
+    let shared_schema = first_schema.is_some()
+        && versions
+            .iter()
+            .all(|v| v.pointer("/schema/openAPIV3Schema") == first_schema);
+    if shared_schema && let Some(s) = first_schema {
+        errs.extend(schema::structural_errors(s, "spec.validation.openAPIV3Schema"));
+    }
     for (i, v) in versions.iter().enumerate() {
         let vname = text(v, "/name");
         if !crate::validation::is_dns1035_label(&vname).is_empty() {
@@ -411,6 +442,7 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<FieldError> 
         let path = format!("spec.versions[{i}].schema.openAPIV3Schema");
         match v.pointer("/schema/openAPIV3Schema") {
             None => errs.push(FieldError::required(path, "schemas are required")),
+            Some(_) if shared_schema => {}
             Some(s) => errs.extend(schema::structural_errors(s, &path)),
         }
         if let Some(scale) = v.pointer("/subresources/scale") {
@@ -606,7 +638,7 @@ mod tests {
             [
                 "metadata.name: Invalid value: \"wrong\": must be spec.names.plural+\".\"+spec.group",
                 "spec.scope: Unsupported value: \"Global\": supported values: \"Cluster\", \"Namespaced\"",
-                "spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields",
+                "spec.validation.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields",
             ]
         );
     }

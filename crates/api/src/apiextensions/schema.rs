@@ -46,6 +46,50 @@ pub struct Schema {
     /// `x-kubernetes-list-type`: "atomic", "set", "map" or "".
     pub list_type: String,
     pub list_map_keys: Vec<String>,
+    /// `x-kubernetes-validations`: CEL rules checked against the value at this node.
+    pub validations: Vec<ValidationRule>,
+}
+
+/// One `x-kubernetes-validations` entry.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ValidationRule {
+    pub rule: String,
+    pub message: String,
+    pub message_expression: String,
+    /// `FieldValueInvalid` (the default), `FieldValueForbidden`, `FieldValueRequired` or
+    /// `FieldValueDuplicate`.
+    pub reason: Option<String>,
+    pub field_path: String,
+    pub optional_old_self: Option<bool>,
+}
+
+impl ValidationRule {
+    fn parse(v: &Value) -> ValidationRule {
+        ValidationRule {
+            rule: str_of(v, "rule"),
+            message: str_of(v, "message"),
+            message_expression: str_of(v, "messageExpression"),
+            reason: v.get("reason").and_then(Value::as_str).map(String::from),
+            field_path: str_of(v, "fieldPath"),
+            optional_old_self: v.get("optionalOldSelf").and_then(Value::as_bool),
+        }
+    }
+
+    /// The rule as upstream's field errors print it (Go's `%#v` of the internal type).
+    pub fn go_repr(&self) -> String {
+        let reason = match &self.reason {
+            None => "(*apiextensions.FieldValueErrorReason)(nil)".to_string(),
+            Some(r) => format!("&\"{r}\""),
+        };
+        let oos = match self.optional_old_self {
+            None => "(*bool)(nil)".to_string(),
+            Some(b) => format!("&{b}"),
+        };
+        format!(
+            "apiextensions.ValidationRule{{Rule:{:?}, Message:{:?}, MessageExpression:{:?}, Reason:{reason}, FieldPath:{:?}, OptionalOldSelf:{oos}}}",
+            self.rule, self.message, self.message_expression, self.field_path
+        )
+    }
 }
 
 fn u64_of(v: &Value, key: &str) -> Option<u64> {
@@ -114,6 +158,11 @@ impl Schema {
                 .get("x-kubernetes-list-map-keys")
                 .and_then(Value::as_array)
                 .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+                .unwrap_or_default(),
+            validations: v
+                .get("x-kubernetes-validations")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().map(ValidationRule::parse).collect())
                 .unwrap_or_default(),
         }
     }
@@ -224,6 +273,7 @@ fn check_node(s: &Value, path: &str, root: bool, errs: &mut Vec<FieldError>) {
         needs_type(a, &a_path, "must not be empty for specified object fields", errs);
         check_node(a, &a_path, false, errs);
     }
+    errs.extend(super::cel::rule_errors(s, path));
     if let Some(pattern) = s.get("pattern").and_then(Value::as_str)
         && let Err(e) = regex::Regex::new(pattern)
     {

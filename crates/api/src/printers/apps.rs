@@ -487,6 +487,78 @@ pub(crate) const WEBHOOK_CONFIGURATION_COLUMNS: &[Column] = &[
 ];
 
 /// Validating and MutatingWebhookConfigurations alike: the number of webhooks.
+pub(crate) const VALIDATING_ADMISSION_POLICY_COLUMNS: &[Column] = &[
+    NAME,
+    Column::new(
+        "Validations",
+        "integer",
+        "Validations indicates the number of validation rules defined in this configuration",
+    ),
+    Column::new(
+        "ParamKind",
+        "string",
+        "ParamKind specifies the kind of resources used to parameterize this policy",
+    ),
+    AGE,
+];
+
+pub(crate) fn validating_admission_policy(obj: &Value, now: Timestamp) -> Vec<Value> {
+    let n = obj
+        .pointer("/spec/validations")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    let param_kind = match obj.pointer("/spec/paramKind") {
+        Some(pk) if pk.is_object() => format!(
+            "{}/{}",
+            pk.get("apiVersion").and_then(Value::as_str).unwrap_or(""),
+            pk.get("kind").and_then(Value::as_str).unwrap_or("")
+        ),
+        _ => "<unset>".to_string(),
+    };
+    vec![json!(name(obj)), json!(n), json!(param_kind), json!(age(obj, now))]
+}
+
+pub(crate) const VALIDATING_ADMISSION_POLICY_BINDING_COLUMNS: &[Column] = &[
+    NAME,
+    Column::new(
+        "PolicyName",
+        "string",
+        "PolicyName indicates the policy definition which the policy binding binded to",
+    ),
+    Column::new(
+        "ParamRef",
+        "string",
+        "ParamRef indicates the param resource which sets the configration param",
+    ),
+    AGE,
+];
+
+pub(crate) fn validating_admission_policy_binding(obj: &Value, now: Timestamp) -> Vec<Value> {
+    let policy = obj.pointer("/spec/policyName").and_then(Value::as_str).unwrap_or("");
+    let param = match obj.pointer("/spec/paramRef").filter(|p| p.is_object()) {
+        None => "<unset>".to_string(),
+        Some(pr) => {
+            let n = pr.get("name").and_then(Value::as_str).unwrap_or("");
+            let ns = pr.get("namespace").and_then(Value::as_str).unwrap_or("");
+            if !n.is_empty() {
+                if ns.is_empty() {
+                    format!("*/{n}")
+                } else {
+                    format!("{ns}/{n}")
+                }
+            } else {
+                match pr.get("selector") {
+                    Some(sel) => crate::selector::LabelSelector::from_label_selector_json(sel)
+                        .map(|s| s.to_string())
+                        .unwrap_or_default(),
+                    None => "<unset>".to_string(),
+                }
+            }
+        }
+    };
+    vec![json!(name(obj)), json!(policy), json!(param), json!(age(obj, now))]
+}
+
 pub(crate) fn webhook_configuration(obj: &Value, now: Timestamp) -> Vec<Value> {
     let n = obj.get("webhooks").and_then(Value::as_array).map_or(0, Vec::len);
     vec![json!(name(obj)), json!(n), json!(age(obj, now))]

@@ -107,6 +107,8 @@ enum Printer {
     HorizontalPodAutoscaler,
     PodTemplate,
     WebhookConfiguration,
+    ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding,
     ResourceQuota,
     LimitRange,
     PriorityClass,
@@ -157,6 +159,10 @@ fn printer_for(res: &Resource) -> Printer {
         ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration") => {
             Printer::WebhookConfiguration
         }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => Printer::ValidatingAdmissionPolicy,
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            Printer::ValidatingAdmissionPolicyBinding
+        }
         ("", "ResourceQuota") => Printer::ResourceQuota,
         ("", "LimitRange") => Printer::LimitRange,
         ("autoscaling", "HorizontalPodAutoscaler") => Printer::HorizontalPodAutoscaler,
@@ -206,6 +212,8 @@ fn columns(printer: Printer) -> &'static [Column] {
         Printer::PodDisruptionBudget => apps::PDB_COLUMNS,
         Printer::PodTemplate => apps::PODTEMPLATE_COLUMNS,
         Printer::WebhookConfiguration => apps::WEBHOOK_CONFIGURATION_COLUMNS,
+        Printer::ValidatingAdmissionPolicy => apps::VALIDATING_ADMISSION_POLICY_COLUMNS,
+        Printer::ValidatingAdmissionPolicyBinding => apps::VALIDATING_ADMISSION_POLICY_BINDING_COLUMNS,
         Printer::ResourceQuota => core::RESOURCEQUOTA_COLUMNS,
         Printer::LimitRange => core::LIMITRANGE_COLUMNS,
         Printer::HorizontalPodAutoscaler => autoscaling::HPA_COLUMNS,
@@ -279,6 +287,8 @@ pub fn row_cells(res: &Resource, obj: &Value, now: Timestamp) -> Vec<Value> {
         Printer::PodDisruptionBudget => apps::poddisruptionbudget(obj, now),
         Printer::PodTemplate => apps::podtemplate(obj),
         Printer::WebhookConfiguration => apps::webhook_configuration(obj, now),
+        Printer::ValidatingAdmissionPolicy => apps::validating_admission_policy(obj, now),
+        Printer::ValidatingAdmissionPolicyBinding => apps::validating_admission_policy_binding(obj, now),
         Printer::ResourceQuota => core::resourcequota(obj, now),
         Printer::LimitRange => core::limitrange(obj),
         Printer::HorizontalPodAutoscaler => autoscaling::horizontalpodautoscaler(obj, now),

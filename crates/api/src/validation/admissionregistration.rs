@@ -3,8 +3,10 @@
 //! (fully qualified, unique in its configuration), rules, policies, selectors, timeout,
 //! admission review versions, side effects and client configuration, with upstream's messages.
 //!
-//! `matchConditions` are CEL expressions; this server has no CEL evaluator, so a webhook that
-//! names any is refused rather than called without them.
+//! ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding as well: match constraints,
+//! parameters, variables and validations, their CEL expressions compiled (an expression that
+//! does not compile refuses the object with cel-go's error). Webhooks' `matchConditions` are
+//! compiled the same way.
 
 use std::collections::HashSet;
 
@@ -80,11 +82,265 @@ fn validate_webhook(hook: &Value, mutating: bool, p: &Path, errs: &mut Vec<Field
     if mutating {
         enum_field(hook, "reinvocationPolicy", REINVOCATION_POLICIES, p, errs);
     }
-    if !arr_at(Some(hook), "matchConditions").is_empty() {
-        errs.push(forbidden(
-            &p.child("matchConditions"),
-            "matchConditions (CEL expressions) are not supported by this server",
+    validate_match_conditions(
+        arr_at(Some(hook), "matchConditions"),
+        &p.child("matchConditions"),
+        WEBHOOK_VARS,
+        errs,
+    );
+}
+
+/// The variables a webhook's match conditions see.
+pub const WEBHOOK_VARS: &[&str] = &["object", "oldObject", "request"];
+/// The variables a policy's expressions see.
+pub const POLICY_VARS: &[&str] = &[
+    "object",
+    "oldObject",
+    "request",
+    "params",
+    "namespaceObject",
+    "variables",
+];
+/// upstream's limit on match conditions.
+const MAX_MATCH_CONDITIONS: usize = 64;
+const FAILURE_REASONS: &[&str] = &["Unauthorized", "Forbidden", "Invalid", "RequestEntityTooLarge"];
+const VALIDATION_ACTIONS: &[&str] = &["Audit", "Deny", "Warn"];
+const PARAM_NOT_FOUND_ACTIONS: &[&str] = &["Allow", "Deny"];
+
+/// An expression compiled for `vars`: its error as upstream's field error.
+fn compile_expression(expr: &Value, p: &Path, vars: &[&str], errs: &mut Vec<FieldError>) {
+    let text = expr.as_str().unwrap_or("");
+    if text.trim().is_empty() {
+        errs.push(required(p, ""));
+        return;
+    }
+    if let Err(e) = crate::cel::compile(text, vars) {
+        errs.push(invalid(p, expr, &format!("compilation failed: {e}")));
+    }
+}
+
+/// upstream's `validateMatchConditions`: unique qualified names, compiled expressions.
+pub(crate) fn validate_match_conditions(conds: &[Value], p: &Path, vars: &[&str], errs: &mut Vec<FieldError>) {
+    if conds.len() > MAX_MATCH_CONDITIONS {
+        errs.push(FieldError {
+            kind: crate::status::FieldErrorKind::TooMany(conds.len(), MAX_MATCH_CONDITIONS),
+            field: p.as_str().to_string(),
+            detail: String::new(),
+        });
+    }
+    let mut names = HashSet::new();
+    for (i, c) in conds.iter().enumerate() {
+        let cp = p.index(i);
+        let name = str_at(Some(c), "name");
+        if name.is_empty() {
+            errs.push(required(&cp.child("name"), ""));
+        } else {
+            let bad = super::meta::is_qualified_name(name);
+            if !bad.is_empty() {
+                errs.push(invalid_str(&cp.child("name"), name, &bad.join(",")));
+            }
+            if !names.insert(name) {
+                errs.push(duplicate(&cp.child("name"), &Value::String(name.to_string())));
+            }
+        }
+        compile_expression(
+            c.get("expression").unwrap_or(&Value::Null),
+            &cp.child("expression"),
+            vars,
+            errs,
+        );
+    }
+}
+
+/// `matchConstraints` of a policy (rules required) or `matchResources` of a binding.
+fn validate_match_resources(mr: &Value, p: &Path, policy: bool, errs: &mut Vec<FieldError>) {
+    enum_field(mr, "matchPolicy", MATCH_POLICIES, p, errs);
+    if let Some(sel) = field(Some(mr), "namespaceSelector") {
+        validate_label_selector(Some(sel), &p.child("namespaceSelector"), errs);
+    }
+    if let Some(sel) = field(Some(mr), "objectSelector") {
+        validate_label_selector(Some(sel), &p.child("objectSelector"), errs);
+    }
+    let rules = arr_at(Some(mr), "resourceRules");
+    if policy && rules.is_empty() {
+        errs.push(required(&p.child("resourceRules"), ""));
+    }
+    for key in ["resourceRules", "excludeResourceRules"] {
+        for (i, rule) in arr_at(Some(mr), key).iter().enumerate() {
+            validate_rule_with_operations(rule, &p.child(key).index(i), errs);
+        }
+    }
+}
+
+/// upstream's `ValidateValidatingAdmissionPolicy` (metadata is checked by the caller).
+pub(crate) fn validate_admission_policy(obj: &Value, errs: &mut Vec<FieldError>) {
+    let sp = Path::new("spec");
+    let spec = field(Some(obj), "spec");
+    match field(spec, "matchConstraints") {
+        None => errs.push(required(&sp.child("matchConstraints"), "")),
+        Some(mc) => validate_match_resources(mc, &sp.child("matchConstraints"), true, errs),
+    }
+    if let Some(s) = spec {
+        enum_field(s, "failurePolicy", FAILURE_POLICIES, &sp, errs);
+    }
+    if let Some(pk) = field(spec, "paramKind") {
+        let pp = sp.child("paramKind");
+        let api_version = str_at(Some(pk), "apiVersion");
+        if api_version.is_empty() {
+            errs.push(required(&pp.child("apiVersion"), ""));
+        } else if api_version.split('/').count() > 2 {
+            errs.push(invalid_str(
+                &pp.child("apiVersion"),
+                api_version,
+                "apiVersion must be a valid group version",
+            ));
+        }
+        if str_at(Some(pk), "kind").is_empty() {
+            errs.push(required(&pp.child("kind"), ""));
+        }
+    }
+    let validations = arr_at(spec, "validations");
+    if validations.is_empty() && arr_at(spec, "auditAnnotations").is_empty() {
+        errs.push(required(
+            &sp.child("validations"),
+            "validations or auditAnnotations must contain at least one item",
         ));
+    }
+    validate_match_conditions(
+        arr_at(spec, "matchConditions"),
+        &sp.child("matchConditions"),
+        POLICY_VARS,
+        errs,
+    );
+    let mut var_names = HashSet::new();
+    for (i, v) in arr_at(spec, "variables").iter().enumerate() {
+        let vp = sp.child("variables").index(i);
+        let name = str_at(Some(v), "name");
+        if name.is_empty() {
+            errs.push(required(&vp.child("name"), ""));
+        } else if !is_cel_identifier(name) {
+            errs.push(invalid_str(
+                &vp.child("name"),
+                name,
+                "name is not a valid CEL identifier",
+            ));
+        } else if !var_names.insert(name) {
+            errs.push(duplicate(&vp.child("name"), &Value::String(name.to_string())));
+        }
+        compile_expression(
+            v.get("expression").unwrap_or(&Value::Null),
+            &vp.child("expression"),
+            POLICY_VARS,
+            errs,
+        );
+    }
+    for (i, v) in validations.iter().enumerate() {
+        let vp = sp.child("validations").index(i);
+        compile_expression(
+            v.get("expression").unwrap_or(&Value::Null),
+            &vp.child("expression"),
+            POLICY_VARS,
+            errs,
+        );
+        let message = str_at(Some(v), "message");
+        if message.contains('\n') || message.contains('\r') {
+            errs.push(invalid_str(
+                &vp.child("message"),
+                message,
+                "message must not contain line breaks",
+            ));
+        }
+        if let Some(me) = field(Some(v), "messageExpression")
+            && !me.as_str().unwrap_or("").trim().is_empty()
+        {
+            compile_expression(me, &vp.child("messageExpression"), POLICY_VARS, errs);
+        }
+        if let Some(r) = field(Some(v), "reason")
+            && !r.as_str().is_some_and(|r| FAILURE_REASONS.contains(&r))
+        {
+            errs.push(not_supported(&vp.child("reason"), r, FAILURE_REASONS));
+        }
+    }
+    for (i, a) in arr_at(spec, "auditAnnotations").iter().enumerate() {
+        let ap = sp.child("auditAnnotations").index(i);
+        if str_at(Some(a), "key").is_empty() {
+            errs.push(required(&ap.child("key"), ""));
+        }
+        compile_expression(
+            a.get("valueExpression").unwrap_or(&Value::Null),
+            &ap.child("valueExpression"),
+            POLICY_VARS,
+            errs,
+        );
+    }
+}
+
+/// CEL identifiers: a letter or `_`, then letters, digits and `_`.
+fn is_cel_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// upstream's `ValidateValidatingAdmissionPolicyBinding`.
+pub(crate) fn validate_admission_policy_binding(obj: &Value, errs: &mut Vec<FieldError>) {
+    let sp = Path::new("spec");
+    let spec = field(Some(obj), "spec");
+    if str_at(spec, "policyName").is_empty() {
+        errs.push(required(&sp.child("policyName"), ""));
+    }
+    if let Some(mr) = field(spec, "matchResources") {
+        validate_match_resources(mr, &sp.child("matchResources"), false, errs);
+    }
+    if let Some(pr) = field(spec, "paramRef") {
+        let pp = sp.child("paramRef");
+        let name = str_at(Some(pr), "name");
+        let selector = field(Some(pr), "selector");
+        match (name.is_empty(), selector) {
+            (true, None) => errs.push(required(&pp, "one of name or selector must be specified")),
+            (false, Some(_)) => errs.push(forbidden(&pp.child("name"), "name and selector are mutually exclusive")),
+            (_, Some(sel)) => validate_label_selector(Some(sel), &pp.child("selector"), errs),
+            _ => {}
+        }
+        match field(Some(pr), "parameterNotFoundAction") {
+            None => errs.push(required(&pp.child("parameterNotFoundAction"), "")),
+            Some(a) if !a.as_str().is_some_and(|a| PARAM_NOT_FOUND_ACTIONS.contains(&a)) => {
+                errs.push(not_supported(
+                    &pp.child("parameterNotFoundAction"),
+                    a,
+                    PARAM_NOT_FOUND_ACTIONS,
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    let actions = arr_at(spec, "validationActions");
+    let ap = sp.child("validationActions");
+    if actions.is_empty() {
+        errs.push(required(&ap, "at least one validation action is required"));
+    }
+    let mut seen = HashSet::new();
+    for (i, a) in actions.iter().enumerate() {
+        match a.as_str() {
+            Some(s) if VALIDATION_ACTIONS.contains(&s) => {
+                if !seen.insert(s) {
+                    errs.push(duplicate(&ap.index(i), a));
+                }
+            }
+            _ => errs.push(not_supported(&ap.index(i), a, VALIDATION_ACTIONS)),
+        }
+    }
+    if seen.contains("Deny") && seen.contains("Warn") {
+        // Go's %#v of the list, as upstream's message shows it.
+        let shown: Vec<String> = actions.iter().map(crate::status::render_value).collect();
+        errs.push(FieldError {
+            kind: crate::status::FieldErrorKind::Invalid(format!(
+                "[]admissionregistration.ValidationAction{{{}}}",
+                shown.join(", ")
+            )),
+            field: ap.as_str().to_string(),
+            detail: "must not contain both Deny and Warn (repeating the same validation failure information in the API response and headers serves no purpose)".to_string(),
+        });
     }
 }
 
@@ -478,18 +734,87 @@ mod tests {
     }
 
     #[test]
-    fn duplicate_names_and_match_conditions_are_refused() {
+    fn duplicate_names_and_match_conditions_that_do_not_compile_are_refused() {
         let mut h = hook();
-        h["matchConditions"] = json!([{"name": "a", "expression": "true"}]);
+        h["matchConditions"] = json!([
+            {"name": "a", "expression": "object.metadata.name == 'x'"},
+            {"name": "a", "expression": "object.metadata.name =="},
+            {"name": "b", "expression": "params.x"},
+        ]);
         let errs = errors(json!({"webhooks": [hook(), h]}), true);
         assert!(
             errs.contains(&"webhooks[1].name: Duplicate value: \"deny.example.com\"".to_string()),
             "{errs:?}"
         );
         assert!(
-            errs.iter()
-                .any(|e| e.starts_with("webhooks[1].matchConditions: Forbidden")),
+            errs.contains(&"webhooks[1].matchConditions[1].name: Duplicate value: \"a\"".to_string()),
             "{errs:?}"
+        );
+        assert!(
+            errs.iter().any(|e| e.starts_with(
+                "webhooks[1].matchConditions[1].expression: Invalid value: \"object.metadata.name ==\": compilation failed: ERROR: <input>:1:"
+            )),
+            "{errs:?}"
+        );
+        assert!(
+            errs.contains(&"webhooks[1].matchConditions[2].expression: Invalid value: \"params.x\": compilation failed: ERROR: <input>:1:1: undeclared reference to 'params' (in container '')".to_string()),
+            "{errs:?}"
+        );
+        let mut ok = hook();
+        ok["matchConditions"] = json!([{"name": "a", "expression": "object.metadata.name == 'x'"}]);
+        assert!(errors(json!({"webhooks": [ok]}), true).is_empty());
+    }
+
+    fn policy_errors(obj: Value) -> Vec<String> {
+        let mut errs = Vec::new();
+        validate_admission_policy(&obj, &mut errs);
+        errs.iter().map(ToString::to_string).collect()
+    }
+
+    fn binding_errors(obj: Value) -> Vec<String> {
+        let mut errs = Vec::new();
+        validate_admission_policy_binding(&obj, &mut errs);
+        errs.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn policies_need_constraints_and_expressions_that_compile() {
+        let rules = json!({"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["deployments"]}]});
+        assert!(policy_errors(json!({"spec": {"matchConstraints": rules, "validations": [{"expression": "object.spec.replicas <= 5"}]}})).is_empty());
+        assert_eq!(
+            policy_errors(json!({"spec": {}})),
+            [
+                "spec.matchConstraints: Required value",
+                "spec.validations: Required value: validations or auditAnnotations must contain at least one item",
+            ]
+        );
+        assert_eq!(
+            policy_errors(
+                json!({"spec": {"matchConstraints": rules, "failurePolicy": "Maybe", "validations": [
+                {"expression": "object.spec.replicas <<= 5"}, {"expression": "true", "reason": "Nope"}]}})
+            ),
+            [
+                "spec.failurePolicy: Unsupported value: \"Maybe\": supported values: \"Fail\", \"Ignore\"",
+                "spec.validations[0].expression: Invalid value: \"object.spec.replicas <<= 5\": compilation failed: ERROR: <input>:1:23: Syntax error: extraneous input '<=' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}\n | object.spec.replicas <<= 5\n | ......................^",
+                "spec.validations[1].reason: Unsupported value: \"Nope\": supported values: \"Unauthorized\", \"Forbidden\", \"Invalid\", \"RequestEntityTooLarge\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn bindings_need_a_policy_and_actions() {
+        assert!(binding_errors(json!({"spec": {"policyName": "p", "validationActions": ["Deny"]}})).is_empty());
+        assert_eq!(
+            binding_errors(json!({"spec": {"validationActions": ["Deny", "Warn"], "paramRef": {"name": "x"}}})),
+            [
+                "spec.policyName: Required value",
+                "spec.paramRef.parameterNotFoundAction: Required value",
+                "spec.validationActions: Invalid value: []admissionregistration.ValidationAction{\"Deny\", \"Warn\"}: must not contain both Deny and Warn (repeating the same validation failure information in the API response and headers serves no purpose)",
+            ]
+        );
+        assert_eq!(
+            binding_errors(json!({"spec": {"policyName": "p"}})),
+            ["spec.validationActions: Required value: at least one validation action is required"]
         );
     }
 

@@ -24,7 +24,7 @@
 //! Values inside messages are rendered as upstream's `field.Error` renders them, including
 //! Go's `%#v` of structs where upstream passes a struct (selectors, strategies, taints).
 
-mod admissionregistration;
+pub mod admissionregistration;
 mod autoscaling;
 mod certificates;
 mod core;
@@ -126,6 +126,12 @@ pub fn validate_write(res: &Resource, subresource: &str, obj: &Value, old: Optio
         }
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
             admissionregistration::validate_webhook_configuration(obj, true, &mut errs)
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") if subresource.is_empty() => {
+            admissionregistration::validate_admission_policy(obj, &mut errs)
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            admissionregistration::validate_admission_policy_binding(obj, &mut errs)
         }
         _ => {}
     }

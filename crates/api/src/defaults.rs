@@ -63,6 +63,12 @@ pub fn apply_defaults(res: &Resource, obj: &mut Value) {
                 }
             }
         }
+        ("apiregistration.k8s.io", "APIService") => {
+            // apiregistration/v1's `SetDefaults_ServiceReference`.
+            if let Some(svc) = obj.pointer_mut("/spec/service").and_then(Value::as_object_mut) {
+                default_val(svc, "port", json!(443));
+            }
+        }
         ("networking.k8s.io", "NetworkPolicy") => default_network_policy(obj),
         ("networking.k8s.io", "IngressClass") => {
             // upstream's networking/v1 `SetDefaults_IngressClass`.
@@ -1547,6 +1553,18 @@ mod tests {
             json!({"spec": {"controller": "a.io/b"}}),
         );
         assert!(c["spec"].get("parameters").is_none());
+    }
+
+    #[test]
+    fn api_service_port_defaults_to_443() {
+        let s = defaulted(
+            "apiregistration.k8s.io",
+            "APIService",
+            json!({"spec": {"service": {"namespace": "ns", "name": "api"}}}),
+        );
+        assert_eq!(s["spec"]["service"]["port"], 443);
+        let s = defaulted("apiregistration.k8s.io", "APIService", json!({"spec": {"group": "g"}}));
+        assert!(s["spec"].get("service").is_none());
     }
 
     #[test]

@@ -8,6 +8,8 @@ pub mod allocator;
 pub mod audit;
 pub mod audit_request;
 pub mod authz;
+pub mod autoregister;
+pub mod available_controller;
 pub mod body;
 pub mod bootstrap;
 pub mod bootstraptoken;

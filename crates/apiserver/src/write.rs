@@ -802,7 +802,8 @@ fn reset_status_on_create(res: &Resource, obj: &mut Value) {
         | "poddisruptionbudgets"
         | "ingresses"
         | "volumeattachments"
-        | "resourcequotas" => {
+        | "resourcequotas"
+        | "apiservices" => {
             m.remove("status");
         }
         "namespaces" => {

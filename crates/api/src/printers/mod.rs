@@ -5,6 +5,7 @@
 //! unless `-o wide`. Each row carries the object's metadata as a `PartialObjectMetadata`, which
 //! kubectl needs for `--show-labels`, `-L` and `-A`.
 
+mod apiregistration;
 mod apps;
 mod autoscaling;
 mod certificates;
@@ -120,6 +121,7 @@ enum Printer {
     IngressClass,
     NetworkPolicy,
     RuntimeClass,
+    APIService,
     CSIDriver,
     VolumeAttachment,
     CSIStorageCapacity,
@@ -171,6 +173,7 @@ fn printer_for(res: &Resource) -> Printer {
         ("networking.k8s.io", "IngressClass") => Printer::IngressClass,
         ("networking.k8s.io", "NetworkPolicy") => Printer::NetworkPolicy,
         ("node.k8s.io", "RuntimeClass") => Printer::RuntimeClass,
+        ("apiregistration.k8s.io", "APIService") => Printer::APIService,
         ("storage.k8s.io", "CSIDriver") => Printer::CSIDriver,
         ("storage.k8s.io", "VolumeAttachment") => Printer::VolumeAttachment,
         ("storage.k8s.io", "CSIStorageCapacity") => Printer::CSIStorageCapacity,
@@ -220,6 +223,7 @@ fn columns(printer: Printer) -> &'static [Column] {
         Printer::IngressClass => networking::INGRESSCLASS_COLUMNS,
         Printer::NetworkPolicy => networking::NETWORKPOLICY_COLUMNS,
         Printer::RuntimeClass => node::RUNTIMECLASS_COLUMNS,
+        Printer::APIService => apiregistration::APISERVICE_COLUMNS,
         Printer::CSIDriver => csi::CSIDRIVER_COLUMNS,
         Printer::VolumeAttachment => csi::VOLUMEATTACHMENT_COLUMNS,
         Printer::CSIStorageCapacity => csi::CSISTORAGECAPACITY_COLUMNS,
@@ -293,6 +297,7 @@ pub fn row_cells(res: &Resource, obj: &Value, now: Timestamp) -> Vec<Value> {
         Printer::IngressClass => networking::ingressclass(obj, now),
         Printer::NetworkPolicy => networking::networkpolicy(obj, now),
         Printer::RuntimeClass => node::runtimeclass(obj, now),
+        Printer::APIService => apiregistration::apiservice(obj, now),
         Printer::CSIDriver => csi::csidriver(obj, now),
         Printer::VolumeAttachment => csi::volumeattachment(obj, now),
         Printer::CSIStorageCapacity => csi::csistoragecapacity(obj),

@@ -8,6 +8,7 @@ pub mod bootstraptoken;
 pub mod certificates;
 pub mod cidr;
 pub mod defaults;
+pub mod flowcontrol;
 pub mod limitranger;
 pub mod nodeaffinity;
 pub mod patch;

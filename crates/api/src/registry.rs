@@ -644,6 +644,28 @@ pub static RESOURCES: &[Resource] = &[
         &["status"]
     ),
     res!(
+        "flowcontrol.apiserver.k8s.io",
+        "v1",
+        "FlowSchema",
+        "flowschemas",
+        "flowschema",
+        false,
+        &[],
+        &[],
+        &["status"]
+    ),
+    res!(
+        "flowcontrol.apiserver.k8s.io",
+        "v1",
+        "PriorityLevelConfiguration",
+        "prioritylevelconfigurations",
+        "prioritylevelconfiguration",
+        false,
+        &[],
+        &[],
+        &["status"]
+    ),
+    res!(
         "metrics.k8s.io",
         "v1beta1",
         "NodeMetrics",
@@ -947,6 +969,7 @@ mod tests {
                 "coordination.k8s.io",
                 "node.k8s.io",
                 "discovery.k8s.io",
+                "flowcontrol.apiserver.k8s.io",
                 "metrics.k8s.io",
             ]
         );

@@ -110,6 +110,18 @@ fn build() -> Schemas {
             k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService
         ),
         (
+            "flowcontrol.apiserver.k8s.io",
+            "v1",
+            "FlowSchema",
+            api::flowcontrol::v1::FlowSchema
+        ),
+        (
+            "flowcontrol.apiserver.k8s.io",
+            "v1",
+            "PriorityLevelConfiguration",
+            api::flowcontrol::v1::PriorityLevelConfiguration
+        ),
+        (
             "networking.k8s.io",
             "v1",
             "IngressClass",

@@ -376,6 +376,14 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         .await
         .context("checking the APIServices' availability")?;
     crate::available_controller::spawn(state.clone());
+    crate::flowcontrol_ensurer::ensure(&*state.store)
+        .await
+        .context("creating the flow control configuration")?;
+    crate::flowcontrol_ensurer::spawn(state.clone());
+    crate::apf_controller::sync(&*state.store)
+        .await
+        .context("checking the flow schemas' priority levels")?;
+    crate::apf_controller::spawn(state.clone());
     crate::webhook::load(&state)
         .await
         .context("reading the webhook configurations")?;

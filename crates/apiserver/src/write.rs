@@ -45,6 +45,8 @@ fn tracks_generation(res: &Resource) -> bool {
                 | "services"
                 | "persistentvolumeclaims"
                 | "pods"
+                | "flowschemas"
+                | "prioritylevelconfigurations"
         )
 }
 
@@ -803,7 +805,9 @@ fn reset_status_on_create(res: &Resource, obj: &mut Value) {
         | "ingresses"
         | "volumeattachments"
         | "resourcequotas"
-        | "apiservices" => {
+        | "apiservices"
+        | "flowschemas"
+        | "prioritylevelconfigurations" => {
             m.remove("status");
         }
         "namespaces" => {

@@ -268,3 +268,213 @@ spec:
         "{err}"
     );
 }
+
+#[test]
+fn flow_control_configuration_is_bootstrapped_and_kept() {
+    let c = Cluster::start(CONTROL_PLANE);
+
+    let res = c.k(&["api-resources", "--api-group=flowcontrol.apiserver.k8s.io"]);
+    let rows = table(&res);
+    assert_eq!(
+        rows[1..],
+        [
+            ["flowschemas", "flowcontrol.apiserver.k8s.io/v1", "false", "FlowSchema"],
+            [
+                "prioritylevelconfigurations",
+                "flowcontrol.apiserver.k8s.io/v1",
+                "false",
+                "PriorityLevelConfiguration"
+            ],
+        ],
+        "{res}"
+    );
+
+    // Every schema finds its level: MISSINGPL is False everywhere once the server has looked.
+    let out = eventually(Duration::from_secs(30), || {
+        let out = c.k(&["get", "flowschemas"]);
+        table(&out)[1..]
+            .iter()
+            .all(|r| r.last().map(String::as_str) == Some("False"))
+            .then_some(out)
+    })
+    .unwrap_or_else(|| panic!("{}", c.k(&["get", "flowschemas"])));
+    let rows = table(&out);
+    assert_eq!(
+        rows[0],
+        [
+            "NAME",
+            "PRIORITYLEVEL",
+            "MATCHINGPRECEDENCE",
+            "DISTINGUISHERMETHOD",
+            "AGE",
+            "MISSINGPL"
+        ],
+        "{out}"
+    );
+    let row = |name: &str| rows.iter().find(|r| r[0] == name).cloned().unwrap_or_default();
+    assert_eq!(row("exempt")[..4], ["exempt", "exempt", "1", "<none>"], "{out}");
+    assert_eq!(row("probes")[..4], ["probes", "exempt", "2", "<none>"], "{out}");
+    assert_eq!(
+        row("catch-all")[..4],
+        ["catch-all", "catch-all", "10000", "ByUser"],
+        "{out}"
+    );
+    assert_eq!(
+        row("kube-system-service-accounts")[..4],
+        ["kube-system-service-accounts", "workload-high", "900", "ByNamespace"],
+        "{out}"
+    );
+    for name in [
+        "system-leader-election",
+        "endpoint-controller",
+        "workload-leader-election",
+        "system-node-high",
+        "system-nodes",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "service-accounts",
+        "global-default",
+    ] {
+        assert!(!row(name).is_empty(), "{name} missing:\n{out}");
+    }
+    assert_eq!(rows.len(), 14, "{out}");
+
+    let out = c.k(&["get", "prioritylevelconfigurations"]);
+    let rows = table(&out);
+    assert_eq!(
+        rows[0],
+        [
+            "NAME",
+            "TYPE",
+            "NOMINALCONCURRENCYSHARES",
+            "QUEUES",
+            "HANDSIZE",
+            "QUEUELENGTHLIMIT",
+            "AGE"
+        ],
+        "{out}"
+    );
+    let row = |name: &str| rows.iter().find(|r| r[0] == name).cloned().unwrap_or_default();
+    assert_eq!(
+        row("exempt")[..6],
+        ["exempt", "Exempt", "<none>", "<none>", "<none>", "<none>"],
+        "{out}"
+    );
+    assert_eq!(
+        row("catch-all")[..6],
+        ["catch-all", "Limited", "5", "<none>", "<none>", "<none>"],
+        "{out}"
+    );
+    assert_eq!(
+        row("global-default")[..6],
+        ["global-default", "Limited", "20", "128", "6", "50"],
+        "{out}"
+    );
+    assert_eq!(
+        row("leader-election")[..6],
+        ["leader-election", "Limited", "10", "16", "4", "50"],
+        "{out}"
+    );
+    assert_eq!(rows.len(), 9, "{out}");
+    let fs = c.get_json(&["flowschema", "global-default"]);
+    assert_eq!(
+        fs["metadata"]["annotations"]["apf.kubernetes.io/autoupdate-spec"],
+        "true"
+    );
+    assert_eq!(fs["status"]["conditions"][0]["type"], "Dangling");
+    assert_eq!(fs["status"]["conditions"][0]["reason"], "Found");
+
+    // A deleted mandatory schema comes back; its spec cannot be changed.
+    let before = c.get_json(&["flowschema", "catch-all"]);
+    c.k(&["delete", "flowschema", "catch-all"]);
+    let back = eventually(Duration::from_secs(30), || {
+        c.get_opt(&["flowschema", "catch-all"])
+            .filter(|fs| fs["metadata"]["uid"] != before["metadata"]["uid"])
+    })
+    .unwrap_or_else(|| panic!("catch-all did not come back:\n{}", tail(&c.log(), 30)));
+    assert_eq!(back["spec"], before["spec"]);
+    let err = c.k_err(&[
+        "patch",
+        "flowschema",
+        "catch-all",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"matchingPrecedence":9000}}"#,
+    ]);
+    assert!(err.contains("spec of 'catch-all' must equal the fixed value"), "{err}");
+
+    // A suggested level changed with autoupdate off is left as it is.
+    c.k(&[
+        "annotate",
+        "--overwrite",
+        "prioritylevelconfiguration",
+        "workload-low",
+        "apf.kubernetes.io/autoupdate-spec=false",
+    ]);
+    c.k(&[
+        "patch",
+        "prioritylevelconfiguration",
+        "workload-low",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"limited":{"nominalConcurrencyShares":7}}}"#,
+    ]);
+    std::thread::sleep(Duration::from_secs(2));
+    let pl = c.get_json(&["prioritylevelconfiguration", "workload-low"]);
+    assert_eq!(pl["spec"]["limited"]["nominalConcurrencyShares"], 7);
+
+    // A schema naming a level that does not exist is Dangling.
+    c.apply(
+        r#"
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata:
+  name: batch-jobs
+spec:
+  priorityLevelConfiguration:
+    name: batch
+  rules:
+  - subjects:
+    - kind: ServiceAccount
+      serviceAccount: {namespace: default, name: runner}
+    resourceRules:
+    - verbs: ["*"]
+      apiGroups: ["batch"]
+      resources: ["jobs"]
+      namespaces: ["*"]
+"#,
+        &[],
+    );
+    let line = eventually(Duration::from_secs(30), || {
+        let out = c.k(&["get", "flowschema", "batch-jobs"]);
+        out.lines().nth(1).filter(|l| l.ends_with("True")).map(str::to_string)
+    })
+    .unwrap_or_else(|| panic!("{}", c.k(&["get", "flowschema", "batch-jobs", "-o", "yaml"])));
+    assert_eq!(
+        table(&line)[0][..4],
+        ["batch-jobs", "batch", "1000", "<none>"],
+        "{line}"
+    );
+
+    let err = c.stdin_kubectl_err(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: PriorityLevelConfiguration
+metadata:
+  name: batch
+spec:
+  type: Limited
+  limited:
+    limitResponse:
+      type: Queue
+      queuing: {queues: 4, handSize: 5}
+"#,
+    );
+    assert!(
+        err.contains(
+            "The PriorityLevelConfiguration \"batch\" is invalid: spec.limited.limitResponse.queuing.handSize: Invalid value: 5: should not be greater than queues (4)"
+        ),
+        "{err}"
+    );
+}

@@ -15,6 +15,7 @@
 //! - `storage`: StorageClass, CSINode.
 //! - `admissionregistration`: Validating and MutatingWebhookConfigurations.
 //! - `apiregistration`: APIService (and its status).
+//! - `flowcontrol`: FlowSchema, PriorityLevelConfiguration (mandatory ones keep their spec).
 //! - `networking`: Ingress (and its status), IngressClass, NetworkPolicy.
 //! - `node`: RuntimeClass.
 //! - `csi`: CSIDriver, VolumeAttachment, CSIStorageCapacity.
@@ -31,6 +32,7 @@ mod autoscaling;
 mod certificates;
 mod core;
 mod csi;
+mod flowcontrol;
 mod meta;
 mod networking;
 mod node;
@@ -136,6 +138,14 @@ pub fn validate_write(res: &Resource, subresource: &str, obj: &Value, old: Optio
         ("apiregistration.k8s.io", "APIService") => match subresource {
             "status" => apiregistration::validate_api_service_status(obj, &mut errs),
             _ => apiregistration::validate_api_service(obj, &mut errs),
+        },
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema") => match subresource {
+            "status" => flowcontrol::validate_conditions(obj, &mut errs),
+            _ => flowcontrol::validate_flow_schema(obj, &mut errs),
+        },
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => match subresource {
+            "status" => flowcontrol::validate_conditions(obj, &mut errs),
+            _ => flowcontrol::validate_priority_level(obj, &mut errs),
         },
         ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
             admissionregistration::validate_webhook_configuration(obj, false, &mut errs)

@@ -6,15 +6,18 @@
 //! - one whose ClusterIP Service has no port `spec.service.port` is `False`, `ServicePortError`;
 //! - one whose Service has no Endpoints object is `False`, `EndpointsNotFound`, and one whose
 //!   Endpoints have no address with the port's name `False`, `MissingEndpoints`;
+//! - one whose discovery document (`GET /apis/GROUP/VERSION`, `/api/v1` for `v1.`) cannot be
+//!   read over HTTPS from a ready endpoint of the Service (upstream's
+//!   `--enable-aggregator-routing` path; certificates are not verified, as upstream does not
+//!   verify them here) is `False`, `FailedDiscoveryCheck`;
 //! - otherwise `True`, `Passed`.
 //!
-//! Skiff does not proxy requests to aggregated API servers, so upstream's last check (a GET of
-//! the group version's discovery document through the Service) is not made.
+//! Skiff does not proxy requests to aggregated API servers: the condition is all it reports.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use serde_json::{Value, json};
 use skiff_store::{ListOptions, Store};
 
@@ -110,6 +113,116 @@ pub fn availability(api_service: &Value, service: Option<&Value>, endpoints: Opt
     Availability::new("True", "Passed", "all checks passed".into())
 }
 
+/// Where the discovery check goes: the first ready address of the Endpoints with the port
+/// named as the Service port `spec.service.port` is, and that port's number.
+pub fn discovery_target(api_service: &Value, service: &Value, endpoints: &Value) -> Option<(String, u16)> {
+    let port = api_service
+        .pointer("/spec/service/port")
+        .and_then(Value::as_i64)
+        .unwrap_or(443);
+    let port_name = service
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|p| p.get("port").and_then(Value::as_i64) == Some(port))?
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    endpoints
+        .get("subsets")
+        .and_then(Value::as_array)?
+        .iter()
+        .find_map(|s| {
+            let ip = s.pointer("/addresses/0/ip").and_then(Value::as_str)?;
+            let target = s
+                .get("ports")
+                .and_then(Value::as_array)?
+                .iter()
+                .find(|p| p.get("name").and_then(Value::as_str).unwrap_or("") == port_name)?
+                .get("port")
+                .and_then(Value::as_u64)
+                .and_then(|p| u16::try_from(p).ok())?;
+            Some((ip.to_string(), target))
+        })
+}
+
+/// upstream's discovery check: a GET of the group version's discovery document that must
+/// answer 2xx or 3xx within five seconds. The error is upstream's condition message.
+pub async fn discovery_check(api_service: &Value, host: &str, port: u16) -> Result<(), String> {
+    let path = if objects::name(api_service) == "v1." {
+        format!(
+            "/api/{}",
+            api_service
+                .pointer("/spec/version")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        )
+    } else {
+        format!(
+            "/apis/{}/{}",
+            api_service.pointer("/spec/group").and_then(Value::as_str).unwrap_or(""),
+            api_service
+                .pointer("/spec/version")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        )
+    };
+    let addr = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let url = format!("https://{addr}{path}");
+    let failing = |why: String| format!("failing or missing response from {url}: Get {url:?}: {why}");
+    let attempt = async {
+        let tcp = tokio::net::TcpStream::connect((host, port)).await.map_err(|e| {
+            let why = match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => "connect: connection refused".to_string(),
+                _ => e.to_string(),
+            };
+            failing(format!("dial tcp {addr}: {why}"))
+        })?;
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| failing(e.to_string()))?
+            .dangerous()
+            .with_custom_certificate_verifier(std::sync::Arc::new(crate::proxy::PinVerifier::any(provider)))
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| failing(e.to_string()))?;
+        let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .map_err(|e| failing(e.to_string()))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .map_err(|e| failing(e.to_string()))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "discovery check connection ended");
+            }
+        });
+        let req = http::Request::builder()
+            .method("GET")
+            .uri(&path)
+            .header(http::header::HOST, &addr)
+            .header(http::header::ACCEPT, "application/json")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .map_err(|e| failing(e.to_string()))?;
+        let resp = sender.send_request(req).await.map_err(|e| failing(e.to_string()))?;
+        let code = resp.status().as_u16();
+        if !(200..400).contains(&code) {
+            return Err(format!("bad status from {url}: {code}"));
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(Duration::from_secs(5), attempt).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("timed out waiting for {url}")),
+    }
+}
+
 /// `api_service` with its `Available` condition set (upstream's `SetAPIServiceCondition`: the
 /// transition time moves only when the status does).
 pub fn with_condition(api_service: &Value, a: &Availability, now: &str) -> Value {
@@ -179,7 +292,14 @@ pub async fn sync(store: &dyn Store) -> anyhow::Result<()> {
                 )
             }
         };
-        let a = availability(&api_service, svc.as_ref(), eps.as_ref());
+        let mut a = availability(&api_service, svc.as_ref(), eps.as_ref());
+        if a.reason == "Passed"
+            && let (Some(svc), Some(eps)) = (svc.as_ref(), eps.as_ref())
+            && let Some((host, port)) = discovery_target(&api_service, svc, eps)
+            && let Err(message) = discovery_check(&api_service, &host, port).await
+        {
+            a = Availability::new("False", "FailedDiscoveryCheck", message);
+        }
         let updated = with_condition(&api_service, &a, &now);
         if updated.get("status") == api_service.get("status") {
             continue;
@@ -243,8 +363,23 @@ pub fn spawn(state: Arc<ApiState>) {
                 if let Ok(None) = tokio::time::timeout(Duration::from_secs(30), events.next()).await {
                     break;
                 }
+                // Services and Endpoints change often: one pass covers every event already here.
+                let mut ended = false;
+                loop {
+                    match events.next().now_or_never() {
+                        Some(Some(_)) => {}
+                        Some(None) => {
+                            ended = true;
+                            break;
+                        }
+                        None => break,
+                    }
+                }
                 if let Err(e) = sync(&*store).await {
                     tracing::warn!(error = %e, "checking APIService availability failed");
+                }
+                if ended {
+                    break;
                 }
             }
         }
@@ -308,6 +443,84 @@ mod tests {
         // Only ClusterIP Services are checked for ports and endpoints.
         let external = json!({"spec": {"type": "ExternalName", "externalName": "api.example.com"}});
         assert_eq!(availability(&remote(), Some(&external), None).reason, "Passed");
+    }
+
+    #[test]
+    fn the_discovery_check_goes_to_a_ready_endpoint_of_the_named_port() {
+        let svc = json!({"spec": {"ports": [{"name": "https", "port": 443, "targetPort": 4443}]}});
+        let eps = json!({"subsets": [
+            {"notReadyAddresses": [{"ip": "10.0.0.9"}], "ports": [{"name": "https", "port": 4443}]},
+            {"addresses": [{"ip": "10.0.0.1"}], "ports": [{"name": "metrics", "port": 9090}, {"name": "https", "port": 4443}]}]});
+        assert_eq!(
+            discovery_target(&remote(), &svc, &eps),
+            Some(("10.0.0.1".to_string(), 4443))
+        );
+    }
+
+    /// A TLS server with a self-signed certificate answering `code` for `path`, 404 otherwise.
+    async fn discovery_server(path: &'static str, code: u16) -> u16 {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("cert");
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("key der"),
+            )
+            .expect("config");
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let service =
+                        hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| async move {
+                            let status = if req.uri().path() == path { code } else { 404 };
+                            http::Response::builder()
+                                .status(status)
+                                .body(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")))
+                        });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn the_discovery_check_in_upstream_words() {
+        let ok = discovery_server("/apis/metrics.k8s.io/v1beta1", 200).await;
+        assert_eq!(discovery_check(&remote(), "127.0.0.1", ok).await, Ok(()));
+        let failing = discovery_server("/apis/metrics.k8s.io/v1beta1", 503).await;
+        assert_eq!(
+            discovery_check(&remote(), "127.0.0.1", failing).await,
+            Err(format!(
+                "bad status from https://127.0.0.1:{failing}/apis/metrics.k8s.io/v1beta1: 503"
+            ))
+        );
+        // Nothing listening.
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            l.local_addr().expect("addr").port()
+        };
+        let url = format!("https://127.0.0.1:{closed}/apis/metrics.k8s.io/v1beta1");
+        assert_eq!(
+            discovery_check(&remote(), "127.0.0.1", closed).await,
+            Err(format!(
+                "failing or missing response from {url}: Get {url:?}: dial tcp 127.0.0.1:{closed}: connect: connection refused"
+            ))
+        );
     }
 
     #[test]

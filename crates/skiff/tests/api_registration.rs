@@ -202,6 +202,37 @@ subsets: []
         "endpoints for service/example-metrics in \"default\" have no addresses with port name \"https\""
     );
 
+    // Ready endpoints, but nothing answers the discovery check there.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    c.apply(
+        &format!(
+            r#"
+apiVersion: v1
+kind: Endpoints
+metadata:
+  name: example-metrics
+subsets:
+- addresses: [{{ip: 127.0.0.1}}]
+  ports: [{{name: https, port: {closed}}}]
+"#
+        ),
+        &[],
+    );
+    wait_line(&c, "v1beta1.metrics.example.com", |l| {
+        l.contains("False (FailedDiscoveryCheck)")
+    });
+    let s = c.get_json(&["apiservice", "v1beta1.metrics.example.com"]);
+    let url = format!("https://127.0.0.1:{closed}/apis/metrics.example.com/v1beta1");
+    assert_eq!(
+        s["status"]["conditions"][0]["message"],
+        format!(
+            "failing or missing response from {url}: Get {url:?}: dial tcp 127.0.0.1:{closed}: connect: connection refused"
+        )
+    );
+
     c.k(&["delete", "apiservice", "v1beta1.metrics.example.com"]);
     c.wait_gone(&["apiservice", "v1beta1.metrics.example.com"], Duration::from_secs(10));
 }

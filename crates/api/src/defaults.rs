@@ -65,6 +65,22 @@ pub fn apply_defaults(res: &Resource, obj: &mut Value) {
                 }
             }
         }
+        ("apiregistration.k8s.io", "APIService") => {
+            // apiregistration/v1's `SetDefaults_ServiceReference`.
+            if let Some(svc) = obj.pointer_mut("/spec/service").and_then(Value::as_object_mut) {
+                default_val(svc, "port", json!(443));
+            }
+        }
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema") => {
+            // flowcontrol/v1's `SetDefaults_FlowSchemaSpec`.
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                let unset = spec.get("matchingPrecedence").and_then(Value::as_i64).unwrap_or(0) == 0;
+                if unset {
+                    spec.insert("matchingPrecedence".into(), json!(1000));
+                }
+            }
+        }
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => default_priority_level(obj),
         ("networking.k8s.io", "NetworkPolicy") => default_network_policy(obj),
         ("networking.k8s.io", "IngressClass") => {
             // upstream's networking/v1 `SetDefaults_IngressClass`.
@@ -1105,6 +1121,36 @@ fn default_network_policy(obj: &mut Value) {
 
 /// upstream's storage/v1 `SetDefaults_CSIDriver` with 1.33's default feature gates
 /// (`CSIInlineVolume` and `SELinuxMountReadWriteOncePod` on).
+/// flowcontrol/v1's `SetDefaults_PriorityLevelConfiguration`,
+/// `SetDefaults_LimitedPriorityLevelConfiguration` and `SetDefaults_QueuingConfiguration`.
+fn default_priority_level(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if spec.get("type").and_then(Value::as_str) == Some("Exempt")
+        && let Some(exempt) = child(spec, "exempt")
+    {
+        default_val(exempt, "nominalConcurrencyShares", json!(0));
+        default_val(exempt, "lendablePercent", json!(0));
+    }
+    let Some(limited) = existing(spec, "limited") else {
+        return;
+    };
+    default_val(limited, "nominalConcurrencyShares", json!(30));
+    default_val(limited, "lendablePercent", json!(0));
+    let queuing = limited
+        .get_mut("limitResponse")
+        .and_then(Value::as_object_mut)
+        .and_then(|lr| existing(lr, "queuing"));
+    if let Some(q) = queuing {
+        for (key, value) in [("handSize", 8), ("queues", 64), ("queueLengthLimit", 50)] {
+            if q.get(key).and_then(Value::as_i64).unwrap_or(0) == 0 {
+                q.insert(key.into(), json!(value));
+            }
+        }
+    }
+}
+
 fn default_csi_driver(obj: &mut Value) {
     let Some(spec) = obj.as_object_mut().and_then(|m| child(m, "spec")) else {
         return;
@@ -1573,6 +1619,47 @@ mod tests {
             json!({"spec": {"controller": "a.io/b"}}),
         );
         assert!(c["spec"].get("parameters").is_none());
+    }
+
+    #[test]
+    fn api_service_port_defaults_to_443() {
+        let s = defaulted(
+            "apiregistration.k8s.io",
+            "APIService",
+            json!({"spec": {"service": {"namespace": "ns", "name": "api"}}}),
+        );
+        assert_eq!(s["spec"]["service"]["port"], 443);
+        let s = defaulted("apiregistration.k8s.io", "APIService", json!({"spec": {"group": "g"}}));
+        assert!(s["spec"].get("service").is_none());
+    }
+
+    #[test]
+    fn flow_control_defaults() {
+        let fs = defaulted(
+            "flowcontrol.apiserver.k8s.io",
+            "FlowSchema",
+            json!({"spec": {"priorityLevelConfiguration": {"name": "p"}}}),
+        );
+        assert_eq!(fs["spec"]["matchingPrecedence"], 1000);
+        let pl = defaulted(
+            "flowcontrol.apiserver.k8s.io",
+            "PriorityLevelConfiguration",
+            json!({"spec": {"type": "Limited", "limited": {"limitResponse": {"type": "Queue", "queuing": {"queues": 16}}}}}),
+        );
+        assert_eq!(
+            pl["spec"]["limited"],
+            json!({"nominalConcurrencyShares": 30, "lendablePercent": 0,
+                "limitResponse": {"type": "Queue", "queuing": {"queues": 16, "handSize": 8, "queueLengthLimit": 50}}})
+        );
+        let exempt = defaulted(
+            "flowcontrol.apiserver.k8s.io",
+            "PriorityLevelConfiguration",
+            json!({"spec": {"type": "Exempt"}}),
+        );
+        assert_eq!(
+            exempt["spec"]["exempt"],
+            json!({"nominalConcurrencyShares": 0, "lendablePercent": 0})
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod cel;
 pub mod certificates;
 pub mod cidr;
 pub mod defaults;
+pub mod flowcontrol;
 pub mod limitranger;
 pub mod nodeaffinity;
 pub mod patch;

@@ -655,6 +655,39 @@ pub static RESOURCES: &[Resource] = &[
         &["status"]
     ),
     res!(
+        "apiregistration.k8s.io",
+        "v1",
+        "APIService",
+        "apiservices",
+        "apiservice",
+        false,
+        &[],
+        &["api-extensions"],
+        &["status"]
+    ),
+    res!(
+        "flowcontrol.apiserver.k8s.io",
+        "v1",
+        "FlowSchema",
+        "flowschemas",
+        "flowschema",
+        false,
+        &[],
+        &[],
+        &["status"]
+    ),
+    res!(
+        "flowcontrol.apiserver.k8s.io",
+        "v1",
+        "PriorityLevelConfiguration",
+        "prioritylevelconfigurations",
+        "prioritylevelconfiguration",
+        false,
+        &[],
+        &[],
+        &["status"]
+    ),
+    res!(
         "metrics.k8s.io",
         "v1beta1",
         "NodeMetrics",
@@ -681,6 +714,8 @@ pub static RESOURCES: &[Resource] = &[
 /// Upstream's `GroupPriorityMinimum` of each named group kube-apiserver 1.33 serves (the
 /// aggregator's `apiVersionPriorities`): `/apis` lists groups from the highest down.
 const GROUP_PRIORITIES: &[(&str, u32)] = &[
+    // The aggregator lists its own group first (20001, above any APIService's priority).
+    ("apiregistration.k8s.io", 20001),
     ("apps", 17800),
     ("events.k8s.io", 17750),
     ("authentication.k8s.io", 17700),
@@ -703,6 +738,54 @@ const GROUP_PRIORITIES: &[(&str, u32)] = &[
     // metrics-server's APIService.
     ("metrics.k8s.io", 100),
 ];
+
+/// Upstream's priorities of each group version kube-apiserver 1.33 serves (the aggregator's
+/// `apiVersionPriorities`): the `groupPriorityMinimum` and `versionPriority` of the local
+/// APIServices the server registers for itself. `metrics.k8s.io`, which Skiff serves itself,
+/// has metrics-server's APIService priorities.
+const API_VERSION_PRIORITIES: &[(&str, &str, i64, i64)] = &[
+    ("", "v1", 18000, 1),
+    ("apps", "v1", 17800, 15),
+    ("events.k8s.io", "v1", 17750, 15),
+    ("authentication.k8s.io", "v1", 17700, 15),
+    ("authorization.k8s.io", "v1", 17600, 15),
+    ("autoscaling", "v1", 17500, 15),
+    ("autoscaling", "v2", 17500, 30),
+    ("batch", "v1", 17400, 15),
+    ("certificates.k8s.io", "v1", 17300, 15),
+    ("networking.k8s.io", "v1", 17200, 15),
+    ("policy", "v1", 17100, 15),
+    ("rbac.authorization.k8s.io", "v1", 17000, 15),
+    ("storage.k8s.io", "v1", 16800, 15),
+    ("apiextensions.k8s.io", "v1", 16700, 15),
+    ("admissionregistration.k8s.io", "v1", 16700, 15),
+    ("scheduling.k8s.io", "v1", 16600, 15),
+    ("coordination.k8s.io", "v1", 16500, 15),
+    ("node.k8s.io", "v1", 16300, 15),
+    ("discovery.k8s.io", "v1", 16200, 15),
+    ("flowcontrol.apiserver.k8s.io", "v1", 16100, 21),
+    ("metrics.k8s.io", "v1beta1", 100, 100),
+];
+
+/// The `(groupPriorityMinimum, versionPriority)` of a built-in group version's APIService;
+/// `None` for one upstream registers no APIService for.
+pub fn api_version_priority(group: &str, version: &str) -> Option<(i64, i64)> {
+    API_VERSION_PRIORITIES
+        .iter()
+        .find(|(g, v, _, _)| *g == group && *v == version)
+        .map(|(_, _, gp, vp)| (*gp, *vp))
+}
+
+/// Every built-in group version served, core (`""`) first, each once.
+pub fn builtin_group_versions() -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&'static str, &'static str)> = Vec::new();
+    for r in RESOURCES {
+        if !out.contains(&(r.group, r.version)) {
+            out.push((r.group, r.version));
+        }
+    }
+    out
+}
 
 /// A group's priority; a group upstream does not list goes last.
 fn group_priority(group: &str) -> u32 {
@@ -890,6 +973,7 @@ mod tests {
         assert_eq!(
             groups(),
             [
+                "apiregistration.k8s.io",
                 "apps",
                 "events.k8s.io",
                 "authentication.k8s.io",
@@ -907,6 +991,7 @@ mod tests {
                 "coordination.k8s.io",
                 "node.k8s.io",
                 "discovery.k8s.io",
+                "flowcontrol.apiserver.k8s.io",
                 "metrics.k8s.io",
             ]
         );

@@ -104,6 +104,24 @@ fn build() -> Schemas {
         ("networking.k8s.io", "v1", "Ingress", api::networking::v1::Ingress),
         ("node.k8s.io", "v1", "RuntimeClass", api::node::v1::RuntimeClass),
         (
+            "apiregistration.k8s.io",
+            "v1",
+            "APIService",
+            k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService
+        ),
+        (
+            "flowcontrol.apiserver.k8s.io",
+            "v1",
+            "FlowSchema",
+            api::flowcontrol::v1::FlowSchema
+        ),
+        (
+            "flowcontrol.apiserver.k8s.io",
+            "v1",
+            "PriorityLevelConfiguration",
+            api::flowcontrol::v1::PriorityLevelConfiguration
+        ),
+        (
             "networking.k8s.io",
             "v1",
             "IngressClass",

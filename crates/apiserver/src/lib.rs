@@ -5,9 +5,12 @@
 //! component reaches the data through the HTTP API (in-process through [`client`]).
 
 pub mod allocator;
+pub mod apf_controller;
 pub mod audit;
 pub mod audit_request;
 pub mod authz;
+pub mod autoregister;
+pub mod available_controller;
 pub mod body;
 pub mod bootstrap;
 pub mod bootstraptoken;
@@ -19,6 +22,7 @@ pub mod discovery;
 pub mod encryption;
 pub mod escalation;
 pub mod filters;
+pub mod flowcontrol_ensurer;
 pub mod handlers;
 pub mod impersonation;
 pub mod join;

@@ -153,9 +153,17 @@ async fn node_endpoint(ctx: &Ctx, node_name: &str) -> Result<(String, u16, Optio
 /// Accepts the agent's certificate if it matches the pinned hash (or, without a pin,
 /// any certificate, as upstream does without a kubelet CA).
 #[derive(Debug)]
-struct PinVerifier {
+pub(crate) struct PinVerifier {
     pin: Option<String>,
     provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl PinVerifier {
+    /// A verifier that accepts any certificate (signatures still checked), for best-effort
+    /// probes such as the APIService discovery check, which upstream makes without verification.
+    pub(crate) fn any(provider: Arc<rustls::crypto::CryptoProvider>) -> PinVerifier {
+        PinVerifier { pin: None, provider }
+    }
 }
 
 impl rustls::client::danger::ServerCertVerifier for PinVerifier {

@@ -368,6 +368,22 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         .await
         .context("serving the stored CustomResourceDefinitions")?;
     crate::customresourcedefinitions::spawn(state.clone());
+    let registration = crate::autoregister::start(&state)
+        .await
+        .context("registering the server's APIServices")?;
+    crate::autoregister::spawn(state.clone(), registration);
+    crate::available_controller::sync(&*state.store)
+        .await
+        .context("checking the APIServices' availability")?;
+    crate::available_controller::spawn(state.clone());
+    crate::flowcontrol_ensurer::ensure(&*state.store)
+        .await
+        .context("creating the flow control configuration")?;
+    crate::flowcontrol_ensurer::spawn(state.clone());
+    crate::apf_controller::sync(&*state.store)
+        .await
+        .context("checking the flow schemas' priority levels")?;
+    crate::apf_controller::spawn(state.clone());
     crate::webhook::load(&state)
         .await
         .context("reading the webhook configurations")?;

@@ -45,6 +45,8 @@ fn tracks_generation(res: &Resource) -> bool {
                 | "services"
                 | "persistentvolumeclaims"
                 | "pods"
+                | "flowschemas"
+                | "prioritylevelconfigurations"
         )
 }
 
@@ -810,7 +812,10 @@ fn reset_status_on_create(res: &Resource, obj: &mut Value) {
         | "poddisruptionbudgets"
         | "ingresses"
         | "volumeattachments"
-        | "resourcequotas" => {
+        | "resourcequotas"
+        | "apiservices"
+        | "flowschemas"
+        | "prioritylevelconfigurations" => {
             m.remove("status");
         }
         "namespaces" => {

@@ -5,11 +5,13 @@
 //! unless `-o wide`. Each row carries the object's metadata as a `PartialObjectMetadata`, which
 //! kubectl needs for `--show-labels`, `-L` and `-A`.
 
+mod apiregistration;
 mod apps;
 mod autoscaling;
 mod certificates;
 mod core;
 mod csi;
+mod flowcontrol;
 mod format;
 mod networking;
 mod node;
@@ -122,6 +124,9 @@ enum Printer {
     IngressClass,
     NetworkPolicy,
     RuntimeClass,
+    APIService,
+    FlowSchema,
+    PriorityLevelConfiguration,
     CSIDriver,
     VolumeAttachment,
     CSIStorageCapacity,
@@ -177,6 +182,9 @@ fn printer_for(res: &Resource) -> Printer {
         ("networking.k8s.io", "IngressClass") => Printer::IngressClass,
         ("networking.k8s.io", "NetworkPolicy") => Printer::NetworkPolicy,
         ("node.k8s.io", "RuntimeClass") => Printer::RuntimeClass,
+        ("apiregistration.k8s.io", "APIService") => Printer::APIService,
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema") => Printer::FlowSchema,
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => Printer::PriorityLevelConfiguration,
         ("storage.k8s.io", "CSIDriver") => Printer::CSIDriver,
         ("storage.k8s.io", "VolumeAttachment") => Printer::VolumeAttachment,
         ("storage.k8s.io", "CSIStorageCapacity") => Printer::CSIStorageCapacity,
@@ -228,6 +236,9 @@ fn columns(printer: Printer) -> &'static [Column] {
         Printer::IngressClass => networking::INGRESSCLASS_COLUMNS,
         Printer::NetworkPolicy => networking::NETWORKPOLICY_COLUMNS,
         Printer::RuntimeClass => node::RUNTIMECLASS_COLUMNS,
+        Printer::APIService => apiregistration::APISERVICE_COLUMNS,
+        Printer::FlowSchema => flowcontrol::FLOWSCHEMA_COLUMNS,
+        Printer::PriorityLevelConfiguration => flowcontrol::PRIORITYLEVEL_COLUMNS,
         Printer::CSIDriver => csi::CSIDRIVER_COLUMNS,
         Printer::VolumeAttachment => csi::VOLUMEATTACHMENT_COLUMNS,
         Printer::CSIStorageCapacity => csi::CSISTORAGECAPACITY_COLUMNS,
@@ -303,6 +314,9 @@ pub fn row_cells(res: &Resource, obj: &Value, now: Timestamp) -> Vec<Value> {
         Printer::IngressClass => networking::ingressclass(obj, now),
         Printer::NetworkPolicy => networking::networkpolicy(obj, now),
         Printer::RuntimeClass => node::runtimeclass(obj, now),
+        Printer::APIService => apiregistration::apiservice(obj, now),
+        Printer::FlowSchema => flowcontrol::flowschema(obj, now),
+        Printer::PriorityLevelConfiguration => flowcontrol::prioritylevelconfiguration(obj, now),
         Printer::CSIDriver => csi::csidriver(obj, now),
         Printer::VolumeAttachment => csi::volumeattachment(obj, now),
         Printer::CSIStorageCapacity => csi::csistoragecapacity(obj),

@@ -14,6 +14,8 @@
 //! - `core`: Service, Node taints, Secret, ConfigMap, PersistentVolumeClaim, PriorityClass.
 //! - `storage`: StorageClass, CSINode.
 //! - `admissionregistration`: Validating and MutatingWebhookConfigurations.
+//! - `apiregistration`: APIService (and its status).
+//! - `flowcontrol`: FlowSchema, PriorityLevelConfiguration (mandatory ones keep their spec).
 //! - `networking`: Ingress (and its status), IngressClass, NetworkPolicy.
 //! - `node`: RuntimeClass.
 //! - `csi`: CSIDriver, VolumeAttachment, CSIStorageCapacity.
@@ -25,10 +27,12 @@
 //! Go's `%#v` of structs where upstream passes a struct (selectors, strategies, taints).
 
 pub mod admissionregistration;
+mod apiregistration;
 mod autoscaling;
 mod certificates;
 mod core;
 mod csi;
+mod flowcontrol;
 mod meta;
 mod networking;
 mod node;
@@ -76,6 +80,16 @@ pub fn validate_write(res: &Resource, subresource: &str, obj: &Value, old: Optio
     }
     let name_fn = name_validator(res);
     meta::validate_object_meta(obj.get("metadata"), res.namespaced, name_fn, &mut errs);
+    if (res.group, res.kind) == ("apiregistration.k8s.io", "APIService") {
+        // The name rule needs the spec: its errors go where the name's would.
+        let at = errs
+            .iter()
+            .position(|e| !matches!(e.field.as_str(), "metadata.name" | "metadata.generateName"))
+            .unwrap_or(errs.len());
+        let mut name_errs = Vec::new();
+        apiregistration::validate_name(obj, &mut name_errs);
+        errs.splice(at..at, name_errs);
+    }
     if let Some(old) = old {
         meta::validate_object_meta_update(obj.get("metadata"), old.get("metadata"), &mut errs);
     }
@@ -121,6 +135,18 @@ pub fn validate_write(res: &Resource, subresource: &str, obj: &Value, old: Optio
         ("batch", "CronJob") => workloads::validate_cronjob(obj, &mut errs),
         ("policy", "PodDisruptionBudget") => workloads::validate_pdb(obj, &mut errs),
         ("autoscaling", "HorizontalPodAutoscaler") => autoscaling::validate_horizontal_pod_autoscaler(obj, &mut errs),
+        ("apiregistration.k8s.io", "APIService") => match subresource {
+            "status" => apiregistration::validate_api_service_status(obj, &mut errs),
+            _ => apiregistration::validate_api_service(obj, &mut errs),
+        },
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema") => match subresource {
+            "status" => flowcontrol::validate_conditions(obj, &mut errs),
+            _ => flowcontrol::validate_flow_schema(obj, &mut errs),
+        },
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => match subresource {
+            "status" => flowcontrol::validate_conditions(obj, &mut errs),
+            _ => flowcontrol::validate_priority_level(obj, &mut errs),
+        },
         ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
             admissionregistration::validate_webhook_configuration(obj, false, &mut errs)
         }
@@ -145,6 +171,8 @@ fn name_validator(res: &Resource) -> fn(&str, bool) -> Vec<String> {
         ("", "Service") => meta::name_is_dns1035_label,
         ("apps", "StatefulSet") => meta::name_is_dns_label,
         ("certificates.k8s.io", "CertificateSigningRequest") => name_is_path_segment,
+        // Checked with the spec in `apiregistration::validate_name`.
+        ("apiregistration.k8s.io", "APIService") => |_, _| Vec::new(),
         _ => meta::name_is_dns_subdomain,
     }
 }

@@ -192,6 +192,17 @@ pub static RESOURCES: &[Resource] = &[
         &["status"]
     ),
     res!(
+        "",
+        "v1",
+        "ReplicationController",
+        "replicationcontrollers",
+        "replicationcontroller",
+        true,
+        &["rc"],
+        ALL,
+        &["status", "scale"]
+    ),
+    res!(
         "apps",
         "v1",
         "Deployment",

@@ -35,6 +35,7 @@ fn tracks_generation(res: &Resource) -> bool {
             res.plural,
             "deployments"
                 | "replicasets"
+                | "replicationcontrollers"
                 | "statefulsets"
                 | "daemonsets"
                 | "jobs"
@@ -795,6 +796,7 @@ fn reset_status_on_create(res: &Resource, obj: &mut Value) {
         }
         "deployments"
         | "replicasets"
+        | "replicationcontrollers"
         | "statefulsets"
         | "daemonsets"
         | "jobs"

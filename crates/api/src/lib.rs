@@ -7,6 +7,7 @@ pub mod apiextensions;
 pub mod bootstraptoken;
 pub mod certificates;
 pub mod cidr;
+pub mod conversion;
 pub mod defaults;
 pub mod limitranger;
 pub mod nodeaffinity;

@@ -643,6 +643,18 @@ pub static RESOURCES: &[Resource] = &[
         ALL,
         &["status"]
     ),
+    // Served beside v2, the preferred version it is stored as (`conversion`).
+    res!(
+        "autoscaling",
+        "v1",
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+        "horizontalpodautoscaler",
+        true,
+        &["hpa"],
+        ALL,
+        &["status"]
+    ),
     res!(
         "metrics.k8s.io",
         "v1beta1",

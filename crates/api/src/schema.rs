@@ -198,6 +198,12 @@ fn build() -> Schemas {
         ("autoscaling", "v1", "Scale", api::autoscaling::v1::Scale),
         (
             "autoscaling",
+            "v1",
+            "HorizontalPodAutoscaler",
+            api::autoscaling::v1::HorizontalPodAutoscaler
+        ),
+        (
+            "autoscaling",
             "v2",
             "HorizontalPodAutoscaler",
             api::autoscaling::v2::HorizontalPodAutoscaler

@@ -116,7 +116,7 @@ thread_local! {
 /// The JSON type check and field validation of a written object. Both depend only on the
 /// object's skeleton, so a skeleton that passed them before (objects written alike: a
 /// ReplicaSet's pods, a scheduler's events) passes again without a walk.
-fn check_shape(ctx: &Ctx, obj: &Value) -> Result<Vec<String>, StatusError> {
+pub(crate) fn check_shape(ctx: &Ctx, obj: &Value) -> Result<Vec<String>, StatusError> {
     let res = ctx.rr.resource;
     if let Some(def) = skiff_api::apiextensions::definition(res) {
         return custom_field_validation(ctx, &def, obj);
@@ -1067,7 +1067,7 @@ pub async fn patch(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
 }
 
 /// Parse the patch document of a request.
-fn patch_document(ctx: &Ctx, bytes: &Bytes) -> Result<(PatchType, Value), StatusError> {
+pub(crate) fn patch_document(ctx: &Ctx, bytes: &Bytes) -> Result<(PatchType, Value), StatusError> {
     let ct = ctx
         .headers
         .get(header::CONTENT_TYPE)

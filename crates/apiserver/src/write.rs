@@ -794,9 +794,12 @@ fn reset_status_on_create(res: &Resource, obj: &mut Value) {
             // Defaulting computes qosClass from the spec; the client's status is not kept.
             m.insert("status".into(), json!({"phase": "Pending"}));
         }
+        // Upstream's empty ReplicationControllerStatus: `replicas` is not omitted when zero.
+        "replicationcontrollers" => {
+            m.insert("status".into(), json!({"replicas": 0}));
+        }
         "deployments"
         | "replicasets"
-        | "replicationcontrollers"
         | "statefulsets"
         | "daemonsets"
         | "jobs"

@@ -223,3 +223,64 @@ fn replication_controller_deletion_cascades_or_orphans() {
         );
     }
 }
+
+/// The Python client's own calls, as its tests make them: ReplicationControllers through
+/// CoreV1Api (scale included) and autoscaling/v1 HorizontalPodAutoscalers through
+/// AutoscalingV1Api.
+#[test]
+fn python_client_replication_controllers_and_v1_autoscalers() {
+    let c = cluster();
+    let script = r#"
+import sys, time
+from kubernetes import client, config
+config.load_kube_config(config_file=sys.argv[1])
+v1 = client.CoreV1Api()
+template = client.V1PodTemplateSpec(
+    metadata=client.V1ObjectMeta(labels={"app": "py"}),
+    spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="nginx")]))
+rc = client.V1ReplicationController(
+    metadata=client.V1ObjectMeta(name="py"),
+    spec=client.V1ReplicationControllerSpec(replicas=2, template=template))
+v1.create_namespaced_replication_controller("default", rc)
+got = v1.read_namespaced_replication_controller("py", "default")
+assert got.spec.selector == {"app": "py"}, got.spec.selector
+deadline = time.time() + 40
+while time.time() < deadline:
+    st = v1.read_namespaced_replication_controller_status("py", "default").status
+    if st.replicas == 2 and st.ready_replicas == 2:
+        break
+    time.sleep(0.5)
+else:
+    raise SystemExit("not ready: %s" % st)
+scale = v1.read_namespaced_replication_controller_scale("py", "default")
+assert scale.spec.replicas == 2 and scale.status.selector == "app=py", scale
+v1.patch_namespaced_replication_controller_scale("py", "default", {"spec": {"replicas": 1}})
+while time.time() < deadline:
+    if len(v1.list_namespaced_pod("default", label_selector="app=py").items) == 1:
+        break
+    time.sleep(0.5)
+else:
+    raise SystemExit("not scaled down")
+names = [i.metadata.name for i in v1.list_namespaced_replication_controller("default").items]
+assert names == ["py"], names
+v1.delete_namespaced_replication_controller("py", "default")
+
+hpa = client.AutoscalingV1Api()
+body = client.V1HorizontalPodAutoscaler(
+    metadata=client.V1ObjectMeta(name="py"),
+    spec=client.V1HorizontalPodAutoscalerSpec(
+        scale_target_ref=client.V1CrossVersionObjectReference(api_version="v1", kind="ReplicationController", name="py"),
+        min_replicas=1, max_replicas=3, target_cpu_utilization_percentage=70))
+hpa.create_namespaced_horizontal_pod_autoscaler("default", body)
+got = hpa.read_namespaced_horizontal_pod_autoscaler("py", "default")
+assert got.spec.target_cpu_utilization_percentage == 70, got.spec
+got.spec.max_replicas = 5
+hpa.replace_namespaced_horizontal_pod_autoscaler("py", "default", got)
+v2 = client.AutoscalingV2Api().read_namespaced_horizontal_pod_autoscaler("py", "default")
+assert v2.spec.max_replicas == 5, v2.spec
+assert v2.spec.metrics[0].resource.target.average_utilization == 70, v2.spec.metrics
+hpa.delete_namespaced_horizontal_pod_autoscaler("py", "default")
+print("ok")
+"#;
+    c.python(script);
+}

@@ -98,6 +98,17 @@ fn replication_controller_scales_heals_and_describes() {
     assert_eq!(status["availableReplicas"], 3);
     assert_eq!(status["observedGeneration"], 1);
 
+    // A disruption budget counts the controller's scale.
+    c.apply(
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: web\nspec:\n  maxUnavailable: 1\n  selector:\n    matchLabels: {app: web}\n",
+        &[],
+    );
+    let budget = eventually(Duration::from_secs(20), || {
+        let st = c.get_json(&["pdb", "web"])["status"].clone();
+        (st["expectedPods"] == 3 && st["disruptionsAllowed"] == 1).then_some(())
+    });
+    assert!(budget.is_some(), "{}", c.k(&["get", "pdb", "web", "-o", "yaml"]));
+
     // The short name, the table and its wide columns, the `all` category.
     let t = table(&c.k(&["get", "rc", "-o", "wide"]));
     assert_eq!(

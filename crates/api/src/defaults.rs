@@ -34,6 +34,7 @@ pub fn apply_defaults(res: &Resource, obj: &mut Value) {
         ("", "Endpoints") => default_endpoints(obj),
         ("apps", "Deployment") => default_deployment(obj),
         ("apps", "ReplicaSet") => default_replicaset(obj),
+        ("", "ReplicationController") => default_replication_controller(obj),
         ("apps", "StatefulSet") => default_statefulset(obj),
         ("apps", "DaemonSet") => default_daemonset(obj),
         ("batch", "Job") => default_job(obj),
@@ -747,6 +748,41 @@ fn default_replicaset(obj: &mut Value) {
     }
 }
 
+/// core/v1's `SetDefaults_ReplicationController`: an empty selector and empty object labels
+/// are the template's labels, and one replica.
+fn default_replication_controller(obj: &mut Value) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let template_labels = root
+        .get("spec")
+        .and_then(|s| s.get("template"))
+        .and_then(|t| t.get("metadata"))
+        .and_then(|m| m.get("labels"))
+        .filter(|l| l.is_object())
+        .cloned();
+    let is_empty = |v: Option<&Value>| v.and_then(Value::as_object).is_none_or(Map::is_empty);
+    if let Some(labels) = template_labels {
+        if let Some(spec) = child(root, "spec")
+            && is_empty(spec.get("selector"))
+        {
+            spec.insert("selector".into(), labels.clone());
+        }
+        if let Some(md) = child(root, "metadata")
+            && is_empty(md.get("labels"))
+        {
+            md.insert("labels".into(), labels);
+        }
+    }
+    let Some(spec) = child(root, "spec") else {
+        return;
+    };
+    default_val(spec, "replicas", json!(1));
+    if let Some(t) = existing(spec, "template") {
+        default_template(t);
+    }
+}
+
 fn default_statefulset(obj: &mut Value) {
     let Some(root) = obj.as_object_mut() else {
         return;
@@ -1406,6 +1442,31 @@ mod tests {
             json!({"spec": {"strategy": {"type": "Recreate"}}}),
         );
         assert_eq!(r["spec"]["strategy"], json!({"type": "Recreate"}));
+    }
+
+    #[test]
+    fn replication_controller_selector_and_labels_from_template() {
+        let rc = defaulted(
+            "",
+            "ReplicationController",
+            json!({"metadata": {"name": "web"},
+                   "spec": {"template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}}),
+        );
+        assert_eq!(rc["spec"]["selector"], json!({"app": "web"}));
+        assert_eq!(rc["metadata"]["labels"], json!({"app": "web"}));
+        assert_eq!(rc["spec"]["replicas"], 1);
+        assert_eq!(rc["spec"]["template"]["spec"]["restartPolicy"], "Always");
+        // A selector and labels of its own are kept; zero replicas stay zero.
+        let rc = defaulted(
+            "",
+            "ReplicationController",
+            json!({"metadata": {"name": "web", "labels": {"team": "a"}},
+                   "spec": {"replicas": 0, "selector": {"app": "web"},
+                            "template": {"metadata": {"labels": {"app": "web", "v": "2"}}}}}),
+        );
+        assert_eq!(rc["spec"]["selector"], json!({"app": "web"}));
+        assert_eq!(rc["metadata"]["labels"], json!({"team": "a"}));
+        assert_eq!(rc["spec"]["replicas"], 0);
     }
 
     #[test]

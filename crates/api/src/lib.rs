@@ -8,6 +8,7 @@ pub mod bootstraptoken;
 pub mod cel;
 pub mod certificates;
 pub mod cidr;
+pub mod conversion;
 pub mod defaults;
 pub mod flowcontrol;
 pub mod limitranger;

@@ -192,6 +192,17 @@ pub static RESOURCES: &[Resource] = &[
         &["status"]
     ),
     res!(
+        "",
+        "v1",
+        "ReplicationController",
+        "replicationcontrollers",
+        "replicationcontroller",
+        true,
+        &["rc"],
+        ALL,
+        &["status", "scale"]
+    ),
+    res!(
         "apps",
         "v1",
         "Deployment",
@@ -646,6 +657,18 @@ pub static RESOURCES: &[Resource] = &[
     res!(
         "autoscaling",
         "v2",
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+        "horizontalpodautoscaler",
+        true,
+        &["hpa"],
+        ALL,
+        &["status"]
+    ),
+    // Served beside v2, the preferred version it is stored as (`conversion`).
+    res!(
+        "autoscaling",
+        "v1",
         "HorizontalPodAutoscaler",
         "horizontalpodautoscalers",
         "horizontalpodautoscaler",

@@ -44,6 +44,7 @@ fn build() -> Schemas {
         ("", "v1", "Secret", api::core::v1::Secret),
         ("", "v1", "ConfigMap", api::core::v1::ConfigMap),
         ("", "v1", "PodTemplate", api::core::v1::PodTemplate),
+        ("", "v1", "ReplicationController", api::core::v1::ReplicationController),
         ("", "v1", "ResourceQuota", api::core::v1::ResourceQuota),
         ("", "v1", "LimitRange", api::core::v1::LimitRange),
         ("", "v1", "Service", api::core::v1::Service),
@@ -225,6 +226,12 @@ fn build() -> Schemas {
             api::authentication::v1::SelfSubjectReview
         ),
         ("autoscaling", "v1", "Scale", api::autoscaling::v1::Scale),
+        (
+            "autoscaling",
+            "v1",
+            "HorizontalPodAutoscaler",
+            api::autoscaling::v1::HorizontalPodAutoscaler
+        ),
         (
             "autoscaling",
             "v2",

@@ -304,7 +304,10 @@ async fn serve(
                 warnings: Default::default(),
             };
             let warnings = ctx.warnings.clone();
-            let result = dispatch(ctx, bytes).await;
+            let result = match skiff_api::conversion::storage_resource(ctx.rr.resource) {
+                Some(storage) => crate::conversion::serve(ctx, bytes, storage).await,
+                None => dispatch(ctx, bytes).await,
+            };
             if webhook_write {
                 // The writer's next request is admitted with what it wrote (the watch brings it
                 // to the other replicas).
@@ -461,7 +464,7 @@ impl Ctx {
     }
 }
 
-async fn dispatch(ctx: Ctx, bytes: Bytes) -> Result<Response, StatusError> {
+pub(crate) async fn dispatch(ctx: Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     let rr = &ctx.rr;
     let res = rr.resource;
     if res.namespaced && rr.name.is_empty() && ctx.method != Method::GET && rr.namespace.is_empty() {

@@ -78,7 +78,12 @@ pub fn scale_for(res: &skiff_api::Resource, obj: &Value) -> Value {
     let Some(scale) =
         skiff_api::apiextensions::definition(res).and_then(|d| d.version(res.version).and_then(|v| v.scale.clone()))
     else {
-        return scale_of(obj);
+        let mut out = scale_of(obj);
+        if res.group.is_empty() && res.kind == "ReplicationController" {
+            // A plain label map (upstream's `labels.SelectorFromSet(rc.Spec.Selector)`).
+            out["status"]["selector"] = json!(set_selector_string(obj.pointer("/spec/selector")));
+        }
+        return out;
     };
     let mut out = scale_of(obj);
     out["spec"]["replicas"] = json!(
@@ -149,6 +154,20 @@ pub fn scale_of(obj: &Value) -> Value {
             "selector": selector,
         },
     })
+}
+
+/// A label map in selector form (`app=web,tier=fe`, sorted by key).
+fn set_selector_string(sel: Option<&Value>) -> String {
+    let mut parts: Vec<String> = sel
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect()
+        })
+        .unwrap_or_default();
+    parts.sort();
+    parts.join(",")
 }
 
 /// A LabelSelector in its string form (`app=web,tier in (a,b)`).
@@ -652,6 +671,17 @@ mod tests {
             "metadata": {"name": "pdb", "generation": 1},
             "status": {"disruptionsAllowed": allowed, "observedGeneration": observed, "desiredHealthy": 2, "currentHealthy": 2}
         })
+    }
+
+    #[test]
+    fn a_replication_controller_scale_has_its_label_map_as_selector() {
+        let rc = json!({"metadata": {"name": "web"}, "spec": {"replicas": 3, "selector": {"tier": "fe", "app": "web"}},
+                        "status": {"replicas": 2}});
+        let res = skiff_api::registry::lookup("", "v1", "replicationcontrollers").expect("served");
+        let scale = scale_for(res, &rc);
+        assert_eq!(scale["spec"]["replicas"], 3);
+        assert_eq!(scale["status"]["replicas"], 2);
+        assert_eq!(scale["status"]["selector"], "app=web,tier=fe");
     }
 
     #[test]

@@ -35,6 +35,7 @@ fn tracks_generation(res: &Resource) -> bool {
             res.plural,
             "deployments"
                 | "replicasets"
+                | "replicationcontrollers"
                 | "statefulsets"
                 | "daemonsets"
                 | "jobs"
@@ -117,7 +118,7 @@ thread_local! {
 /// The JSON type check and field validation of a written object. Both depend only on the
 /// object's skeleton, so a skeleton that passed them before (objects written alike: a
 /// ReplicaSet's pods, a scheduler's events) passes again without a walk.
-fn check_shape(ctx: &Ctx, obj: &Value) -> Result<Vec<String>, StatusError> {
+pub(crate) fn check_shape(ctx: &Ctx, obj: &Value) -> Result<Vec<String>, StatusError> {
     let res = ctx.rr.resource;
     if let Some(def) = skiff_api::apiextensions::definition(res) {
         return custom_field_validation(ctx, &def, obj);
@@ -803,6 +804,10 @@ fn reset_status_on_create(res: &Resource, obj: &mut Value) {
             // Defaulting computes qosClass from the spec; the client's status is not kept.
             m.insert("status".into(), json!({"phase": "Pending"}));
         }
+        // Upstream's empty ReplicationControllerStatus: `replicas` is not omitted when zero.
+        "replicationcontrollers" => {
+            m.insert("status".into(), json!({"replicas": 0}));
+        }
         "deployments"
         | "replicasets"
         | "statefulsets"
@@ -1078,7 +1083,7 @@ pub async fn patch(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
 }
 
 /// Parse the patch document of a request.
-fn patch_document(ctx: &Ctx, bytes: &Bytes) -> Result<(PatchType, Value), StatusError> {
+pub(crate) fn patch_document(ctx: &Ctx, bytes: &Bytes) -> Result<(PatchType, Value), StatusError> {
     let ct = ctx
         .headers
         .get(header::CONTENT_TYPE)

@@ -4,7 +4,8 @@
 //! namespace):
 //! - `expectedPods` and `desiredHealthy`: with an integer `minAvailable`, the pods selected and
 //!   that number; with a percentage, or with `maxUnavailable`, the scale of the pods'
-//!   controllers (a Deployment through its ReplicaSet, a ReplicaSet, a StatefulSet), the
+//!   controllers (a Deployment through its ReplicaSet, a ReplicaSet, a ReplicationController, a
+//!   StatefulSet), the
 //!   percentage rounded up;
 //! - `currentHealthy`: the Ready pods not being deleted and not disrupted in the last two
 //!   minutes (`disruptedPods`, written by evictions; an entry older than that is dropped);
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, ReplicationController};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Api;
@@ -43,6 +44,7 @@ struct Ctx {
     pdbs: Informer<PodDisruptionBudget>,
     pods: Informer<Pod>,
     replicasets: Informer<ReplicaSet>,
+    replication_controllers: Informer<ReplicationController>,
     deployments: Informer<Deployment>,
     statefulsets: Informer<StatefulSet>,
     queue: WorkQueue,
@@ -68,6 +70,7 @@ pub async fn run(client: kube::Client, informers: SharedInformerFactory) -> anyh
     let pdbs = informers.informer::<PodDisruptionBudget>();
     let pods = informers.informer::<Pod>();
     let replicasets = informers.informer::<ReplicaSet>();
+    let replication_controllers = informers.informer::<ReplicationController>();
     let deployments = informers.informer::<Deployment>();
     let statefulsets = informers.informer::<StatefulSet>();
     {
@@ -110,6 +113,14 @@ pub async fn run(client: kube::Client, informers: SharedInformerFactory) -> anyh
             }
         });
         let r = requeue_namespace.clone();
+        replication_controllers.add_handler(move |c| {
+            if let Change::Updated { old, new } = c
+                && old.spec.as_ref().and_then(|s| s.replicas) != new.spec.as_ref().and_then(|s| s.replicas)
+            {
+                r(new.metadata.namespace.as_deref().unwrap_or(""));
+            }
+        });
+        let r = requeue_namespace.clone();
         deployments.add_handler(move |c| {
             if let Change::Updated { old, new } = c
                 && old.spec.as_ref().and_then(|s| s.replicas) != new.spec.as_ref().and_then(|s| s.replicas)
@@ -128,6 +139,7 @@ pub async fn run(client: kube::Client, informers: SharedInformerFactory) -> anyh
     pdbs.wait_synced().await;
     pods.wait_synced().await;
     replicasets.wait_synced().await;
+    replication_controllers.wait_synced().await;
     deployments.wait_synced().await;
     statefulsets.wait_synced().await;
     let ctx = Arc::new(Ctx {
@@ -136,6 +148,7 @@ pub async fn run(client: kube::Client, informers: SharedInformerFactory) -> anyh
         pdbs,
         pods,
         replicasets,
+        replication_controllers,
         deployments,
         statefulsets,
         queue: queue.clone(),
@@ -200,6 +213,11 @@ fn expected_scale(ctx: &Ctx, pods: &[Arc<Pod>]) -> Result<(i32, Vec<String>), St
                     None => None,
                 }
             }
+            ("v1", "ReplicationController") => ctx
+                .replication_controllers
+                .get(ns, &owner.name)
+                .filter(|rc| rc.metadata.uid.as_deref() == Some(owner.uid.as_str()))
+                .map(|rc| rc.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)),
             ("apps", "StatefulSet") => ctx
                 .statefulsets
                 .get(ns, &owner.name)

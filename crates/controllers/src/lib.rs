@@ -28,6 +28,7 @@ pub mod protectionutil;
 pub mod pvcprotection;
 pub mod pvprotection;
 pub mod replicaset;
+pub mod replication;
 pub mod resource_quota;
 pub mod resources;
 pub mod rootcacertpublisher;
@@ -44,6 +45,8 @@ pub struct ControllersConfig {
     pub garbage_collector: bool,
     pub namespace: bool,
     pub replicaset: bool,
+    /// ReplicationControllers, by the ReplicaSet controller's logic.
+    pub replication: bool,
     pub deployment: bool,
     pub daemonset: bool,
     pub job: bool,
@@ -91,6 +94,7 @@ impl Default for ControllersConfig {
             garbage_collector: true,
             namespace: true,
             replicaset: true,
+            replication: true,
             deployment: true,
             daemonset: true,
             job: true,
@@ -140,6 +144,11 @@ pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig)
         let c = clients("replicaset-controller");
         let i = informers.clone();
         set.spawn(async move { replicaset::run(c, i).await });
+    }
+    if cfg.replication {
+        let c = clients(replication::COMPONENT);
+        let i = informers.clone();
+        set.spawn(async move { replication::run(c, i).await });
     }
     if cfg.deployment {
         let c = clients("deployment-controller");

@@ -1,7 +1,11 @@
 //! The ReplicaSet controller (upstream's `pkg/controller/replicaset`): keeps `spec.replicas`
 //! pods from the template, adopting matching orphans and releasing pods that stopped matching,
 //! and reports replicas / fullyLabeledReplicas / readyReplicas / availableReplicas.
+//!
+//! The same controller manages ReplicationControllers (`replication.rs`): as upstream's, it
+//! runs over any [`ReplicaSetLike`] kind, seen as a ReplicaSet through a conversion.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,48 +18,87 @@ use crate::controller_utils::{
     self as cu, BURST_REPLICAS, ControllerExpectations, Recorder, WorkQueue, is_pod_active, is_pod_available,
     is_pod_ready,
 };
-use crate::informers::{Change, Informer, SharedInformerFactory, object_key};
+use crate::informers::{Change, Informer, InformerKind, SharedInformerFactory, object_key};
 
 pub const COMPONENT: &str = "replicaset-controller";
 
-struct Ctx {
+/// A kind this controller manages: ReplicaSets, and ReplicationControllers through upstream's
+/// conversion (`pkg/controller/replication/conversion.go`). The controller reads every object
+/// as a ReplicaSet and writes its status back in the kind's own form.
+pub trait ReplicaSetLike:
+    InformerKind + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope> + serde::Serialize
+{
+    /// The owner reference's `apiVersion` and `kind` of the pods made.
+    const API_VERSION: &'static str;
+    const KIND: &'static str;
+    /// The work queue's name (its metrics and logs).
+    const QUEUE: &'static str;
+    /// The object as a ReplicaSet.
+    fn as_replica_set(&self) -> Cow<'_, ReplicaSet>;
+    /// The object with this status, converted back.
+    fn with_status(&self, status: ReplicaSetStatus) -> Self;
+}
+
+impl ReplicaSetLike for ReplicaSet {
+    const API_VERSION: &'static str = "apps/v1";
+    const KIND: &'static str = "ReplicaSet";
+    const QUEUE: &'static str = "replicaset";
+
+    fn as_replica_set(&self) -> Cow<'_, ReplicaSet> {
+        Cow::Borrowed(self)
+    }
+
+    fn with_status(&self, status: ReplicaSetStatus) -> Self {
+        let mut out = self.clone();
+        out.status = Some(status);
+        out
+    }
+}
+
+struct Ctx<K> {
     client: kube::Client,
     recorder: Recorder,
-    replicasets: Informer<ReplicaSet>,
+    replicasets: Informer<K>,
     pods: Informer<Pod>,
     expectations: ControllerExpectations,
 }
 
-/// The ReplicaSet a pod's controller reference names, if any.
-fn rs_key_of(p: &Pod) -> Option<String> {
-    cu::controller_key(&p.metadata, "ReplicaSet")
+/// The controller (of kind `K`) a pod's controller reference names, if any.
+fn rs_key_of<K: ReplicaSetLike>(p: &Pod) -> Option<String> {
+    cu::controller_key(&p.metadata, K::KIND)
 }
 
 /// Upstream's `getPodReplicaSets` for an orphan: every ReplicaSet of its namespace whose
 /// selector matches it.
-fn matching_sets(replicasets: &Informer<ReplicaSet>, p: &Pod) -> Vec<String> {
+fn matching_sets<K: ReplicaSetLike>(replicasets: &Informer<K>, p: &Pod) -> Vec<String> {
     let ns = p.metadata.namespace.as_deref().unwrap_or_default();
     replicasets
         .list_namespace(ns)
         .iter()
         .filter(|rs| {
+            let rs = rs.as_replica_set();
             let sel = cu::selector_of(rs.spec.as_ref().map(|s| &s.selector));
             !sel.is_empty() && cu::labels_match(&sel, &p.metadata)
         })
-        .map(|rs| object_key(&rs.metadata))
+        .map(|rs| object_key(rs.meta()))
         .collect()
 }
 
 /// Registers the controller's handlers on the shared informers (upstream's `NewBaseController`
 /// event handlers: `addPod`, `updatePod`, `deletePod` with their expectations bookkeeping).
-fn register(queue: &WorkQueue, replicasets: &Informer<ReplicaSet>, pods: &Informer<Pod>, exp: &ControllerExpectations) {
+fn register<K: ReplicaSetLike>(
+    queue: &WorkQueue,
+    replicasets: &Informer<K>,
+    pods: &Informer<Pod>,
+    exp: &ControllerExpectations,
+) {
     {
         let queue = queue.clone();
         let exp = exp.clone();
         replicasets.add_handler(move |c| match c {
-            Change::Added(rs) | Change::Updated { new: rs, .. } => queue.add(object_key(&rs.metadata)),
+            Change::Added(rs) | Change::Updated { new: rs, .. } => queue.add(object_key(rs.meta())),
             Change::Deleted(rs) => {
-                let key = object_key(&rs.metadata);
+                let key = object_key(rs.meta());
                 exp.delete(&key);
                 queue.add(key);
             }
@@ -68,13 +111,13 @@ fn register(queue: &WorkQueue, replicasets: &Informer<ReplicaSet>, pods: &Inform
         Change::Added(p) => {
             if p.metadata.deletion_timestamp.is_some() {
                 // Seen first as being deleted (after a relist): a deletion, not a creation.
-                if let Some(k) = rs_key_of(p) {
+                if let Some(k) = rs_key_of::<K>(p) {
                     exp.deletion_observed(&k, &object_key(&p.metadata));
                     queue.add(k);
                 }
                 return;
             }
-            match rs_key_of(p) {
+            match rs_key_of::<K>(p) {
                 Some(k) => {
                     exp.creation_observed(&k);
                     queue.add(k);
@@ -91,11 +134,11 @@ fn register(queue: &WorkQueue, replicasets: &Informer<ReplicaSet>, pods: &Inform
             let pod_key = object_key(&new.metadata);
             if new.metadata.deletion_timestamp.is_some() && old.metadata.deletion_timestamp.is_none() {
                 // Upstream counts a graceful deletion as observed when it starts.
-                if let Some(k) = rs_key_of(new) {
+                if let Some(k) = rs_key_of::<K>(new) {
                     exp.deletion_observed(&k, &pod_key);
                 }
             }
-            let (old_rs, new_rs) = (rs_key_of(old), rs_key_of(new));
+            let (old_rs, new_rs) = (rs_key_of::<K>(old), rs_key_of::<K>(new));
             if old_rs != new_rs
                 && let Some(k) = old_rs
             {
@@ -115,7 +158,7 @@ fn register(queue: &WorkQueue, replicasets: &Informer<ReplicaSet>, pods: &Inform
             }
         }
         Change::Deleted(p) => {
-            if let Some(k) = rs_key_of(p) {
+            if let Some(k) = rs_key_of::<K>(p) {
                 exp.deletion_observed(&k, &object_key(&p.metadata));
                 queue.add(k);
             }
@@ -124,37 +167,51 @@ fn register(queue: &WorkQueue, replicasets: &Informer<ReplicaSet>, pods: &Inform
 }
 
 pub async fn run(client: kube::Client, informers: SharedInformerFactory) -> anyhow::Result<()> {
+    run_for::<ReplicaSet>(client, informers, COMPONENT).await
+}
+
+/// Runs the controller for the objects of kind `K`, its events recorded as `component`.
+pub async fn run_for<K: ReplicaSetLike>(
+    client: kube::Client,
+    informers: SharedInformerFactory,
+    component: &str,
+) -> anyhow::Result<()> {
     let queue = WorkQueue::new();
-    let replicasets = informers.informer::<ReplicaSet>();
+    let replicasets = informers.informer::<K>();
     let pods = informers.informer::<Pod>();
     let expectations = ControllerExpectations::new();
     register(&queue, &replicasets, &pods, &expectations);
     replicasets.wait_synced().await;
     pods.wait_synced().await;
     let ctx = Ctx {
-        recorder: Recorder::for_component(client.clone(), COMPONENT),
+        recorder: Recorder::for_component(client.clone(), component),
         client,
         replicasets,
         pods,
         expectations,
     };
-    queue.run("replicaset", |key| sync(&ctx, key)).await
+    queue.run(K::QUEUE, |key| sync(&ctx, key)).await
 }
 
 /// Upstream's `syncReplicaSet`, on the informers' caches: the pods come from the pod
 /// informer's owner index (and the orphans of the namespace the selector matches), and pods
 /// are created or deleted only when the expectations of the last sync's writes are met.
-async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
+async fn sync<K: ReplicaSetLike>(ctx: &Ctx<K>, key: String) -> anyhow::Result<Option<Duration>> {
     let (ns, name) = cu::split_key(&key);
-    let Some(rs) = ctx.replicasets.get_key(&key) else {
+    let Some(obj) = ctx.replicasets.get_key(&key) else {
         ctx.expectations.delete(&key);
         return Ok(None);
     };
+    let rs = obj.as_replica_set();
     let Some(spec) = rs.spec.as_ref() else {
         return Ok(None);
     };
     let rs_needs_sync = ctx.expectations.satisfied(&key);
     let selector = cu::selector_of(Some(&spec.selector));
+    if selector.is_empty() {
+        // It would select every pod of the namespace; validation refuses such selectors.
+        return Ok(None);
+    }
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let uid = rs.metadata.uid.as_deref().unwrap_or_default();
     let candidates: Vec<Arc<Pod>> = ctx
@@ -163,13 +220,13 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
         .into_iter()
         .filter(|p| is_pod_active(p))
         .collect();
-    let pods = cu::claim(&pods_api, &rs.metadata, "apps/v1", "ReplicaSet", &selector, candidates)
+    let pods = cu::claim(&pods_api, &rs.metadata, K::API_VERSION, K::KIND, &selector, candidates)
         .await?
         .owned;
 
     let mut manage_err = None;
     if rs_needs_sync && rs.metadata.deletion_timestamp.is_none() {
-        manage_err = manage_replicas(ctx, &key, &rs, &pods).await.err();
+        manage_err = manage_replicas(ctx, &key, obj.as_ref(), &rs, &pods).await.err();
     }
 
     let now = jiff::Timestamp::now();
@@ -177,8 +234,7 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
     let pod_refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
     let mut status = calculate_status(&rs, &pod_refs, manage_err.as_ref(), now);
     if status_differs(rs.status.as_ref(), &status) {
-        let rs_api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), ns);
-        let mut updated = (*rs).clone();
+        let rs_api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
         // Keep the conditions' transition times when nothing changed.
         if let (Some(old), Some(new)) = (
             rs.status.as_ref().and_then(|s| s.conditions.as_ref()),
@@ -190,7 +246,7 @@ async fn sync(ctx: &Ctx, key: String) -> anyhow::Result<Option<Duration>> {
                 }
             }
         }
-        updated.status = Some(status);
+        let updated = obj.with_status(status);
         match rs_api.replace_status(name, &PostParams::default(), &updated).await {
             Ok(_) => {}
             // The cache was behind: its next event queues the set again.
@@ -282,7 +338,13 @@ fn calculate_status(
 
 /// Upstream's `manageReplicas`: create or delete pods to reach `spec.replicas`, each write
 /// expected first so the next sync waits for the informer to show it.
-async fn manage_replicas(ctx: &Ctx, key: &str, rs: &ReplicaSet, pods: &[Arc<Pod>]) -> anyhow::Result<()> {
+async fn manage_replicas<K: ReplicaSetLike>(
+    ctx: &Ctx<K>,
+    key: &str,
+    obj: &K,
+    rs: &ReplicaSet,
+    pods: &[Arc<Pod>],
+) -> anyhow::Result<()> {
     let spec = rs.spec.clone().unwrap_or_default();
     let want = spec.replicas.unwrap_or(1).max(0) as usize;
     let ns = rs.metadata.namespace.clone().unwrap_or_default();
@@ -294,7 +356,7 @@ async fn manage_replicas(ctx: &Ctx, key: &str, rs: &ReplicaSet, pods: &[Arc<Pod>
             return Ok(());
         };
         ctx.expectations.expect_creations(key, diff);
-        let owner = cu::new_controller_ref(&rs.metadata, "apps/v1", "ReplicaSet");
+        let owner = cu::new_controller_ref(&rs.metadata, K::API_VERSION, K::KIND);
         let pod = cu::pod_from_template(template, &cu::pod_name_prefix(&name), Some(owner), &ns);
         // Slow start: batches of 1, 2, 4, ... stop at the first failure.
         let mut created = 0usize;
@@ -309,7 +371,7 @@ async fn manage_replicas(ctx: &Ctx, key: &str, rs: &ReplicaSet, pods: &[Arc<Pod>
                 match r {
                     Ok(p) => {
                         let msg = format!("Created pod: {}", p.metadata.name.unwrap_or_default());
-                        ctx.recorder.event(rs, "Normal", "SuccessfulCreate", &msg);
+                        ctx.recorder.event(obj, "Normal", "SuccessfulCreate", &msg);
                     }
                     Err(e) => {
                         // Never to be observed: expected no more.
@@ -318,7 +380,7 @@ async fn manage_replicas(ctx: &Ctx, key: &str, rs: &ReplicaSet, pods: &[Arc<Pod>
                             continue;
                         }
                         let msg = format!("Error creating: {}", api_message(&e));
-                        ctx.recorder.event(rs, "Warning", "FailedCreate", &msg);
+                        ctx.recorder.event(obj, "Warning", "FailedCreate", &msg);
                         failed = Some(e);
                     }
                 }
@@ -345,7 +407,7 @@ async fn manage_replicas(ctx: &Ctx, key: &str, rs: &ReplicaSet, pods: &[Arc<Pod>
             match pods_api.delete(&pname, &DeleteParams::default()).await {
                 Ok(_) => {
                     let msg = format!("Deleted pod: {pname}");
-                    ctx.recorder.event(rs, "Normal", "SuccessfulDelete", &msg);
+                    ctx.recorder.event(obj, "Normal", "SuccessfulDelete", &msg);
                 }
                 Err(e) if cu::is_not_found(&e) => {
                     ctx.expectations.deletion_observed(key, &object_key(&p.metadata));
@@ -354,7 +416,7 @@ async fn manage_replicas(ctx: &Ctx, key: &str, rs: &ReplicaSet, pods: &[Arc<Pod>
                     ctx.expectations.deletion_observed(key, &object_key(&p.metadata));
                     if failed.is_none() {
                         let msg = format!("Error deleting: {}", api_message(&e));
-                        ctx.recorder.event(rs, "Warning", "FailedDelete", &msg);
+                        ctx.recorder.event(obj, "Warning", "FailedDelete", &msg);
                         failed = Some(e);
                     }
                 }

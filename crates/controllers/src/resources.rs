@@ -16,11 +16,12 @@ pub fn api_resource(r: &Resource) -> ApiResource {
 
 /// Resources holding objects that can own or be owned (skips the create-only ones, bindings
 /// and the access and token reviews, which cannot be listed, the resource usage views, and the
-/// events.k8s.io view of events). Custom resources served now are included.
+/// events.k8s.io view of events, and the versions served through another one's storage, such
+/// as autoscaling/v1 HorizontalPodAutoscalers). Custom resources served now are included.
 pub fn stored_resources() -> impl Iterator<Item = &'static Resource> {
-    skiff_api::registry::all()
-        .into_iter()
-        .filter(|r| !r.is_create_only() && !r.is_metrics() && r.group != "events.k8s.io")
+    skiff_api::registry::all().into_iter().filter(|r| {
+        !r.is_create_only() && !r.is_metrics() && r.group != "events.k8s.io" && !skiff_api::conversion::is_converted(r)
+    })
 }
 
 /// An API handle for a resource, in one namespace or across all.
@@ -39,6 +40,11 @@ mod tests {
     #[test]
     fn stored_resources_leave_out_what_cannot_be_listed() {
         let plurals: Vec<&str> = stored_resources().map(|r| r.plural).collect();
+        let hpas: Vec<&str> = stored_resources()
+            .filter(|r| r.plural == "horizontalpodautoscalers")
+            .map(|r| r.version)
+            .collect();
+        assert_eq!(hpas, ["v2"], "one stored version");
         for gone in [
             "bindings",
             "subjectaccessreviews",

@@ -1,4 +1,5 @@
-//! Printers for workloads and the smaller groups: deployments, replica sets, stateful sets,
+//! Printers for workloads and the smaller groups: deployments, replica sets, replication
+//! controllers, stateful sets,
 //! daemon sets, controller revisions, jobs, cron jobs, leases, pod disruption budgets and
 //! priority classes.
 
@@ -98,6 +99,50 @@ pub(crate) fn replicaset(obj: &Value, now: Timestamp) -> Vec<Value> {
         json!(containers),
         json!(images),
         json!(format_label_selector(obj.pointer("/spec/selector"))),
+    ]
+}
+
+// --- replication controllers --------------------------------------------------------------
+
+pub(crate) const REPLICATIONCONTROLLER_COLUMNS: &[Column] = &[
+    NAME,
+    Column::new(
+        "Desired",
+        "integer",
+        "Replicas is the number of desired replicas. This is a pointer to distinguish between explicit zero and unspecified. Defaults to 1. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller#what-is-a-replicationcontroller",
+    ),
+    Column::new(
+        "Current",
+        "integer",
+        "Replicas is the most recently observed number of replicas. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller#what-is-a-replicationcontroller",
+    ),
+    Column::new(
+        "Ready",
+        "integer",
+        "The number of ready replicas for this replication controller.",
+    ),
+    AGE,
+    CONTAINERS,
+    IMAGES,
+    Column::wide(
+        "Selector",
+        "string",
+        "Selector is a label query over pods that should match the Replicas count. If Selector is empty, it is defaulted to the labels present on the Pod template. Label keys and values that must match in order to be controlled by this replication controller, if empty defaulted to labels on Pod template. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors",
+    ),
+];
+
+/// Upstream's `printReplicationController`: the selector is a plain label map.
+pub(crate) fn replicationcontroller(obj: &Value, now: Timestamp) -> Vec<Value> {
+    let (containers, images) = container_cells(obj.pointer("/spec/template/spec"));
+    vec![
+        json!(name(obj)),
+        json!(desired_replicas(obj)),
+        json!(int_at(obj, "/status/replicas")),
+        json!(int_at(obj, "/status/readyReplicas")),
+        json!(age(obj, now)),
+        json!(containers),
+        json!(images),
+        json!(format_labels(obj.pointer("/spec/selector"))),
     ]
 }
 

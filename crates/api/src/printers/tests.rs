@@ -297,6 +297,42 @@ fn deployment_and_replicaset_rows() {
             json!("app=web,pod-template-hash=7d4b9c")
         ]
     );
+
+    let rc = json!({
+        "metadata": {"name": "web", "creationTimestamp": "2024-05-01T11:00:00Z"},
+        "spec": {"replicas": 3, "selector": {"tier": "fe", "app": "web"},
+                 "template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.25"}]}}},
+        "status": {"replicas": 2, "readyReplicas": 1}
+    });
+    assert_eq!(
+        cells("", "replicationcontrollers", &rc),
+        vec![
+            json!("web"),
+            json!(3),
+            json!(2),
+            json!(1),
+            json!("60m"),
+            json!("nginx"),
+            json!("nginx:1.25"),
+            json!("app=web,tier=fe")
+        ]
+    );
+    let defs = column_definitions(res("", "replicationcontrollers"));
+    let names: Vec<&str> = defs.iter().filter_map(|d| d["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "Name",
+            "Desired",
+            "Current",
+            "Ready",
+            "Age",
+            "Containers",
+            "Images",
+            "Selector"
+        ]
+    );
+    assert_eq!(defs[7]["priority"], 1);
 }
 
 #[test]

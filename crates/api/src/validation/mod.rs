@@ -129,6 +129,7 @@ pub fn validate_write(res: &Resource, subresource: &str, obj: &Value, old: Optio
         }
         ("apps", "Deployment") => workloads::validate_deployment(obj, old, &mut errs),
         ("apps", "ReplicaSet") => workloads::validate_replicaset(obj, old, &mut errs),
+        ("", "ReplicationController") => workloads::validate_replication_controller(obj, subresource, &mut errs),
         ("apps", "DaemonSet") => workloads::validate_daemonset(obj, old, &mut errs),
         ("apps", "StatefulSet") => workloads::validate_statefulset(obj, old, &mut errs),
         ("batch", "Job") => workloads::validate_job(obj, old, &mut errs),

@@ -265,6 +265,76 @@ pub(crate) fn validate_replicaset(obj: &Value, old: Option<&Value>, errs: &mut V
     }
 }
 
+/// core's `ValidateReplicationController` (and `...Update`): an equality-based selector that
+/// may not be empty and matches the template's labels, which is required and restarts always.
+/// Through `status`, `ValidateReplicationControllerStatus` instead.
+pub(crate) fn validate_replication_controller(obj: &Value, subresource: &str, errs: &mut Vec<FieldError>) {
+    if subresource == "status" {
+        validate_replication_controller_status(field(Some(obj), "status"), errs);
+        return;
+    }
+    let spec = spec_of(obj);
+    let p = Path::new("spec");
+    nonnegative(spec, "minReadySeconds", &p, errs);
+    let selector = field(spec, "selector").and_then(Value::as_object);
+    if selector.is_none_or(|s| s.is_empty()) {
+        errs.push(required(&p.child("selector"), ""));
+    }
+    nonnegative(spec, "replicas", &p, errs);
+    let tp = p.child("template");
+    let Some(template) = field(spec, "template").filter(|t| !t.is_null()) else {
+        errs.push(required(&tp, ""));
+        return;
+    };
+    if let Some(sel) = selector.filter(|s| !s.is_empty()) {
+        let labels = template_labels(Some(template));
+        let matches = sel
+            .iter()
+            .all(|(k, v)| labels.and_then(|l| l.get(k)).and_then(Value::as_str) == v.as_str());
+        if !matches {
+            errs.push(invalid_raw(
+                &tp.child("metadata").child("labels"),
+                go_string_map(labels),
+                SELECTOR_MISMATCH,
+            ));
+        }
+    }
+    validate_pod_template(Some(template), &tp, errs);
+    validate_always_restart(spec, &tp, "ReplicationController", errs);
+}
+
+/// core's `ValidateReplicationControllerStatus`.
+fn validate_replication_controller_status(status: Option<&Value>, errs: &mut Vec<FieldError>) {
+    let p = Path::new("status");
+    for key in [
+        "replicas",
+        "fullyLabeledReplicas",
+        "readyReplicas",
+        "availableReplicas",
+        "observedGeneration",
+    ] {
+        nonnegative(status, key, &p, errs);
+    }
+    let n = |key: &str| field(status, key).and_then(Value::as_i64).unwrap_or(0);
+    let replicas = n("replicas");
+    for key in ["fullyLabeledReplicas", "readyReplicas", "availableReplicas"] {
+        if n(key) > replicas {
+            errs.push(invalid(
+                &p.child(key),
+                &Value::from(n(key)),
+                "cannot be greater than status.replicas",
+            ));
+        }
+    }
+    if n("availableReplicas") > n("readyReplicas") {
+        errs.push(invalid(
+            &p.child("availableReplicas"),
+            &Value::from(n("availableReplicas")),
+            "cannot be greater than readyReplicas",
+        ));
+    }
+}
+
 pub(crate) fn validate_daemonset(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     let spec = spec_of(obj);
     let p = Path::new("spec");
@@ -854,6 +924,52 @@ mod tests {
         json!({"metadata": {"name": "web", "namespace": "default"},
                "spec": {"selector": sel, "template": {"metadata": {"labels": labels},
                         "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}})
+    }
+
+    fn rc(spec: Value) -> Value {
+        json!({"metadata": {"name": "web", "namespace": "default"}, "spec": spec})
+    }
+
+    #[test]
+    fn replication_controller_rules() {
+        let containers = json!([{"name": "web", "image": "nginx"}]);
+        // The selector defaults from the template's labels.
+        let ok = rc(json!({"template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": containers}}}));
+        assert!(errors_defaulted("", "ReplicationController", &ok, None).is_empty());
+        let bad = rc(json!({"replicas": -1, "selector": {"app": "web"},
+            "template": {"metadata": {"labels": {"app": "db"}},
+                         "spec": {"containers": containers, "restartPolicy": "Never", "activeDeadlineSeconds": 5}}}));
+        assert_eq!(
+            errors_defaulted("", "ReplicationController", &bad, None),
+            vec![
+                "spec.replicas: Invalid value: -1: must be greater than or equal to 0",
+                "spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"db\"}: `selector` does not match template `labels`",
+                "spec.template.spec.restartPolicy: Unsupported value: \"Never\": supported values: \"Always\"",
+                "spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in ReplicationController is not Supported",
+            ]
+        );
+        assert_eq!(
+            errors_defaulted("", "ReplicationController", &rc(json!({})), None),
+            vec!["spec.selector: Required value", "spec.template: Required value"]
+        );
+    }
+
+    #[test]
+    fn replication_controller_status_rules() {
+        let mut errs = Vec::new();
+        let obj =
+            json!({"status": {"replicas": 1, "readyReplicas": 2, "availableReplicas": 3, "observedGeneration": -1}});
+        validate_replication_controller(&obj, "status", &mut errs);
+        let got: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            got,
+            vec![
+                "status.observedGeneration: Invalid value: -1: must be greater than or equal to 0",
+                "status.readyReplicas: Invalid value: 2: cannot be greater than status.replicas",
+                "status.availableReplicas: Invalid value: 3: cannot be greater than status.replicas",
+                "status.availableReplicas: Invalid value: 3: cannot be greater than readyReplicas",
+            ]
+        );
     }
 
     #[test]

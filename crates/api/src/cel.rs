@@ -463,7 +463,11 @@ static ENV: std::sync::LazyLock<Arc<::cel::Env>> = std::sync::LazyLock::new(|| {
 /// Extensions are fixed at build time: one that fails to register is a programming error,
 /// logged rather than taking the server down.
 fn registration_failed(name: &str, e: &str) {
-    tracing::error!(function = name, error = e, "a CEL library function could not be registered");
+    tracing::error!(
+        function = name,
+        error = e,
+        "a CEL library function could not be registered"
+    );
 }
 
 thread_local! {

@@ -10,7 +10,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde_json::{Value, json};
 use skiff_store::{ListOptions, Store};
 
@@ -129,37 +128,16 @@ pub fn spawn(state: Arc<ApiState>) {
             .filter_map(|p| skiff_api::registry::lookup("flowcontrol.apiserver.k8s.io", "v1", p))
             .map(|r| objects::prefix(r, ""))
             .collect();
+        let mut triggers = crate::resync::Triggers::new(
+            store.clone(),
+            prefixes.to_vec(),
+            Duration::from_secs(60),
+            "flow schema conditions",
+        );
         loop {
-            let from = match store.current_revision().await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(error = %e, "reading the revision for flow schemas failed");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            };
+            triggers.next().await;
             if let Err(e) = sync(&*store).await {
                 tracing::warn!(error = %e, "checking flow schemas failed");
-            }
-            let mut watches = Vec::new();
-            for p in &prefixes {
-                match store.watch(p, from).await {
-                    Ok(w) => watches.push(w),
-                    Err(e) => tracing::warn!(error = %e, "watching flow control objects failed"),
-                }
-            }
-            if watches.len() != prefixes.len() {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-            let mut events = futures::stream::select_all(watches);
-            loop {
-                if let Ok(None) = tokio::time::timeout(Duration::from_secs(60), events.next()).await {
-                    break;
-                }
-                if let Err(e) = sync(&*store).await {
-                    tracing::warn!(error = %e, "checking flow schemas failed");
-                }
             }
         }
     });

@@ -17,7 +17,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde_json::{Value, json};
 use skiff_api::Resource;
 use skiff_api::apiextensions::Definition;
@@ -227,37 +226,16 @@ pub fn spawn(state: Arc<ApiState>, mut reg: AutoRegister) {
         let store = state.store.clone();
         let Ok(res) = resource() else { return };
         let prefixes = [customresourcedefinitions::PREFIX.to_string(), objects::prefix(res, "")];
+        let mut triggers = crate::resync::Triggers::new(
+            store.clone(),
+            prefixes.to_vec(),
+            Duration::from_secs(30),
+            "APIService registration",
+        );
         loop {
-            let from = match store.current_revision().await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(error = %e, "reading the revision for APIServices failed");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            };
+            triggers.next().await;
             if let Err(e) = reg.sync(&*store).await {
                 tracing::warn!(error = %e, "registering APIServices failed");
-            }
-            let mut watches = Vec::new();
-            for p in &prefixes {
-                match store.watch(p, from).await {
-                    Ok(w) => watches.push(w),
-                    Err(e) => tracing::warn!(error = %e, "watching for APIServices failed"),
-                }
-            }
-            if watches.len() != prefixes.len() {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-            let mut events = futures::stream::select_all(watches);
-            loop {
-                if let Ok(None) = tokio::time::timeout(Duration::from_secs(30), events.next()).await {
-                    break;
-                }
-                if let Err(e) = reg.sync(&*store).await {
-                    tracing::warn!(error = %e, "registering APIServices failed");
-                }
             }
         }
     });

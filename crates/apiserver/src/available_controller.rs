@@ -17,7 +17,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
 use serde_json::{Value, json};
 use skiff_store::{ListOptions, Store};
 
@@ -335,52 +334,16 @@ pub fn spawn(state: Arc<ApiState>) {
                 prefixes.push(objects::prefix(r, ""));
             }
         }
+        let mut triggers = crate::resync::Triggers::new(
+            store.clone(),
+            prefixes.to_vec(),
+            Duration::from_secs(30),
+            "APIService availability",
+        );
         loop {
-            let from = match store.current_revision().await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(error = %e, "reading the revision for APIService availability failed");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            };
+            triggers.next().await;
             if let Err(e) = sync(&*store).await {
                 tracing::warn!(error = %e, "checking APIService availability failed");
-            }
-            let mut watches = Vec::new();
-            for p in &prefixes {
-                match store.watch(p, from).await {
-                    Ok(w) => watches.push(w),
-                    Err(e) => tracing::warn!(error = %e, "watching for APIService availability failed"),
-                }
-            }
-            if watches.len() != prefixes.len() {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-            let mut events = futures::stream::select_all(watches);
-            loop {
-                if let Ok(None) = tokio::time::timeout(Duration::from_secs(30), events.next()).await {
-                    break;
-                }
-                // Services and Endpoints change often: one pass covers every event already here.
-                let mut ended = false;
-                loop {
-                    match events.next().now_or_never() {
-                        Some(Some(_)) => {}
-                        Some(None) => {
-                            ended = true;
-                            break;
-                        }
-                        None => break,
-                    }
-                }
-                if let Err(e) = sync(&*store).await {
-                    tracing::warn!(error = %e, "checking APIService availability failed");
-                }
-                if ended {
-                    break;
-                }
             }
         }
     });

@@ -10,7 +10,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde_json::{Value, json};
 use skiff_api::Resource;
 use skiff_api::flowcontrol::{self, AUTO_UPDATE_ANNOTATION};
@@ -144,34 +143,12 @@ pub fn spawn(state: Arc<ApiState>) {
             .filter_map(|p| resource(p).ok())
             .map(|r| objects::prefix(r, ""))
             .collect();
+        let mut triggers =
+            crate::resync::Triggers::new(store.clone(), prefixes.to_vec(), PERIOD, "flow control configuration");
         loop {
-            let from = match store.current_revision().await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(error = %e, "reading the revision for the flow control configuration failed");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            };
-            let mut watches = Vec::new();
-            for p in &prefixes {
-                match store.watch(p, from).await {
-                    Ok(w) => watches.push(w),
-                    Err(e) => tracing::warn!(error = %e, "watching the flow control configuration failed"),
-                }
-            }
-            if watches.len() != prefixes.len() {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-            let mut events = futures::stream::select_all(watches);
-            loop {
-                if let Ok(None) = tokio::time::timeout(PERIOD, events.next()).await {
-                    break;
-                }
-                if let Err(e) = ensure(&*store).await {
-                    tracing::warn!(error = %e, "ensuring the flow control configuration failed");
-                }
+            triggers.next().await;
+            if let Err(e) = ensure(&*store).await {
+                tracing::warn!(error = %e, "ensuring the flow control configuration failed");
             }
         }
     });

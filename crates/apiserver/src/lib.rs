@@ -45,6 +45,7 @@ pub mod reconcilers;
 pub mod request;
 pub mod resourcemetrics;
 pub mod resourcequota;
+pub mod resync;
 pub mod reviews;
 pub mod runtimeclass;
 pub mod server;

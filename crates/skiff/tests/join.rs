@@ -233,7 +233,7 @@ fn wrong_or_expired_tokens_are_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("refused the join token (401"), "{err}");
 
-    let created = skiff(&c, &["token", "create", "--ttl", "1s", "--description", "short"]);
+    let created = skiff(&c, &["token", "create", "--ttl", "4s", "--description", "short"]);
     assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
     let short = String::from_utf8_lossy(&created.stdout).trim().to_string();
     assert!(short.starts_with(pinned), "the created token pins the same CA: {short}");
@@ -247,7 +247,9 @@ fn wrong_or_expired_tokens_are_refused() {
         list.contains(short_id) && list.contains("short") && list.contains("<forever>"),
         "{list}"
     );
-    std::thread::sleep(Duration::from_millis(1500));
+    // The expiry is written at whole seconds and the token cleaner removes it soon after: the
+    // listing above needs the token still there, the join below needs it gone.
+    std::thread::sleep(Duration::from_millis(5500));
     let out = join_refused(&c, &short);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("refused the join token (401"), "{err}");

@@ -10,6 +10,7 @@ mod token;
 
 /// The API server allocates and frees many small JSON values per request; mimalloc handles
 /// that pattern far better than the system allocator.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

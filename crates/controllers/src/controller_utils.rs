@@ -482,6 +482,22 @@ where
     spawn_store_watch(api, queue, |o: &K| self_key(o))
 }
 
+/// Drops an object's managedFields before a cache keeps it, as kube-controller-manager's
+/// informers do (its factory's trim transform): no controller reads them, and decoded they are
+/// the largest part of a pod in memory.
+pub fn trim_managed_fields<K: kube::Resource>(mut obj: K) -> K {
+    obj.meta_mut().managed_fields = None;
+    obj
+}
+
+/// A watch whose objects are trimmed as [`trim_managed_fields`] before anyone sees them.
+pub fn trimmed_watcher<K>(api: Api<K>) -> impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    watcher::watcher(api, watcher::Config::default()).map(|ev| ev.map(|ev| ev.modify(|o| o.meta_mut().managed_fields = None)))
+}
+
 /// Watch a kind into a store, queueing the keys `map` gives for every event; returns the store.
 pub fn spawn_store_watch<K, F>(api: Api<K>, queue: WorkQueue, map: F) -> Store<K>
 where
@@ -500,7 +516,7 @@ where
 {
     let (reader, writer) = reflector::store();
     tokio::spawn(async move {
-        let mut stream = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default())).boxed();
+        let mut stream = reflector::reflector(writer, trimmed_watcher(api)).boxed();
         while let Some(ev) = stream.next().await {
             let (o, deleted) = match ev {
                 Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::InitApply(o)) => (o, false),

@@ -339,7 +339,7 @@ impl<K: InformerKind> Informer<K> {
     }
 
     async fn run(self) {
-        let mut stream = watcher::watcher(self.inner.api.clone(), watcher::Config::default()).boxed();
+        let mut stream = cu::trimmed_watcher(self.inner.api.clone()).boxed();
         let mut listed: Option<HashSet<String>> = None;
         while let Some(ev) = stream.next().await {
             match ev {

@@ -186,7 +186,7 @@ fn spawn_pod_watch(api: Api<Pod>, queue: WorkQueue, pending: Pending) -> Store<P
     tokio::spawn(async move {
         let mut known: HashMap<String, Known> = HashMap::new();
         let mut listed: Option<HashSet<String>> = None;
-        let mut stream = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default())).boxed();
+        let mut stream = reflector::reflector(writer, cu::trimmed_watcher(api)).boxed();
         while let Some(ev) = stream.next().await {
             let mut keys: Vec<String> = Vec::new();
             let queue_claims = |ns: &str, claims: &[String], keys: &mut Vec<String>| {

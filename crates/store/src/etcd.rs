@@ -63,6 +63,8 @@ pub struct EtcdOptions {
     pub compaction_interval: Duration,
     /// Recent events kept in memory for watchers and lists at recent revisions.
     pub event_window: usize,
+    /// Most bytes of written values the window holds; older events are read from disk.
+    pub event_window_bytes: usize,
     /// Live events buffered per watcher before a slow watcher is dropped.
     pub watch_buffer: usize,
     /// How long a read waits for the watch to catch up with etcd before checking etcd itself.
@@ -79,6 +81,7 @@ impl Default for EtcdOptions {
             key_file: None,
             compaction_interval: Duration::from_secs(300),
             event_window: state::DEFAULT_EVENT_WINDOW,
+            event_window_bytes: state::DEFAULT_EVENT_WINDOW_BYTES,
             watch_buffer: state::DEFAULT_WATCH_BUFFER,
             sync_wait: Duration::from_millis(100),
         }
@@ -320,6 +323,7 @@ impl EtcdStore {
         };
         let compacted = read_compacted(&client).await?.map_or(0, |c| (c - base).max(0));
         let limits = Limits {
+            event_window_bytes: opts.event_window_bytes.max(1),
             event_window: opts.event_window.max(1),
             watch_buffer: opts.watch_buffer,
             compact_with_window: false,

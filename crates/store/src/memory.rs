@@ -44,6 +44,7 @@ impl MemoryStore {
 
     pub fn with_options(opts: MemoryOptions) -> Arc<MemoryStore> {
         let limits = Limits {
+            event_window_bytes: usize::MAX,
             event_window: opts.history.max(1),
             watch_buffer: opts.watch_buffer,
             compact_with_window: true,

@@ -65,6 +65,8 @@ const MAX_IDLE_READERS: usize = 4;
 pub struct SqliteOptions {
     /// Recent events kept in memory for watchers and lists at recent revisions.
     pub event_window: usize,
+    /// Most bytes of written values the window holds; older events are read from disk.
+    pub event_window_bytes: usize,
     /// Live events buffered per watcher before a slow watcher is dropped.
     pub watch_buffer: usize,
     /// Most writes committed in one transaction.
@@ -82,6 +84,7 @@ impl Default for SqliteOptions {
     fn default() -> Self {
         SqliteOptions {
             event_window: state::DEFAULT_EVENT_WINDOW,
+            event_window_bytes: state::DEFAULT_EVENT_WINDOW_BYTES,
             watch_buffer: state::DEFAULT_WATCH_BUFFER,
             max_batch: 4096,
             compact_step: 10_000,
@@ -155,6 +158,7 @@ impl SqliteStore {
             "opened sqlite store"
         );
         let limits = Limits {
+            event_window_bytes: opts.event_window_bytes.max(1),
             event_window: opts.event_window.max(1),
             watch_buffer: opts.watch_buffer,
             compact_with_window: false,
@@ -990,6 +994,46 @@ mod tests {
                 .items
                 .is_empty()
         );
+    }
+
+    /// The window holds at most its byte budget of written values; what falls out is read from
+    /// disk, so a watch and a list at an early revision see exactly what they did before.
+    #[tokio::test]
+    async fn the_event_window_is_bounded_by_bytes_and_disk_serves_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_in(
+            &dir,
+            SqliteOptions {
+                event_window_bytes: 4096,
+                ..Default::default()
+            },
+        );
+        for i in 0..100 {
+            store.create(&format!("/c/{i:03}"), vec![b'a'; 256]).await.unwrap();
+        }
+        let mid = store.current_revision().await.unwrap();
+        for i in 0..100 {
+            let key = format!("/c/{i:03}");
+            let kv = store.get(&key).await.unwrap().unwrap();
+            store.update(&key, vec![b'b'; 256], kv.mod_revision).await.unwrap();
+        }
+        assert!(store.state.read().window_len() <= 16, "{}", store.state.read().window_len());
+        let mut watch = store.watch("/c/", 0).await.unwrap();
+        let events = take_events(&mut watch, 200).await;
+        let revisions: Vec<_> = events.iter().map(Event::revision).collect();
+        assert_eq!(revisions, (1..=200).collect::<Vec<_>>());
+        let at_mid = store
+            .list(
+                "/c/",
+                ListOptions {
+                    revision: Some(mid),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(at_mid.items.len(), 100);
+        assert!(at_mid.items.iter().all(|kv| kv.value[..] == [b'a'; 256]));
     }
 
     /// The checkpointer thread copies the WAL back into the database while the store is

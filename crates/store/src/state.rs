@@ -20,6 +20,10 @@ use crate::{Event, KeyValue, ListOptions, ListResult, Result, Revision, StoreErr
 
 /// Events kept in memory for watchers and lists at recent revisions.
 pub const DEFAULT_EVENT_WINDOW: usize = 100_000;
+/// Bytes of values the window may hold: on a disk-backed store, what falls out is read from
+/// disk when a list or watch reaches it, so a burst of large writes (a 150,000-pod rollout writes
+/// each pod several times) costs disk reads for late watchers rather than memory.
+pub const DEFAULT_EVENT_WINDOW_BYTES: usize = 64 << 20;
 /// Live events buffered per watcher before a slow watcher is dropped.
 pub const DEFAULT_WATCH_BUFFER: usize = 10_000;
 
@@ -201,6 +205,8 @@ struct Watcher {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Limits {
     pub event_window: usize,
+    /// Most bytes of written values in the window (see [`DEFAULT_EVENT_WINDOW_BYTES`]).
+    pub event_window_bytes: usize,
     pub watch_buffer: usize,
     /// Events falling out of the window are gone for good (no disk behind
     /// them): raise the compaction point with the window.
@@ -212,9 +218,20 @@ pub(crate) struct Inner {
     revision: Revision,
     compacted: Revision,
     window: VecDeque<Event>,
+    /// Bytes of the values the window's events wrote (a value also in `kvs` counts too).
+    window_bytes: usize,
     window_floor: Revision,
     watchers: Vec<Watcher>,
     limits: Limits,
+}
+
+/// Bytes an event adds to the window: the value it wrote (a delete writes none; its previous
+/// value is an earlier event's or was already counted in the live state).
+fn event_bytes(event: &Event) -> usize {
+    match event {
+        Event::Put { kv, .. } => kv.value.len(),
+        Event::Delete { .. } => 0,
+    }
 }
 
 /// What a list needs after looking at memory.
@@ -282,6 +299,7 @@ impl Inner {
         self.revision = revision;
         self.compacted = self.compacted.max(compacted);
         self.window.clear();
+        self.window_bytes = 0;
         self.window_floor = revision;
         self.watchers.clear();
     }
@@ -324,12 +342,20 @@ impl Inner {
             }
             !w.tx.is_closed()
         });
+        self.window_bytes += events.iter().map(event_bytes).sum::<usize>();
         self.window.extend(events);
-        let excess = self.window.len().saturating_sub(self.limits.event_window);
-        if excess > 0 {
-            if let Some(last_dropped) = self.window.drain(..excess).next_back() {
-                self.window_floor = last_dropped.revision();
-            }
+        let mut dropped = None;
+        while self.window.len() > self.limits.event_window
+            || (self.window_bytes > self.limits.event_window_bytes && self.window.len() > 1)
+        {
+            let Some(first) = self.window.pop_front() else {
+                break;
+            };
+            self.window_bytes -= event_bytes(&first);
+            dropped = Some(first.revision());
+        }
+        if let Some(revision) = dropped {
+            self.window_floor = revision;
             if self.limits.compact_with_window {
                 self.compacted = self.compacted.max(self.window_floor);
             }
@@ -348,7 +374,9 @@ impl Inner {
     pub(crate) fn set_compacted(&mut self, revision: Revision) {
         self.compacted = self.compacted.max(revision);
         let keep_from = self.window.partition_point(|e| e.revision() <= revision);
-        self.window.drain(..keep_from);
+        for event in self.window.drain(..keep_from) {
+            self.window_bytes -= event_bytes(&event);
+        }
         // A VecDeque keeps its capacity: give back most of what a burst grew.
         if self.window.len() < self.window.capacity() / 4 {
             self.window.shrink_to(self.window.len() * 2);
@@ -502,6 +530,7 @@ impl State {
                 revision,
                 compacted,
                 window: VecDeque::new(),
+                window_bytes: 0,
                 window_floor: revision,
                 watchers: Vec::new(),
                 limits,

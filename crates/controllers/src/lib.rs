@@ -180,7 +180,8 @@ pub async fn run(clients: impl Fn(&str) -> kube::Client, cfg: ControllersConfig)
     }
     if cfg.pvc_protection {
         let c = clients("pvc-protection-controller");
-        set.spawn(async move { pvcprotection::run(c).await });
+        let i = informers.clone();
+        set.spawn(async move { pvcprotection::run(c, i).await });
     }
     if cfg.pv_protection {
         let c = clients("pv-protection-controller");

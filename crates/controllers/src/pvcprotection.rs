@@ -13,18 +13,17 @@
 //! As upstream, a pod that still exists and is scheduled uses the claims it names directly, in
 //! whatever phase.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::controller_utils::{self as cu, WorkQueue};
+use crate::informers::{Change, Informer, SharedInformerFactory};
 use crate::protectionutil;
 
 /// The finalizer this controller owns (upstream's `PVCProtectionFinalizer`).
@@ -53,11 +52,11 @@ impl Pending {
 struct Ctx {
     client: kube::Client,
     claims: Store<PersistentVolumeClaim>,
-    pods: Store<Pod>,
+    pods: Informer<Pod>,
     pending: Pending,
 }
 
-pub async fn run(client: kube::Client) -> anyhow::Result<()> {
+pub async fn run(client: kube::Client, informers: SharedInformerFactory) -> anyhow::Result<()> {
     let queue = WorkQueue::new();
     let pending = Pending::default();
     let p = pending.clone();
@@ -74,7 +73,9 @@ pub async fn run(client: kube::Client) -> anyhow::Result<()> {
             }
         },
     );
-    let pods = spawn_pod_watch(Api::<Pod>::all(client.clone()), queue.clone(), pending.clone());
+    let pods = informers.informer::<Pod>();
+    watch_pods(&pods, queue.clone(), pending.clone());
+    pods.wait_synced().await;
     let ctx = Ctx {
         client,
         claims,
@@ -172,77 +173,29 @@ pub fn pod_uses_pvc(pod: &Pod, pvc: &PersistentVolumeClaim) -> bool {
     })
 }
 
-/// What the watch remembers of a pod that names claims: its uid and those claims.
-struct Known {
-    uid: String,
-    claims: Vec<String>,
-}
-
-/// Watch pods into a store, queueing the claims of pods that may free them. A pod replaced by
-/// another of the same name queues the first one's claims too, and so does a pod that a re-list
-/// no longer returns (its deletion happened while the watch was down).
-fn spawn_pod_watch(api: Api<Pod>, queue: WorkQueue, pending: Pending) -> Store<Pod> {
-    let (reader, writer) = reflector::store();
-    tokio::spawn(async move {
-        let mut known: HashMap<String, Known> = HashMap::new();
-        let mut listed: Option<HashSet<String>> = None;
-        let mut stream = reflector::reflector(writer, cu::trimmed_watcher(api)).boxed();
-        while let Some(ev) = stream.next().await {
-            let mut keys: Vec<String> = Vec::new();
-            let queue_claims = |ns: &str, claims: &[String], keys: &mut Vec<String>| {
-                for c in claims {
-                    keys.push(pending.add(ns, c));
+/// Queues, for every pod change the shared pod informer reports, the claims it may free. A pod
+/// replaced by another of the same name queues the first one's claims too; a pod that a re-list
+/// no longer returns arrives as deleted.
+fn watch_pods(pods: &Informer<Pod>, queue: WorkQueue, pending: Pending) {
+    pods.add_handler(move |change| {
+        let mut claims: Vec<(String, Vec<String>)> = Vec::new();
+        let ns_of = |p: &Pod| p.metadata.namespace.clone().unwrap_or_default();
+        match change {
+            Change::Added(pod) => claims.push((ns_of(pod), claims_to_queue(pod, false))),
+            Change::Updated { old, new } => {
+                if old.metadata.uid != new.metadata.uid {
+                    claims.push((ns_of(old), claims_of(old)));
                 }
-            };
-            match ev {
-                Ok(watcher::Event::Init) => listed = Some(HashSet::new()),
-                Ok(watcher::Event::InitDone) => {
-                    if let Some(seen) = listed.take() {
-                        let gone: Vec<String> = known.keys().filter(|k| !seen.contains(*k)).cloned().collect();
-                        for k in gone {
-                            if let Some(old) = known.remove(&k) {
-                                let (ns, _) = cu::split_key(&k);
-                                queue_claims(ns, &old.claims, &mut keys);
-                            }
-                        }
-                    }
-                }
-                Ok(watcher::Event::Apply(pod)) | Ok(watcher::Event::InitApply(pod)) => {
-                    let ns = pod.metadata.namespace.clone().unwrap_or_default();
-                    let k = cu::key(&ns, pod.metadata.name.as_deref().unwrap_or_default());
-                    if let Some(seen) = listed.as_mut() {
-                        seen.insert(k.clone());
-                    }
-                    let uid = pod.metadata.uid.clone().unwrap_or_default();
-                    if let Some(old) = known.get(&k)
-                        && old.uid != uid
-                    {
-                        queue_claims(&ns, &old.claims, &mut keys);
-                    }
-                    let claims = claims_of(&pod);
-                    queue_claims(&ns, &claims_to_queue(&pod, false), &mut keys);
-                    if claims.is_empty() {
-                        known.remove(&k);
-                    } else {
-                        known.insert(k, Known { uid, claims });
-                    }
-                }
-                Ok(watcher::Event::Delete(pod)) => {
-                    let ns = pod.metadata.namespace.clone().unwrap_or_default();
-                    known.remove(&cu::key(&ns, pod.metadata.name.as_deref().unwrap_or_default()));
-                    queue_claims(&ns, &claims_to_queue(&pod, true), &mut keys);
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "pvc protection pod watch error");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
+                claims.push((ns_of(new), claims_to_queue(new, false)));
             }
-            for k in keys {
-                queue.add(k);
+            Change::Deleted(pod) => claims.push((ns_of(pod), claims_to_queue(pod, true))),
+        }
+        for (ns, names) in claims {
+            for name in names {
+                queue.add(pending.add(&ns, &name));
             }
         }
     });
-    reader
 }
 
 // ---- claims ----
@@ -316,11 +269,7 @@ fn claims_api(ctx: &Ctx, ns: &str) -> Api<PersistentVolumeClaim> {
 async fn is_being_used(ctx: &Ctx, pvc: &PersistentVolumeClaim, batch: &mut Batch) -> anyhow::Result<bool> {
     let ns = pvc.metadata.namespace.as_deref().unwrap_or_default();
     let cached = batch.cached.get_or_insert_with(|| {
-        ctx.pods
-            .state()
-            .into_iter()
-            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
-            .collect()
+        ctx.pods.list_namespace(ns)
     });
     if cached.iter().any(|p| pod_uses_pvc(p, pvc)) {
         return Ok(true);

@@ -1,12 +1,14 @@
 //! The scheduler's informer form of a Pod: everything but `metadata.managedFields`, which
-//! the scheduler never reads and which is the largest part of most pods. Upstream's
-//! scheduler strips it in an informer transform after decoding; here it is skipped while
+//! the scheduler never reads and which is the largest part of most pods, and of the status only
+//! what scheduling reads (phase, conditions, nominatedNodeName, startTime): the containers'
+//! statuses of every running pod are most of the rest. Upstream's scheduler strips
+//! managedFields in an informer transform after decoding; here what is not kept is skipped while
 //! decoding, so it is never allocated.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::Deserialize;
 
@@ -34,12 +36,22 @@ struct LeanMeta {
     uid: Option<String>,
 }
 
+/// The status fields scheduling reads; serde skips the others.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeanStatus {
+    conditions: Option<Vec<PodCondition>>,
+    nominated_node_name: Option<String>,
+    phase: Option<String>,
+    start_time: Option<Time>,
+}
+
 #[derive(Deserialize)]
 struct Wire {
     #[serde(default)]
     metadata: Option<LeanMeta>,
     spec: Option<PodSpec>,
-    status: Option<PodStatus>,
+    status: Option<LeanStatus>,
 }
 
 impl<'de> Deserialize<'de> for LeanPod {
@@ -68,7 +80,13 @@ impl<'de> Deserialize<'de> for LeanPod {
         Ok(LeanPod(Pod {
             metadata,
             spec: w.spec,
-            status: w.status,
+            status: w.status.map(|s| PodStatus {
+                conditions: s.conditions,
+                nominated_node_name: s.nominated_node_name,
+                phase: s.phase,
+                start_time: s.start_time,
+                ..Default::default()
+            }),
         }))
     }
 }
@@ -102,7 +120,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decodes_everything_but_managed_fields() {
+    fn decodes_everything_but_managed_fields_and_unread_status() {
         let v = serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {
@@ -114,11 +132,17 @@ mod tests {
                                    "fieldsV1": {"f:metadata": {}}}]
             },
             "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
-            "status": {"phase": "Pending", "nominatedNodeName": "n2"}
+            "status": {"phase": "Running", "nominatedNodeName": "n2", "startTime": "2026-01-01T00:00:00Z",
+                       "conditions": [{"type": "PodScheduled", "status": "True"}], "hostIP": "10.0.0.1",
+                       "containerStatuses": [{"name": "c", "image": "i", "imageID": "", "ready": true,
+                                              "restartCount": 0, "state": {"running": {}}}]}
         });
         let lean: LeanPod = serde_json::from_value(v.clone()).unwrap();
         let mut full: Pod = serde_json::from_value(v).unwrap();
         assert!(full.metadata.managed_fields.take().is_some());
+        let status = full.status.as_mut().unwrap();
+        assert!(status.container_statuses.take().is_some());
+        assert!(status.host_ip.take().is_some());
         assert_eq!(lean.0, full);
     }
 

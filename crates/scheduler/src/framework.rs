@@ -112,6 +112,19 @@ pub struct CycleState {
     pub node_names: Option<(Vec<String>, &'static str)>,
 }
 
+impl CycleState {
+    /// Drops what only Filter and Score read once a node is chosen. The count snapshots
+    /// share their maps with the cache's counters: kept alive while the pod is assumed,
+    /// every counter the pod changes would copy its whole map (one entry per domain, so
+    /// per node for a hostname key).
+    pub fn release_filter_state(&mut self) {
+        self.inter_pod = None;
+        self.inter_pod_score = None;
+        self.spread = None;
+        self.spread_score = None;
+    }
+}
+
 /// Work a PreBind plugin does before the pod is bound, on the binding task (never in the
 /// scheduling loop): API writes and the wait for them to take effect. Err is the message.
 pub type PreBindWork = Box<dyn FnOnce(kube::Client) -> BoxFuture<'static, Result<(), String>> + Send>;
@@ -507,6 +520,7 @@ impl Framework {
         {
             let (st, _) = self.run_filters_with_nominated(&state, pod, cache, &cache.nodes()[idx]);
             if st.is_success() {
+                state.release_filter_state();
                 return Ok((
                     ScheduleResult {
                         node: idx,
@@ -577,6 +591,7 @@ impl Framework {
         }
         let evaluated = feasible.len() + diag.node_statuses.len();
         if feasible.len() == 1 {
+            state.release_filter_state();
             return Ok((
                 ScheduleResult {
                     node: feasible[0],
@@ -590,6 +605,7 @@ impl Framework {
             ));
         }
         let mut scores = self.score_nodes(&mut state, pod, cache, &feasible);
+        state.release_filter_state();
         // Pick the best; ties broken at random as upstream's selectHost.
         let mut best = 0usize;
         let mut ties = 0u64;
@@ -833,6 +849,35 @@ mod tests {
             diag.message(),
             "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [NodeAffinity]."
         );
+    }
+
+    /// The state a successful cycle returns shares no count map with the cache: assuming the
+    /// pod (with the state still alive, as until Reserve) must not copy those maps.
+    #[test]
+    fn chosen_node_state_holds_no_count_snapshot() {
+        let mut c = Cache::new();
+        for n in ["a", "b"] {
+            c.upsert_node(Arc::new(node(n, "4", "16Gi", "110")));
+        }
+        let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "p", "labels": {"app": "x"}},
+            "spec": {
+                "containers": [{"name": "c"}],
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "x"}}}],
+                "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                    "labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}},
+            },
+        }))
+        .unwrap();
+        let p = Arc::new(PodInfo::new(p));
+        let mut fw = Framework::with_default_plugins(0);
+        let (res, state) = fw.schedule(&p, &c).unwrap();
+        assert!(state.inter_pod.is_none() && state.spread.is_none());
+        assert!(state.inter_pod_score.is_none() && state.spread_score.is_none());
+        let name = c.node_name(res.node).to_string();
+        c.assume_pod(p, &name);
+        drop(state);
     }
 
     #[test]

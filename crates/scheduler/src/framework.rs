@@ -33,11 +33,94 @@ pub enum Code {
     Skip,
 }
 
+/// A status's reasons. Almost every status has one, usually a constant: it is kept inline,
+/// so that rejecting a node (many per cycle once a cluster fills up) allocates nothing.
+#[derive(Clone, Default)]
+pub struct Reasons(ReasonsRepr);
+
+#[derive(Clone, Default)]
+enum ReasonsRepr {
+    #[default]
+    None,
+    One(Cow<'static, str>),
+    Many(Vec<Cow<'static, str>>),
+}
+
+impl Reasons {
+    pub fn one(reason: impl Into<Cow<'static, str>>) -> Self {
+        Reasons(ReasonsRepr::One(reason.into()))
+    }
+
+    pub fn push(&mut self, reason: impl Into<Cow<'static, str>>) {
+        let reason = reason.into();
+        self.0 = match std::mem::take(&mut self.0) {
+            ReasonsRepr::None => ReasonsRepr::One(reason),
+            ReasonsRepr::One(first) => ReasonsRepr::Many(vec![first, reason]),
+            ReasonsRepr::Many(mut v) => {
+                v.push(reason);
+                ReasonsRepr::Many(v)
+            }
+        };
+    }
+}
+
+impl std::ops::Deref for Reasons {
+    type Target = [Cow<'static, str>];
+    fn deref(&self) -> &Self::Target {
+        match &self.0 {
+            ReasonsRepr::None => &[],
+            ReasonsRepr::One(r) => std::slice::from_ref(r),
+            ReasonsRepr::Many(v) => v,
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Reasons {
+    type Item = &'a Cow<'static, str>;
+    type IntoIter = std::slice::Iter<'a, Cow<'static, str>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<R: Into<Cow<'static, str>>> FromIterator<R> for Reasons {
+    fn from_iter<I: IntoIterator<Item = R>>(iter: I) -> Self {
+        let mut out = Reasons::default();
+        for r in iter {
+            out.push(r);
+        }
+        out
+    }
+}
+
+impl std::fmt::Debug for Reasons {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for Reasons {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Reasons {}
+
+impl<U> PartialEq<Vec<U>> for Reasons
+where
+    Cow<'static, str>: PartialEq<U>,
+{
+    fn eq(&self, other: &Vec<U>) -> bool {
+        self.len() == other.len() && self.iter().zip(other).all(|(a, b)| *a == *b)
+    }
+}
+
 /// A plugin's verdict with its reasons.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
     pub code: Code,
-    pub reasons: Vec<Cow<'static, str>>,
+    pub reasons: Reasons,
     pub plugin: &'static str,
 }
 
@@ -45,21 +128,21 @@ impl Status {
     pub fn success() -> Self {
         Status {
             code: Code::Success,
-            reasons: Vec::new(),
+            reasons: Reasons::default(),
             plugin: "",
         }
     }
     pub fn skip() -> Self {
         Status {
             code: Code::Skip,
-            reasons: Vec::new(),
+            reasons: Reasons::default(),
             plugin: "",
         }
     }
     pub fn new(code: Code, reason: impl Into<Cow<'static, str>>) -> Self {
         Status {
             code,
-            reasons: vec![reason.into()],
+            reasons: Reasons::one(reason),
             plugin: "",
         }
     }
@@ -715,7 +798,7 @@ mod tests {
     #[test]
     fn fit_error_multiple_reasons_per_node_and_prefilter() {
         let mut s = Status::unschedulable("Insufficient cpu");
-        s.reasons.push("Insufficient memory".into());
+        s.reasons.push("Insufficient memory");
         let statuses = [s.clone(), s, Status::unresolvable("node(s) were unschedulable")];
         assert_eq!(
             fit_error_message(3, None, statuses.iter(), None),

@@ -1,6 +1,8 @@
 //! NodeResourcesFit: the pod's requests must fit the node's allocatable minus what is
 //! requested there; scores with the LeastAllocated strategy (cpu and memory, weight 1 each).
 
+use std::borrow::Cow;
+
 use crate::cache::Cache;
 use crate::framework::{Code, CycleState, MAX_NODE_SCORE, Plugin, Status};
 use crate::types::{NodeInfo, PodInfo};
@@ -10,8 +12,8 @@ pub const NAME: &str = "NodeResourcesFit";
 /// One resource the pod does not get on a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InsufficientResource {
-    pub resource: String,
-    pub reason: String,
+    pub resource: Cow<'static, str>,
+    pub reason: Cow<'static, str>,
     pub requested: i64,
     pub used: i64,
     pub capacity: i64,
@@ -39,11 +41,22 @@ pub fn fits_request(pod: &PodInfo, node: &NodeInfo) -> Vec<InsufficientResource>
     if req.is_zero() {
         return out;
     }
+    // The reasons of the built-in resources are constants: a full cluster rejects many nodes
+    // per cycle, and none of them should cost a formatted message.
     let mut check = |name: &str, want: i64, have: i64, used: i64| {
         if want > 0 && want > have - used {
+            let (resource, reason) = match name {
+                "cpu" => (Cow::Borrowed("cpu"), Cow::Borrowed("Insufficient cpu")),
+                "memory" => (Cow::Borrowed("memory"), Cow::Borrowed("Insufficient memory")),
+                "ephemeral-storage" => (
+                    Cow::Borrowed("ephemeral-storage"),
+                    Cow::Borrowed("Insufficient ephemeral-storage"),
+                ),
+                other => (Cow::Owned(other.to_string()), Cow::Owned(format!("Insufficient {other}"))),
+            };
             out.push(InsufficientResource {
-                resource: name.to_string(),
-                reason: format!("Insufficient {name}"),
+                resource,
+                reason,
                 requested: want,
                 used,
                 capacity: have,
@@ -99,7 +112,7 @@ impl Plugin for NodeResourcesFit {
         };
         Status {
             code,
-            reasons: insufficient.into_iter().map(|r| r.reason.into()).collect(),
+            reasons: insufficient.into_iter().map(|r| r.reason).collect(),
             plugin: "",
         }
     }

@@ -78,6 +78,25 @@ pub fn fits_request(pod: &PodInfo, node: &NodeInfo) -> Vec<InsufficientResource>
     out
 }
 
+/// Whether [`fits_request`] finds nothing missing, without building its answer: the filter's
+/// common case on every node it passes.
+fn fits(pod: &PodInfo, node: &NodeInfo) -> bool {
+    let alloc = &node.allocatable;
+    let used = &node.requested;
+    if node.pods.len() as i64 + 1 > alloc.allowed_pods {
+        return false;
+    }
+    let req = &pod.requests;
+    let ok = |want: i64, have: i64, used: i64| want <= 0 || want <= have - used;
+    ok(req.milli_cpu, alloc.milli_cpu, used.milli_cpu)
+        && ok(req.memory, alloc.memory, used.memory)
+        && ok(req.ephemeral_storage, alloc.ephemeral_storage, used.ephemeral_storage)
+        && req
+            .scalar
+            .iter()
+            .all(|(name, want)| ok(*want, alloc.scalar(name), used.scalar(name)))
+}
+
 fn least_requested(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 || requested > capacity {
         return 0;
@@ -101,6 +120,9 @@ impl Plugin for NodeResourcesFit {
     }
 
     fn filter(&self, _s: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        if fits(pod, node) {
+            return Status::success();
+        }
         let insufficient = fits_request(pod, node);
         if insufficient.is_empty() {
             return Status::success();
@@ -146,6 +168,20 @@ mod tests {
 
     fn filter(p: &PodInfo, n: &NodeInfo) -> Status {
         NodeResourcesFit.filter(&CycleState::default(), p, n)
+    }
+
+    #[test]
+    fn fast_check_agrees_with_fits_request() {
+        let mut ni = node_info(node("n", "10", "20", "3"));
+        ni.add_pod(Arc::new(PodInfo::new(pod("e", "5", "19"))));
+        for (cpu, mem) in [("", ""), ("5", "1"), ("6", "1"), ("1", "2"), ("11", ""), ("0", "0")] {
+            let p = PodInfo::new(pod("p", cpu, mem));
+            assert_eq!(fits(&p, &ni), fits_request(&p, &ni).is_empty(), "{cpu} {mem}");
+        }
+        ni.add_pod(Arc::new(PodInfo::new(pod("f", "", ""))));
+        ni.add_pod(Arc::new(PodInfo::new(pod("g", "", ""))));
+        let p = PodInfo::new(pod("p", "", ""));
+        assert!(!fits(&p, &ni) && !fits_request(&p, &ni).is_empty());
     }
 
     #[test]

@@ -52,7 +52,10 @@ pub fn fits_request(pod: &PodInfo, node: &NodeInfo) -> Vec<InsufficientResource>
                     Cow::Borrowed("ephemeral-storage"),
                     Cow::Borrowed("Insufficient ephemeral-storage"),
                 ),
-                other => (Cow::Owned(other.to_string()), Cow::Owned(format!("Insufficient {other}"))),
+                other => (
+                    Cow::Owned(other.to_string()),
+                    Cow::Owned(format!("Insufficient {other}")),
+                ),
             };
             out.push(InsufficientResource {
                 resource,

@@ -26,8 +26,9 @@ pub struct Domain {
     pub nodes: i64,
 }
 
-/// Topology value -> domain.
-pub type Domains = HashMap<String, Domain>;
+/// Topology value -> domain. Filters look a node's value up here for every node they pass,
+/// so the map hashes with foldhash (seeded per process) rather than SipHash.
+pub type Domains = HashMap<String, Domain, foldhash::fast::RandomState>;
 
 /// Which pods a counter counts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -366,7 +367,7 @@ mod tests {
 
     /// What the views must equal: a walk over every node and pod.
     fn recount(cache: &Cache, selects: &dyn Fn(&PodInfo) -> bool, required: &[String], key: &str) -> Domains {
-        let mut out = Domains::new();
+        let mut out = Domains::default();
         for n in cache.nodes() {
             if n.node.is_none() || !required.iter().all(|k| n.labels.contains_key(k)) {
                 continue;

@@ -33,11 +33,94 @@ pub enum Code {
     Skip,
 }
 
+/// A status's reasons. Almost every status has one, usually a constant: it is kept inline,
+/// so that rejecting a node (many per cycle once a cluster fills up) allocates nothing.
+#[derive(Clone, Default)]
+pub struct Reasons(ReasonsRepr);
+
+#[derive(Clone, Default)]
+enum ReasonsRepr {
+    #[default]
+    None,
+    One(Cow<'static, str>),
+    Many(Vec<Cow<'static, str>>),
+}
+
+impl Reasons {
+    pub fn one(reason: impl Into<Cow<'static, str>>) -> Self {
+        Reasons(ReasonsRepr::One(reason.into()))
+    }
+
+    pub fn push(&mut self, reason: impl Into<Cow<'static, str>>) {
+        let reason = reason.into();
+        self.0 = match std::mem::take(&mut self.0) {
+            ReasonsRepr::None => ReasonsRepr::One(reason),
+            ReasonsRepr::One(first) => ReasonsRepr::Many(vec![first, reason]),
+            ReasonsRepr::Many(mut v) => {
+                v.push(reason);
+                ReasonsRepr::Many(v)
+            }
+        };
+    }
+}
+
+impl std::ops::Deref for Reasons {
+    type Target = [Cow<'static, str>];
+    fn deref(&self) -> &Self::Target {
+        match &self.0 {
+            ReasonsRepr::None => &[],
+            ReasonsRepr::One(r) => std::slice::from_ref(r),
+            ReasonsRepr::Many(v) => v,
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Reasons {
+    type Item = &'a Cow<'static, str>;
+    type IntoIter = std::slice::Iter<'a, Cow<'static, str>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<R: Into<Cow<'static, str>>> FromIterator<R> for Reasons {
+    fn from_iter<I: IntoIterator<Item = R>>(iter: I) -> Self {
+        let mut out = Reasons::default();
+        for r in iter {
+            out.push(r);
+        }
+        out
+    }
+}
+
+impl std::fmt::Debug for Reasons {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for Reasons {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Reasons {}
+
+impl<U> PartialEq<Vec<U>> for Reasons
+where
+    Cow<'static, str>: PartialEq<U>,
+{
+    fn eq(&self, other: &Vec<U>) -> bool {
+        self.len() == other.len() && self.iter().zip(other).all(|(a, b)| *a == *b)
+    }
+}
+
 /// A plugin's verdict with its reasons.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
     pub code: Code,
-    pub reasons: Vec<Cow<'static, str>>,
+    pub reasons: Reasons,
     pub plugin: &'static str,
 }
 
@@ -45,21 +128,21 @@ impl Status {
     pub fn success() -> Self {
         Status {
             code: Code::Success,
-            reasons: Vec::new(),
+            reasons: Reasons::default(),
             plugin: "",
         }
     }
     pub fn skip() -> Self {
         Status {
             code: Code::Skip,
-            reasons: Vec::new(),
+            reasons: Reasons::default(),
             plugin: "",
         }
     }
     pub fn new(code: Code, reason: impl Into<Cow<'static, str>>) -> Self {
         Status {
             code,
-            reasons: vec![reason.into()],
+            reasons: Reasons::one(reason),
             plugin: "",
         }
     }
@@ -110,6 +193,19 @@ pub struct CycleState {
     /// A PreFilter result: only these nodes can fit (upstream's PreFilterResult), and the
     /// plugin that narrowed them.
     pub node_names: Option<(Vec<String>, &'static str)>,
+}
+
+impl CycleState {
+    /// Drops what only Filter and Score read once a node is chosen. The count snapshots
+    /// share their maps with the cache's counters: kept alive while the pod is assumed,
+    /// every counter the pod changes would copy its whole map (one entry per domain, so
+    /// per node for a hostname key).
+    pub fn release_filter_state(&mut self) {
+        self.inter_pod = None;
+        self.inter_pod_score = None;
+        self.spread = None;
+        self.spread_score = None;
+    }
 }
 
 /// Work a PreBind plugin does before the pod is bound, on the binding task (never in the
@@ -507,6 +603,7 @@ impl Framework {
         {
             let (st, _) = self.run_filters_with_nominated(&state, pod, cache, &cache.nodes()[idx]);
             if st.is_success() {
+                state.release_filter_state();
                 return Ok((
                     ScheduleResult {
                         node: idx,
@@ -577,6 +674,7 @@ impl Framework {
         }
         let evaluated = feasible.len() + diag.node_statuses.len();
         if feasible.len() == 1 {
+            state.release_filter_state();
             return Ok((
                 ScheduleResult {
                     node: feasible[0],
@@ -590,6 +688,7 @@ impl Framework {
             ));
         }
         let mut scores = self.score_nodes(&mut state, pod, cache, &feasible);
+        state.release_filter_state();
         // Pick the best; ties broken at random as upstream's selectHost.
         let mut best = 0usize;
         let mut ties = 0u64;
@@ -699,7 +798,7 @@ mod tests {
     #[test]
     fn fit_error_multiple_reasons_per_node_and_prefilter() {
         let mut s = Status::unschedulable("Insufficient cpu");
-        s.reasons.push("Insufficient memory".into());
+        s.reasons.push("Insufficient memory");
         let statuses = [s.clone(), s, Status::unresolvable("node(s) were unschedulable")];
         assert_eq!(
             fit_error_message(3, None, statuses.iter(), None),
@@ -833,6 +932,35 @@ mod tests {
             diag.message(),
             "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [NodeAffinity]."
         );
+    }
+
+    /// The state a successful cycle returns shares no count map with the cache: assuming the
+    /// pod (with the state still alive, as until Reserve) must not copy those maps.
+    #[test]
+    fn chosen_node_state_holds_no_count_snapshot() {
+        let mut c = Cache::new();
+        for n in ["a", "b"] {
+            c.upsert_node(Arc::new(node(n, "4", "16Gi", "110")));
+        }
+        let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "p", "labels": {"app": "x"}},
+            "spec": {
+                "containers": [{"name": "c"}],
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "x"}}}],
+                "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                    "labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}},
+            },
+        }))
+        .unwrap();
+        let p = Arc::new(PodInfo::new(p));
+        let mut fw = Framework::with_default_plugins(0);
+        let (res, state) = fw.schedule(&p, &c).unwrap();
+        assert!(state.inter_pod.is_none() && state.spread.is_none());
+        assert!(state.inter_pod_score.is_none() && state.spread_score.is_none());
+        let name = c.node_name(res.node).to_string();
+        c.assume_pod(p, &name);
+        drop(state);
     }
 
     #[test]

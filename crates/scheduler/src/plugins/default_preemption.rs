@@ -85,12 +85,6 @@ fn select_victims_on_node(
     cache: &Cache,
 ) -> Result<(Vec<Arc<PodInfo>>, usize), Status> {
     let pdbs = &cache.pdbs;
-    let mut sim = node.clone();
-    for n in cache.nominated_on(&node.name) {
-        if n.uid != pod.uid && n.priority >= pod.priority {
-            sim.add_pod(n.clone());
-        }
-    }
     let mut potential: Vec<Arc<PodInfo>> = node
         .pods
         .iter()
@@ -99,6 +93,13 @@ fn select_victims_on_node(
         .collect();
     if potential.is_empty() {
         return Err(Status::unresolvable(REASON_NO_VICTIMS));
+    }
+    // The dry run works on a copy, made only for a node with something to evict.
+    let mut sim = node.clone();
+    for n in cache.nominated_on(&node.name) {
+        if n.uid != pod.uid && n.priority >= pod.priority {
+            sim.add_pod(n.clone());
+        }
     }
     for v in &potential {
         sim.remove_pod(&v.uid);

@@ -63,6 +63,8 @@ pub struct PreFilterState {
     anti_affinity: TopologyCounts,
     /// The pod matches all of its own required affinity terms.
     self_match: bool,
+    /// No pod matches the pod's required affinity terms anywhere (asked per node, known once).
+    no_affinity_pods: bool,
 }
 
 #[derive(Debug, Default)]
@@ -120,6 +122,7 @@ impl Plugin for InterPodAffinity {
                 );
             }
         }
+        s.no_affinity_pods = s.affinity.is_empty();
         state.inter_pod = Some(s);
         Status::success()
     }
@@ -142,7 +145,7 @@ impl Plugin for InterPodAffinity {
                     }
                 }
             }
-            if !pods_exist && (!s.affinity.is_empty() || !s.self_match) {
+            if !pods_exist && (!s.no_affinity_pods || !s.self_match) {
                 return Status::unresolvable(ERR_REASON_AFFINITY);
             }
         }

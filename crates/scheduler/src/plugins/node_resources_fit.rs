@@ -1,6 +1,8 @@
 //! NodeResourcesFit: the pod's requests must fit the node's allocatable minus what is
 //! requested there; scores with the LeastAllocated strategy (cpu and memory, weight 1 each).
 
+use std::borrow::Cow;
+
 use crate::cache::Cache;
 use crate::framework::{Code, CycleState, MAX_NODE_SCORE, Plugin, Status};
 use crate::types::{NodeInfo, PodInfo};
@@ -10,8 +12,8 @@ pub const NAME: &str = "NodeResourcesFit";
 /// One resource the pod does not get on a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InsufficientResource {
-    pub resource: String,
-    pub reason: String,
+    pub resource: Cow<'static, str>,
+    pub reason: Cow<'static, str>,
     pub requested: i64,
     pub used: i64,
     pub capacity: i64,
@@ -39,11 +41,25 @@ pub fn fits_request(pod: &PodInfo, node: &NodeInfo) -> Vec<InsufficientResource>
     if req.is_zero() {
         return out;
     }
+    // The reasons of the built-in resources are constants: a full cluster rejects many nodes
+    // per cycle, and none of them should cost a formatted message.
     let mut check = |name: &str, want: i64, have: i64, used: i64| {
         if want > 0 && want > have - used {
+            let (resource, reason) = match name {
+                "cpu" => (Cow::Borrowed("cpu"), Cow::Borrowed("Insufficient cpu")),
+                "memory" => (Cow::Borrowed("memory"), Cow::Borrowed("Insufficient memory")),
+                "ephemeral-storage" => (
+                    Cow::Borrowed("ephemeral-storage"),
+                    Cow::Borrowed("Insufficient ephemeral-storage"),
+                ),
+                other => (
+                    Cow::Owned(other.to_string()),
+                    Cow::Owned(format!("Insufficient {other}")),
+                ),
+            };
             out.push(InsufficientResource {
-                resource: name.to_string(),
-                reason: format!("Insufficient {name}"),
+                resource,
+                reason,
                 requested: want,
                 used,
                 capacity: have,
@@ -63,6 +79,25 @@ pub fn fits_request(pod: &PodInfo, node: &NodeInfo) -> Vec<InsufficientResource>
         check(name, *want, alloc.scalar(name), used.scalar(name));
     }
     out
+}
+
+/// Whether [`fits_request`] finds nothing missing, without building its answer: the filter's
+/// common case on every node it passes.
+fn fits(pod: &PodInfo, node: &NodeInfo) -> bool {
+    let alloc = &node.allocatable;
+    let used = &node.requested;
+    if node.pods.len() as i64 + 1 > alloc.allowed_pods {
+        return false;
+    }
+    let req = &pod.requests;
+    let ok = |want: i64, have: i64, used: i64| want <= 0 || want <= have - used;
+    ok(req.milli_cpu, alloc.milli_cpu, used.milli_cpu)
+        && ok(req.memory, alloc.memory, used.memory)
+        && ok(req.ephemeral_storage, alloc.ephemeral_storage, used.ephemeral_storage)
+        && req
+            .scalar
+            .iter()
+            .all(|(name, want)| ok(*want, alloc.scalar(name), used.scalar(name)))
 }
 
 fn least_requested(requested: i64, capacity: i64) -> i64 {
@@ -88,6 +123,9 @@ impl Plugin for NodeResourcesFit {
     }
 
     fn filter(&self, _s: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        if fits(pod, node) {
+            return Status::success();
+        }
         let insufficient = fits_request(pod, node);
         if insufficient.is_empty() {
             return Status::success();
@@ -99,7 +137,7 @@ impl Plugin for NodeResourcesFit {
         };
         Status {
             code,
-            reasons: insufficient.into_iter().map(|r| r.reason.into()).collect(),
+            reasons: insufficient.into_iter().map(|r| r.reason).collect(),
             plugin: "",
         }
     }
@@ -133,6 +171,20 @@ mod tests {
 
     fn filter(p: &PodInfo, n: &NodeInfo) -> Status {
         NodeResourcesFit.filter(&CycleState::default(), p, n)
+    }
+
+    #[test]
+    fn fast_check_agrees_with_fits_request() {
+        let mut ni = node_info(node("n", "10", "20", "3"));
+        ni.add_pod(Arc::new(PodInfo::new(pod("e", "5", "19"))));
+        for (cpu, mem) in [("", ""), ("5", "1"), ("6", "1"), ("1", "2"), ("11", ""), ("0", "0")] {
+            let p = PodInfo::new(pod("p", cpu, mem));
+            assert_eq!(fits(&p, &ni), fits_request(&p, &ni).is_empty(), "{cpu} {mem}");
+        }
+        ni.add_pod(Arc::new(PodInfo::new(pod("f", "", ""))));
+        ni.add_pod(Arc::new(PodInfo::new(pod("g", "", ""))));
+        let p = PodInfo::new(pod("p", "", ""));
+        assert!(!fits(&p, &ni) && !fits_request(&p, &ni).is_empty());
     }
 
     #[test]

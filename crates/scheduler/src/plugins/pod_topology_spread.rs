@@ -116,7 +116,7 @@ fn domain_counts(
     }
     let nodes = cache.nodes();
     cache.with_per_node(&m, |per_node| {
-        let mut out = Domains::new();
+        let mut out = Domains::default();
         for (node, &n) in nodes.iter().zip(per_node) {
             if node.node.is_none()
                 || !required.iter().all(|k| node.labels.contains_key(k))

@@ -325,7 +325,7 @@ impl Plugin for VolumeBinding {
             Ok((_, reasons)) if reasons.is_empty() => Status::success(),
             Ok((_, reasons)) => {
                 let mut st = Status::unresolvable(reasons[0]);
-                st.reasons = reasons.into_iter().map(Into::into).collect();
+                st.reasons = reasons.into_iter().collect();
                 st
             }
         }

@@ -2,6 +2,7 @@
 //! and after the history they left is compacted. Nothing is stored at the end, so a server that
 //! gives its memory back returns to about its idle size.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -26,6 +27,11 @@ pub struct ChurnBench {
     /// once a compaction has covered all of it (two intervals later).
     #[arg(long, default_value = "10s")]
     compaction_interval: String,
+    /// Run the measured server from this executable instead of this binary: an earlier build to
+    /// compare, or a wrapper that runs one under a heap profiler (it must `exec` the server, so that
+    /// the RSS read is the server's).
+    #[arg(long)]
+    server_binary: Option<PathBuf>,
     /// A flag for the measured server, as `skiff server` takes it (repeatable).
     #[arg(long = "server-arg", allow_hyphen_values = true)]
     server_args: Vec<String>,
@@ -41,7 +47,10 @@ pub async fn bench_churn(opts: ChurnBench, as_json: bool) -> anyhow::Result<()> 
         compaction_flag.as_str(),
     ];
     flags.extend(opts.server_args.iter().map(String::as_str));
-    let server = ChildServer::start(&flags).await?;
+    let server = match &opts.server_binary {
+        Some(exe) => ChildServer::start_binary(exe, &flags).await?,
+        None => ChildServer::start(&flags).await?,
+    };
     let client = server.client().await?;
     wait_ready(&client).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -74,6 +83,7 @@ pub async fn bench_churn(opts: ChurnBench, as_json: bool) -> anyhow::Result<()> 
         "after_churn_rss_mb": round2(after_churn),
         "after_compaction_rss_mb": round2(compacted),
         "above_idle_mb": round2(compacted - idle),
+        "server_binary": opts.server_binary.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "this binary".into()),
         "rounds": rounds,
     });
     print_result(&result, as_json);

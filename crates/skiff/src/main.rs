@@ -14,6 +14,24 @@ mod token;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The store's hook after a compaction dropped history from memory (`skiff_store::set_release_memory`):
+/// gives the freed memory back to the OS instead of keeping it for a burst that may not come.
+fn release_memory() {
+    // Collects this thread's heap and purges the free pages of every arena now rather than as
+    // later allocations pass by (an idle server makes none).
+    #[cfg(feature = "mimalloc")]
+    // SAFETY: mi_collect takes no pointers; it walks the allocator's own structures.
+    unsafe {
+        libmimalloc_sys::mi_collect(true);
+    }
+    // SQLite allocates from the C heap, which keeps freed memory too.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes no pointers and is thread-safe.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -607,6 +625,7 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    skiff_store::set_release_memory(release_memory);
     // Before any thread starts, so every thread and child process is in it.
     if matches!(cli.command, Command::Bench(bench::BenchCommand::Services { .. })) {
         bench_services::enter_private_network()?;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde_json::json;
 
-use crate::bench::{ChildServer, print_result, rss_mb, wait_ready};
+use crate::bench::{ChildServer, anon_rss_mb, print_result, rss_mb, wait_ready};
 
 #[derive(clap::Args)]
 pub struct ChurnBench {
@@ -55,6 +55,7 @@ pub async fn bench_churn(opts: ChurnBench, as_json: bool) -> anyhow::Result<()> 
     wait_ready(&client).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = rss_mb(server.pid());
+    let idle_anon = anon_rss_mb(server.pid());
     let round = opts.round.max(1);
     let mut rounds = Vec::new();
     let mut done = 0;
@@ -74,6 +75,7 @@ pub async fn bench_churn(opts: ChurnBench, as_json: bool) -> anyhow::Result<()> 
     // The tick after the churn records its last revision; the one after compacts to it.
     tokio::time::sleep(interval * 2 + Duration::from_secs(2)).await;
     let compacted = rss_mb(server.pid());
+    let compacted_anon = anon_rss_mb(server.pid());
     let result = json!({
         "objects": opts.objects,
         "round": round,
@@ -83,6 +85,11 @@ pub async fn bench_churn(opts: ChurnBench, as_json: bool) -> anyhow::Result<()> 
         "after_churn_rss_mb": round2(after_churn),
         "after_compaction_rss_mb": round2(compacted),
         "above_idle_mb": round2(compacted - idle),
+        // The process's own memory (heap, stacks), without the binary's code pages that the
+        // churn's code paths brought in (shared with every process running the binary).
+        "idle_anon_rss_mb": round2(idle_anon),
+        "after_compaction_anon_rss_mb": round2(compacted_anon),
+        "anon_above_idle_mb": round2(compacted_anon - idle_anon),
         "server_binary": opts.server_binary.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "this binary".into()),
         "rounds": rounds,
     });

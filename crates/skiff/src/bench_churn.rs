@@ -2,6 +2,7 @@
 //! and after the history they left is compacted. Nothing is stored at the end, so a server that
 //! gives its memory back returns to about its idle size.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde_json::json;
 
-use crate::bench::{ChildServer, print_result, rss_mb, wait_ready};
+use crate::bench::{ChildServer, anon_rss_mb, print_result, rss_mb, wait_ready};
 
 #[derive(clap::Args)]
 pub struct ChurnBench {
@@ -26,6 +27,11 @@ pub struct ChurnBench {
     /// once a compaction has covered all of it (two intervals later).
     #[arg(long, default_value = "10s")]
     compaction_interval: String,
+    /// Run the measured server from this executable instead of this binary: an earlier build to
+    /// compare, or a wrapper that runs one under a heap profiler (it must `exec` the server, so that
+    /// the RSS read is the server's).
+    #[arg(long)]
+    server_binary: Option<PathBuf>,
     /// A flag for the measured server, as `skiff server` takes it (repeatable).
     #[arg(long = "server-arg", allow_hyphen_values = true)]
     server_args: Vec<String>,
@@ -41,11 +47,15 @@ pub async fn bench_churn(opts: ChurnBench, as_json: bool) -> anyhow::Result<()> 
         compaction_flag.as_str(),
     ];
     flags.extend(opts.server_args.iter().map(String::as_str));
-    let server = ChildServer::start(&flags).await?;
+    let server = match &opts.server_binary {
+        Some(exe) => ChildServer::start_binary(exe, &flags).await?,
+        None => ChildServer::start(&flags).await?,
+    };
     let client = server.client().await?;
     wait_ready(&client).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = rss_mb(server.pid());
+    let idle_anon = anon_rss_mb(server.pid());
     let round = opts.round.max(1);
     let mut rounds = Vec::new();
     let mut done = 0;
@@ -65,6 +75,7 @@ pub async fn bench_churn(opts: ChurnBench, as_json: bool) -> anyhow::Result<()> 
     // The tick after the churn records its last revision; the one after compacts to it.
     tokio::time::sleep(interval * 2 + Duration::from_secs(2)).await;
     let compacted = rss_mb(server.pid());
+    let compacted_anon = anon_rss_mb(server.pid());
     let result = json!({
         "objects": opts.objects,
         "round": round,
@@ -74,6 +85,12 @@ pub async fn bench_churn(opts: ChurnBench, as_json: bool) -> anyhow::Result<()> 
         "after_churn_rss_mb": round2(after_churn),
         "after_compaction_rss_mb": round2(compacted),
         "above_idle_mb": round2(compacted - idle),
+        // The process's own memory (heap, stacks), without the binary's code pages that the
+        // churn's code paths brought in (shared with every process running the binary).
+        "idle_anon_rss_mb": round2(idle_anon),
+        "after_compaction_anon_rss_mb": round2(compacted_anon),
+        "anon_above_idle_mb": round2(compacted_anon - idle_anon),
+        "server_binary": opts.server_binary.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "this binary".into()),
         "rounds": rounds,
     });
     print_result(&result, as_json);

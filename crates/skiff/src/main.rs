@@ -14,6 +14,51 @@ mod token;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The store's hook after a compaction dropped history from memory (`skiff_store::set_release_memory`):
+/// gives the freed memory back to the OS instead of keeping it for a burst that may not come.
+fn release_memory() {
+    // Collects this thread's heap and purges the free pages of every arena now rather than as
+    // later allocations pass by (an idle server makes none).
+    #[cfg(feature = "mimalloc")]
+    {
+        // SAFETY: mi_collect takes no pointers; it walks the allocator's own structures.
+        unsafe {
+            libmimalloc_sys::mi_collect(true);
+        }
+        RELEASE_EPOCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    // SQLite allocates from the C heap, which keeps freed memory too.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes no pointers and is thread-safe.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Bumped by [`release_memory`]. `mi_collect` reaches only the calling thread's heap, and a
+/// runtime worker's pages whose blocks other threads freed (a request's body, freed by the store
+/// writer) stay its own until it collects them: each worker does, the next time it parks.
+#[cfg(feature = "mimalloc")]
+static RELEASE_EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The runtime's `on_thread_park`: one atomic load, unless a release is due on this worker.
+#[cfg(feature = "mimalloc")]
+fn collect_on_park() {
+    thread_local! {
+        static SEEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    let epoch = RELEASE_EPOCH.load(std::sync::atomic::Ordering::Relaxed);
+    SEEN.with(|seen| {
+        if seen.get() != epoch {
+            seen.set(epoch);
+            // SAFETY: as in `release_memory`.
+            unsafe {
+                libmimalloc_sys::mi_collect(true);
+            }
+        }
+    });
+}
+
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -607,6 +652,7 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    skiff_store::set_release_memory(release_memory);
     // Before any thread starts, so every thread and child process is in it.
     if matches!(cli.command, Command::Bench(bench::BenchCommand::Services { .. })) {
         bench_services::enter_private_network()?;
@@ -630,6 +676,8 @@ fn main() -> anyhow::Result<()> {
     } else {
         tokio::runtime::Builder::new_multi_thread()
     };
+    #[cfg(feature = "mimalloc")]
+    runtime.on_thread_park(collect_on_park);
     let rt = runtime.enable_all().build().context("starting the async runtime")?;
     let result = rt.block_on(run(cli));
     // Tasks still running (a request's handler past the grace period) are dropped where they

@@ -779,7 +779,7 @@ impl EtcdStore {
             Err(e) if is_future(&e) => return Err(StoreError::FutureRevision(revision)),
             Err(e) => return Err(backend(e)),
         }
-        self.state.write().set_compacted(revision);
+        self.state.set_compacted(revision);
         Ok(())
     }
 }
@@ -1053,7 +1053,7 @@ async fn compactor(client: Client, state: Arc<State>, base: i64, interval: Durat
                 if let Some(c) = compacted
                     && c - base > 0
                 {
-                    state.write().set_compacted(c - base);
+                    state.set_compacted(c - base);
                 }
             }
             Err(e) => tracing::warn!(error = format!("{e:#}"), "etcd compaction failed"),

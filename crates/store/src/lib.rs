@@ -12,7 +12,7 @@
 //! `bench::bench_creates` (test builds only) measures a backend's write throughput and latency
 //! for the ignored benchmark tests of each backend.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -32,6 +32,24 @@ pub use sqlite::{SqliteOptions, SqliteStore};
 pub use state::Op;
 
 pub type Revision = i64;
+
+static RELEASE_MEMORY: OnceLock<fn()> = OnceLock::new();
+
+/// Sets what a store calls after a compaction has dropped events from memory, on the thread
+/// that dropped them and outside the store's lock: the binary that chose the allocator can give
+/// the freed pages back to the OS there. An allocator keeps freed pages for reuse and returns
+/// them only as later allocations pass by, so a server left idle after a burst of writes would
+/// hold the burst's memory until its next one. The first call wins.
+pub fn set_release_memory(release: fn()) {
+    let _ = RELEASE_MEMORY.set(release);
+}
+
+/// Runs the hook of [`set_release_memory`], if any.
+pub(crate) fn release_memory() {
+    if let Some(release) = RELEASE_MEMORY.get() {
+        release();
+    }
+}
 
 /// One stored value at one revision.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -126,11 +126,16 @@ impl Store for MemoryStore {
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {
-        let mut inner = self.state.write();
-        if revision > inner.revision() {
-            return Err(StoreError::FutureRevision(revision));
+        let dropped = {
+            let mut inner = self.state.write();
+            if revision > inner.revision() {
+                return Err(StoreError::FutureRevision(revision));
+            }
+            inner.set_compacted(revision)
+        };
+        if dropped > 0 {
+            crate::release_memory();
         }
-        inner.set_compacted(revision);
         Ok(())
     }
 

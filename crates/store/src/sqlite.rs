@@ -179,6 +179,7 @@ impl SqliteStore {
             compact_step: opts.compact_step.max(1),
             checkpoint: Some((checkpoint, checkpointer)),
             checkpoint_pages: opts.checkpoint_pages.max(1),
+            compacted_since_release: false,
         };
         let writer = std::thread::Builder::new()
             .name("store-writer".into())
@@ -481,6 +482,8 @@ struct Writer {
     /// Asks the checkpointer thread for a checkpoint.
     checkpoint: Option<(std_mpsc::SyncSender<()>, JoinHandle<()>)>,
     checkpoint_pages: i32,
+    /// A compaction step ran since memory was last released.
+    compacted_since_release: bool,
 }
 
 thread_local! {
@@ -594,6 +597,9 @@ impl Writer {
                 if (step.is_err() || self.state.read().compacted() >= *target)
                     && let Some((_, reply)) = compactions.pop_front()
                 {
+                    if step.is_ok() && std::mem::take(&mut self.compacted_since_release) {
+                        self.release_memory();
+                    }
                     let _ = reply.send(step);
                 }
             }
@@ -733,6 +739,15 @@ impl Writer {
         tx.commit().context("commit")
     }
 
+    /// After a compaction: SQLite's page cache holds the pages it rewrote, and the allocator the
+    /// events it dropped from memory; both are given back rather than kept until the next burst.
+    fn release_memory(&self) {
+        if let Err(e) = self.conn.release_memory() {
+            tracing::debug!(error = %e, "releasing the writer's page cache");
+        }
+        crate::release_memory();
+    }
+
     /// Compacts towards `target`, at most `compact_step` revisions further
     /// than the current compaction point.
     ///
@@ -770,6 +785,7 @@ impl Writer {
         .context("record the compact revision")?;
         tx.commit().context("commit a compaction")?;
         self.state.write().set_compacted(revision);
+        self.compacted_since_release = true;
         tracing::debug!(revision, superseded, tombstones, "compacted store history");
         Ok(())
     }
@@ -986,6 +1002,8 @@ mod tests {
         let current = store.current_revision().await.unwrap();
         store.compact(current).await.unwrap();
         assert_eq!(store.state.read().window_len(), 0);
+        // Nor the room the burst grew the window to.
+        assert_eq!(store.state.read().window_capacity(), 0);
         assert!(
             store
                 .list("/c/", ListOptions::default())
@@ -1034,6 +1052,26 @@ mod tests {
             .unwrap();
         assert_eq!(at_mid.items.len(), 100);
         assert!(at_mid.items.iter().all(|kv| kv.value[..] == [b'a'; 256]));
+    }
+
+    /// The process's memory release hook runs once a compaction is done, so the binary's
+    /// allocator gives back what it dropped from memory.
+    #[tokio::test]
+    async fn compaction_runs_the_memory_release_hook() {
+        static RELEASES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        crate::set_release_memory(|| {
+            RELEASES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        });
+        let releases = || RELEASES.load(std::sync::atomic::Ordering::SeqCst);
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_in(&dir, SqliteOptions::default());
+        for i in 0..10 {
+            store.create(&format!("/c/{i}"), vec![b'x'; 64]).await.unwrap();
+        }
+        let before = releases();
+        let current = store.current_revision().await.unwrap();
+        store.compact(current).await.unwrap();
+        assert!(releases() > before, "a compaction that dropped events released memory");
     }
 
     /// The checkpointer thread copies the WAL back into the database while the store is

@@ -286,6 +286,12 @@ impl Inner {
         self.window.len()
     }
 
+    /// Events the window has room for without growing.
+    #[cfg(test)]
+    pub(crate) fn window_capacity(&self) -> usize {
+        self.window.capacity()
+    }
+
     /// Number of live keys.
     pub(crate) fn len(&self) -> usize {
         self.kvs.len()
@@ -371,7 +377,8 @@ impl Inner {
     /// Records a compaction and drops the events at or before it: no list or watch can reach
     /// them any more (a list at `revision` itself starts from the latest values and undoes only
     /// later events), so keeping them would only hold their values in memory.
-    pub(crate) fn set_compacted(&mut self, revision: Revision) {
+    /// Returns how many events it dropped.
+    pub(crate) fn set_compacted(&mut self, revision: Revision) -> usize {
         self.compacted = self.compacted.max(revision);
         let keep_from = self.window.partition_point(|e| e.revision() <= revision);
         for event in self.window.drain(..keep_from) {
@@ -382,6 +389,7 @@ impl Inner {
             self.window.shrink_to(self.window.len() * 2);
         }
         self.window_floor = self.window_floor.max(revision);
+        keep_from
     }
 
     /// Checks a requested revision against the compaction point and the present.
@@ -544,6 +552,15 @@ impl State {
 
     pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Inner> {
         self.inner.write()
+    }
+
+    /// [`Inner::set_compacted`], then, with the lock released, the process's memory release
+    /// hook if events were dropped: their values were most of what the writes held.
+    pub(crate) fn set_compacted(&self, revision: Revision) {
+        let dropped = self.write().set_compacted(revision);
+        if dropped > 0 {
+            crate::release_memory();
+        }
     }
 }
 

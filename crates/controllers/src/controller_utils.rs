@@ -495,7 +495,8 @@ pub fn trimmed_watcher<K>(api: Api<K>) -> impl futures::Stream<Item = watcher::R
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    watcher::watcher(api, watcher::Config::default()).map(|ev| ev.map(|ev| ev.modify(|o| o.meta_mut().managed_fields = None)))
+    watcher::watcher(api, watcher::Config::default())
+        .map(|ev| ev.map(|ev| ev.modify(|o| o.meta_mut().managed_fields = None)))
 }
 
 /// Watch a kind into a store, queueing the keys `map` gives for every event; returns the store.

@@ -268,9 +268,7 @@ fn claims_api(ctx: &Ctx, ns: &str) -> Api<PersistentVolumeClaim> {
 /// pods of a live list decide (the list is made once per namespace batch).
 async fn is_being_used(ctx: &Ctx, pvc: &PersistentVolumeClaim, batch: &mut Batch) -> anyhow::Result<bool> {
     let ns = pvc.metadata.namespace.as_deref().unwrap_or_default();
-    let cached = batch.cached.get_or_insert_with(|| {
-        ctx.pods.list_namespace(ns)
-    });
+    let cached = batch.cached.get_or_insert_with(|| ctx.pods.list_namespace(ns));
     if cached.iter().any(|p| pod_uses_pvc(p, pvc)) {
         return Ok(true);
     }

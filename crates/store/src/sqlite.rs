@@ -1035,7 +1035,11 @@ mod tests {
             let kv = store.get(&key).await.unwrap().unwrap();
             store.update(&key, vec![b'b'; 256], kv.mod_revision).await.unwrap();
         }
-        assert!(store.state.read().window_len() <= 16, "{}", store.state.read().window_len());
+        assert!(
+            store.state.read().window_len() <= 16,
+            "{}",
+            store.state.read().window_len()
+        );
         let mut watch = store.watch("/c/", 0).await.unwrap();
         let events = take_events(&mut watch, 200).await;
         let revisions: Vec<_> = events.iter().map(Event::revision).collect();

@@ -152,6 +152,9 @@ pub struct PreScoreState {
     require_all: bool,
     ignored: HashSet<usize>,
     pair_counts: Vec<HashMap<String, i64>>,
+    /// Per hostname constraint: matching pods per feasible node (by node name), read from the
+    /// cache's per-node counts rather than from each node's pods.
+    node_counts: Vec<HashMap<String, i64>>,
     weights: Vec<f64>,
 }
 
@@ -290,8 +293,20 @@ impl Plugin for PodTopologySpread {
             }
         };
         let required = if require_all { required_keys(&cs) } else { Vec::new() };
+        s.node_counts = vec![HashMap::new(); cs.len()];
         for (i, c) in cs.iter().enumerate() {
             if c.topology_key == LABEL_HOSTNAME {
+                let m = Matcher::Spread {
+                    namespace: pod.namespace.clone(),
+                    selector: c.selector.clone(),
+                };
+                s.node_counts[i] = cache.with_per_node(&m, |per_node| {
+                    feasible
+                        .iter()
+                        .filter(|idx| !s.ignored.contains(idx))
+                        .map(|&idx| (nodes[idx].name.clone(), per_node.get(idx).copied().unwrap_or(0)))
+                        .collect()
+                });
                 continue;
             }
             let domains = domain_counts(cache, pod, c, &required, aff);
@@ -317,7 +332,10 @@ impl Plugin for PodTopologySpread {
                 continue;
             };
             let cnt = if c.topology_key == LABEL_HOSTNAME {
-                count_matching(node, &c.selector, &pod.namespace)
+                match s.node_counts.get(i).and_then(|m| m.get(&node.name)) {
+                    Some(&n) => n,
+                    None => count_matching(node, &c.selector, &pod.namespace),
+                }
             } else {
                 s.pair_counts[i].get(v).copied().unwrap_or(0)
             };

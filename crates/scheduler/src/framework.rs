@@ -266,6 +266,13 @@ pub trait Plugin: Send + Sync {
         Status::success()
     }
 
+    /// Filter, for plugins whose check of a node reads more than the node's pods (claims,
+    /// volumes, CSINodes) from the cache: they do that work for the nodes a cycle visits, as
+    /// upstream's Filter does, rather than for every node in PreFilter.
+    fn filter_with_cache(&self, state: &CycleState, pod: &PodInfo, _cache: &Cache, node: &NodeInfo) -> Status {
+        self.filter(state, pod, node)
+    }
+
     /// Weight in the final score; 0 means the plugin does not score.
     fn score_weight(&self) -> i64 {
         0
@@ -531,13 +538,13 @@ impl Framework {
     }
 
     /// Runs the Filter plugins on one node, stopping at the first rejection.
-    pub fn run_filters(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (Status, usize) {
+    pub fn run_filters(&self, state: &CycleState, pod: &PodInfo, cache: &Cache, node: &NodeInfo) -> (Status, usize) {
         let mut active = self.filters & !state.skip_filter;
         while active != 0 {
             let i = active.trailing_zeros() as usize;
             active &= active - 1;
             let p = &self.plugins[i];
-            let st = p.filter(state, pod, node);
+            let st = p.filter_with_cache(state, pod, cache, node);
             if !st.is_success() {
                 return (st.with_plugin(p.name()), i);
             }
@@ -565,12 +572,12 @@ impl Framework {
             for p in noms {
                 with.add_pod(p);
             }
-            let r = self.run_filters(state, pod, &with);
+            let r = self.run_filters(state, pod, cache, &with);
             if !r.0.is_success() {
                 return r;
             }
         }
-        self.run_filters(state, pod, node)
+        self.run_filters(state, pod, cache, node)
     }
 
     /// One scheduling cycle for `pod` over the cache: PreFilter, Filter (on enough nodes),
@@ -652,7 +659,7 @@ impl Framework {
             let (st, plugin_idx) = if cache.has_nominated() {
                 self.run_filters_with_nominated(&state, pod, cache, ni)
             } else {
-                self.run_filters(&state, pod, ni)
+                self.run_filters(&state, pod, cache, ni)
             };
             if st.is_success() {
                 feasible.push(idx);

@@ -104,7 +104,7 @@ fn select_victims_on_node(
     for v in &potential {
         sim.remove_pod(&v.uid);
     }
-    let (st, _) = fw.run_filters(state, pod, &sim);
+    let (st, _) = fw.run_filters(state, pod, cache, &sim);
     if !st.is_success() {
         return Err(st);
     }
@@ -123,7 +123,7 @@ fn select_victims_on_node(
     for (protected, group) in [(true, violating), (false, fine)] {
         for v in group {
             sim.add_pod(v.clone());
-            let (st, _) = fw.run_filters(state, pod, &sim);
+            let (st, _) = fw.run_filters(state, pod, cache, &sim);
             if !st.is_success() {
                 sim.remove_pod(&v.uid);
                 victims.push(v);

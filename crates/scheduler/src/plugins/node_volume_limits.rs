@@ -5,8 +5,6 @@
 //! count as a volume of their class's provisioner. In-tree volumes are not translated to CSI
 //! (no CSI migration here), so only CSI volumes count.
 
-use std::collections::HashMap;
-
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
 use crate::cache::Cache;
@@ -21,17 +19,16 @@ pub const CSI_ATTACH_LIMIT_PREFIX: &str = "attachable-volumes-csi-";
 /// (unique volume name `DRIVER/HANDLE`, driver).
 type CsiVolume = (String, String);
 
-/// What PreFilter resolved for Filter.
+/// What PreFilter resolved for Filter: only the pod's own volumes. What each node has attached
+/// is counted by Filter for the nodes a cycle visits, so a cycle never walks every placed pod.
 #[derive(Debug, Clone, Default)]
 pub struct PreFilterState {
     /// A claim of the pod that does not exist: every node rejects the pod with this.
     missing: Option<String>,
     /// The pod's CSI volumes.
     new_volumes: Vec<CsiVolume>,
-    /// Per node with a CSINode limit on one of those drivers: (driver, limit).
-    limits: HashMap<String, Vec<(String, i64)>>,
-    /// The CSI volume of every claim the pods on those nodes use, by `namespace/claim`.
-    claim_volumes: HashMap<String, Option<CsiVolume>>,
+    /// Their drivers, sorted and distinct.
+    drivers: Vec<String>,
 }
 
 pub struct NodeVolumeLimits {
@@ -142,62 +139,43 @@ impl Plugin for NodeVolumeLimits {
         if s.new_volumes.is_empty() {
             return Status::skip();
         }
-        let mut drivers: Vec<&str> = s.new_volumes.iter().map(|(_, d)| d.as_str()).collect();
+        let mut drivers: Vec<String> = s.new_volumes.iter().map(|(_, d)| d.clone()).collect();
         drivers.sort_unstable();
         drivers.dedup();
-        for idx in cache.node_indices() {
-            let node = cache.node_at(idx);
-            let limits = node_limits(cache, node, &drivers);
-            if limits.is_empty() {
-                continue;
-            }
-            // What the pods there (and those nominated there) use.
-            for p in node.pods.iter().chain(cache.nominated_on(&node.name)) {
-                for c in &p.claims {
-                    let key = format!("{}/{}", p.namespace, c.name);
-                    if s.claim_volumes.contains_key(&key) {
-                        continue;
-                    }
-                    let v = cache
-                        .volumes
-                        .pvcs
-                        .get_api(&key)
-                        .and_then(|pvc| self.claim_volume(cache, pvc));
-                    s.claim_volumes.insert(key, v);
-                }
-            }
-            s.limits.insert(node.name.clone(), limits);
-        }
-        if s.limits.is_empty() {
-            // No node limits these drivers.
-            return Status::skip();
-        }
+        s.drivers = drivers;
         state.node_volume_limits = Some(Box::new(s));
         Status::success()
     }
 
-    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter_with_cache(&self, state: &CycleState, _pod: &PodInfo, cache: &Cache, node: &NodeInfo) -> Status {
         let Some(s) = &state.node_volume_limits else {
             return Status::success();
         };
         if let Some(msg) = &s.missing {
             return Status::unresolvable(msg.clone());
         }
-        let Some(limits) = s.limits.get(&node.name) else {
+        let drivers: Vec<&str> = s.drivers.iter().map(String::as_str).collect();
+        let limits = node_limits(cache, node, &drivers);
+        if limits.is_empty() {
             return Status::success();
-        };
-        let mut attached: Vec<&CsiVolume> = Vec::new();
+        }
+        // What the pods there use (the nominated ones too, when the framework added them).
+        let mut attached: Vec<CsiVolume> = Vec::new();
         for p in &node.pods {
             for c in &p.claims {
                 let key = format!("{}/{}", p.namespace, c.name);
-                if let Some(Some(v)) = s.claim_volumes.get(&key)
+                if let Some(v) = cache
+                    .volumes
+                    .pvcs
+                    .get_api(&key)
+                    .and_then(|pvc| self.claim_volume(cache, pvc))
                     && !attached.contains(&v)
                 {
                     attached.push(v);
                 }
             }
         }
-        for (driver, limit) in limits {
+        for (driver, limit) in &limits {
             let current = attached.iter().filter(|(_, d)| d == driver).count() as i64;
             let new = s
                 .new_volumes
@@ -258,11 +236,18 @@ mod tests {
         assert!(NodeVolumeLimits::new().pre_filter(&mut s, &p, &c).is_success());
         assert!(
             NodeVolumeLimits::new()
-                .filter(&s, &p, c.node("n1").unwrap())
+                .filter_with_cache(&s, &p, &c, c.node("n1").unwrap())
                 .is_success()
         );
+        // A driver no node limits passes everywhere.
         let p = PodInfo::new(with_claim(pod("nfs", "", ""), "nfs"));
-        assert!(NodeVolumeLimits::new().pre_filter(&mut s, &p, &c).is_skip());
+        let mut s = CycleState::default();
+        assert!(NodeVolumeLimits::new().pre_filter(&mut s, &p, &c).is_success());
+        assert!(
+            NodeVolumeLimits::new()
+                .filter_with_cache(&s, &p, &c, c.node("n1").unwrap())
+                .is_success()
+        );
         // Pods without claims never get here.
         assert!(
             NodeVolumeLimits::new()
@@ -285,13 +270,13 @@ mod tests {
         let mut s = CycleState::default();
         let p = PodInfo::new(with_claim(pod("b", "", ""), "two"));
         assert!(plugin.pre_filter(&mut s, &p, &c).is_success());
-        let st = plugin.filter(&s, &p, c.node("n1").unwrap());
+        let st = plugin.filter_with_cache(&s, &p, &c, c.node("n1").unwrap());
         assert_eq!(st.reasons, vec![ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED]);
         // A claim that does not exist rejects every node, for good.
         let p = PodInfo::new(with_claim(pod("c", "", ""), "nope"));
         let mut s = CycleState::default();
         assert!(plugin.pre_filter(&mut s, &p, &c).is_success());
-        let st = plugin.filter(&s, &p, c.node("n1").unwrap());
+        let st = plugin.filter_with_cache(&s, &p, &c, c.node("n1").unwrap());
         assert_eq!(st.code, Code::UnschedulableAndUnresolvable);
         assert_eq!(
             st.reasons,

@@ -130,6 +130,21 @@ impl ChildServer {
         Self::start_binary(&exe, extra).await
     }
 
+    /// A server run from `exe` when given (`--server-binary`: an earlier build, or a wrapper
+    /// that runs one under a profiler), else from this binary.
+    pub async fn start_from(exe: Option<&std::path::Path>, extra: &[&str]) -> anyhow::Result<ChildServer> {
+        match exe {
+            Some(exe) => Self::start_binary(exe, extra).await,
+            None => Self::start(extra).await,
+        }
+    }
+
+    /// How a report names the server's binary (`--server-binary`, or this one).
+    pub fn binary_label(exe: Option<&std::path::Path>) -> String {
+        exe.map(|p| p.display().to_string())
+            .unwrap_or_else(|| "this binary".into())
+    }
+
     /// A server run from another skiff binary (say, an earlier build, to compare).
     pub async fn start_binary(exe: &std::path::Path, extra: &[&str]) -> anyhow::Result<ChildServer> {
         let dir = tempfile::tempdir().context("creating a temp dir")?;

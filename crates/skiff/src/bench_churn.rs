@@ -47,10 +47,7 @@ pub async fn bench_churn(opts: ChurnBench, as_json: bool) -> anyhow::Result<()> 
         compaction_flag.as_str(),
     ];
     flags.extend(opts.server_args.iter().map(String::as_str));
-    let server = match &opts.server_binary {
-        Some(exe) => ChildServer::start_binary(exe, &flags).await?,
-        None => ChildServer::start(&flags).await?,
-    };
+    let server = ChildServer::start_from(opts.server_binary.as_deref(), &flags).await?;
     let client = server.client().await?;
     wait_ready(&client).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -90,7 +87,7 @@ pub async fn bench_churn(opts: ChurnBench, as_json: bool) -> anyhow::Result<()> 
         "idle_anon_rss_mb": round2(idle_anon),
         "after_compaction_anon_rss_mb": round2(compacted_anon),
         "anon_above_idle_mb": round2(compacted_anon - idle_anon),
-        "server_binary": opts.server_binary.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "this binary".into()),
+        "server_binary": ChildServer::binary_label(opts.server_binary.as_deref()),
         "rounds": rounds,
     });
     print_result(&result, as_json);

@@ -179,10 +179,7 @@ pub async fn bench_density(opts: DensityBench, as_json: bool) -> anyhow::Result<
     let nodes_flag = opts.nodes.to_string();
     let mut flags = vec!["--no-agent", "--sim-nodes", nodes_flag.as_str()];
     flags.extend(opts.server_args.iter().map(String::as_str));
-    let server = match &opts.server_binary {
-        Some(exe) => ChildServer::start_binary(exe, &flags).await?,
-        None => ChildServer::start(&flags).await?,
-    };
+    let server = ChildServer::start_from(opts.server_binary.as_deref(), &flags).await?;
     let pid = server.pid();
     let client = crate::client::kube_client_h2(&server.kubeconfig).await?;
     wait_ready(&client).await?;
@@ -275,7 +272,7 @@ pub async fn bench_density(opts: DensityBench, as_json: bool) -> anyhow::Result<
     let mark = |i: usize| reached[i].map(round2);
     let result = json!({
         "build": if cfg!(debug_assertions) { "debug" } else { "release" },
-        "server_binary": opts.server_binary.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "this binary".into()),
+        "server_binary": ChildServer::binary_label(opts.server_binary.as_deref()),
         "nodes": opts.nodes,
         "pods": opts.pods,
         "deployments": count,

@@ -8,14 +8,12 @@
 
 use std::sync::Arc;
 
-use http::Method;
 use parking_lot::RwLock;
 use serde_json::Value;
 use skiff_api::StatusError;
 use skiff_rbac::{Attributes, Decision, Objects, Policy};
 use skiff_store::{ListOptions, Store};
 
-use crate::handlers::Params;
 use crate::node_authorizer;
 use crate::tls::Identity;
 
@@ -34,108 +32,6 @@ pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 pub fn rbac_resource(plural: &str) -> anyhow::Result<&'static skiff_api::Resource> {
     skiff_api::registry::lookup(RBAC_GROUP, "v1", plural)
         .ok_or_else(|| anyhow::anyhow!("the registry has no {plural}.{RBAC_GROUP}"))
-}
-
-/// Subresources of a namespace (`/api/v1/namespaces/NAME/SUB`), not resources inside it.
-const NAMESPACE_SUBRESOURCES: &[&str] = &["status", "finalize"];
-
-/// The authorizer attributes of a request, as upstream's `RequestInfoFactory`: resource
-/// requests are `/api/VERSION/...` and `/apis/GROUP/VERSION/...`; every other path is a
-/// non-resource request whose verb is the lower-case method.
-pub fn attributes(method: &Method, path: &str, params: &Params) -> Attributes {
-    let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
-    let non_resource = || Attributes::non_resource(&method.as_str().to_ascii_lowercase(), path);
-    if parts.len() < 3 || !matches!(parts[0], "api" | "apis") {
-        return non_resource();
-    }
-    let mut rest = &parts[1..];
-    let mut a = Attributes {
-        resource_request: true,
-        path: path.to_string(),
-        ..Default::default()
-    };
-    if parts[0] == "apis" {
-        if rest.len() < 3 {
-            return non_resource();
-        }
-        a.api_group = rest[0].to_string();
-        rest = &rest[1..];
-    }
-    a.api_version = rest[0].to_string();
-    rest = &rest[1..];
-    if matches!(rest.first(), Some(&"watch") | Some(&"proxy")) {
-        if rest.len() < 2 {
-            // Upstream cannot tell the resource either; nothing will match it.
-            a.verb = rest[0].to_string();
-            return a;
-        }
-        a.verb = rest[0].to_string();
-        rest = &rest[1..];
-    } else {
-        a.verb = match *method {
-            Method::POST => "create",
-            Method::GET | Method::HEAD => "get",
-            Method::PUT => "update",
-            Method::PATCH => "patch",
-            Method::DELETE => "delete",
-            _ => "",
-        }
-        .to_string();
-    }
-    if rest.first() == Some(&"namespaces") && rest.len() > 1 {
-        a.namespace = rest[1].to_string();
-        if rest.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&rest[2]) {
-            rest = &rest[2..];
-        }
-    }
-    if let Some(r) = rest.first() {
-        a.resource = r.to_string();
-    }
-    if let Some(n) = rest.get(1) {
-        a.name = n.to_string();
-    }
-    if let Some(s) = rest.get(2)
-        && a.verb != "proxy"
-    {
-        a.subresource = s.to_string();
-    }
-    if let Some(f) = params.get("fieldSelector") {
-        a.field_selector = f.clone();
-    }
-    if a.name.is_empty() && a.verb == "get" {
-        a.verb = if params.get("watch").is_some_and(|w| is_true(w)) {
-            "watch".into()
-        } else {
-            "list".into()
-        };
-        // `kubectl get pod NAME -w` lists with `metadata.name=NAME`: authorized as that name.
-        if let Some(name) = params.get("fieldSelector").and_then(|f| exact_name(f)) {
-            a.name = name.to_string();
-        }
-    }
-    if a.name.is_empty() && a.verb == "delete" {
-        a.verb = "deletecollection".into();
-    }
-    a
-}
-
-/// A boolean query parameter's truth, as upstream's parameter codec reads it.
-pub fn is_true(v: &str) -> bool {
-    matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
-}
-
-/// The value a field selector requires `field` to equal (`field=x` or `field==x`).
-pub fn field_value<'a>(selector: &'a str, field: &str) -> Option<&'a str> {
-    selector.split(',').find_map(|term| {
-        let v = term.trim().strip_prefix(field)?;
-        v.strip_prefix("==").or_else(|| v.strip_prefix('='))
-    })
-}
-
-/// The name a field selector requires exactly, when it is a valid path segment.
-fn exact_name(selector: &str) -> Option<&str> {
-    field_value(selector, "metadata.name")
-        .filter(|v| !v.is_empty() && !v.contains('/') && *v != "." && *v != ".." && !v.contains('%'))
 }
 
 /// Upstream's `forbiddenMessage` with the authorizers' reason appended.
@@ -272,78 +168,12 @@ pub fn is_rbac(group: &str, plural: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn attrs(method: Method, uri: &str) -> Attributes {
-        let (path, query) = uri.split_once('?').unwrap_or((uri, ""));
-        let params: Params = query
-            .split('&')
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        attributes(&method, path, &params)
-    }
+    use http::Method;
 
-    #[test]
-    fn request_info_as_upstream() {
-        let a = attrs(Method::GET, "/api/v1/namespaces/default/pods");
-        assert_eq!(
-            (
-                a.verb.as_str(),
-                a.resource.as_str(),
-                a.namespace.as_str(),
-                a.resource_request
-            ),
-            ("list", "pods", "default", true)
-        );
-        let a = attrs(Method::GET, "/api/v1/namespaces/default/pods?watch=true");
-        assert_eq!(a.verb, "watch");
-        let a = attrs(Method::GET, "/api/v1/watch/namespaces/default/pods/web");
-        assert_eq!((a.verb.as_str(), a.name.as_str()), ("watch", "web"));
-        let a = attrs(
-            Method::GET,
-            "/api/v1/namespaces/default/pods?fieldSelector=metadata.name%3Dweb",
-        );
-        // The handler decodes the query; this test passes it decoded.
-        assert_eq!(a.name, "");
-        let a = attrs(
-            Method::GET,
-            "/api/v1/namespaces/default/pods?fieldSelector=metadata.name=web&watch=1",
-        );
-        assert_eq!((a.verb.as_str(), a.name.as_str()), ("watch", "web"));
-        let a = attrs(Method::POST, "/api/v1/namespaces/default/pods/web/exec");
-        assert_eq!(
-            (a.verb.as_str(), a.combined_resource().as_str(), a.name.as_str()),
-            ("create", "pods/exec", "web")
-        );
-        let a = attrs(Method::DELETE, "/apis/apps/v1/namespaces/default/deployments");
-        assert_eq!(
-            (a.verb.as_str(), a.api_group.as_str(), a.api_version.as_str()),
-            ("deletecollection", "apps", "v1")
-        );
-        let a = attrs(Method::GET, "/api/v1/namespaces/kube-system");
-        assert_eq!(
-            (a.resource.as_str(), a.name.as_str(), a.namespace.as_str()),
-            ("namespaces", "kube-system", "kube-system")
-        );
-        let a = attrs(Method::PUT, "/api/v1/namespaces/gone/finalize");
-        assert_eq!(
-            (a.resource.as_str(), a.name.as_str(), a.subresource.as_str()),
-            ("namespaces", "gone", "finalize")
-        );
-        let a = attrs(Method::GET, "/api/v1/nodes");
-        assert_eq!((a.verb.as_str(), a.namespace.as_str()), ("list", ""));
-        for p in [
-            "/api",
-            "/apis",
-            "/apis/apps",
-            "/api/v1",
-            "/healthz",
-            "/openapi/v3",
-            "/version",
-        ] {
-            let a = attrs(Method::GET, p);
-            assert!(!a.resource_request, "{p}");
-            assert_eq!((a.verb.as_str(), a.path.as_str()), ("get", p));
-        }
+    fn attrs(method: Method, uri: &str) -> Attributes {
+        crate::request::parse(&method, uri, &Default::default())
+            .expect("path")
+            .attributes()
     }
 
     #[test]

@@ -56,7 +56,7 @@ pub async fn serve(ctx: Ctx, bytes: Bytes, storage: &'static Resource) -> Result
     } else {
         crate::handlers::dispatch(inner, bytes).await?
     };
-    let watching = ctx.rr.watch_path || ctx.flag("watch");
+    let watching = ctx.rr.watch;
     let mut r = convert_response(served, response, watching).await;
     body::add_warnings(&mut r, &warnings);
     Ok(r)

@@ -6,7 +6,7 @@
 //!   text and logged with its request; a response body that panics while streaming (a watch) ends
 //!   that stream. The process keeps serving.
 //! - the request deadline (`WithRequestDeadline`, `WithTimeoutForNonLongRunningRequests`): a
-//!   request that is not long-running ([`is_long_running`]) is answered 504 once
+//!   request that is not long-running ([`crate::request::RequestInfo::is_long_running`]) is answered 504 once
 //!   `--request-timeout` (or a shorter `?timeout=`) has passed. Its handler runs on a task of its
 //!   own and is never cancelled midway, as upstream lets the handler's goroutine finish: a write
 //!   is applied whole or not at all, never half (an RBAC write and its authorizer refresh, a
@@ -220,24 +220,6 @@ impl Drop for InFlightGuard {
     }
 }
 
-/// Upstream's `LongRunningRequestCheck` of kube-apiserver (`BasicLongRunningRequestCheck` with the
-/// verbs watch and proxy and the subresources attach, exec, proxy, log and portforward), plus a
-/// GET with `?watch=true` on a named object (which Skiff serves as a watch) and Skiff's
-/// `secrets-encrypt rotate-keys|reencrypt`, which rewrite every Secret.
-pub fn is_long_running(attributes: &Attributes, watch_param: bool) -> bool {
-    if matches!(attributes.verb.as_str(), "watch" | "proxy") {
-        return true;
-    }
-    if attributes.resource_request {
-        return (attributes.verb == "get" && watch_param)
-            || matches!(
-                attributes.subresource.as_str(),
-                "attach" | "exec" | "proxy" | "log" | "portforward"
-            );
-    }
-    attributes.verb == "post" && attributes.path.starts_with("/skiff/secrets-encrypt/")
-}
-
 /// A plain-text answer, as Go's `http.Error` writes it.
 fn plain(code: StatusCode, text: &'static str) -> Response {
     let mut r = Response::new(Body::from(text));
@@ -437,22 +419,17 @@ pub mod test_routes {
 mod tests {
     use super::*;
 
-    fn attrs(method: &str, path: &str, query: &[(&str, &str)]) -> (Attributes, bool) {
+    fn info(method: &str, path: &str, query: &[(&str, &str)]) -> crate::request::RequestInfo {
         let params: crate::handlers::Params = query.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let method = http::Method::from_bytes(method.as_bytes()).unwrap();
-        let watch = params.get("watch").is_some_and(|w| w == "true" || w == "1");
-        (crate::authz::attributes(&method, path, &params), watch)
+        crate::request::parse(&method, path, &params).unwrap()
     }
 
     #[test]
     fn long_running_requests_as_upstream() {
-        let long = |m, p, q| {
-            let (a, w) = attrs(m, p, q);
-            is_long_running(&a, w)
-        };
+        let long = |m, p, q| info(m, p, q).is_long_running();
         assert!(long("GET", "/api/v1/pods", &[("watch", "true")]));
         assert!(long("GET", "/api/v1/watch/namespaces/default/pods", &[]));
-        assert!(long("GET", "/api/v1/namespaces/default/pods/p", &[("watch", "1")]));
         assert!(long("GET", "/api/v1/namespaces/default/pods/p/log", &[]));
         assert!(long("POST", "/api/v1/namespaces/default/pods/p/exec", &[]));
         assert!(long("GET", "/api/v1/namespaces/default/pods/p/attach", &[]));
@@ -461,6 +438,8 @@ mod tests {
         assert!(long("POST", "/skiff/secrets-encrypt/reencrypt", &[]));
         assert!(!long("GET", "/api/v1/pods", &[]));
         assert!(!long("GET", "/api/v1/namespaces/default/pods/p", &[]));
+        // A named GET is a get, `?watch` or not (upstream authorizes and serves it as one).
+        assert!(!long("GET", "/api/v1/namespaces/default/pods/p", &[("watch", "1")]));
         assert!(!long("POST", "/api/v1/namespaces/default/pods", &[]));
         assert!(!long("PUT", "/api/v1/namespaces/default/pods/p/status", &[]));
         assert!(!long("GET", "/healthz", &[]));
@@ -496,8 +475,8 @@ mod tests {
         });
         let jane = Identity::new("jane", &["system:authenticated"]);
         let root = Identity::new("root", &["system:masters"]);
-        let (get, _) = attrs("GET", "/api/v1/namespaces/default/pods/p", &[]);
-        let (create, _) = attrs("POST", "/api/v1/namespaces/default/pods", &[]);
+        let get = info("GET", "/api/v1/namespaces/default/pods/p", &[]).attributes();
+        let create = info("POST", "/api/v1/namespaces/default/pods", &[]).attributes();
         let first = f.admit(&get, &jane, false, false);
         assert!(matches!(first, Admission::Slot(_)));
         // The read-only pool is full; the mutating one is not.

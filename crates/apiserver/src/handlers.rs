@@ -15,7 +15,7 @@ use serde_json::Value;
 use skiff_api::StatusError;
 
 use crate::body::{self, Output};
-use crate::request::{ResourceRequest, Route, route};
+use crate::request::{self, RequestInfo, ResourceRequest, Route};
 use crate::tls::Identity;
 use crate::{ApiState, authz, discovery, filters, metrics, objects, openapi, watch};
 
@@ -65,18 +65,25 @@ async fn filtered(
     method: &Method,
     uri: &http::Uri,
 ) -> Response {
-    let path = req.uri().path().to_string();
     let params: Params = Query::<Params>::try_from_uri(req.uri())
         .map(|q| q.0)
         .unwrap_or_default();
-    let attributes = authz::attributes(req.method(), &path, &params);
-    let watch_param = params.get("watch").is_some_and(|w| authz::is_true(w));
-    let long_running = filters::is_long_running(&attributes, watch_param);
+    // The one reading of the request: what every step below authorizes, routes, admits,
+    // audits, limits and counts.
+    let info = match request::parse(req.method(), req.uri().path(), &params) {
+        Ok(info) => info,
+        Err(e) => {
+            let _ = body::read_limited(req.into_body()).await;
+            return audit.finish(&state, body::error_response(&e)).await;
+        }
+    };
+    let attributes = info.attributes();
+    let long_running = info.is_long_running();
     let start = std::time::Instant::now();
     let labels = metrics::request_labels(&attributes, method, &params, req.headers());
     if long_running {
         let guard = labels.as_ref().map(metrics::long_running);
-        let response = serve(&state, req, path, params, attributes, true, &mut audit).await;
+        let response = serve(&state, req, info, params, attributes, true, &mut audit).await;
         let response = audit.finish(&state, response).await;
         if let Some(labels) = labels {
             metrics::record(labels, response.status().as_u16(), start);
@@ -103,7 +110,7 @@ async fn filtered(
     let mut task = tokio::spawn(async move {
         let _guard = guard;
         let _in_flight = in_flight;
-        let response = serve(&state, req, path, params, attributes, false, &mut audit).await;
+        let response = serve(&state, req, info, params, attributes, false, &mut audit).await;
         audit.finish(&state, response).await
     });
     let response = tokio::select! {
@@ -135,7 +142,7 @@ async fn filtered(
 async fn serve(
     state: &Arc<ApiState>,
     req: Request<Body>,
-    path: String,
+    info: RequestInfo,
     params: Params,
     attributes: skiff_rbac::Attributes,
     long_running: bool,
@@ -167,8 +174,9 @@ async fn serve(
         }
         admitted => admitted,
     };
+    let path = info.path.as_str();
     #[cfg(test)]
-    if let Some(response) = crate::filters::test_routes::serve(state, &path).await {
+    if let Some(response) = crate::filters::test_routes::serve(state, path).await {
         return response;
     }
     let (decision, reason) = state.authz.authorize(&*state.store, &user, &attributes).await;
@@ -194,7 +202,7 @@ async fn serve(
         let _ = body::read_limited(body).await;
         return body::error_response(&authz::forbidden(&user, &refused, &why));
     }
-    let r = route(&path);
+    let r = info.route();
     let method = parts.method.clone();
     let headers = parts.headers.clone();
     match r {
@@ -207,7 +215,7 @@ async fn serve(
             );
             r
         }
-        Route::Health(name) => health(state, name, &path, params.contains_key("verbose")).await,
+        Route::Health(name) => health(state, name, path, params.contains_key("verbose")).await,
         Route::CoreDiscovery => discovery_response(&headers, true),
         Route::GroupsDiscovery => discovery_response(&headers, false),
         Route::Group(g) => match discovery::api_group_doc(&g) {
@@ -245,7 +253,17 @@ async fn serve(
         Route::SecretsEncrypt(op) => {
             // The chain has authorized the path (cluster-admin's `*` non-resource rule allows it).
             let _ = body::read_limited(body).await;
-            crate::encryption::serve(state, &method, &path, &op).await
+            crate::encryption::serve(state, &method, path, &op).await
+        }
+        Route::MethodNotAllowed => {
+            let _ = body::read_limited(body).await;
+            body::error_response(&StatusError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ))
+        }
+        Route::Invalid(e) => {
+            let _ = body::read_limited(body).await;
+            body::error_response(&e)
         }
         Route::UnknownResource(_) | Route::NotFound => {
             // Read what the client sends first, so it gets the 404 rather than a reset.
@@ -496,7 +514,7 @@ pub(crate) async fn dispatch(ctx: Ctx, bytes: Bytes) -> Result<Response, StatusE
             "the server does not allow this method on the requested resource",
         ));
     }
-    let watching = rr.watch_path || ctx.flag("watch");
+    let watching = rr.watch;
     match (ctx.method.clone(), rr.name.is_empty()) {
         (Method::GET, true) if watching => watch::serve(ctx, None).await,
         (Method::GET, false) if watching => {

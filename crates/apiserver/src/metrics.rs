@@ -613,7 +613,7 @@ mod tests {
         let params = Params::new();
         let mut headers = HeaderMap::new();
         let labels = |m: Method, path: &str, p: &Params, h: &HeaderMap| {
-            let a = crate::authz::attributes(&m, path, p);
+            let a = crate::request::parse(&m, path, p).unwrap().attributes();
             request_labels(&a, &m, p, h)
         };
         let l = labels(

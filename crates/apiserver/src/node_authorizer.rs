@@ -48,7 +48,7 @@ fn allow() -> Verdict {
 
 /// What the object a node asks for is.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub enum Kind {
     Pod,
     Secret,
     ConfigMap,
@@ -150,7 +150,7 @@ async fn pod(store: &dyn Store, node: &str, a: &Attributes) -> Verdict {
     match (a.subresource.as_str(), a.verb.as_str()) {
         ("", "get") => get(store, node, Kind::Pod, a).await,
         ("", "list" | "watch") => {
-            if crate::authz::field_value(&a.field_selector, "spec.nodeName") == Some(node) {
+            if crate::request::field_value(&a.field_selector, "spec.nodeName") == Some(node) {
                 return allow();
             }
             if !a.name.is_empty() {
@@ -226,7 +226,7 @@ async fn has_path(store: &dyn Store, node: &str, kind: Kind, namespace: &str, na
 
 /// The names of the objects of `kind` a pod uses, as upstream's `VisitPodSecretNames`,
 /// `VisitPodConfigmapNames` and the graph's claim and service account edges.
-fn references(pod: &Value, kind: Kind) -> Vec<String> {
+pub fn references(pod: &Value, kind: Kind) -> Vec<String> {
     let mut out = Vec::new();
     let spec = &pod["spec"];
     let mut push = |v: Option<&Value>| {

@@ -395,14 +395,8 @@ pub async fn node_proxy(ctx: &Ctx, parts: &http::request::Parts, body: bytes::By
         pin,
         container: String::new(),
     };
-    let prefix = format!("/nodes/{}/proxy", ctx.rr.name);
-    let full = parts.uri.path();
-    let tail = full.find(&prefix).map(|i| &full[i + prefix.len()..]).unwrap_or("");
-    let mut path = if tail.is_empty() {
-        "/".to_string()
-    } else {
-        tail.to_string()
-    };
+    // The path the request was authorized and routed with, not the raw URI read again.
+    let mut path = crate::request::encode_path(&ctx.rr.proxy_path);
     if let Some(q) = parts.uri.query().filter(|q| !q.is_empty()) {
         path = format!("{path}?{q}");
     }

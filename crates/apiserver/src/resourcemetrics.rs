@@ -35,7 +35,7 @@ const PARALLEL: usize = 16;
 
 pub async fn handle(ctx: &Ctx) -> Result<Response, StatusError> {
     let res = ctx.rr.resource;
-    let watching = ctx.rr.watch_path || ctx.flag("watch");
+    let watching = ctx.rr.watch;
     if ctx.method != Method::GET || watching || !ctx.rr.subresource.is_empty() {
         return Err(StatusError::method_not_allowed(
             "the server does not allow this method on the requested resource",

@@ -163,6 +163,11 @@ fn for_each_object(items: Option<&mut Vec<Value>>, mut f: impl FnMut(&mut Map<St
 // ---- pods -----------------------------------------------------------------------------------
 
 fn default_pod(obj: &mut Value) {
+    // A mirror pod keeps the spec of its static manifest: upstream's ServiceAccount admission
+    // gives it no service account (and refuses one it names).
+    let mirror = obj
+        .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
+        .is_some();
     let Some(root) = obj.as_object_mut() else {
         return;
     };
@@ -187,7 +192,9 @@ fn default_pod(obj: &mut Value) {
         }
         default_pod_spec(spec);
         // Admission: ServiceAccount, Priority, DefaultTolerationSeconds.
-        default_str(spec, "serviceAccountName", "default");
+        if !mirror {
+            default_str(spec, "serviceAccountName", "default");
+        }
         mirror_service_account(spec);
         if is_unset(spec, "priority") {
             match str_of(spec, "priorityClassName") {
@@ -1286,6 +1293,10 @@ mod tests {
         assert_eq!(s["securityContext"], json!({}));
         assert_eq!(s["enableServiceLinks"], true);
         assert_eq!(s["serviceAccountName"], "default");
+        let mut mirror = json!({"metadata": {"annotations": {"kubernetes.io/config.mirror": "x"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        default_pod(&mut mirror);
+        assert!(mirror["spec"].get("serviceAccountName").is_none(), "{mirror}");
         assert_eq!(s["serviceAccount"], "default");
         let legacy = defaulted(
             "",

@@ -50,6 +50,7 @@ pub mod reviews;
 pub mod runtimeclass;
 pub mod server;
 pub mod serviceaccount;
+pub mod serviceaccount_admission;
 pub mod serving;
 pub mod storageobjectinuseprotection;
 pub mod subresources;

@@ -17,11 +17,196 @@ use skiff_api::volume::{ANN_DYNAMICALLY_PROVISIONED, LOCAL_PATH_PROVISIONER};
 use crate::handlers::Ctx;
 use crate::node_authorizer;
 
-const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 const NODE_RESTRICTION_DOMAIN: &str = "node-restriction.kubernetes.io";
 
 fn forbidden(msg: String) -> StatusError {
     StatusError::forbidden(msg)
+}
+
+fn is_empty_map(v: &Value) -> bool {
+    v.as_object().is_some_and(|m| m.is_empty())
+}
+
+/// The requesting node's own Node object (NodeRestriction reads it to check what refers to it).
+async fn own_node(ctx: &Ctx, node: &str) -> Result<Value, StatusError> {
+    let nodes = skiff_api::registry::lookup("", "v1", "nodes")
+        .ok_or_else(|| StatusError::internal("the registry has no nodes"))?;
+    let key = crate::objects::key(nodes, "", node);
+    let kv = ctx
+        .state
+        .store
+        .get(&key)
+        .await
+        .map_err(|e| forbidden(format!("error looking up node {node}: {e}")))?
+        .ok_or_else(|| StatusError::not_found("", "nodes", node))?;
+    crate::objects::decode_kv(&kv).ok_or_else(|| forbidden(format!("error reading node {node}")))
+}
+
+/// Upstream's `admitPodCreate`: a node creates only mirror pods bound to itself, owned by its
+/// Node alone (as controller, its UID, no `blockOwnerDeletion`), that reference no other API
+/// object: the Node authorizer grants a node what its pods reference, so a pod a node could
+/// make naming a Secret would hand it that Secret.
+async fn admit_mirror_pod(ctx: &Ctx, node: &str, pod: &Value) -> Result<(), StatusError> {
+    let refuse = |msg: String| Err(crate::serviceaccount_admission::forbidden(pod, &msg));
+    if !crate::serviceaccount_admission::is_mirror_pod(pod) {
+        return refuse(format!(
+            "pod does not have \"{}\" annotation, node \"{node}\" can only create mirror pods",
+            crate::serviceaccount_admission::MIRROR_ANNOTATION
+        ));
+    }
+    if node_name_of_pod(pod) != node {
+        return refuse(format!(
+            "node \"{node}\" can only create pods with spec.nodeName set to itself"
+        ));
+    }
+    let owners = pod
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let owner = match owners {
+        [] => {
+            return refuse(format!(
+                "node \"{node}\" can only create pods with an owner reference set to itself"
+            ));
+        }
+        [owner] => owner,
+        _ => {
+            return refuse(format!(
+                "node \"{node}\" can only create pods with a single owner reference set to itself"
+            ));
+        }
+    };
+    let field = |k: &str| owner.get(k).and_then(Value::as_str).unwrap_or("");
+    if field("apiVersion") != "v1" || field("kind") != "Node" || field("name") != node {
+        return refuse(format!(
+            "node \"{node}\" can only create pods with an owner reference set to itself"
+        ));
+    }
+    if owner.get("controller").and_then(Value::as_bool) != Some(true) {
+        return refuse(format!(
+            "node \"{node}\" can only create pods with a controller owner reference set to itself"
+        ));
+    }
+    if owner.get("blockOwnerDeletion").and_then(Value::as_bool) == Some(true) {
+        return refuse(format!(
+            "node \"{node}\" must not set blockOwnerDeletion on an owner reference"
+        ));
+    }
+    let node_obj = own_node(ctx, node).await?;
+    let uid = node_obj.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
+    if field("uid") != uid {
+        return refuse(format!("node {node} UID mismatch: expected {uid} got {}", field("uid")));
+    }
+    // Don't allow a node to create a pod that references any other API objects.
+    if pod
+        .pointer("/spec/serviceAccountName")
+        .and_then(Value::as_str)
+        .is_some_and(|s| !s.is_empty())
+    {
+        return refuse(format!(
+            "node \"{node}\" can not create pods that reference a service account"
+        ));
+    }
+    if !node_authorizer::references(pod, node_authorizer::Kind::Secret).is_empty() {
+        return refuse(format!("node \"{node}\" can not create pods that reference secrets"));
+    }
+    if !node_authorizer::references(pod, node_authorizer::Kind::ConfigMap).is_empty() {
+        return refuse(format!("node \"{node}\" can not create pods that reference configmaps"));
+    }
+    if crate::serviceaccount_admission::has_projection(pod, "clusterTrustBundle") {
+        return refuse(format!(
+            "node \"{node}\" can not create pods that reference clustertrustbundles"
+        ));
+    }
+    // Claims named by the pod, and the claims its ephemeral volumes make.
+    if !node_authorizer::references(pod, node_authorizer::Kind::Claim).is_empty() {
+        return refuse(format!(
+            "node \"{node}\" can not create pods that reference persistentvolumeclaims"
+        ));
+    }
+    if pod
+        .pointer("/spec/resourceClaims")
+        .and_then(Value::as_array)
+        .is_some_and(|c| !c.is_empty())
+    {
+        return refuse(format!(
+            "node \"{node}\" can not create pods that reference resourceclaims"
+        ));
+    }
+    Ok(())
+}
+
+/// Skiff's cluster DNS EndpointSlice of `node` (`kube-system/kube-dns-NODE`): it serves the
+/// kube-dns Service alone (its labels are the agent's, exactly), owned by the Node alone, and its
+/// endpoints are on `node` at the node's own addresses (its `status.addresses`, or inside its
+/// podCIDRs, where the pod network's gateway is). A node cannot so steer another node's traffic,
+/// nor any other Service's.
+fn admit_dns_slice(node: &str, slice: &Value, node_obj: &Value) -> Result<(), StatusError> {
+    let refuse = |what: String| {
+        Err(StatusError::forbidden_resource(
+            "discovery.k8s.io",
+            "endpointslices",
+            crate::objects::name(slice),
+            &format!("node \"{node}\" {what}"),
+        ))
+    };
+    let expected = serde_json::json!({
+        "kubernetes.io/service-name": "kube-dns",
+        "endpointslice.kubernetes.io/managed-by": "node-agent.skiff.io",
+        "k8s-app": "kube-dns",
+    });
+    if slice.pointer("/metadata/labels") != Some(&expected) {
+        return refuse(format!(
+            "can only label its cluster DNS EndpointSlice with exactly {expected}"
+        ));
+    }
+    let uid = node_obj.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
+    if let Some(owners) = slice.pointer("/metadata/ownerReferences").and_then(Value::as_array) {
+        let own = |o: &Value| {
+            o.get("apiVersion").and_then(Value::as_str) == Some("v1")
+                && o.get("kind").and_then(Value::as_str) == Some("Node")
+                && o.get("name").and_then(Value::as_str) == Some(node)
+                && o.get("uid").and_then(Value::as_str) == Some(uid)
+        };
+        if !owners.iter().all(own) {
+            return refuse("can only set an owner reference to itself".into());
+        }
+    }
+    let addresses: Vec<&str> = node_obj
+        .pointer("/status/addresses")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.get("address").and_then(Value::as_str))
+        .collect();
+    let cidrs: Vec<skiff_api::cidr::Ipv4Cidr> = node_obj
+        .pointer("/spec/podCIDRs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .chain(node_obj.pointer("/spec/podCIDR"))
+        .filter_map(|c| c.as_str()?.parse().ok())
+        .collect();
+    let own_address = |a: &str| {
+        addresses.contains(&a)
+            || a.parse::<std::net::Ipv4Addr>()
+                .is_ok_and(|ip| cidrs.iter().any(|c| c.contains(ip)))
+    };
+    for e in slice.get("endpoints").and_then(Value::as_array).into_iter().flatten() {
+        if e.get("nodeName").and_then(Value::as_str) != Some(node) {
+            return refuse("can only write endpoints with nodeName set to itself".into());
+        }
+        for a in e.get("addresses").and_then(Value::as_array).into_iter().flatten() {
+            let a = a.as_str().unwrap_or("");
+            if !own_address(a) {
+                return refuse(format!(
+                    "can only write endpoints at its own addresses or podCIDR, not {a:?}"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn node_name_of_pod(pod: &Value) -> &str {
@@ -29,7 +214,7 @@ fn node_name_of_pod(pod: &Value) -> &str {
 }
 
 /// Checks a create (`old` None) or update of `obj` by a node.
-pub fn admit(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<(), StatusError> {
+pub async fn admit(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<(), StatusError> {
     let Some(node) = node_authorizer::node_name(&ctx.user) else {
         return Ok(());
     };
@@ -37,23 +222,7 @@ pub fn admit(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<(), StatusEr
     let sub = ctx.rr.subresource.as_str();
     let name = crate::objects::name(obj);
     match (res.group, res.plural, sub) {
-        ("", "pods", "") if old.is_none() => {
-            let mirror = obj
-                .pointer("/metadata/annotations")
-                .and_then(|a| a.get(MIRROR_ANNOTATION))
-                .is_some();
-            if !mirror {
-                return Err(forbidden(format!(
-                    "pod does not have \"{MIRROR_ANNOTATION}\" annotation, node \"{node}\" can only create mirror pods"
-                )));
-            }
-            if node_name_of_pod(obj) != node {
-                return Err(forbidden(format!(
-                    "node \"{node}\" can only create pods with spec.nodeName set to itself"
-                )));
-            }
-            Ok(())
-        }
+        ("", "pods", "") if old.is_none() => admit_mirror_pod(ctx, node, obj).await,
         ("", "pods", "status") => {
             let bound = old.map(node_name_of_pod).unwrap_or_else(|| node_name_of_pod(obj));
             if bound != node {
@@ -144,14 +313,45 @@ pub fn admit(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<(), StatusEr
                     "node \"{node}\" can only write the EndpointSlice kube-system/{own}"
                 )));
             }
-            Ok(())
+            if old.is_some_and(|o| std::ptr::eq(o, obj)) {
+                // A delete of its own slice.
+                return Ok(());
+            }
+            let node_obj = own_node(ctx, node).await?;
+            admit_dns_slice(node, obj, &node_obj)
         }
         _ => Ok(()),
     }
 }
 
+/// Upstream's `admitPodStatus` on what a node sent to a pod's `status`, before the write keeps
+/// only the status of it: a node may not relabel a pod (labels select Services and policies).
+pub fn admit_pod_status_labels(ctx: &Ctx, sent: &Value, old: &Value) -> Result<(), StatusError> {
+    let Some(node) = node_authorizer::node_name(&ctx.user) else {
+        return Ok(());
+    };
+    let res = ctx.rr.resource;
+    if !(res.group.is_empty() && res.plural == "pods" && ctx.rr.subresource == "status") {
+        return Ok(());
+    }
+    let labels = |v: &Value| {
+        v.pointer("/metadata/labels")
+            .filter(|l| !l.is_null() && !is_empty_map(l))
+            .cloned()
+    };
+    if labels(sent) != labels(old) {
+        return Err(StatusError::forbidden_resource(
+            "",
+            "pods",
+            crate::objects::name(old),
+            &format!("node \"{node}\" cannot update labels through pod status"),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a node's delete of a pod or EndpointSlice.
-pub fn admit_delete(ctx: &Ctx, obj: &Value) -> Result<(), StatusError> {
+pub async fn admit_delete(ctx: &Ctx, obj: &Value) -> Result<(), StatusError> {
     let Some(node) = node_authorizer::node_name(&ctx.user) else {
         return Ok(());
     };
@@ -160,7 +360,7 @@ pub fn admit_delete(ctx: &Ctx, obj: &Value) -> Result<(), StatusError> {
             "node \"{node}\" can only delete pods with spec.nodeName set to itself"
         ))),
         ("discovery.k8s.io", "endpointslices") | ("", "nodes") | ("coordination.k8s.io", "leases") => {
-            admit(ctx, obj, Some(obj))
+            Box::pin(admit(ctx, obj, Some(obj))).await
         }
         ("", "persistentvolumeclaims") => Err(StatusError::forbidden_resource(
             "",
@@ -400,6 +600,52 @@ mod tests {
             err.message
         );
         assert!(err.message.contains("status.phase"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_node_dns_slice_names_only_itself_and_its_own_addresses() {
+        let node = serde_json::json!({
+            "metadata": {"name": "n1", "uid": "u1"},
+            "spec": {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"]},
+            "status": {"addresses": [{"type": "InternalIP", "address": "192.168.5.10"}]},
+        });
+        let slice = |node_name: &str, address: &str| {
+            serde_json::json!({
+                "metadata": {
+                    "name": "kube-dns-n1", "namespace": "kube-system",
+                    "labels": {
+                        "kubernetes.io/service-name": "kube-dns",
+                        "endpointslice.kubernetes.io/managed-by": "node-agent.skiff.io",
+                        "k8s-app": "kube-dns",
+                    },
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u1"}],
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [address], "nodeName": node_name}],
+            })
+        };
+        assert!(admit_dns_slice("n1", &slice("n1", "10.244.1.1"), &node).is_ok());
+        assert!(admit_dns_slice("n1", &slice("n1", "192.168.5.10"), &node).is_ok());
+        let e = admit_dns_slice("n1", &slice("n2", "10.244.1.1"), &node).unwrap_err();
+        assert_eq!(e.code, 403);
+        assert!(
+            e.message
+                .contains("can only write endpoints with nodeName set to itself"),
+            "{}",
+            e.message
+        );
+        let e = admit_dns_slice("n1", &slice("n1", "10.244.2.1"), &node).unwrap_err();
+        assert!(e.message.contains("not \"10.244.2.1\""), "{}", e.message);
+        // Another Service's label would send that Service's traffic here.
+        let mut other = slice("n1", "10.244.1.1");
+        other["metadata"]["labels"]["kubernetes.io/service-name"] = "web".into();
+        assert!(admit_dns_slice("n1", &other, &node).is_err());
+        let mut extra = slice("n1", "10.244.1.1");
+        extra["metadata"]["labels"]["x"] = "y".into();
+        assert!(admit_dns_slice("n1", &extra, &node).is_err());
+        let mut owned = slice("n1", "10.244.1.1");
+        owned["metadata"]["ownerReferences"][0]["name"] = "n2".into();
+        assert!(admit_dns_slice("n1", &owned, &node).is_err());
     }
 
     #[test]

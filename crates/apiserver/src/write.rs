@@ -590,7 +590,8 @@ async fn create_stored(
         crate::certificates::admit(ctx, obj, None).await?;
     }
     crate::escalation::admit(ctx, obj, None).await?;
-    crate::noderestriction::admit(ctx, obj, None)?;
+    crate::serviceaccount_admission::admit_mirror_pod_create(res, obj)?;
+    crate::noderestriction::admit(ctx, obj, None).await?;
     manage_fields(ctx, None, obj, operation);
     // Mutating admission runs after the creator's fields are recorded, as upstream's create
     // handler orders them: the finalizer is the system's, not the creator's.
@@ -897,6 +898,7 @@ pub async fn finish_update(
         // Each of the three writes changes its own part (metadata comes below).
         new = crate::certificates::prepare_update(&ctx.rr.subresource, old, new);
     } else if scope == UpdateScope::Status {
+        crate::noderestriction::admit_pod_status_labels(ctx, &new, old)?;
         // Only status (and nothing else) changes through the status subresource.
         let status = new.get("status").cloned();
         let mut merged = old.clone();
@@ -962,7 +964,7 @@ pub async fn finish_update(
         crate::persistentvolumeclaimresize::admit(ctx, &new, old).await?;
     }
     crate::escalation::admit(ctx, &new, Some(old)).await?;
-    crate::noderestriction::admit(ctx, &new, Some(old))?;
+    crate::noderestriction::admit(ctx, &new, Some(old)).await?;
     manage_fields(ctx, Some(old), &mut new, operation);
     admit_webhooks(ctx, Operation::Update, &mut new, Some(old)).await?;
     let key = ctx.key();
@@ -1299,7 +1301,7 @@ pub async fn delete_object(ctx: &Ctx, opts: &DeleteOpts) -> Result<(Written, Sta
     let mut admitted = false;
     for _ in 0..8 {
         let (obj, rev) = ctx.current().await?;
-        crate::noderestriction::admit_delete(ctx, &obj)?;
+        crate::noderestriction::admit_delete(ctx, &obj).await?;
         if !admitted {
             // Mutating webhooks see no object to change on a delete; then the validating ones.
             webhook::mutate(ctx, Operation::Delete, None, Some(&obj)).await?;

@@ -1,0 +1,180 @@
+//! A node trying to get out of its box, through the real kubectl as `system:node:n1` in
+//! `system:nodes` (impersonated, as a joined agent's certificate names it): mirror pods that
+//! would make the Node authorizer grant it other objects, status writes that relabel a pod, and
+//! cluster DNS EndpointSlices that would steer another node's or another Service's traffic.
+//! Every escape is refused with upstream's words, and the objects it aimed at stay out of reach.
+
+#![cfg(test)]
+
+mod common;
+
+use std::process::Output;
+
+use common::Cluster;
+
+const CONTROL_PLANE: &[&str] = &["--no-agent", "--no-scheduler"];
+const N1: &[&str] = &["--as", "system:node:n1", "--as-group", "system:nodes"];
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+/// A mirror pod of n1 (owned by its Node, as the kubelet makes one) with `extra` spec lines.
+fn mirror_pod(name: &str, node_uid: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  annotations: {{kubernetes.io/config.mirror: x}}\n  \
+         ownerReferences: [{{apiVersion: v1, kind: Node, name: n1, uid: {node_uid}, controller: true}}]\n\
+         spec:\n  nodeName: n1\n  containers:\n  - name: c\n    image: busybox:latest\n{extra}"
+    )
+}
+
+#[test]
+fn a_node_cannot_mint_itself_access_through_a_mirror_pod() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.apply("apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n", &[]);
+    c.apply("apiVersion: v1\nkind: Node\nmetadata: {name: n2}\n", &[]);
+    let uid = c.k(&["get", "node", "n1", "-o", "jsonpath={.metadata.uid}"]);
+    c.k(&["create", "secret", "generic", "theirs", "--from-literal=k=v"]);
+    c.k(&["create", "configmap", "theirs", "--from-literal=k=v"]);
+    c.k(&["create", "serviceaccount", "robot"]);
+    let create = |yaml: &str| c.stdin_kubectl_err(&[&["create", "-f", "-"], N1].concat(), yaml);
+
+    let refused = [
+        (
+            "  serviceAccountName: robot\n",
+            "a mirror pod may not reference service accounts",
+        ),
+        (
+            "  volumes: [{name: s, secret: {secretName: theirs}}]\n",
+            "a mirror pod may not reference secrets",
+        ),
+        (
+            "  imagePullSecrets: [{name: theirs}]\n",
+            "a mirror pod may not reference secrets",
+        ),
+        (
+            "  volumes: [{name: t, projected: {sources: [{serviceAccountToken: {path: token}}]}}]\n",
+            "a mirror pod may not use ServiceAccountToken volume projections",
+        ),
+        (
+            "  volumes: [{name: m, configMap: {name: theirs}}]\n",
+            "node \"n1\" can not create pods that reference configmaps",
+        ),
+        (
+            "  volumes: [{name: p, persistentVolumeClaim: {claimName: data}}]\n",
+            "node \"n1\" can not create pods that reference persistentvolumeclaims",
+        ),
+        (
+            "  volumes: [{name: e, ephemeral: {volumeClaimTemplate: {spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}}}}]\n",
+            "node \"n1\" can not create pods that reference persistentvolumeclaims",
+        ),
+    ];
+    for (i, (extra, message)) in refused.iter().enumerate() {
+        let out = create(&mirror_pod(&format!("m{i}"), &uid, extra));
+        assert!(out.contains(message), "{extra}: {out}");
+        assert!(out.contains("Forbidden") || out.contains("forbidden"), "{out}");
+    }
+    // Owned by another node, by nothing, or with a made-up UID: refused too.
+    let out = create(&mirror_pod("stolen", &uid, "").replace("name: n1, uid", "name: n2, uid"));
+    assert!(
+        out.contains("node \"n1\" can only create pods with an owner reference set to itself"),
+        "{out}"
+    );
+    let out = create(&mirror_pod("fake", "00000000-0000-0000-0000-000000000000", ""));
+    assert!(out.contains("node n1 UID mismatch"), "{out}");
+    let out = create(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: orphan\n  annotations: {kubernetes.io/config.mirror: x}\n\
+         spec:\n  nodeName: n1\n  containers: [{name: c, image: busybox:latest}]\n",
+    );
+    assert!(
+        out.contains("node \"n1\" can only create pods with an owner reference set to itself"),
+        "{out}"
+    );
+    // None of them exists, and the Secret is as far away as before.
+    let pods = c.k(&["get", "pods", "-o", "name"]);
+    assert_eq!(pods.trim(), "", "{pods}");
+    let out = c.kubectl(&[&["get", "secret", "theirs"], N1].concat());
+    assert!(
+        stderr(&out).contains("no relationship found between node 'n1' and this object"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A mirror pod that references nothing is the node's to make, and to report on.
+    let out = c.stdin_kubectl(&[&["create", "-f", "-"], N1].concat(), &mirror_pod("static", &uid, ""));
+    assert!(out.contains("pod/static created"), "{out}");
+    // Not through its status may it relabel the pod (the labels select Services and policies).
+    let mut pod = c.get_json(&["pod", "static"]);
+    pod["metadata"]["labels"] = serde_json::json!({"app": "db"});
+    let out = c.stdin_kubectl_err(
+        &[&["replace", "--subresource=status", "-f", "-"], N1].concat(),
+        &pod.to_string(),
+    );
+    assert!(
+        out.contains("node \"n1\" cannot update labels through pod status"),
+        "{out}"
+    );
+    // Its status it may write.
+    if let Some(md) = pod["metadata"].as_object_mut() {
+        md.remove("labels");
+    }
+    pod["status"]["message"] = "reported by n1".into();
+    let out = c.stdin_kubectl(
+        &[&["replace", "--subresource=status", "-f", "-"], N1].concat(),
+        &pod.to_string(),
+    );
+    assert!(out.contains("pod/static replaced"), "{out}");
+}
+
+/// n1's cluster DNS EndpointSlice as the agent writes it, changed by `f`.
+fn dns_slice(node_uid: &str, node_name: &str, address: &str, service: &str) -> String {
+    format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: kube-dns-n1\n  namespace: kube-system\n  \
+         labels: {{kubernetes.io/service-name: {service}, endpointslice.kubernetes.io/managed-by: node-agent.skiff.io, k8s-app: kube-dns}}\n  \
+         ownerReferences: [{{apiVersion: v1, kind: Node, name: n1, uid: {node_uid}}}]\n\
+         addressType: IPv4\nendpoints:\n- addresses: [\"{address}\"]\n  nodeName: {node_name}\n  conditions: {{ready: true}}\n\
+         ports: [{{name: dns, port: 53, protocol: UDP}}]\n"
+    )
+}
+
+#[test]
+fn a_node_cannot_steer_another_nodes_dns_or_another_service() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.apply(
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nspec: {podCIDR: 10.250.1.0/24, podCIDRs: [10.250.1.0/24]}\n",
+        &[],
+    );
+    let uid = c.k(&["get", "node", "n1", "-o", "jsonpath={.metadata.uid}"]);
+    let apply = |yaml: &str| c.stdin_kubectl_err(&[&["create", "-f", "-"], N1].concat(), yaml);
+
+    let out = apply(&dns_slice(&uid, "n2", "10.250.1.1", "kube-dns"));
+    assert!(
+        out.contains("node \"n1\" can only write endpoints with nodeName set to itself"),
+        "{out}"
+    );
+    let out = apply(&dns_slice(&uid, "n1", "10.250.2.1", "kube-dns"));
+    assert!(
+        out.contains("can only write endpoints at its own addresses or podCIDR"),
+        "{out}"
+    );
+    let out = apply(&dns_slice(&uid, "n1", "10.250.1.1", "kubernetes"));
+    assert!(out.contains("can only label its cluster DNS EndpointSlice"), "{out}");
+    assert_eq!(
+        c.k(&["get", "endpointslices", "-n", "kube-system", "-o", "name"])
+            .matches("kube-dns-n1")
+            .count(),
+        0
+    );
+    // Another name is refused whatever it holds.
+    let out = apply(&dns_slice(&uid, "n1", "10.250.1.1", "kube-dns").replace("name: kube-dns-n1", "name: kube-dns-n2"));
+    assert!(
+        out.contains("node \"n1\" can only write the EndpointSlice kube-system/kube-dns-n1"),
+        "{out}"
+    );
+    // What the agent writes is accepted.
+    let out = c.stdin_kubectl(
+        &[&["create", "-f", "-"], N1].concat(),
+        &dns_slice(&uid, "n1", "10.250.1.1", "kube-dns"),
+    );
+    assert!(out.contains("kube-dns-n1 created"), "{out}");
+}

@@ -14,6 +14,7 @@ pub mod flowcontrol;
 pub mod limitranger;
 pub mod nodeaffinity;
 pub mod patch;
+pub mod podsecurity;
 pub mod printers;
 pub mod quantity;
 pub mod quota;

@@ -36,7 +36,28 @@ pub struct AuditCtx {
     long_running: bool,
 }
 
+/// Annotations admission adds to a request's audit event (PodSecurity's), shared by the
+/// request's handlers and written when the event is.
+#[derive(Clone, Default)]
+pub struct AdmissionAnnotations(std::sync::Arc<parking_lot::Mutex<Vec<(&'static str, String)>>>);
+
+impl AdmissionAnnotations {
+    pub fn add(&self, key: &'static str, value: String) {
+        self.0.lock().push((key, value));
+    }
+    pub fn take(&self) -> Vec<(&'static str, String)> {
+        std::mem::take(&mut *self.0.lock())
+    }
+}
+
 impl AuditCtx {
+    /// Annotations admission added (kept when the event is written at all).
+    pub fn admission_annotations(&mut self, annotations: Vec<(&'static str, String)>) {
+        if self.level > Level::None {
+            self.annotations.extend(annotations);
+        }
+    }
+
     /// What an event needs of the request, kept as the request holds it (shared, not copied):
     /// the writer turns it into text.
     pub fn new(req: &Request<Body>) -> AuditCtx {

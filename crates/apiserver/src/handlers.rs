@@ -279,6 +279,7 @@ async fn serve(
                 method,
                 user,
                 warnings: Default::default(),
+                audit_annotations: Default::default(),
             };
             match crate::proxy::handle(&ctx, parts).await {
                 Ok(resp) => resp,
@@ -298,6 +299,7 @@ async fn serve(
                 method,
                 user,
                 warnings: Default::default(),
+                audit_annotations: Default::default(),
             };
             match crate::proxy::node_proxy(&ctx, &parts, bytes).await {
                 Ok(resp) => resp,
@@ -320,8 +322,10 @@ async fn serve(
                 method,
                 user,
                 warnings: Default::default(),
+                audit_annotations: Default::default(),
             };
             let warnings = ctx.warnings.clone();
+            let annotations = ctx.audit_annotations.clone();
             let result = match skiff_api::conversion::storage_resource(ctx.rr.resource) {
                 Some(storage) => crate::conversion::serve(ctx, bytes, storage).await,
                 None => dispatch(ctx, bytes).await,
@@ -347,6 +351,7 @@ async fn serve(
                 }
             };
             body::add_warnings(&mut resp, &warnings.take());
+            audit.admission_annotations(annotations.take());
             resp
         }
     }
@@ -452,6 +457,8 @@ pub struct Ctx {
     pub user: Identity,
     /// Warnings admission gathered (webhooks'), sent with the answer whatever it is.
     pub warnings: crate::webhook::Warnings,
+    /// Annotations admission adds to the request's audit event.
+    pub audit_annotations: crate::audit_request::AdmissionAnnotations,
 }
 
 impl Ctx {
@@ -465,6 +472,7 @@ impl Ctx {
             method: self.method.clone(),
             user: self.user.clone(),
             warnings: self.warnings.clone(),
+            audit_annotations: self.audit_annotations.clone(),
         }
     }
 

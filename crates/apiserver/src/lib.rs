@@ -37,6 +37,7 @@ pub mod openapi;
 pub mod openapi_v2;
 pub mod persistentvolumeclaimresize;
 pub mod pki;
+pub mod podsecurity;
 pub mod protobuf;
 pub mod proxy;
 pub mod raw;

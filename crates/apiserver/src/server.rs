@@ -42,6 +42,8 @@ pub struct ApiState {
     pub filters: Filters,
     /// The Mutating and ValidatingWebhookConfigurations, kept current by a watch.
     pub webhooks: crate::webhook::Webhooks,
+    /// The PodSecurity admission plugin's defaults and exemptions.
+    pub pod_security: crate::podsecurity::PodSecurity,
 }
 
 impl ApiState {
@@ -60,6 +62,7 @@ impl ApiState {
             encryption: None,
             filters: Filters::default(),
             webhooks: Default::default(),
+            pod_security: Default::default(),
         })
     }
 
@@ -165,6 +168,9 @@ pub struct ServerOptions {
     /// `--encryption-provider-config`: upstream's EncryptionConfiguration for Secrets. Without
     /// it the server generates one under the data dir at first start.
     pub encryption_provider_config: Option<PathBuf>,
+    /// `--admission-control-config-file`: upstream's AdmissionConfiguration (the PodSecurity
+    /// plugin's defaults and exemptions).
+    pub admission_control_config_file: Option<PathBuf>,
     /// Whether the default `local-path` StorageClass is created at start when absent (off with
     /// `--disable-local-storage`).
     pub local_storage: bool,
@@ -198,6 +204,7 @@ impl ServerOptions {
                 max_size_mb: 100,
             },
             encryption_provider_config: None,
+            admission_control_config_file: None,
             local_storage: true,
             limits: Limits::default(),
             serving: ServingOptions::default(),
@@ -346,6 +353,10 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
     state.audit = crate::audit::Auditor::start(&audit).context("starting the audit log")?;
     state.encryption = Some(encryption.clone());
     state.filters = Filters::new(&opts.limits);
+    if let Some(file) = &opts.admission_control_config_file {
+        state.pod_security = crate::podsecurity::PodSecurity::from_admission_config(file)
+            .context("reading --admission-control-config-file")?;
+    }
     let state = Arc::new(state);
     if shared {
         crate::join::check_cluster_ca(&state, &opts.data_dir).await?;

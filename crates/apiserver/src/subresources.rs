@@ -613,6 +613,7 @@ async fn evict(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
         method: Method::DELETE,
         user: ctx.user.clone(),
         warnings: ctx.warnings.clone(),
+        audit_annotations: ctx.audit_annotations.clone(),
     };
     write::delete_object(&pctx, &opts).await?;
     let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});

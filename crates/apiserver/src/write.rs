@@ -600,6 +600,7 @@ async fn create_stored(
     let name = objects::name(obj).to_string();
     // Validating admission, ResourceQuota last: the quota is charged only for a write every
     // other check let through.
+    crate::podsecurity::admit(ctx, obj, None).await?;
     crate::limitranger::validate(ctx, obj, None).await?;
     crate::resourcequota::admit(ctx, obj, None).await?;
     let key = objects::key(res, &ctx.rr.namespace, &name);
@@ -974,6 +975,9 @@ pub async fn finish_update(
         }
         delete_stored(ctx, old, rev).await.map_err(|e| ctx.store_err(e))?;
         return Ok(Written::Deleted(new));
+    }
+    if matches!(scope, UpdateScope::Main | UpdateScope::EphemeralContainers) {
+        crate::podsecurity::admit(ctx, &new, Some(old)).await?;
     }
     if scope == UpdateScope::Main {
         crate::limitranger::validate(ctx, &new, Some(old)).await?;

@@ -35,6 +35,10 @@ pub enum BenchCommand {
         /// the same body the pods carry.
         #[arg(long, default_value = "Pod")]
         kind: String,
+        /// Label the namespace with this Pod Security level (enforce, audit and warn), so every
+        /// create is evaluated; at `restricted` the pods carry what that level asks for.
+        #[arg(long)]
+        pod_security: Option<String>,
     },
     /// Scheduling throughput on upstream's scheduler_perf shapes.
     Scheduling {
@@ -330,11 +334,17 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             mut server_args,
             etcd_servers,
             kind,
+            pod_security,
         } => {
             if let Some(etcd) = etcd_servers {
                 server_args.push(format!("--etcd-servers={etcd}"));
             }
-            let target = ApiTarget::new(&kind)?;
+            let mut target = ApiTarget::new(&kind)?;
+            if let Some(level) = pod_security {
+                skiff_api::podsecurity::Level::parse(&level)
+                    .map_err(|e| anyhow::anyhow!("--pod-security {level:?}: {e}"))?;
+                target.pod_security = Some(level);
+            }
             bench_api(pods, clients, json, as_user, &server_args, &target).await
         }
         BenchCommand::Services { options, json } => crate::bench_services::bench_services(options, json).await,
@@ -481,6 +491,7 @@ async fn bench_api(
         "pods": pods,
         "clients": clients,
         "user": as_user.as_deref().unwrap_or("skiff-admin"),
+        "pod_security": target.pod_security.as_deref().unwrap_or("privileged"),
         "creates_per_second": (pods as f64 / elapsed).round(),
         "p50_ms": round2(percentile(&lat, 0.50)),
         "p99_ms": round2(percentile(&lat, 0.99)),
@@ -665,6 +676,8 @@ struct ApiTarget {
     plural: String,
     /// The collection in namespace `default`.
     path: String,
+    /// The Pod Security level namespace `default` is labelled with.
+    pod_security: Option<String>,
 }
 
 /// The custom kinds' API group.
@@ -678,6 +691,7 @@ impl ApiTarget {
                 group: String::new(),
                 plural: "pods".into(),
                 path: "/api/v1/namespaces/default/pods".into(),
+                pod_security: None,
             });
         }
         anyhow::ensure!(
@@ -691,11 +705,27 @@ impl ApiTarget {
             group: BENCH_GROUP.into(),
             path: format!("/apis/{BENCH_GROUP}/v1/namespaces/default/{plural}"),
             plural,
+            pod_security: None,
         })
     }
 
-    /// Defines the custom kind (nothing for pods) and waits until it is served.
+    /// Defines the custom kind (nothing for pods) and waits until it is served; labels the
+    /// namespace with the Pod Security level asked for.
     async fn install(&self, client: &kube::Client) -> anyhow::Result<()> {
+        if let Some(level) = &self.pod_security {
+            let labels: serde_json::Map<String, serde_json::Value> = ["enforce", "audit", "warn"]
+                .iter()
+                .map(|mode| (format!("pod-security.kubernetes.io/{mode}"), json!(level)))
+                .collect();
+            kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+                .patch(
+                    "default",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"metadata": {"labels": labels}})),
+                )
+                .await
+                .context("labelling namespace default with its Pod Security level")?;
+        }
         if self.group.is_empty() {
             return Ok(());
         }
@@ -726,6 +756,12 @@ impl ApiTarget {
         if !self.group.is_empty() {
             object["apiVersion"] = json!(format!("{BENCH_GROUP}/v1"));
             object["kind"] = json!(self.kind);
+        }
+        if self.pod_security.as_deref() == Some("restricted") {
+            object["spec"]["securityContext"] =
+                json!({"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}});
+            object["spec"]["containers"][0]["securityContext"] =
+                json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
         }
         object
     }

@@ -338,6 +338,10 @@ struct ServerArgs {
     /// data dir at first start, encryption-config.yaml).
     #[arg(long)]
     encryption_provider_config: Option<PathBuf>,
+    /// Upstream's AdmissionConfiguration: the PodSecurity plugin's cluster-wide defaults and
+    /// exemptions (default: every namespace `privileged` unless labelled, nothing exempt).
+    #[arg(long)]
+    admission_control_config_file: Option<PathBuf>,
     /// Do not create the default `local-path` StorageClass.
     #[arg(long)]
     disable_local_storage: bool,
@@ -979,6 +983,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         max_size_mb: args.audit.audit_log_maxsize,
     };
     opts.encryption_provider_config = args.encryption_provider_config.clone();
+    opts.admission_control_config_file = args.admission_control_config_file.clone();
     opts.local_storage = !args.disable_local_storage;
     opts.compaction_interval = args.etcd.etcd_compaction_interval;
     opts.limits = skiff_apiserver::filters::Limits {

@@ -4,7 +4,11 @@
 //!
 //! RBAC decisions read one snapshot of every Role, ClusterRole and binding, indexed by subject.
 //! The snapshot is rebuilt from the store and swapped after every RBAC write, before the write
-//! is answered, so a grant or a revocation holds as soon as the client hears of it.
+//! is answered, so a grant or a revocation holds as soon as the client hears of it; every
+//! replica also watches the RBAC objects ([`spawn_sync`]) and rebuilds on each change, so a
+//! write through another replica holds here within moments. A replica that cannot bring its
+//! snapshot up to date (the store is unhealthy, a rebuild failed) refuses what RBAC would
+//! allow rather than answer from a stale grant, and says so in `/readyz`.
 
 use std::sync::Arc;
 
@@ -62,11 +66,16 @@ pub fn forbidden(who: &Identity, a: &Attributes, reason: &str) -> StatusError {
     StatusError::forbidden_resource(&a.api_group, &a.resource, &a.name, &msg)
 }
 
+/// Why RBAC refuses while its snapshot is not known current.
+pub const STALE_REASON: &str = "RBAC: this API server could not bring its view of roles and bindings up to date";
+
 /// The authorizer chain and the RBAC snapshot it reads.
 pub struct Authorizer {
     policy: RwLock<Arc<Policy>>,
     /// Serializes rebuilds, so the snapshot swapped in last was read last.
     rebuild: tokio::sync::Mutex<()>,
+    /// Why the snapshot is not known current (`None`: it is).
+    stale: RwLock<Option<String>>,
 }
 
 impl Default for Authorizer {
@@ -74,6 +83,7 @@ impl Default for Authorizer {
         Authorizer {
             policy: RwLock::new(Arc::new(Policy::default())),
             rebuild: tokio::sync::Mutex::new(()),
+            stale: RwLock::new(None),
         }
     }
 }
@@ -104,6 +114,21 @@ impl Authorizer {
         Ok(())
     }
 
+    /// Why the snapshot cannot be trusted, when it cannot (`/readyz` reports it).
+    pub fn stale(&self) -> Option<String> {
+        self.stale.read().clone()
+    }
+
+    fn set_stale(&self, why: Option<String>) {
+        let mut stale = self.stale.write();
+        match (&*stale, &why) {
+            (None, Some(w)) => tracing::error!(reason = %w, "RBAC refuses until its snapshot is current again"),
+            (Some(_), None) => tracing::info!("the RBAC snapshot is current again"),
+            _ => {}
+        }
+        *stale = why;
+    }
+
     /// The current RBAC snapshot.
     pub fn policy(&self) -> Arc<Policy> {
         self.policy.read().clone()
@@ -128,6 +153,11 @@ impl Authorizer {
                 reasons.push(reason);
             }
         }
+        if self.stale.read().is_some() {
+            // Fail closed: a grant this snapshot holds may have been revoked since.
+            reasons.push(STALE_REASON.to_string());
+            return (Decision::NoOpinion, reasons.join("\n"));
+        }
         let (decision, reason) = self.policy().authorize(who, a);
         if decision == Decision::Allow {
             return (decision, reason);
@@ -145,6 +175,55 @@ impl Authorizer {
             (_, reason) => Err(forbidden(who, a, &reason)),
         }
     }
+}
+
+/// How often the sync checks the store's health and rebuilds without a change.
+const SYNC_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long a snapshot that could not be brought up to date is still trusted: about as long as
+/// a change takes to reach a replica anyway; a store that blinks (a member restarting) costs no
+/// refusals, one that stays away does.
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Keeps this replica's RBAC snapshot current: a rebuild after every change to a Role,
+/// ClusterRole or binding (written through any replica: the store's watch brings it) and every
+/// [`SYNC_PERIOD`]; once the store has been unhealthy, or rebuilds have failed, for
+/// [`STALE_AFTER`], the authorizer refuses what only RBAC would allow until a rebuild succeeds.
+pub fn spawn_sync(state: Arc<crate::ApiState>) {
+    tokio::spawn(async move {
+        let prefixes: Vec<String> = ["clusterroles", "roles", "clusterrolebindings", "rolebindings"]
+            .iter()
+            .filter_map(|p| rbac_resource(p).ok())
+            .map(|r| crate::objects::prefix(r, ""))
+            .collect();
+        let mut triggers = crate::resync::Triggers::new(state.store.clone(), prefixes, SYNC_PERIOD, "RBAC");
+        // The health check runs on its own clock too: a watch that cannot be set up again
+        // (the store is away) holds `triggers` back.
+        let mut tick = tokio::time::interval(SYNC_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut current_at = std::time::Instant::now();
+        loop {
+            tokio::select! {
+                _ = triggers.next() => {}
+                _ = tick.tick() => {}
+            }
+            let failure = match state.store.health().await {
+                Err(e) => Some(format!("the store is unhealthy: {e}")),
+                Ok(_) => match state.authz.refresh(&*state.store).await {
+                    Ok(()) => None,
+                    Err(e) => Some(format!("rebuilding the snapshot failed: {e}")),
+                },
+            };
+            match failure {
+                None => {
+                    current_at = std::time::Instant::now();
+                    state.authz.set_stale(None);
+                }
+                Some(why) if current_at.elapsed() >= STALE_AFTER => state.authz.set_stale(Some(why)),
+                Some(why) => tracing::warn!(reason = %why, "the RBAC snapshot could not be brought up to date"),
+            }
+        }
+    });
 }
 
 /// A GET of a pod's exec, attach or port-forward: a WebSocket upgrade into the pod.
@@ -202,6 +281,25 @@ mod tests {
         );
         let e = forbidden(&jane, &attrs(Method::GET, "/metrics"), "");
         assert_eq!(e.message, "forbidden: User \"jane\" cannot get path \"/metrics\"");
+    }
+
+    #[tokio::test]
+    async fn a_stale_snapshot_refuses_what_it_would_grant() {
+        let dir = tempfile::tempdir().unwrap();
+        let (state, _) = crate::ApiState::for_tests(dir.path());
+        crate::bootstrap::reconcile(&state).await.unwrap();
+        let (authz, store) = (&state.authz, &*state.store);
+        let anyone = Identity::new("jane", &[AUTHENTICATED]);
+        let version = Attributes::non_resource("get", "/version");
+        assert!(authz.check(store, &anyone, &version).await.is_ok());
+        authz.set_stale(Some("the store is unhealthy".into()));
+        let e = authz.check(store, &anyone, &version).await.unwrap_err();
+        assert!(e.message.ends_with(STALE_REASON), "{}", e.message);
+        // Masters are not RBAC's to refuse.
+        let root = Identity::new("root", &[MASTERS]);
+        assert!(authz.check(store, &root, &version).await.is_ok());
+        authz.set_stale(None);
+        assert!(authz.check(store, &anyone, &version).await.is_ok());
     }
 
     #[tokio::test]

@@ -379,6 +379,9 @@ const HEALTH_CHECKS: &[&str] = &[
     "poststarthook/bootstrap-controller",
 ];
 
+/// Skiff's check that this replica's RBAC snapshot is current (else it refuses what RBAC grants).
+const RBAC_CURRENT: &str = "rbac-snapshot-current";
+
 async fn health(state: &ApiState, name: &str, path: &str, verbose: bool) -> Response {
     let text = |code: StatusCode, body: String| {
         let mut r = Response::new(Body::from(body));
@@ -389,43 +392,58 @@ async fn health(state: &ApiState, name: &str, path: &str, verbose: bool) -> Resp
         );
         r
     };
+    // Readiness also asks whether this replica's RBAC snapshot is current: a replica that
+    // cannot say so refuses requests, and a load balancer should send them elsewhere.
+    let readiness = name == "readyz" || path.trim_start_matches('/').starts_with("readyz");
+    let mut checks: Vec<&str> = HEALTH_CHECKS.to_vec();
+    if readiness {
+        checks.push(RBAC_CURRENT);
+    }
     let store = state.store.health().await;
+    let failure = |check: &str| -> Option<String> {
+        match check {
+            "etcd" => store.as_ref().err().map(|e| e.to_string()),
+            RBAC_CURRENT => state.authz.stale(),
+            _ => None,
+        }
+    };
     if name == "check" {
         // `/readyz/CHECK`: one check.
         let check = path.splitn(3, '/').nth(2).unwrap_or("").trim_end_matches('/');
-        if !HEALTH_CHECKS.contains(&check) {
+        if !checks.contains(&check) {
             return text(StatusCode::NOT_FOUND, "404 page not found\n".into());
         }
-        return match (check, &store) {
-            ("etcd", Err(e)) => text(
+        return match failure(check) {
+            Some(e) => text(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("internal server error: {e}\n"),
             ),
-            _ => text(StatusCode::OK, "ok".into()),
+            None => text(StatusCode::OK, "ok".into()),
         };
     }
-    match store {
-        Ok(_) if verbose => {
-            let mut body: String = HEALTH_CHECKS.iter().map(|c| format!("[+]{c} ok\n")).collect();
+    let failed: Vec<(&str, String)> = checks.iter().filter_map(|c| Some((*c, failure(c)?))).collect();
+    if failed.is_empty() {
+        if verbose {
+            let mut body: String = checks.iter().map(|c| format!("[+]{c} ok\n")).collect();
             body.push_str(&format!("{name} check passed\n"));
-            text(StatusCode::OK, body)
+            return text(StatusCode::OK, body);
         }
-        Ok(_) => text(StatusCode::OK, "ok".into()),
-        Err(e) => {
-            tracing::warn!(check = name, error = %e, "health check failed");
-            let body: String = HEALTH_CHECKS
-                .iter()
-                .map(|c| match *c {
-                    "etcd" => "[-]etcd failed: reason withheld\n".to_string(),
-                    c => format!("[+]{c} ok\n"),
-                })
-                .collect();
-            text(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("{body}{name} check failed\n"),
-            )
-        }
+        return text(StatusCode::OK, "ok".into());
     }
+    for (check, e) in &failed {
+        tracing::warn!(check = name, failed = check, error = %e, "health check failed");
+    }
+    let body: String = checks
+        .iter()
+        .map(|c| match failed.iter().any(|(f, _)| f == c) {
+            true => format!("[-]{c} failed: reason withheld\n"),
+            false => format!("[+]{c} ok\n"),
+        })
+        .collect();
+    text(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("{body}{name} check failed\n"),
+    )
 }
 
 fn discovery_response(headers: &HeaderMap, core: bool) -> Response {

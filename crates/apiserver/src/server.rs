@@ -399,6 +399,7 @@ pub async fn start_with_store(opts: ServerOptions, store: Arc<dyn Store>) -> any
         .await
         .context("reading the webhook configurations")?;
     crate::webhook::spawn(state.clone());
+    crate::authz::spawn_sync(state.clone());
 
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(opts.bind, opts.port))
         .await

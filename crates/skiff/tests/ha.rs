@@ -413,3 +413,97 @@ fn two_replicas_on_one_etcd() {
     ]);
     assert_eq!(leases.lines().count(), 1, "{leases}");
 }
+
+/// Whether `user` may list pods in `default`, as `replica` answers.
+fn can_list_pods(replica: &Replica, user: &str) -> bool {
+    let out = replica.kubectl(&["auth", "can-i", "list", "pods", "-n", "default", "--as", user]);
+    String::from_utf8_lossy(&out.stdout).trim() == "yes"
+}
+
+#[test]
+fn rbac_written_through_one_replica_holds_on_the_other_and_a_stale_replica_refuses() {
+    let mut etcd = EtcdCluster::start(1);
+    let (ip_a, ip_b) = (
+        IpAddr::V4(Ipv4Addr::new(127, 0, 0, 4)),
+        IpAddr::V4(Ipv4Addr::new(127, 0, 0, 5)),
+    );
+    let port = shared_port(ip_a, ip_b);
+    let mut a = Replica::new("replica a", &etcd, ip_a, port);
+    a.start();
+    let mut b = Replica::new("replica b", &etcd, ip_b, port);
+    b.copy_from(&a, true);
+    b.start();
+    assert!(!can_list_pods(&b, "jane"));
+
+    // A grant written through a holds on b: b's watch brings it.
+    a.k(&[
+        "create",
+        "rolebinding",
+        "jane-view",
+        "-n",
+        "default",
+        "--clusterrole=view",
+        "--user=jane",
+    ]);
+    let started = Instant::now();
+    assert!(
+        eventually(Duration::from_secs(10), || can_list_pods(&b, "jane").then_some(())).is_some(),
+        "the grant never held on b:\n{}",
+        tail(&b.log(), 30)
+    );
+    eprintln!("grant through a held on b after {:?}", started.elapsed());
+    // And so does its revocation.
+    a.k(&["delete", "rolebinding", "jane-view", "-n", "default"]);
+    let started = Instant::now();
+    assert!(
+        eventually(Duration::from_secs(10), || (!can_list_pods(&b, "jane")).then_some(())).is_some(),
+        "the revocation never held on b"
+    );
+    eprintln!("revocation through a held on b after {:?}", started.elapsed());
+
+    // With its store gone, b cannot know what was revoked: it says so, and refuses.
+    a.k(&[
+        "create",
+        "rolebinding",
+        "jane-view",
+        "-n",
+        "default",
+        "--clusterrole=view",
+        "--user=jane",
+    ]);
+    assert!(eventually(Duration::from_secs(10), || can_list_pods(&b, "jane").then_some(())).is_some());
+    etcd.stop_all();
+    let readyz = eventually(Duration::from_secs(20), || {
+        let out = b.kubectl(&["get", "--raw", "/readyz?verbose"]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        (!out.status.success()).then_some(text)
+    })
+    .expect("b's /readyz fails without its store");
+    assert!(readyz.contains("rbac-snapshot-current"), "{readyz}");
+    let refused = eventually(Duration::from_secs(20), || {
+        let out = b.kubectl(&["get", "pods", "-n", "default", "--as", "jane"]);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        err.contains("could not bring its view of roles and bindings up to date")
+            .then_some(err)
+    });
+    assert!(
+        refused.is_some(),
+        "b kept answering from its old grants:\n{}",
+        tail(&b.log(), 30)
+    );
+
+    // Back with its store, it is ready and current again.
+    etcd.start_all();
+    etcd.wait_healthy(Duration::from_secs(30));
+    assert!(
+        eventually(Duration::from_secs(30), || b
+            .kubectl(&["get", "--raw", "/readyz"])
+            .status
+            .success()
+            .then_some(()))
+        .is_some(),
+        "b never became ready again:\n{}",
+        tail(&b.log(), 30)
+    );
+    assert!(can_list_pods(&b, "jane"));
+}

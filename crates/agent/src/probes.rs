@@ -209,8 +209,22 @@ pub async fn exec_output(docker: &Docker, container_id: &str, command: &[String]
             output.push_str(&chunk?.to_string());
         }
     }
-    let code = docker.inspect_exec(&exec.id).await?.exit_code.unwrap_or(0);
-    Ok((code, output))
+    Ok((exit_code(docker, &exec.id).await?, output))
+}
+
+/// The exit code Docker reports for a finished exec. The output stream can end a moment before
+/// Docker has recorded the exit, so a running exec is asked again; an exit code Docker never
+/// reports is an error (a probe or hook whose result is unknown failed), never a success.
+pub(crate) async fn exit_code(docker: &Docker, exec_id: &str) -> anyhow::Result<i64> {
+    for _ in 0..50 {
+        let inspect = docker.inspect_exec(exec_id).await?;
+        match (inspect.running, inspect.exit_code) {
+            (Some(true), _) => tokio::time::sleep(Duration::from_millis(20)).await,
+            (_, Some(code)) => return Ok(code),
+            (_, None) => break,
+        }
+    }
+    anyhow::bail!("the exit code of exec {exec_id} was not reported")
 }
 
 async fn run_exec(docker: &Docker, id: &str, exec: &ExecAction, timeout: Duration) -> Outcome {

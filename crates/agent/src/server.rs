@@ -580,14 +580,19 @@ async fn exec_inner(
             }
         };
         let socket = pump(socket, output, input, opts.tty, resize).await;
-        let code = docker
-            .inspect_exec(&exec)
-            .await
-            .ok()
-            .and_then(|i| i.exit_code)
-            .unwrap_or(0);
-        let result = if code == 0 { Ok(()) } else { Err(code.to_string()) };
-        let _ = send_exit(socket, &protocol, result, &opts.command).await;
+        // An exit code Docker does not report is no success.
+        match crate::probes::exit_code(&docker, &exec).await {
+            Ok(0) => {
+                let _ = send_exit(socket, &protocol, Ok(()), &opts.command).await;
+            }
+            Ok(code) => {
+                let _ = send_exit(socket, &protocol, Err(code.to_string()), &opts.command).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "exec ended without an exit code");
+                let _ = send_status(socket, &protocol, Err(format!("{e:#}"))).await;
+            }
+        }
     })
 }
 

@@ -413,6 +413,31 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<FieldError> 
             ));
         }
     }
+    // Conversion: upstream's strategies; this server converts between versions only as
+    // `None` does (the apiVersion alone), so a definition whose versions would need its
+    // webhook is refused rather than served unconverted.
+    match crd.pointer("/spec/conversion/strategy").and_then(Value::as_str) {
+        None | Some("None") => {}
+        Some("Webhook") => {
+            if crd.pointer("/spec/conversion/webhook/clientConfig").is_none() {
+                errs.push(FieldError::required(
+                    "spec.conversion.webhook",
+                    "required when strategy is set to Webhook",
+                ));
+            }
+            if versions.len() > 1 {
+                errs.push(FieldError::forbidden(
+                    "spec.conversion.strategy",
+                    "webhook conversion between versions is not supported by this server: serve one version, or convert with strategy None",
+                ));
+            }
+        }
+        Some(other) => errs.push(FieldError::not_supported(
+            "spec.conversion.strategy",
+            &json!(other),
+            &["None", "Webhook"],
+        )),
+    }
     // Upstream's internal form keeps one schema for all versions when they are identical, and
     // reports its problems under spec.validation.
     let first_schema = versions.first().and_then(|v| v.pointer("/schema/openAPIV3Schema"));
@@ -612,6 +637,43 @@ mod tests {
         assert_eq!(rs[0].subresources, ["status", "scale"]);
         assert_eq!(rs[0].short_names, ["wd"]);
         assert_eq!(d.versions[0].columns[0].name, "Age");
+    }
+
+    #[test]
+    fn webhook_conversion_between_versions_is_refused_not_served_unconverted() {
+        let webhook = json!({"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
+            "clientConfig": {"url": "https://conv.example.com/convert"}}});
+        let mut one = crd();
+        one["spec"]["conversion"] = webhook.clone();
+        assert!(
+            validate_definition(&one, None).is_empty(),
+            "one version needs no conversion"
+        );
+        let mut two = one.clone();
+        let mut v2 = two["spec"]["versions"][0].clone();
+        v2["name"] = json!("v2");
+        v2["storage"] = json!(false);
+        two["spec"]["versions"].as_array_mut().unwrap().push(v2);
+        let msgs: Vec<String> = validate_definition(&two, None)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            msgs,
+            [
+                "spec.conversion.strategy: Forbidden: webhook conversion between versions is not supported by this server: serve one version, or convert with strategy None"
+            ]
+        );
+        let mut unknown = crd();
+        unknown["spec"]["conversion"] = json!({"strategy": "Magic"});
+        let msgs: Vec<String> = validate_definition(&unknown, None)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            msgs,
+            ["spec.conversion.strategy: Unsupported value: \"Magic\": supported values: \"None\", \"Webhook\""]
+        );
     }
 
     /// The Age column is served, never stored: the stored versions stay as applied, so applying

@@ -48,6 +48,12 @@ pub struct Schema {
     pub list_map_keys: Vec<String>,
     /// `x-kubernetes-validations`: CEL rules checked against the value at this node.
     pub validations: Vec<ValidationRule>,
+    /// `allOf`, `anyOf`, `oneOf` and `not`: value validations the value must pass all of, at
+    /// least one of, exactly one of, or must not pass.
+    pub all_of: Vec<Schema>,
+    pub any_of: Vec<Schema>,
+    pub one_of: Vec<Schema>,
+    pub not: Option<Box<Schema>>,
 }
 
 /// One `x-kubernetes-validations` entry.
@@ -98,6 +104,13 @@ fn u64_of(v: &Value, key: &str) -> Option<u64> {
 
 fn str_of(v: &Value, key: &str) -> String {
     v.get(key).and_then(Value::as_str).unwrap_or("").to_string()
+}
+
+fn schemas(v: &Value, key: &str) -> Vec<Schema> {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter(|s| s.is_object()).map(Schema::parse).collect())
+        .unwrap_or_default()
 }
 
 fn bool_of(v: &Value, key: &str) -> bool {
@@ -164,6 +177,13 @@ impl Schema {
                 .and_then(Value::as_array)
                 .map(|a| a.iter().map(ValidationRule::parse).collect())
                 .unwrap_or_default(),
+            all_of: schemas(v, "allOf"),
+            any_of: schemas(v, "anyOf"),
+            one_of: schemas(v, "oneOf"),
+            not: v
+                .get("not")
+                .filter(|n| n.is_object())
+                .map(|n| Box::new(Schema::parse(n))),
         }
     }
 

@@ -270,6 +270,17 @@ fn walk(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
         }
         _ => {}
     }
+    if let Value::String(st) = v
+        && !s.format.is_empty()
+        && !format_ok(&s.format, st)
+    {
+        errs.push(FieldError {
+            kind: FieldErrorKind::TypeInvalid(render_value(v)),
+            field: path.to_string(),
+            detail: format!("{path} in body must be of type {}: {st:?}", s.format),
+        });
+    }
+    composites(s, v, path, errs);
     if !s.enum_values.is_empty() && !s.enum_values.contains(v) {
         let supported: Vec<String> = s
             .enum_values
@@ -288,6 +299,142 @@ fn walk(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
             detail: String::new(),
         });
     }
+}
+
+/// `allOf`, `anyOf`, `oneOf` and `not`, as kube-openapi's validator words them.
+fn composites(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    let passes = |sub: &Schema| {
+        let mut sub_errs = Vec::new();
+        walk(sub, v, path, &mut sub_errs);
+        sub_errs.is_empty()
+    };
+    for sub in &s.all_of {
+        walk(sub, v, path, errs);
+    }
+    if !s.any_of.is_empty() && !s.any_of.iter().any(passes) {
+        errs.push(invalid(
+            path,
+            v,
+            format!("{path} must validate at least one schema (anyOf)"),
+        ));
+    }
+    if !s.one_of.is_empty() {
+        let valid = s.one_of.iter().filter(|sub| passes(sub)).count();
+        if valid != 1 {
+            let found = if valid == 0 {
+                "Found none valid".to_string()
+            } else {
+                format!("Found {valid} valid alternatives")
+            };
+            errs.push(invalid(
+                path,
+                v,
+                format!("{path} must validate one and only one schema (oneOf). {found}"),
+            ));
+        }
+    }
+    if let Some(not) = &s.not
+        && passes(not)
+    {
+        errs.push(invalid(path, v, format!("{path} must not validate the schema (not)")));
+    }
+}
+
+/// Whether `s` is a string of `format`, for the formats upstream's CRD validation knows
+/// (others are not checked, as upstream).
+fn format_ok(format: &str, s: &str) -> bool {
+    let hex = |t: &str| t.bytes().all(|b| b.is_ascii_hexdigit());
+    let uuid = |s: &str, version: Option<char>| {
+        let parts: Vec<&str> = s.split('-').collect();
+        parts.len() == 5
+            && [8, 4, 4, 4, 12]
+                .iter()
+                .zip(&parts)
+                .all(|(n, p)| p.len() == *n && hex(p))
+            && version.is_none_or(|v| parts[2].starts_with(v))
+    };
+    match format {
+        "uuid" => uuid(s, None),
+        "uuid3" => uuid(s, Some('3')),
+        "uuid4" => uuid(s, Some('4')),
+        "uuid5" => uuid(s, Some('5')),
+        "ipv4" => s.parse::<std::net::Ipv4Addr>().is_ok(),
+        "ipv6" => s.parse::<std::net::Ipv6Addr>().is_ok(),
+        "cidr" => s.split_once('/').is_some_and(|(ip, len)| {
+            let max = if ip.parse::<std::net::Ipv4Addr>().is_ok() {
+                32
+            } else if ip.parse::<std::net::Ipv6Addr>().is_ok() {
+                128
+            } else {
+                return false;
+            };
+            len.parse::<u8>().is_ok_and(|l| l <= max) && !len.starts_with('+')
+        }),
+        "mac" => {
+            let parts: Vec<&str> = s.split([':', '-']).collect();
+            matches!(parts.len(), 6 | 8 | 20) && parts.iter().all(|p| p.len() == 2 && hex(p))
+        }
+        "hostname" => {
+            !s.is_empty()
+                && s.len() <= 253
+                && s.split('.').all(|l| {
+                    !l.is_empty()
+                        && l.len() <= 63
+                        && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                        && !l.starts_with('-')
+                        && !l.ends_with('-')
+                })
+        }
+        "email" => s
+            .rsplit_once('@')
+            .is_some_and(|(local, domain)| !local.is_empty() && domain.contains('.') && !domain.starts_with('.')),
+        "uri" => s.split_once(':').is_some_and(|(scheme, _)| {
+            !scheme.is_empty()
+                && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+        }),
+        "byte" => {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.decode(s).is_ok()
+        }
+        "date" => s.parse::<jiff::civil::Date>().is_ok() && s.len() == 10,
+        "date-time" | "datetime" => s.parse::<jiff::Timestamp>().is_ok(),
+        "duration" => !s.is_empty() && go_duration(s),
+        "hexcolor" => s
+            .strip_prefix('#')
+            .is_some_and(|h| (h.len() == 3 || h.len() == 6) && hex(h)),
+        _ => true,
+    }
+}
+
+/// A Go `time.ParseDuration` string (`1h30m`, `250ms`, `-1.5s`, `0`).
+fn go_duration(s: &str) -> bool {
+    let s = s.strip_prefix(['-', '+']).unwrap_or(s);
+    if s == "0" {
+        return true;
+    }
+    let mut rest = s;
+    if rest.is_empty() {
+        return false;
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if digits == 0 || rest[..digits].chars().filter(|c| *c == '.').count() > 1 {
+            return false;
+        }
+        rest = &rest[digits..];
+        let unit = ["ns", "us", "µs", "μs", "ms", "s", "m", "h"]
+            .iter()
+            .filter(|u| rest.starts_with(*u))
+            .max_by_key(|u| u.len());
+        match unit {
+            Some(u) => rest = &rest[u.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 #[cfg(test)]
@@ -318,6 +465,83 @@ mod tests {
 
     fn messages(obj: Value) -> Vec<String> {
         validate(&schema(), &obj).iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn composite_keywords_and_formats_are_checked() {
+        let s = Schema::parse(&json!({
+            "type": "object",
+            "properties": {"spec": {"type": "object",
+                "oneOf": [{"required": ["url"]}, {"required": ["file"]}],
+                "properties": {
+                    "url": {"type": "string", "format": "uri"},
+                    "file": {"type": "string"},
+                    "id": {"type": "string", "format": "uuid"},
+                    "at": {"type": "string", "format": "date-time"},
+                    "every": {"type": "string", "format": "duration"},
+                    "port": {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": "^[a-z]+$"}]},
+                    "mode": {"type": "string", "not": {"enum": ["forbidden"]}},
+                    "size": {"type": "integer", "allOf": [{"minimum": 1}, {"maximum": 10}]},
+                }}}
+        }));
+        let errors = |spec: Value| -> Vec<String> {
+            validate(&s, &json!({"spec": spec}))
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert!(
+            errors(json!({"url": "https://x", "id": "123e4567-e89b-12d3-a456-426614174000",
+            "at": "2026-12-07T10:00:00Z", "every": "1h30m", "port": "http", "mode": "fine", "size": 3}))
+            .is_empty()
+        );
+        let e = errors(json!({"url": "https://x", "file": "f"}));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].ends_with("spec must validate one and only one schema (oneOf). Found 2 valid alternatives"),
+            "{e:?}"
+        );
+        let e = errors(json!({}));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].ends_with("spec must validate one and only one schema (oneOf). Found none valid"),
+            "{e:?}"
+        );
+        let e = errors(json!({"file": "f", "id": "nope", "at": "yesterday", "every": "5 days", "url": "no scheme"}));
+        assert!(
+            e.contains(&"spec.id: Invalid value: \"nope\": spec.id in body must be of type uuid: \"nope\"".to_string()),
+            "{e:?}"
+        );
+        assert!(
+            e.iter()
+                .any(|m| m.contains("spec.at in body must be of type date-time")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter()
+                .any(|m| m.contains("spec.every in body must be of type duration")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter().any(|m| m.contains("spec.url in body must be of type uri")),
+            "{e:?}"
+        );
+        let e = errors(json!({"file": "f", "port": "HTTP", "mode": "forbidden", "size": 11}));
+        assert!(
+            e.iter()
+                .any(|m| m.contains("spec.port must validate at least one schema (anyOf)")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter()
+                .any(|m| m.contains("spec.mode must not validate the schema (not)")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter()
+                .any(|m| m.contains("spec.size in body should be less than or equal to 10")),
+            "{e:?}"
+        );
     }
 
     #[test]

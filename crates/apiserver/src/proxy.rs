@@ -272,14 +272,82 @@ fn agent_path(rr: &ResourceRequest, container: &str, query: &str) -> String {
     }
 }
 
+/// The options object of a connect request (`PodExecOptions`, `PodAttachOptions`,
+/// `PodPortForwardOptions`) read from its query, as admission receives it.
+fn connect_options(subresource: &str, query: Option<&str>) -> (&'static str, serde_json::Value) {
+    let pairs: Vec<(String, String)> = query.and_then(|q| serde_urlencoded_pairs(q).ok()).unwrap_or_default();
+    let one = |k: &str| pairs.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+    let flag = |k: &str| one(k).is_some_and(crate::request::is_true);
+    let all = |k: &str| -> Vec<String> {
+        pairs
+            .iter()
+            .filter(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    let kind = match subresource {
+        "exec" => "PodExecOptions",
+        "attach" => "PodAttachOptions",
+        _ => "PodPortForwardOptions",
+    };
+    let mut o = serde_json::json!({"kind": kind, "apiVersion": "v1"});
+    if kind == "PodPortForwardOptions" {
+        let ports: Vec<i64> = all("ports")
+            .iter()
+            .flat_map(|p| p.split(',').map(str::to_string).collect::<Vec<_>>())
+            .filter_map(|p| p.trim().parse().ok())
+            .collect();
+        o["ports"] = serde_json::json!(ports);
+        return (kind, o);
+    }
+    for k in ["stdin", "stdout", "stderr", "tty"] {
+        if flag(k) {
+            o[k] = serde_json::json!(true);
+        }
+    }
+    if let Some(c) = one("container") {
+        o["container"] = serde_json::json!(c);
+    }
+    if kind == "PodExecOptions" {
+        o["command"] = serde_json::json!(all("command"));
+    }
+    (kind, o)
+}
+
+/// `a=1&b=2&b=3` as its pairs, in order, percent- and plus-decoded.
+fn serde_urlencoded_pairs(q: &str) -> Result<Vec<(String, String)>, StatusError> {
+    let uri: http::Uri = format!("/?{q}")
+        .parse()
+        .map_err(|e| StatusError::bad_request(format!("query: {e}")))?;
+    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
+        .map(|q| q.0)
+        .map_err(|e| StatusError::bad_request(format!("query: {e}")))
+}
+
 /// Proxy a stream request. `parts` is the client's request (for the WebSocket upgrade).
 pub async fn handle(ctx: &Ctx, mut parts: http::request::Parts) -> Result<Response, StatusError> {
+    if ctx.rr.subresource != "log" {
+        // Admission sees the connection as upstream shows it: CONNECT, with the options asked for.
+        let (kind, options) = connect_options(&ctx.rr.subresource, parts.uri.query());
+        crate::webhook::admit_subresource(
+            ctx,
+            crate::webhook::Operation::Connect,
+            &options,
+            crate::webhook::Gvk {
+                group: "",
+                version: "v1",
+                kind,
+            },
+        )
+        .await?;
+    }
     let t = target(ctx).await?;
     let query = agent_query(parts.uri.query());
     let path = agent_path(&ctx.rr, &t.container, &query);
     if ctx.rr.subresource == "log" {
         return proxy_logs(ctx, &t, &path).await;
     }
+
     let offered: Vec<String> = parts
         .headers
         .get_all(header::SEC_WEBSOCKET_PROTOCOL)

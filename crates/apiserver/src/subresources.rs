@@ -276,6 +276,17 @@ pub async fn create_binding(ctx: &Ctx, bytes: Bytes, pod_name: Option<String>) -
         let errs = [skiff_api::FieldError::required("target.name", "")];
         return Err(StatusError::invalid("", "Binding", &name, &errs));
     }
+    crate::webhook::admit_subresource(
+        ctx,
+        crate::webhook::Operation::Create,
+        &binding,
+        crate::webhook::Gvk {
+            group: "",
+            version: "v1",
+            kind: "Binding",
+        },
+    )
+    .await?;
     let pods = skiff_api::registry::lookup("", "v1", "pods").ok_or_else(|| StatusError::internal("no pods"))?;
     let mut rr = ctx.rr.clone();
     rr.resource = pods;
@@ -522,6 +533,17 @@ fn insufficient_pods(pdb: &mut Value) {
 /// an allowed eviction uses up one of the budget's disruptions.
 async fn evict(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     let eviction = body::decode(&ctx.headers, &bytes)?;
+    crate::webhook::admit_subresource(
+        ctx,
+        crate::webhook::Operation::Create,
+        &eviction,
+        crate::webhook::Gvk {
+            group: "policy",
+            version: "v1",
+            kind: "Eviction",
+        },
+    )
+    .await?;
     let pdbs = skiff_api::registry::lookup("policy", "v1", "poddisruptionbudgets")
         .ok_or_else(|| StatusError::internal("no poddisruptionbudgets"))?;
     let mut checked = false;

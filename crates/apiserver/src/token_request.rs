@@ -102,6 +102,17 @@ pub async fn create(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
         _ => None,
     };
     crate::noderestriction::admit_token(ctx, &req, bound_pod_node.as_ref())?;
+    crate::webhook::admit_subresource(
+        ctx,
+        crate::webhook::Operation::Create,
+        &req,
+        crate::webhook::Gvk {
+            group: "authentication.k8s.io",
+            version: "v1",
+            kind: "TokenRequest",
+        },
+    )
+    .await?;
 
     // Pod-bound tokens of the kubelet's default lifetime, for the API server, live a year
     // and are flagged stale after the hour they asked for.

@@ -55,6 +55,9 @@ struct Policy {
     match_conditions: Vec<(String, Arc<Program>)>,
     variables: Vec<(String, Arc<Program>)>,
     validations: Vec<Validation>,
+    /// Why the policy's expressions cannot be evaluated (one no longer compiles): every request
+    /// it matches then fails, and its `failurePolicy` decides, as upstream's compile errors do.
+    broken: Option<String>,
 }
 
 struct ParamRef {
@@ -165,6 +168,23 @@ fn build_policy(p: &Value) -> anyhow::Result<Policy> {
         match_conditions: named("matchConditions")?,
         variables: named("variables")?,
         validations,
+        broken: None,
+    })
+}
+
+/// A policy whose expressions could not be compiled: it matches what its constraints match and
+/// fails every request it matches.
+fn broken_policy(p: &Value, why: String) -> anyhow::Result<Policy> {
+    let spec = p.get("spec").cloned().unwrap_or_else(|| json!({}));
+    Ok(Policy {
+        name: objects::name(p).to_string(),
+        constraints: build_match(spec.get("matchConstraints").unwrap_or(&json!({})))?,
+        ignore_failures: spec.get("failurePolicy").and_then(Value::as_str) == Some("Ignore"),
+        param_kind: None,
+        match_conditions: Vec::new(),
+        variables: Vec::new(),
+        validations: Vec::new(),
+        broken: Some(why),
     })
 }
 
@@ -220,10 +240,13 @@ pub(crate) async fn load(state: &ApiState) -> anyhow::Result<Snapshot> {
     }
     let mut out = Vec::new();
     for p in read(pr).await? {
-        let policy = match build_policy(&p) {
+        let policy = match build_policy(&p).or_else(|e| {
+            tracing::warn!(policy = objects::name(&p), error = %e, "a ValidatingAdmissionPolicy cannot be evaluated; its failurePolicy decides");
+            broken_policy(&p, format!("{e:#}"))
+        }) {
             Ok(policy) => Arc::new(policy),
             Err(e) => {
-                tracing::warn!(policy = objects::name(&p), error = %e, "a ValidatingAdmissionPolicy could not be prepared and is not enforced");
+                tracing::warn!(policy = objects::name(&p), error = %e, "a ValidatingAdmissionPolicy's constraints could not be read; it is not enforced");
                 continue;
             }
         };
@@ -352,6 +375,9 @@ fn evaluate(policy: &Policy, vars: &[(&str, &Value)]) -> Outcome {
             }
         }
     };
+    if let Some(why) = &policy.broken {
+        return fail(why.clone());
+    }
     let mut variables = std::collections::HashMap::new();
     let variables_value = |m: &std::collections::HashMap<String, ::cel::Value>| {
         let map: std::collections::HashMap<::cel::objects::Key, ::cel::Value> = m
@@ -434,6 +460,17 @@ pub async fn validate(
     obj: Option<&Value>,
     old: Option<&Value>,
 ) -> Result<(), StatusError> {
+    validate_as(ctx, operation, obj, old, None).await
+}
+
+/// [`validate`] of an object of a kind of its own (a subresource's, a connect request's).
+pub async fn validate_as(
+    ctx: &Ctx,
+    operation: Operation,
+    obj: Option<&Value>,
+    old: Option<&Value>,
+    kind: Option<webhook::Gvk<'_>>,
+) -> Result<(), StatusError> {
     let res = ctx.rr.resource;
     if webhook::exempt(res) {
         return Ok(());
@@ -446,6 +483,7 @@ pub async fn validate(
         operation,
         object: obj,
         old,
+        kind,
     };
     let ns = webhook::attr_namespace(ctx, obj.or(old));
     // What the expressions see, built once the first policy applies.

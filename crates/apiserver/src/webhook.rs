@@ -178,6 +178,11 @@ struct Hook {
     reinvoke: bool,
     /// `matchConditions`: the webhook is called only when all are true.
     match_conditions: Vec<(String, Arc<skiff_api::cel::Program>)>,
+    /// Why this webhook cannot be called (a `caBundle` that is no certificate, a match condition
+    /// that no longer compiles, a selector that does not parse): every call to it fails, and
+    /// its `failurePolicy` decides, as upstream's client errors do. It matches as widely as
+    /// what of it could be read says.
+    broken: Option<String>,
 }
 
 /// The webhooks configured now, mutating and validating, in the order they run.
@@ -219,12 +224,12 @@ async fn reload(state: &ApiState) -> anyhow::Result<()> {
         let hooks = configs
             .iter()
             .flat_map(|c| c.get("webhooks").and_then(Value::as_array).cloned().unwrap_or_default())
-            .filter_map(|h| match build_hook(&h) {
-                Ok(h) => Some(Arc::new(h)),
-                Err(e) => {
-                    tracing::warn!(error = %e, "a webhook could not be prepared and is not called");
-                    None
+            .map(|h| {
+                let hook = build_hook(&h);
+                if let Some(why) = &hook.broken {
+                    tracing::warn!(webhook = %hook.name, error = %why, "a webhook cannot be called; its failurePolicy decides");
                 }
+                Arc::new(hook)
             });
         if mutating {
             snap.mutating = hooks.collect();
@@ -238,7 +243,8 @@ async fn reload(state: &ApiState) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn build_hook(h: &Value) -> anyhow::Result<Hook> {
+fn build_hook(h: &Value) -> Hook {
+    let mut broken: Vec<String> = Vec::new();
     let cc = h.get("clientConfig").cloned().unwrap_or_else(|| json!({}));
     let client = match (cc.get("url").and_then(Value::as_str), cc.get("service")) {
         (Some(url), _) => Client::Url(url.to_string()),
@@ -252,23 +258,55 @@ fn build_hook(h: &Value) -> anyhow::Result<Hook> {
                 .unwrap_or(443),
             path: svc.get("path").and_then(Value::as_str).unwrap_or("").to_string(),
         },
-        (None, None) => anyhow::bail!("no url or service"),
+        (None, None) => {
+            broken.push("no url or service".into());
+            Client::Url(String::new())
+        }
     };
     let ca = cc.get("caBundle").and_then(Value::as_str).unwrap_or("");
-    let selector = |k: &str| {
-        h.get(k)
-            .map(LabelSelector::from_label_selector_json)
-            .transpose()
-            .map(|s| s.unwrap_or_else(LabelSelector::everything))
-            .map_err(|e| anyhow::anyhow!("{k}: {e}"))
+    let mut selector = |k: &str| match h.get(k).map(LabelSelector::from_label_selector_json).transpose() {
+        Ok(s) => s.unwrap_or_else(LabelSelector::everything),
+        Err(e) => {
+            broken.push(format!("{k}: {e}"));
+            LabelSelector::everything()
+        }
     };
+    let namespace_selector = selector("namespaceSelector");
+    let object_selector = selector("objectSelector");
     let versions = strings(h.get("admissionReviewVersions"));
     let review_version = if versions.iter().any(|v| v == "v1") || versions.is_empty() {
         "v1"
     } else {
         "v1beta1"
     };
-    Ok(Hook {
+    let tls = match tls_config(ca) {
+        Ok(c) => c,
+        Err(e) => {
+            broken.push(format!("clientConfig.caBundle: {e:#}"));
+            // No root at all: nothing is trusted, nothing is called.
+            empty_tls()
+        }
+    };
+    let mut match_conditions = Vec::new();
+    for c in h
+        .get("matchConditions")
+        .and_then(Value::as_array)
+        .map(|a| a.as_slice())
+        .unwrap_or_default()
+    {
+        let expr = c.get("expression").and_then(Value::as_str).unwrap_or("");
+        let name = c.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+        match skiff_api::cel::compile(expr, skiff_api::validation::admissionregistration::WEBHOOK_VARS) {
+            Ok(program) => match_conditions.push((name, program)),
+            Err(e) => broken.push(format!("matchConditions[{name}]: compilation failed: {e}")),
+        }
+    }
+    if !broken.is_empty() {
+        // What could not be read narrows nothing: the webhook then matches whatever its rules
+        // match, and fails (or is ignored) as its failurePolicy says.
+        match_conditions.clear();
+    }
+    Hook {
         name: h.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
         rules: h
             .get("rules")
@@ -277,8 +315,8 @@ fn build_hook(h: &Value) -> anyhow::Result<Hook> {
             .unwrap_or_default(),
         ignore_failures: h.get("failurePolicy").and_then(Value::as_str) == Some("Ignore"),
         exact: h.get("matchPolicy").and_then(Value::as_str) == Some("Exact"),
-        namespace_selector: selector("namespaceSelector")?,
-        object_selector: selector("objectSelector")?,
+        namespace_selector,
+        object_selector,
         timeout: Duration::from_secs(
             h.get("timeoutSeconds")
                 .and_then(Value::as_u64)
@@ -286,24 +324,25 @@ fn build_hook(h: &Value) -> anyhow::Result<Hook> {
                 .clamp(1, 30),
         ),
         client,
-        tls: Arc::new(tls_config(ca)?),
+        tls: Arc::new(tls),
         review_version,
         reinvoke: h.get("reinvocationPolicy").and_then(Value::as_str) == Some("IfNeeded"),
-        match_conditions: h
-            .get("matchConditions")
-            .and_then(Value::as_array)
-            .map(|a| a.as_slice())
-            .unwrap_or_default()
-            .iter()
-            .map(|c| {
-                let expr = c.get("expression").and_then(Value::as_str).unwrap_or("");
-                let program = skiff_api::cel::compile(expr, skiff_api::validation::admissionregistration::WEBHOOK_VARS)
-                    .map_err(|e| anyhow::anyhow!("matchConditions: compilation failed: {e}"))?;
-                let name = c.get("name").and_then(Value::as_str).unwrap_or("").to_string();
-                anyhow::Ok((name, program))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?,
-    })
+        match_conditions,
+        broken: (!broken.is_empty()).then(|| broken.join("; ")),
+    }
+}
+
+/// A TLS client that trusts nothing (a webhook whose `caBundle` cannot be read).
+fn empty_tls() -> rustls::ClientConfig {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    match rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions() {
+        Ok(b) => b
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth(),
+        Err(_) => rustls::ClientConfig::builder()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth(),
+    }
 }
 
 /// A TLS client trusting `caBundle` (base64 of PEM), or the system's roots without one.
@@ -316,6 +355,9 @@ fn tls_config(ca_bundle_b64: &str) -> anyhow::Result<rustls::ClientConfig> {
     };
     for cert in CertificateDer::pem_slice_iter(&pem).flatten() {
         let _ = roots.add(cert);
+    }
+    if !ca_bundle_b64.is_empty() && roots.is_empty() {
+        anyhow::bail!("no PEM certificate in it");
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
@@ -422,6 +464,17 @@ pub struct Attributes<'a> {
     pub operation: Operation,
     pub object: Option<&'a Value>,
     pub old: Option<&'a Value>,
+    /// The kind of `object` when it is not the resource's own (a subresource's: an Eviction,
+    /// a Binding, a TokenRequest, a connect request's PodExecOptions).
+    pub kind: Option<Gvk<'a>>,
+}
+
+/// A group, version and kind.
+#[derive(Clone, Copy, Debug)]
+pub struct Gvk<'a> {
+    pub group: &'a str,
+    pub version: &'a str,
+    pub kind: &'a str,
 }
 
 impl Webhooks {
@@ -610,13 +663,25 @@ pub(crate) fn admission_request(ctx: &Ctx, res: &Resource, a: &Attributes<'_>, u
     };
     let mut r = serde_json::Map::new();
     r.insert("uid".into(), json!(uid));
-    r.insert("kind".into(), gvk(res));
+    match a.kind {
+        Some(k) => r.insert(
+            "kind".into(),
+            json!({"group": k.group, "version": k.version, "kind": k.kind}),
+        ),
+        None => r.insert("kind".into(), gvk(res)),
+    };
     r.insert("resource".into(), gvr(res));
     if !ctx.rr.subresource.is_empty() {
         r.insert("subResource".into(), json!(ctx.rr.subresource));
         r.insert("requestSubResource".into(), json!(ctx.rr.subresource));
     }
-    r.insert("requestKind".into(), gvk(req));
+    match a.kind {
+        Some(k) => r.insert(
+            "requestKind".into(),
+            json!({"group": k.group, "version": k.version, "kind": k.kind}),
+        ),
+        None => r.insert("requestKind".into(), gvk(req)),
+    };
     r.insert("requestResource".into(), gvr(req));
     if !name.is_empty() {
         r.insert("name".into(), json!(name));
@@ -638,8 +703,14 @@ pub(crate) fn admission_request(ctx: &Ctx, res: &Resource, a: &Attributes<'_>, u
         user.insert("extra".into(), json!(ctx.user.extra));
     }
     r.insert("userInfo".into(), Value::Object(user));
-    r.insert("object".into(), as_version(a.object, res));
-    r.insert("oldObject".into(), as_version(a.old, res));
+    if a.kind.is_some() {
+        // A subresource's own object is sent as it came.
+        r.insert("object".into(), a.object.cloned().unwrap_or(Value::Null));
+        r.insert("oldObject".into(), a.old.cloned().unwrap_or(Value::Null));
+    } else {
+        r.insert("object".into(), as_version(a.object, res));
+        r.insert("oldObject".into(), as_version(a.old, res));
+    }
     r.insert("dryRun".into(), json!(ctx.dry_run()));
     let kind = a.operation.options_kind();
     if !kind.is_empty() {
@@ -799,6 +870,9 @@ fn dial_error(host: &str, port: u16, e: &std::io::Error) -> String {
 
 /// POST the review to the webhook and read its answer.
 async fn call(ctx: &Ctx, hook: &Hook, body: Value, uid: &str) -> Result<Answer, CallError> {
+    if let Some(why) = &hook.broken {
+        return Err(CallError(format!("failed to call webhook: {why}")));
+    }
     let Endpoint {
         host,
         port,
@@ -943,6 +1017,16 @@ pub async fn mutate(
     obj: Option<&mut Value>,
     old: Option<&Value>,
 ) -> Result<bool, StatusError> {
+    mutate_as(ctx, operation, obj, old, None).await
+}
+
+async fn mutate_as(
+    ctx: &Ctx,
+    operation: Operation,
+    obj: Option<&mut Value>,
+    old: Option<&Value>,
+    kind: Option<Gvk<'_>>,
+) -> Result<bool, StatusError> {
     if exempt(ctx.rr.resource) {
         return Ok(false);
     }
@@ -961,14 +1045,21 @@ pub async fn mutate(
             operation,
             object: has_object.then_some(&*obj),
             old,
+            kind,
         };
         matching(ctx, &snap.mutating, &a).await?
     };
     let mut changed = false;
     // Which webhooks ran, and the index of the last one that changed the object.
     let mut last_change = None;
+    let m = Mutation {
+        operation,
+        old,
+        has_object,
+        kind,
+    };
     for (i, (hook, res)) in hooks.iter().enumerate() {
-        if call_mutating(ctx, hook, res, operation, obj, old, has_object).await? {
+        if call_mutating(ctx, hook, res, obj, m).await? {
             changed = true;
             last_change = Some(i);
         }
@@ -976,7 +1067,7 @@ pub async fn mutate(
     // reinvocationPolicy IfNeeded: once more when a later webhook changed the object.
     if let Some(last) = last_change {
         for (hook, res) in hooks[..last].iter().filter(|(h, _)| h.reinvoke) {
-            if call_mutating(ctx, hook, res, operation, obj, old, has_object).await? {
+            if call_mutating(ctx, hook, res, obj, m).await? {
                 changed = true;
             }
         }
@@ -984,20 +1075,34 @@ pub async fn mutate(
     Ok(changed)
 }
 
+/// What a mutating call is about, besides the object it may change.
+#[derive(Clone, Copy)]
+struct Mutation<'a> {
+    operation: Operation,
+    old: Option<&'a Value>,
+    has_object: bool,
+    kind: Option<Gvk<'a>>,
+}
+
 async fn call_mutating(
     ctx: &Ctx,
     hook: &Hook,
     res: &Resource,
-    operation: Operation,
     obj: &mut Value,
-    old: Option<&Value>,
-    has_object: bool,
+    m: Mutation<'_>,
 ) -> Result<bool, StatusError> {
+    let Mutation {
+        operation,
+        old,
+        has_object,
+        kind,
+    } = m;
     let uid = uuid::Uuid::new_v4().to_string();
     let a = Attributes {
         operation,
         object: has_object.then_some(&*obj),
         old,
+        kind,
     };
     let body = review(ctx, hook, res, &a, &uid);
     let answer = match call(ctx, hook, body, &uid).await {
@@ -1043,6 +1148,31 @@ pub async fn validate(
     obj: Option<&Value>,
     old: Option<&Value>,
 ) -> Result<(), StatusError> {
+    validate_as(ctx, operation, obj, old, None).await
+}
+
+/// Admission of a write to a subresource whose object is of a kind of its own (an Eviction, a
+/// Binding, a TokenRequest), or of a connect request (exec, attach, port-forward, with its
+/// options as the object), as upstream admits them: the mutating webhooks (whose patches to
+/// such an object are not applied), the ValidatingAdmissionPolicies, then the validating
+/// webhooks.
+pub async fn admit_subresource(ctx: &Ctx, operation: Operation, obj: &Value, kind: Gvk<'_>) -> Result<(), StatusError> {
+    if !any(&ctx.state) || exempt(ctx.rr.resource) {
+        return Ok(());
+    }
+    let mut copy = obj.clone();
+    mutate_as(ctx, operation, Some(&mut copy), None, Some(kind)).await?;
+    crate::validatingadmissionpolicy::validate_as(ctx, operation, Some(obj), None, Some(kind)).await?;
+    validate_as(ctx, operation, Some(obj), None, Some(kind)).await
+}
+
+async fn validate_as(
+    ctx: &Ctx,
+    operation: Operation,
+    obj: Option<&Value>,
+    old: Option<&Value>,
+    kind: Option<Gvk<'_>>,
+) -> Result<(), StatusError> {
     if exempt(ctx.rr.resource) {
         return Ok(());
     }
@@ -1054,6 +1184,7 @@ pub async fn validate(
         operation,
         object: obj,
         old,
+        kind,
     };
     let hooks = matching(ctx, &snap.validating, &a).await?;
     let calls = hooks.iter().map(|(hook, res)| {
@@ -1116,6 +1247,32 @@ mod tests {
             subresource: sub,
             namespace: ns,
         }
+    }
+
+    #[test]
+    fn a_webhook_that_cannot_be_built_fails_by_its_policy_not_open() {
+        use base64::Engine;
+        let bogus = base64::engine::general_purpose::STANDARD.encode("not a certificate");
+        let hook = build_hook(&json!({
+            "name": "broken.skiff.test",
+            "clientConfig": {"url": "https://127.0.0.1:1/x", "caBundle": bogus},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+            "matchConditions": [{"name": "never", "expression": "false"}],
+        }));
+        let why = hook.broken.clone().expect("broken");
+        assert!(why.contains("caBundle"), "{why}");
+        // What could not be read narrows nothing: the condition that would skip it is dropped.
+        assert!(hook.match_conditions.is_empty());
+        let e = failed(&hook, CallError(format!("failed to call webhook: {why}"))).expect("fails closed");
+        assert_eq!(e.code, 500);
+        assert!(
+            e.message.contains("failed calling webhook \"broken.skiff.test\""),
+            "{}",
+            e.message
+        );
+        let mut ignoring = hook;
+        ignoring.ignore_failures = true;
+        assert!(failed(&ignoring, CallError("x".into())).is_none());
     }
 
     #[test]

@@ -66,6 +66,11 @@ fn answer(path: &str, review: &Value) -> Value {
             }
         }
         "/slow" => std::thread::sleep(Duration::from_secs(4)),
+        "/deny-subresources" => {
+            response["allowed"] = json!(false);
+            response["status"] =
+                json!({"message": format!("{} refused by the test", req["kind"]["kind"].as_str().unwrap_or(""))});
+        }
         _ => {}
     }
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
@@ -560,5 +565,164 @@ webhooks:
     assert!(
         bad.contains("webhooks[0].matchConditions[0].expression: Invalid value: \"object.metadata.name ==\": compilation failed: ERROR: <input>:1:"),
         "{bad}"
+    );
+}
+
+/// Exec, attach and port-forward (CONNECT), evictions, bindings and token requests reach the
+/// validating webhooks and ValidatingAdmissionPolicies with their own kinds, as upstream admits
+/// them; a caBundle that is no certificate is refused when written.
+#[test]
+fn connects_and_subresource_writes_are_admitted_too() {
+    let c = Cluster::start(&["--no-agent", "--no-scheduler"]);
+    let certs = certs();
+    let server = WebhookServer::start(&certs);
+    let ca = base64::engine::general_purpose::STANDARD.encode(&certs.ca_pem);
+    c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, image: busybox:latest}]\n",
+        &[],
+    );
+    c.apply(
+        &format!(
+            r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: subresource-guard
+webhooks:
+- name: deny.subresources.skiff.test
+  clientConfig:
+    url: https://127.0.0.1:{}/deny-subresources
+    caBundle: {ca}
+  rules:
+  - operations: ["CONNECT"]
+    apiGroups: [""]
+    apiVersions: ["v1"]
+    resources: ["pods/exec", "pods/attach", "pods/portforward"]
+  - operations: ["CREATE"]
+    apiGroups: [""]
+    apiVersions: ["v1"]
+    resources: ["pods/eviction", "pods/binding", "serviceaccounts/token"]
+  sideEffects: None
+  admissionReviewVersions: ["v1"]
+"#,
+            server.port
+        ),
+        &[],
+    );
+    let (ok, err) = stderr_of(&c, &["exec", "p", "--", "echo", "hi"]);
+    assert!(!ok);
+    assert!(
+        err.contains(
+            "admission webhook \"deny.subresources.skiff.test\" denied the request: PodExecOptions refused by the test"
+        ),
+        "{err}"
+    );
+    let review = server
+        .reviews("/deny-subresources")
+        .pop()
+        .expect("the exec was reviewed");
+    let req = &review["request"];
+    assert_eq!(req["operation"], "CONNECT", "{review}");
+    assert_eq!(
+        req["kind"],
+        json!({"group": "", "version": "v1", "kind": "PodExecOptions"}),
+        "{review}"
+    );
+    assert_eq!(req["subResource"], "exec", "{review}");
+    assert_eq!(req["object"]["command"], json!(["echo", "hi"]), "{review}");
+    assert_eq!(req["name"], "p", "{review}");
+
+    let (ok, err) = stderr_of(&c, &["create", "token", "default"]);
+    assert!(!ok);
+    assert!(err.contains("TokenRequest refused by the test"), "{err}");
+    let eviction = r#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"p","namespace":"default"}}"#;
+    let err = c.stdin_kubectl_err(
+        &[
+            "create",
+            "--raw",
+            "/api/v1/namespaces/default/pods/p/eviction",
+            "-f",
+            "-",
+        ],
+        eviction,
+    );
+    assert!(err.contains("Eviction refused by the test"), "{err}");
+    let binding =
+        r#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"p"},"target":{"kind":"Node","name":"n1"}}"#;
+    let err = c.stdin_kubectl_err(
+        &[
+            "create",
+            "--raw",
+            "/api/v1/namespaces/default/pods/p/binding",
+            "-f",
+            "-",
+        ],
+        binding,
+    );
+    assert!(err.contains("Binding refused by the test"), "{err}");
+    // None of them happened.
+    let pod = c.get_json(&["pod", "p"]);
+    assert!(pod["spec"].get("nodeName").is_none(), "{pod}");
+    assert!(pod["metadata"].get("deletionTimestamp").is_none(), "{pod}");
+    c.k(&["delete", "validatingwebhookconfiguration", "subresource-guard"]);
+
+    // A ValidatingAdmissionPolicy sees the exec's options too.
+    c.apply(
+        r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: no-rm}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - operations: ["CONNECT"]
+      apiGroups: [""]
+      apiVersions: ["v1"]
+      resources: ["pods/exec"]
+  validations:
+  - expression: "object.command[0] != 'rm'"
+    message: "no rm in exec"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: no-rm}
+spec:
+  policyName: no-rm
+  validationActions: [Deny]
+"#,
+        &[],
+    );
+    let err = common::eventually(Duration::from_secs(5), || {
+        let (ok, err) = stderr_of(&c, &["exec", "p", "--", "rm", "-rf", "/"]);
+        (!ok && err.contains("no rm in exec")).then_some(err)
+    })
+    .expect("the policy refuses the exec");
+    assert!(
+        err.contains("ValidatingAdmissionPolicy 'no-rm' with binding 'no-rm' denied request"),
+        "{err}"
+    );
+
+    // A caBundle that holds no certificate is refused when written.
+    let bogus = base64::engine::general_purpose::STANDARD.encode("not a certificate");
+    let err = c.stdin_kubectl_err(
+        &["apply", "-f", "-"],
+        &format!(
+            r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {{name: bogus-ca}}
+webhooks:
+- name: bogus.skiff.test
+  clientConfig: {{url: "https://127.0.0.1:1/x", caBundle: {bogus}}}
+  rules: [{{operations: ["CREATE"], apiGroups: [""], apiVersions: ["v1"], resources: ["configmaps"]}}]
+  sideEffects: None
+  admissionReviewVersions: ["v1"]
+"#
+        ),
+    );
+    assert!(
+        err.contains("webhooks[0].clientConfig.caBundle: Invalid value: \"(bytes)\": must be a PEM bundle of one or more X.509 certificates"),
+        "{err}"
     );
 }

@@ -545,6 +545,36 @@ fn validate_client_config(cc: Option<&Value>, p: &Path, errs: &mut Vec<FieldErro
         (Some(u), None) => validate_webhook_url(u.as_str().unwrap_or(""), &p.child("url"), errs),
         (None, Some(s)) => validate_webhook_service(s, &p.child("service"), errs),
     }
+    if let Some(ca) = field(cc, "caBundle").and_then(Value::as_str).filter(|c| !c.is_empty())
+        && !is_certificate_bundle(ca)
+    {
+        // A bundle that holds no certificate could never verify the webhook: refused now, not
+        // found out at the first call.
+        errs.push(invalid(
+            &p.child("caBundle"),
+            &Value::String("(bytes)".into()),
+            "must be a PEM bundle of one or more X.509 certificates",
+        ));
+    }
+}
+
+/// Whether `b64` is the base64 of PEM blocks of which at least one is a certificate that parses.
+pub fn is_certificate_bundle(b64: &str) -> bool {
+    use base64::Engine;
+    let Ok(pem) = base64::engine::general_purpose::STANDARD.decode(b64) else {
+        return false;
+    };
+    let mut any = false;
+    for block in x509_parser::pem::Pem::iter_from_buffer(&pem) {
+        let Ok(block) = block else { return false };
+        if block.label == "CERTIFICATE" {
+            if block.parse_x509().is_err() {
+                return false;
+            }
+            any = true;
+        }
+    }
+    any
 }
 
 /// The parts of a URL as Go's `url.Parse` splits them.
@@ -680,6 +710,33 @@ mod tests {
     #[test]
     fn a_valid_webhook_passes() {
         assert_eq!(errors(json!({"webhooks": [hook()]}), false), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_ca_bundle_must_hold_a_certificate() {
+        use base64::Engine;
+        let b64 = |s: &[u8]| base64::engine::general_purpose::STANDARD.encode(s);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["hook.example.com".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let mut h = hook();
+        h["clientConfig"]["caBundle"] = json!(b64(cert.pem().as_bytes()));
+        assert_eq!(errors(json!({"webhooks": [h.clone()]}), true), Vec::<String>::new());
+        for bad in [
+            b64(b"not a certificate"),
+            "%%%".to_string(),
+            b64(key.serialize_pem().as_bytes()),
+        ] {
+            h["clientConfig"]["caBundle"] = json!(bad);
+            assert_eq!(
+                errors(json!({"webhooks": [h.clone()]}), true),
+                [
+                    "webhooks[0].clientConfig.caBundle: Invalid value: \"(bytes)\": must be a PEM bundle of one or more X.509 certificates"
+                ]
+            );
+        }
     }
 
     #[test]

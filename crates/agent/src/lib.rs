@@ -43,6 +43,7 @@ pub mod proxy;
 mod quantity;
 pub mod resolv_conf;
 pub mod server;
+pub mod server_auth;
 pub mod service_network;
 pub mod sim;
 pub mod spdy;

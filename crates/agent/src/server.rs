@@ -16,7 +16,9 @@
 //! protocol (`v4.channel.k8s.io` or no subprotocol): for the i-th port of `ports=`, channel 2i carries data
 //! and 2i+1 errors, and the first frame the server sends on each carries the port as two little-endian
 //! bytes. Connections go to the pod IP.
-//! TLS uses a self-signed serving certificate; clients must present a certificate signed by the cluster CA.
+//! TLS uses a self-signed serving certificate. A caller presents a certificate the cluster CA
+//! signed or a bearer token, and every request is authorized by the API server
+//! ([`crate::server_auth`]), as upstream's kubelet authorizes them.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -47,6 +49,7 @@ use crate::docker::{
     LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_RESTART_COUNT, LABEL_TYPE, Owner, TYPE_CONTAINER,
     label,
 };
+use crate::server_auth;
 
 /// The subprotocols offered, most preferred first.
 pub const PROTOCOLS: [&str; 5] = [
@@ -103,6 +106,7 @@ pub async fn serve(addr: SocketAddr, ca_pem: &str, sans: Vec<String>, state: Ser
     };
     let bound = listener.local_addr()?;
     crate::metrics::init();
+    let authorizer = Arc::new(server_auth::Authorizer::new(state.client.clone(), &state.node));
     let app = router(state);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     tokio::spawn(async move {
@@ -116,6 +120,7 @@ pub async fn serve(addr: SocketAddr, ca_pem: &str, sans: Vec<String>, state: Ser
             };
             let acceptor = acceptor.clone();
             let app = app.clone();
+            let authorizer = authorizer.clone();
             tokio::spawn(async move {
                 let tls = match acceptor.accept(tcp).await {
                     Ok(t) => t,
@@ -124,21 +129,17 @@ pub async fn serve(addr: SocketAddr, ca_pem: &str, sans: Vec<String>, state: Ser
                         return;
                     }
                 };
-                // Only the API server's own client certificate is served; any other the cluster
-                // CA signed (a user's, a node's) is answered 403 whatever it asks.
-                let user = tls
+                // The caller its certificate names (the cluster CA signed it), if it has one;
+                // every request is then authorized by the API server, whoever it is.
+                let cert_caller = tls
                     .get_ref()
                     .1
                     .peer_certificates()
                     .and_then(|c| c.first())
-                    .and_then(|c| common_name(c))
-                    .unwrap_or_default();
-                let app = if user == API_SERVER_CLIENT {
-                    app
-                } else {
-                    tracing::info!(%peer, user, "refused a client that is not the API server");
-                    refusal(user)
-                };
+                    .and_then(|c| server_auth::Caller::from_certificate(c));
+                let app = app.layer(axum::middleware::from_fn(move |req, next| {
+                    authorize(authorizer.clone(), cert_caller.clone(), peer, req, next)
+                }));
                 let service = hyper_util::service::TowerToHyperService::new(app);
                 let conn = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
@@ -166,36 +167,48 @@ async fn metrics() -> Response {
     r
 }
 
-/// The client certificate's CN the API server calls agents with (kubeadm's
-/// `apiserver-kubelet-client`); `skiff_apiserver::pki` issues it and refuses the name to users.
-pub const API_SERVER_CLIENT: &str = "kube-apiserver-kubelet-client";
-
-/// The CN of a DER certificate.
-fn common_name(der: &[u8]) -> Option<String> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    let cn = cert.subject().iter_common_name().next()?.as_str().ok()?.to_string();
-    Some(cn)
-}
-
-/// A router answering every request 403 in the kubelet's words.
-fn refusal(user: String) -> Router {
-    Router::new().fallback(move |req: axum::extract::Request| {
-        let user = user.clone();
-        async move {
-            let verb = match *req.method() {
-                http::Method::GET | http::Method::HEAD => "get",
-                http::Method::POST => "create",
-                http::Method::PUT => "update",
-                http::Method::PATCH => "patch",
-                http::Method::DELETE => "delete",
-                _ => "",
-            };
-            (
-                http::StatusCode::FORBIDDEN,
-                format!("Forbidden (user={user}, verb={verb}, resource=nodes, subresource=proxy)"),
-            )
+/// Upstream kubelet's filter: the caller (its certificate, else its bearer token through
+/// TokenReview; neither: 401), then a SubjectAccessReview of what it asks (refused: 403 in the
+/// kubelet's words).
+async fn authorize(
+    authorizer: Arc<server_auth::Authorizer>,
+    cert_caller: Option<server_auth::Caller>,
+    peer: SocketAddr,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let caller = match cert_caller {
+        Some(c) => Some(c),
+        None => match req
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+        {
+            Some(token) => authorizer.authenticate_token(token.trim()).await,
+            None => None,
+        },
+    };
+    let Some(caller) = caller else {
+        tracing::info!(%peer, path = %req.uri().path(), "refused a caller without credentials");
+        return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
+    };
+    let (verb, subresources) = server_auth::attributes(req.method(), req.uri().path());
+    for sub in subresources {
+        if authorizer.allowed(&caller, verb, sub).await {
+            return next.run(req).await;
         }
-    })
+    }
+    let sub = subresources.last().copied().unwrap_or("proxy");
+    tracing::info!(%peer, user = %caller.user, verb, subresource = sub, "refused a request the API server does not authorize");
+    (
+        StatusCode::FORBIDDEN,
+        format!(
+            "Forbidden (user={}, verb={verb}, resource=nodes, subresource={sub})",
+            caller.user
+        ),
+    )
+        .into_response()
 }
 
 /// The TLS configuration: a fresh self-signed serving certificate, client certificates required.
@@ -207,7 +220,9 @@ pub fn tls_config(ca_pem: &str, sans: Vec<String>) -> anyhow::Result<(rustls::Se
             .add(cert.context("parsing the cluster CA")?)
             .context("adding the cluster CA")?;
     }
+    // A certificate is optional: a caller may bring a bearer token instead.
     let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
         .build()
         .context("building the client certificate verifier")?;
     let certified = rcgen::generate_simple_self_signed(sans).context("generating the serving certificate")?;

@@ -1308,7 +1308,9 @@ async fn https_endpoint_serves_logs_and_exec_to_ca_signed_clients() {
         docker: h.ctx.docker.clone(),
         node: h.node.clone(),
         cluster: h.ctx.cluster.clone(),
-        client: None,
+        // Callers are authorized by the harness's API server (its RBAC binds the API server's
+        // kubelet client certificate, and nothing binds jane).
+        client: Some(h.ctx.client.clone()),
         stats: skiff_agent::stats::Sampler::default(),
     };
     let addr = skiff_agent::server::serve(
@@ -1457,15 +1459,27 @@ async fn https_endpoint_serves_logs_and_exec_to_ca_signed_clients() {
     );
     drop(sink);
 
-    // Without a client certificate the TLS handshake is refused.
+    // Without a certificate or a token: 401, as upstream's kubelet answers.
     let anonymous = agent_client(addr, None).await;
     let denied = anonymous
         .request_text(http::Request::get("/healthz").body(Vec::new()).unwrap())
-        .await;
-    assert!(denied.is_err(), "a client without a certificate is rejected");
+        .await
+        .expect_err("a caller without credentials is refused");
+    assert!(denied.to_string().contains("Unauthorized"), "{denied}");
+    // A token the API server does not vouch for is no credential either.
+    let forged = anonymous
+        .request_text(
+            http::Request::get("/healthz")
+                .header("Authorization", "Bearer not-a-token")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .expect_err("a forged token is refused");
+    assert!(forged.to_string().contains("Unauthorized"), "{forged}");
 
-    // A certificate the same CA signed for anyone but the API server is refused: the agent is
-    // no way around the API server's authorization.
+    // A certificate the same CA signed for a user RBAC grants nothing on the node is refused:
+    // the agent is no way around the API server's authorization.
     let user = agent_client(addr, Some((&pki.user_cert_pem, &pki.user_key_pem))).await;
     let refused = user
         .request_text(

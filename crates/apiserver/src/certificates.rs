@@ -113,13 +113,27 @@ pub async fn admit(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<(), St
         // CertificateSubjectRestriction.
         (None, _) if signer == KUBE_APISERVER_CLIENT_SIGNER => {
             let parsed = request_pem(obj).and_then(|pem| parse_csr(&pem));
-            if let Ok(csr) = parsed
+            if let Ok(csr) = &parsed
                 && csr.organizations.iter().any(|o| o == crate::pki::SUPER_ADMIN_GROUP)
             {
                 return Err(forbidden(
                     ctx,
                     name,
                     format!("use of {KUBE_APISERVER_CLIENT_SIGNER} signer with system:masters group is not allowed"),
+                ));
+            }
+            // Skiff's own parts' names: the certificate node agents let the API server in with,
+            // and the break-glass one, are never issued to anyone else.
+            if let Ok(csr) = &parsed
+                && [crate::pki::KUBELET_CLIENT_USER, crate::pki::SUPER_ADMIN_USER].contains(&csr.common_name.as_str())
+            {
+                return Err(forbidden(
+                    ctx,
+                    name,
+                    format!(
+                        "use of {KUBE_APISERVER_CLIENT_SIGNER} signer with the reserved name {:?} is not allowed",
+                        csr.common_name
+                    ),
                 ));
             }
             Ok(())

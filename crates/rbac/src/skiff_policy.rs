@@ -145,6 +145,14 @@ pub fn cluster_role_bindings() -> Vec<Value> {
             "skiff:controller:service-lb-controller",
             service_account(SERVICE_LB_CONTROLLER),
         ),
+        // The API server calls node agents (logs, exec, the node proxy, metrics) with the
+        // certificate kubeadm names `apiserver-kubelet-client`; each agent asks RBAC about it as
+        // about any caller, and this binding is what allows it (kubeadm's binding to the same role).
+        binding(
+            "skiff:kube-apiserver-kubelet-client",
+            "system:kubelet-api-admin",
+            user(KUBE_APISERVER_KUBELET_CLIENT),
+        ),
         // Each agent is also its node's service proxy and DNS server.
         binding("skiff:node", "skiff:node", group("system:nodes")),
         // And its node's volume provisioner.
@@ -174,6 +182,9 @@ pub fn cluster_role_bindings() -> Vec<Value> {
         ),
     ]
 }
+
+/// The user of the certificate the API server calls node agents with.
+pub const KUBE_APISERVER_KUBELET_CLIENT: &str = "kube-apiserver-kubelet-client";
 
 /// Every bootstrap token's group.
 pub const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";

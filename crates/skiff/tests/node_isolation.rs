@@ -178,3 +178,96 @@ fn a_node_cannot_steer_another_nodes_dns_or_another_service() {
     );
     assert!(out.contains("kube-dns-n1 created"), "{out}");
 }
+
+/// `GET URL` with `curl -k` (the agent's serving certificate is its own), optionally with a
+/// bearer token: the status code and the body.
+fn curl(url: &str, token: Option<&str>) -> (u16, String) {
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-sk", "-o", "-", "-w", "\n%{http_code}", url]);
+    if let Some(t) = token {
+        cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+    }
+    let out = cmd.output().expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+#[test]
+fn the_agent_authorizes_every_caller_through_the_api_server() {
+    let n = common::node::Node::start("agentauthz", &["--no-scheduler"]);
+    let c = &n.c;
+    let port = c.k(&[
+        "get",
+        "node",
+        &n.name,
+        "-o",
+        "jsonpath={.status.daemonEndpoints.kubeletEndpoint.Port}",
+    ]);
+    let base = format!("https://127.0.0.1:{}", port.trim());
+    // No credentials: 401, as upstream's kubelet answers.
+    let (code, body) = curl(&format!("{base}/healthz"), None);
+    assert_eq!((code, body.as_str()), (401, "Unauthorized"));
+    // A service account RBAC grants nothing on nodes: its token is vouched for, its request refused.
+    c.k(&["create", "serviceaccount", "nosy"]);
+    let nosy = c.k(&["create", "token", "nosy"]);
+    let (code, body) = curl(&format!("{base}/pods"), Some(nosy.trim()));
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(
+        body,
+        "Forbidden (user=system:serviceaccount:default:nosy, verb=get, resource=nodes, subresource=proxy)"
+    );
+    let (code, _) = curl(&format!("{base}/healthz"), Some("forged.token"));
+    assert_eq!(code, 401);
+    // Granted nodes/healthz alone (fine-grained, as upstream 1.36): its health, nothing else.
+    c.k(&[
+        "create",
+        "clusterrole",
+        "node-health",
+        "--verb=get",
+        "--resource=nodes/healthz",
+    ]);
+    c.k(&["create", "serviceaccount", "checker"]);
+    c.k(&[
+        "create",
+        "clusterrolebinding",
+        "checker-health",
+        "--clusterrole=node-health",
+        "--serviceaccount=default:checker",
+    ]);
+    let checker = c.k(&["create", "token", "checker"]);
+    let (code, body) = curl(&format!("{base}/healthz"), Some(checker.trim()));
+    assert_eq!((code, body.as_str()), (200, "ok"));
+    let (code, body) = curl(&format!("{base}/containerLogs/default/x/y"), Some(checker.trim()));
+    assert_eq!(code, 403, "{body}");
+    // The API server's own calls are authorized the same way, by the binding that names its
+    // certificate.
+    let health = c.k(&["get", "--raw", &format!("/api/v1/nodes/{}/proxy/healthz", n.name)]);
+    assert_eq!(health, "ok");
+}
+
+#[test]
+fn no_signer_issues_the_names_reserved_to_skiffs_own_parts() {
+    use base64::Engine;
+    let c = Cluster::start(CONTROL_PLANE);
+    for cn in ["kube-apiserver-kubelet-client", "skiff-super-admin"] {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        let csr = params.serialize_request(&key).expect("csr").pem().expect("pem");
+        let request = base64::engine::general_purpose::STANDARD.encode(csr);
+        let err = c.stdin_kubectl_err(
+            &["create", "-f", "-"],
+            &format!(
+                "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata: {{name: steal}}\n\
+                 spec:\n  signerName: kubernetes.io/kube-apiserver-client\n  usages: [client auth]\n  request: {request}\n"
+            ),
+        );
+        assert!(
+            err.contains(&format!(
+                "use of kubernetes.io/kube-apiserver-client signer with the reserved name \"{cn}\" is not allowed"
+            )),
+            "{err}"
+        );
+    }
+}

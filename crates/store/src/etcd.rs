@@ -305,11 +305,13 @@ impl EtcdStore {
         let keys = Keys::new(&opts.prefix);
         // A member that is down or an election fails a request now and then: try again for a while.
         let mut tries = 0;
-        let (base, loaded) = loop {
+        let (base, loaded, compacted) = loop {
             let attempt = async {
                 let (base, created) = claim_prefix(&client, &keys, &opts.prefix).await?;
                 let loaded = load(&client, &keys, base, created.then_some(base)).await?;
-                anyhow::Ok((base, loaded))
+                // Read in the same attempt: the member that answered the load may be gone now.
+                let compacted = read_compacted(&client).await?.map_or(0, |c| (c - base).max(0));
+                anyhow::Ok((base, loaded, compacted))
             };
             match attempt.await {
                 Ok(done) => break done,
@@ -321,7 +323,6 @@ impl EtcdStore {
                 Err(e) => return Err(e),
             }
         };
-        let compacted = read_compacted(&client).await?.map_or(0, |c| (c - base).max(0));
         let limits = Limits {
             event_window_bytes: opts.event_window_bytes.max(1),
             event_window: opts.event_window.max(1),

@@ -131,6 +131,95 @@ pub struct PodWorker {
 }
 
 /// upstream's verifyRunAsNonRoot, with the image's configured user.
+/// Where `Localhost` seccomp profiles are read from: `DATA_DIR/seccomp/` (the kubelet's
+/// `/var/lib/kubelet/seccomp`).
+pub fn seccomp_root(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("seccomp")
+}
+
+/// Whether the host's kernel enforces AppArmor profiles.
+fn apparmor_enabled() -> bool {
+    std::fs::read_to_string("/sys/module/apparmor/parameters/enabled").is_ok_and(|s| s.trim() == "Y")
+}
+
+/// Docker's security options for what the container's and pod's security contexts ask:
+/// seccomp (`RuntimeDefault` is the engine's default profile, `Unconfined`, `Localhost` read
+/// from [`seccomp_root`]), AppArmor (the field or upstream's deprecated annotation; `Localhost`
+/// needs AppArmor on the host and the profile loaded), `procMount: Unmasked`. A request the node
+/// cannot honour is an error naming it, never dropped; so is `hostUsers: false`, which needs
+/// user namespaces Docker does not offer per container.
+fn security_options(
+    data_dir: &std::path::Path,
+    pod: &Pod,
+    c: &k8s_openapi::api::core::v1::Container,
+    pod_sc: &k8s_openapi::api::core::v1::PodSecurityContext,
+    sc: &k8s_openapi::api::core::v1::SecurityContext,
+) -> Result<Vec<String>, String> {
+    let mut opts = Vec::new();
+    let spec = pod.spec.as_ref();
+    if spec.and_then(|s| s.host_users) == Some(false) {
+        return Err(
+            "user namespaces (hostUsers: false) are not supported by this node's container runtime".to_string(),
+        );
+    }
+    if let Some(profile) = sc.seccomp_profile.as_ref().or(pod_sc.seccomp_profile.as_ref()) {
+        match profile.type_.as_str() {
+            "RuntimeDefault" => {}
+            "Unconfined" => opts.push("seccomp=unconfined".to_string()),
+            "Localhost" => {
+                let name = profile.localhost_profile.as_deref().unwrap_or("");
+                let path = seccomp_root(data_dir).join(name);
+                if name.is_empty() || name.split('/').any(|p| p == "..") {
+                    return Err(format!("invalid seccomp localhost profile {name:?}"));
+                }
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| format!("failed to load seccomp profile {:?}: {e}", path.display().to_string()))?;
+                if serde_json::from_str::<serde_json::Value>(&text).is_err() {
+                    return Err(format!("seccomp profile {:?} is not JSON", path.display().to_string()));
+                }
+                opts.push(format!("seccomp={text}"));
+            }
+            other => return Err(format!("unsupported seccomp profile type {other:?}")),
+        }
+    }
+    let annotation = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(&format!("container.apparmor.security.beta.kubernetes.io/{}", c.name)));
+    let apparmor: Option<(String, String)> = match (
+        sc.app_armor_profile.as_ref().or(pod_sc.app_armor_profile.as_ref()),
+        annotation,
+    ) {
+        (Some(p), _) => Some((p.type_.clone(), p.localhost_profile.clone().unwrap_or_default())),
+        (None, Some(a)) if a == "runtime/default" => Some(("RuntimeDefault".into(), String::new())),
+        (None, Some(a)) if a == "unconfined" => Some(("Unconfined".into(), String::new())),
+        (None, Some(a)) => match a.strip_prefix("localhost/") {
+            Some(name) => Some(("Localhost".into(), name.to_string())),
+            None => return Err(format!("invalid AppArmor profile {a:?}")),
+        },
+        (None, None) => None,
+    };
+    match apparmor {
+        None => {}
+        Some((t, _)) if t == "RuntimeDefault" => {}
+        Some((t, _)) if t == "Unconfined" => opts.push("apparmor=unconfined".to_string()),
+        Some((t, name)) if t == "Localhost" => {
+            if !apparmor_enabled() {
+                return Err("Cannot enforce AppArmor: AppArmor is not enabled on the host".to_string());
+            }
+            opts.push(format!("apparmor={name}"));
+        }
+        Some((t, _)) => return Err(format!("unsupported AppArmor profile type {t:?}")),
+    }
+    match sc.proc_mount.as_deref() {
+        None | Some("Default") => {}
+        Some("Unmasked") => opts.push("systempaths=unconfined".to_string()),
+        Some(other) => return Err(format!("unsupported procMount {other:?}")),
+    }
+    Ok(opts)
+}
+
 fn verify_non_root(run_as_user: Option<i64>, image_user: &str, pod: &Pod, container: &str) -> Result<(), String> {
     if let Some(uid) = run_as_user {
         if uid == 0 {
@@ -1289,6 +1378,15 @@ impl PodWorker {
         if sc.allow_privilege_escalation == Some(false) {
             security_opt.push("no-new-privileges".to_string());
         }
+        // What the pod asks of the kernel is applied, or the container is not made.
+        match security_options(&self.ctx.data_dir, pod, c, &pod_sc, &sc) {
+            Ok(opts) => security_opt.extend(opts),
+            Err(message) => {
+                self.event(pod, field, WARNING, "Failed", format!("Error: {message}"));
+                self.notes.entry(key).or_default().waiting = Some(("CreateContainerConfigError".into(), message));
+                return Ok(());
+            }
+        }
         // The containers run on the sandbox's runtime (the class was checked when it was made).
         let runtime = self.docker_runtime(&spec).await.ok().flatten();
         let host_config = HostConfig {
@@ -1505,6 +1603,89 @@ impl PodWorker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn security_options_apply_what_is_asked_or_say_why_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let pod = |spec: serde_json::Value, annotations: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "annotations": annotations},
+                "spec": spec,
+            }))
+            .unwrap()
+        };
+        let container = |sc: serde_json::Value| -> k8s_openapi::api::core::v1::Container {
+            serde_json::from_value(serde_json::json!({"name": "c", "securityContext": sc})).unwrap()
+        };
+        let opts = |p: &Pod, c: &k8s_openapi::api::core::v1::Container| {
+            let pod_sc = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.security_context.clone())
+                .unwrap_or_default();
+            let sc = c.security_context.clone().unwrap_or_default();
+            security_options(dir.path(), p, c, &pod_sc, &sc)
+        };
+        let plain = pod(serde_json::json!({"containers": []}), serde_json::json!({}));
+        assert_eq!(opts(&plain, &container(serde_json::json!({}))), Ok(vec![]));
+        assert_eq!(
+            opts(
+                &plain,
+                &container(
+                    serde_json::json!({"seccompProfile": {"type": "Unconfined"}, "procMount": "Unmasked",
+                "appArmorProfile": {"type": "Unconfined"}})
+                )
+            ),
+            Ok(vec![
+                "seccomp=unconfined".to_string(),
+                "apparmor=unconfined".to_string(),
+                "systempaths=unconfined".to_string()
+            ])
+        );
+        // The pod's profile holds where the container names none.
+        let pod_level = pod(
+            serde_json::json!({"containers": [], "securityContext": {"seccompProfile": {"type": "Unconfined"}}}),
+            serde_json::json!({}),
+        );
+        assert_eq!(
+            opts(&pod_level, &container(serde_json::json!({}))),
+            Ok(vec!["seccomp=unconfined".to_string()])
+        );
+        // Upstream's deprecated annotation is read too.
+        let annotated = pod(
+            serde_json::json!({"containers": []}),
+            serde_json::json!({"container.apparmor.security.beta.kubernetes.io/c": "unconfined"}),
+        );
+        assert_eq!(
+            opts(&annotated, &container(serde_json::json!({}))),
+            Ok(vec!["apparmor=unconfined".to_string()])
+        );
+        // What the node cannot do is refused, with the reason.
+        let userns = pod(
+            serde_json::json!({"containers": [], "hostUsers": false}),
+            serde_json::json!({}),
+        );
+        assert!(
+            opts(&userns, &container(serde_json::json!({})))
+                .unwrap_err()
+                .contains("hostUsers: false")
+        );
+        let missing =
+            container(serde_json::json!({"seccompProfile": {"type": "Localhost", "localhostProfile": "nope.json"}}));
+        assert!(
+            opts(&plain, &missing)
+                .unwrap_err()
+                .starts_with("failed to load seccomp profile")
+        );
+        let escape = container(
+            serde_json::json!({"seccompProfile": {"type": "Localhost", "localhostProfile": "../../etc/passwd"}}),
+        );
+        assert!(
+            opts(&plain, &escape)
+                .unwrap_err()
+                .starts_with("invalid seccomp localhost profile")
+        );
+    }
 
     #[test]
     fn durations_print_as_go_does() {

@@ -1498,3 +1498,108 @@ async fn https_endpoint_serves_logs_and_exec_to_ca_signed_clients() {
 
     h.finish(tx, task).await;
 }
+
+/// The waiting reason and message of container `name` in `s`, when it waits.
+fn waiting_of(s: &k8s_openapi::api::core::v1::PodStatus, name: &str) -> Option<(String, String)> {
+    let w = s
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == name)?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?;
+    Some((
+        w.reason.clone().unwrap_or_default(),
+        w.message.clone().unwrap_or_default(),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_contexts_are_applied_or_refused_never_ignored() {
+    let h = Harness::new("secctx").await;
+    let profiles = skiff_agent::worker::seccomp_root(&h.ctx.data_dir).join("test");
+    std::fs::create_dir_all(&profiles).unwrap();
+    std::fs::write(
+        profiles.join("no-mkdir.json"),
+        r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir","mkdirat"],"action":"SCMP_ACT_ERRNO"}]}"#,
+    )
+    .unwrap();
+    let pod = h
+        .pod(
+            "hardened",
+            serde_json::json!({
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {"name": "ro", "image": "busybox:latest", "command": ["sleep", "3600"],
+                     "securityContext": {"readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false,
+                        "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+                        "seccompProfile": {"type": "Unconfined"}}},
+                    {"name": "local", "image": "busybox:latest", "command": ["sleep", "3600"],
+                     "securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "test/no-mkdir.json"}}},
+                    {"name": "default", "image": "busybox:latest", "command": ["sleep", "3600"],
+                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}},
+                ]
+            }),
+        )
+        .await;
+    let refused = h
+        .pod(
+            "unsupported",
+            serde_json::json!({
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {"name": "missing", "image": "busybox:latest", "command": ["sleep", "3600"],
+                     "securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "test/absent.json"}}},
+                ]
+            }),
+        )
+        .await;
+    let (t1, w1) = h.spawn(&pod);
+    let (t2, w2) = h.spawn(&refused);
+    h.wait_status("hardened", 60, running).await;
+    let inspect = |name: &'static str| {
+        let h = &h;
+        async move {
+            let id =
+                skiff_agent::server::find_container(&h.ctx.docker, h.ctx.owner(), "default", "hardened", name, false)
+                    .await
+                    .unwrap()
+                    .unwrap();
+            h.ctx
+                .docker
+                .inspect_container(&id, None::<bollard::query_parameters::InspectContainerOptions>)
+                .await
+                .unwrap()
+                .host_config
+                .unwrap()
+        }
+    };
+    let hc = inspect("ro").await;
+    assert_eq!(hc.readonly_rootfs, Some(true));
+    let opts = hc.security_opt.unwrap_or_default();
+    assert!(opts.contains(&"no-new-privileges".to_string()), "{opts:?}");
+    assert!(opts.contains(&"seccomp=unconfined".to_string()), "{opts:?}");
+    assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]));
+    // In force, not only configured: the root is read-only, no filter is on the process, and
+    // the local profile refuses what it names.
+    let (ok, out) = h.exec("hardened", "ro", &["touch", "/x"]).await;
+    assert!(ok != 0 || out.contains("Read-only"), "{out}");
+    let status = h.exec("hardened", "ro", &["cat", "/proc/self/status"]).await.1;
+    assert!(status.contains("Seccomp:\t0"), "{status}");
+    let status = h.exec("hardened", "default", &["cat", "/proc/self/status"]).await.1;
+    assert!(status.contains("Seccomp:\t2"), "{status}");
+    let (code, out) = h.exec("hardened", "local", &["mkdir", "/tmp/made"]).await;
+    assert_ne!(code, 0, "{out}");
+
+    let s = h
+        .wait_status("unsupported", 60, |s| {
+            waiting_of(s, "missing").is_some_and(|(r, _)| r == "CreateContainerConfigError")
+        })
+        .await;
+    let (_, message) = waiting_of(&s, "missing").unwrap();
+    assert!(message.starts_with("failed to load seccomp profile"), "{message}");
+    h.finish(t1, w1).await;
+    h.finish(t2, w2).await;
+}

@@ -1,5 +1,6 @@
 //! `skiff`: Kubernetes in one binary. This file only wires the command line to the crates.
 
+mod audit_security;
 mod auth_why;
 mod bench;
 mod bench_churn;
@@ -125,6 +126,9 @@ enum Command {
     /// Questions about authorization.
     #[command(subcommand)]
     Auth(AuthCommand),
+    /// Reviews of a running cluster.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Clusters of several nodes on this machine, each node in a network namespace of its own.
     Cluster {
         #[command(subcommand)]
@@ -147,6 +151,17 @@ enum Command {
         command: SecretsEncryptCommand,
         /// The administrator's kubeconfig (default ~/.skiff/kubeconfig).
         #[arg(long, global = true)]
+        kubeconfig: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// What a security reviewer checks first, from the cluster's live state: anonymous access,
+    /// system:masters, who reads every Secret, namespaces without a Pod Security level, pods
+    /// baseline would refuse, node agents answering without credentials; each with its fix.
+    Security {
+        #[arg(long)]
         kubeconfig: Option<PathBuf>,
     },
 }
@@ -789,6 +804,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(b) => bench::run(b).await,
+        Command::Audit(AuditCommand::Security { kubeconfig }) => {
+            let path = kubeconfig.unwrap_or_else(|| default_data_dir().join("kubeconfig"));
+            let client = client::kube_client(&path).await?;
+            let findings = audit_security::run(client).await?;
+            audit_security::print(&findings);
+            Ok(())
+        }
         Command::Auth(AuthCommand::Why {
             user,
             groups,

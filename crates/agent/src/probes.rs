@@ -349,9 +349,9 @@ where
 }
 
 /// Accepts any server certificate (upstream's prober sets InsecureSkipVerify), still checking
-/// the handshake's signatures.
+/// the handshake's signatures. Also what `skiff audit security` probes node agents with.
 #[derive(Debug)]
-struct AnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
+pub struct AnyCertificate(pub std::sync::Arc<rustls::crypto::CryptoProvider>);
 
 impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
     fn verify_server_cert(

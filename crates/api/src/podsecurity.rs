@@ -363,12 +363,13 @@ fn set_phrase(setters: &[String]) -> String {
     setters.join(" and ")
 }
 
-fn app_armor_profile(pod: &PodView, _: u32) -> Option<Violation> {
-    let allowed = |t: &str| matches!(t, "RuntimeDefault" | "Localhost");
+/// Who sets the profile `field` (`appArmorProfile`, `seccompProfile`) to a type `allowed` refuses:
+/// `pod`, then `container(s) "..."`, and the types they set.
+fn profile_setters(pod: &PodView, field: &str, allowed: impl Fn(&str) -> bool) -> (Vec<String>, BTreeSet<String>) {
     let ty = |v: &Value| v.get("type").and_then(Value::as_str).unwrap_or("").to_string();
     let mut setters = Vec::new();
     let mut values = BTreeSet::new();
-    if let Some(p) = pod_sc(pod.spec, "appArmorProfile")
+    if let Some(p) = pod_sc(pod.spec, field)
         && !allowed(&ty(p))
     {
         setters.push("pod".to_string());
@@ -376,7 +377,7 @@ fn app_armor_profile(pod: &PodView, _: u32) -> Option<Violation> {
     }
     let mut bad = Vec::new();
     for c in containers(pod.spec) {
-        if let Some(p) = sc(c, "appArmorProfile")
+        if let Some(p) = sc(c, field)
             && !allowed(&ty(p))
         {
             bad.push(name(c));
@@ -386,6 +387,12 @@ fn app_armor_profile(pod: &PodView, _: u32) -> Option<Violation> {
     if !bad.is_empty() {
         setters.push(containers_phrase(&bad));
     }
+    (setters, values)
+}
+
+fn app_armor_profile(pod: &PodView, _: u32) -> Option<Violation> {
+    let (mut setters, values) =
+        profile_setters(pod, "appArmorProfile", |t| matches!(t, "RuntimeDefault" | "Localhost"));
     let mut annotations: Vec<String> = pod
         .metadata
         .get("annotations")
@@ -732,26 +739,7 @@ fn seccomp_baseline(pod: &PodView, v: u32) -> Option<Violation> {
             ),
         );
     }
-    let mut setters = Vec::new();
-    let mut values = BTreeSet::new();
-    if let Some(p) = pod_sc(pod.spec, "seccompProfile")
-        && !valid_seccomp(&seccomp_type(p))
-    {
-        setters.push("pod".to_string());
-        values.insert(seccomp_type(p));
-    }
-    let mut bad = Vec::new();
-    for c in containers(pod.spec) {
-        if let Some(p) = sc(c, "seccompProfile")
-            && !valid_seccomp(&seccomp_type(p))
-        {
-            bad.push(name(c));
-            values.insert(seccomp_type(p));
-        }
-    }
-    if !bad.is_empty() {
-        setters.push(containers_phrase(&bad));
-    }
+    let (setters, values) = profile_setters(pod, "seccompProfile", valid_seccomp);
     if setters.is_empty() {
         return None;
     }

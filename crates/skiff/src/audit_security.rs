@@ -261,7 +261,7 @@ async fn unauthenticated_status(address: &str, port: u16) -> anyhow::Result<u16>
     let config = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServer(provider)))
+        .with_custom_certificate_verifier(Arc::new(skiff_agent::probes::AnyCertificate(provider)))
         .with_no_client_auth();
     let tcp = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect((address, port)))
         .await
@@ -281,46 +281,6 @@ async fn unauthenticated_status(address: &str, port: u16) -> anyhow::Result<u16>
         .nth(1)
         .and_then(|c| c.parse().ok())
         .with_context(|| format!("an answer that is no HTTP status line: {line:?}"))
-}
-
-/// Accepts any server certificate: the probe asks only whether the agent answers, and reads
-/// nothing it says beyond the status.
-#[derive(Debug)]
-struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyServer {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &rustls::pki_types::CertificateDer<'_>,
-        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 /// Prints the findings, each with its fixes; the number of findings.

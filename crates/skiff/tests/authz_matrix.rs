@@ -370,21 +370,21 @@ fn judge(probe: &Probe, code: u16, failures: &mut Vec<String>) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_identity_gets_what_upstream_gives_it_and_nothing_more() {
-    let c = Cluster::start(CONTROL_PLANE);
+/// The objects the matrix's identities are bound by, written with `kubectl ARGS` (whatever
+/// server `kubectl` runs against).
+fn setup(k: &dyn Fn(&[&str])) {
     for ns in [TEAM, OTHER] {
-        c.k(&["create", "namespace", ns]);
-        c.k(&["create", "secret", "generic", "probe", "-n", ns, "--from-literal=k=v"]);
+        k(&["create", "namespace", ns]);
+        k(&["create", "secret", "generic", "probe", "-n", ns, "--from-literal=k=v"]);
     }
-    c.k(&[
+    k(&[
         "create",
         "clusterrolebinding",
         "vera-view",
         "--clusterrole=view",
         "--user=vera",
     ]);
-    c.k(&[
+    k(&[
         "create",
         "rolebinding",
         "ed-edit",
@@ -393,7 +393,7 @@ async fn every_identity_gets_what_upstream_gives_it_and_nothing_more() {
         "--clusterrole=edit",
         "--user=ed",
     ]);
-    c.k(&[
+    k(&[
         "create",
         "rolebinding",
         "ada-admin",
@@ -402,9 +402,24 @@ async fn every_identity_gets_what_upstream_gives_it_and_nothing_more() {
         "--clusterrole=admin",
         "--user=ada",
     ]);
-    c.k(&["create", "serviceaccount", "robot", "-n", TEAM]);
+    k(&["create", "serviceaccount", "robot", "-n", TEAM]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_identity_gets_what_upstream_gives_it_and_nothing_more() {
+    let c = Cluster::start(CONTROL_PLANE);
+    setup(&|args| {
+        c.k(args);
+    });
     let client = c.kube_client().await;
-    let resources = served(&client).await;
+    matrix(&[client]).await;
+}
+
+/// Sends every probe, in turn to each of `clients` (replicas of one cluster), and checks each
+/// answer against the oracle.
+async fn matrix(clients: &[kube::Client]) {
+    let client = &clients[0];
+    let resources = served(client).await;
     assert!(resources.len() > 60, "discovery lists {} resources", resources.len());
 
     let ids = [
@@ -460,16 +475,18 @@ async fn every_identity_gets_what_upstream_gives_it_and_nothing_more() {
     }
     let mut failures = Vec::new();
     let mut codes = std::collections::BTreeMap::<u16, usize>::new();
-    for chunk in probes.chunks(32) {
-        let answers = futures::future::join_all(chunk.iter().map(|p| send(&client, p))).await;
+    for (n, chunk) in probes.chunks(32).enumerate() {
+        let client = &clients[n % clients.len()];
+        let answers = futures::future::join_all(chunk.iter().map(|p| send(client, p))).await;
         for (p, code) in chunk.iter().zip(answers) {
             *codes.entry(code).or_default() += 1;
             judge(p, code, &mut failures);
         }
     }
     eprintln!(
-        "authorization matrix: {} requests, {} identities, {} resources; answers {codes:?}",
+        "authorization matrix: {} requests to {} server(s), {} identities, {} resources; answers {codes:?}",
         probes.len(),
+        clients.len(),
         ids.len(),
         resources.len()
     );
@@ -675,4 +692,119 @@ async fn fuzzed_paths_as_view_never_reach_a_secret_or_a_write() {
     );
     assert!(failures.is_empty(), "seed {seed:#x}:\n{}", failures.join("\n"));
     assert!(distinct.len() > 1000, "{}", distinct.len());
+}
+
+/// One `skiff server` on etcd, killed when dropped.
+struct Replica {
+    dir: tempfile::TempDir,
+    home: tempfile::TempDir,
+    child: std::process::Child,
+}
+
+impl Replica {
+    /// Starts a replica on `port` of loopback over `etcd`, with `pki/` and the encryption
+    /// configuration of `from` (replicas of one cluster share them), and waits until it is ready.
+    fn start(etcd: &skiff_testkit::EtcdCluster, port: u16, from: Option<&Replica>) -> Replica {
+        let dir = tempfile::tempdir().expect("dir");
+        let home = tempfile::tempdir().expect("home");
+        if let Some(from) = from {
+            let copied = std::process::Command::new("cp")
+                .arg("-a")
+                .arg(from.dir.path().join("pki"))
+                .arg(dir.path())
+                .status()
+                .expect("cp");
+            assert!(copied.success());
+            std::fs::copy(
+                from.dir.path().join("encryption-config.yaml"),
+                dir.path().join("encryption-config.yaml"),
+            )
+            .expect("copy the encryption configuration");
+        }
+        let log = std::fs::File::create(dir.path().join("server.log")).expect("log");
+        let child = std::process::Command::new(common::skiff_bin())
+            .arg("server")
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args([
+                "--no-agent",
+                "--no-scheduler",
+                "--bind-address",
+                "127.0.0.1",
+                "--advertise-address",
+                "127.0.0.1",
+            ])
+            .args(["--port", &port.to_string()])
+            .args(["--service-cluster-ip-range", &common::own_service_range(port)])
+            .args(["--etcd-servers", &etcd.endpoints_arg()])
+            .env("HOME", home.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start skiff server");
+        let r = Replica { dir, home, child };
+        let ready = common::eventually(std::time::Duration::from_secs(30), || {
+            (r.kubeconfig().exists() && r.kubectl(&["get", "--raw", "/readyz"]).status.success()).then_some(())
+        });
+        assert!(
+            ready.is_some(),
+            "replica on {port} not ready:\n{}",
+            std::fs::read_to_string(r.dir.path().join("server.log")).unwrap_or_default()
+        );
+        r
+    }
+
+    fn kubeconfig(&self) -> std::path::PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+
+    fn kubectl(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(args)
+            .env("HOME", self.home.path())
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("kubectl")
+    }
+
+    async fn client(&self) -> kube::Client {
+        let kc = kube::config::Kubeconfig::read_from(self.kubeconfig()).expect("kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("config");
+        kube::Client::try_from(config).expect("client")
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The same matrix against two API servers on one etcd: the bindings are written through the
+/// first, and the probes alternate between both, so each replica's view of RBAC is tested.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_matrix_holds_on_two_replicas_over_etcd() {
+    let etcd = skiff_testkit::EtcdCluster::start(1);
+    let a = Replica::start(&etcd, common::free_port(), None);
+    let b = Replica::start(&etcd, common::free_port(), Some(&a));
+    setup(&|args| {
+        let out = a.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    // The last binding written through a holds on b before the matrix starts.
+    let held = common::eventually(std::time::Duration::from_secs(10), || {
+        let out = b.kubectl(&["auth", "can-i", "create", "roles", "-n", TEAM, "--as", "ada"]);
+        (String::from_utf8_lossy(&out.stdout).trim() == "yes").then_some(())
+    });
+    assert!(held.is_some(), "the bindings never reached replica b");
+    matrix(&[a.client().await, b.client().await]).await;
 }

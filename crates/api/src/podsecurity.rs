@@ -702,10 +702,6 @@ fn se_linux_options(pod: &PodView, v: u32) -> Option<Violation> {
     )
 }
 
-fn seccomp_type(v: &Value) -> String {
-    v.get("type").and_then(Value::as_str).unwrap_or("").to_string()
-}
-
 fn valid_seccomp(t: &str) -> bool {
     matches!(t, "Localhost" | "RuntimeDefault")
 }
@@ -739,6 +735,11 @@ fn seccomp_baseline(pod: &PodView, v: u32) -> Option<Violation> {
             ),
         );
     }
+    seccomp_set_badly(pod)
+}
+
+/// A pod or containers setting a seccomp profile type other than `RuntimeDefault` or `Localhost`.
+fn seccomp_set_badly(pod: &PodView) -> Option<Violation> {
     let (setters, values) = profile_setters(pod, "seccompProfile", valid_seccomp);
     if setters.is_empty() {
         return None;
@@ -758,53 +759,27 @@ fn seccomp_restricted(pod: &PodView, v: u32) -> Option<Violation> {
     if v >= 25 && is_windows(pod.spec) {
         return None;
     }
-    let mut setters = Vec::new();
-    let mut values = BTreeSet::new();
-    let mut pod_set = false;
-    if let Some(p) = pod_sc(pod.spec, "seccompProfile") {
-        if valid_seccomp(&seccomp_type(p)) {
-            pod_set = true;
-        } else {
-            setters.push("pod".to_string());
-            values.insert(seccomp_type(p));
-        }
+    if let Some(bad) = seccomp_set_badly(pod) {
+        return Some(bad);
     }
-    let (mut explicit, mut implicit) = (Vec::new(), Vec::new());
-    for c in containers(pod.spec) {
-        match sc(c, "seccompProfile") {
-            Some(p) if !valid_seccomp(&seccomp_type(p)) => {
-                explicit.push(name(c));
-                values.insert(seccomp_type(p));
-            }
-            Some(_) => {}
-            None if !pod_set => implicit.push(name(c)),
-            None => {}
-        }
+    // Nothing set badly: every container needs a valid profile, its own or the pod's.
+    if pod_sc(pod.spec, "seccompProfile").is_some() {
+        return None;
     }
-    if !explicit.is_empty() {
-        setters.push(containers_phrase(&explicit));
+    let implicit: Vec<String> = containers(pod.spec)
+        .filter(|c| sc(c, "seccompProfile").is_none())
+        .map(name)
+        .collect();
+    if implicit.is_empty() {
+        return None;
     }
-    if !setters.is_empty() {
-        let values: Vec<String> = values.into_iter().collect();
-        return violation(
-            "seccompProfile",
-            format!(
-                "{} must not set securityContext.seccompProfile.type to {}",
-                set_phrase(&setters),
-                join_quote(&values)
-            ),
-        );
-    }
-    if !implicit.is_empty() {
-        return violation(
-            "seccompProfile",
-            format!(
-                "pod or {} must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\"",
-                containers_phrase(&implicit)
-            ),
-        );
-    }
-    None
+    violation(
+        "seccompProfile",
+        format!(
+            "pod or {} must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\"",
+            containers_phrase(&implicit)
+        ),
+    )
 }
 
 fn allowed_sysctls(v: u32) -> Vec<&'static str> {

@@ -36,21 +36,45 @@ pub struct AuditCtx {
     long_running: bool,
 }
 
-/// Annotations admission adds to a request's audit event (PodSecurity's), shared by the
-/// request's handlers and written when the event is.
+/// What the request's handlers add to its audit event, shared by them and written when the
+/// event is: admission's annotations (PodSecurity's), and the name of the object a create
+/// sent (upstream's `LogRequestObject` fills `objectRef.name` from it).
 #[derive(Clone, Default)]
-pub struct AdmissionAnnotations(std::sync::Arc<parking_lot::Mutex<Vec<(&'static str, String)>>>);
+pub struct AdmissionAnnotations(std::sync::Arc<parking_lot::Mutex<Handled>>);
+
+#[derive(Default)]
+struct Handled {
+    annotations: Vec<(&'static str, String)>,
+    object_name: String,
+}
 
 impl AdmissionAnnotations {
     pub fn add(&self, key: &'static str, value: String) {
-        self.0.lock().push((key, value));
+        self.0.lock().annotations.push((key, value));
     }
-    pub fn take(&self) -> Vec<(&'static str, String)> {
-        std::mem::take(&mut *self.0.lock())
+    /// The name of the object the request sent (empty for a `generateName`).
+    pub fn object_name(&self, name: &str) {
+        name.clone_into(&mut self.0.lock().object_name);
+    }
+    pub fn take(&self) -> (Vec<(&'static str, String)>, String) {
+        let mut handled = self.0.lock();
+        (
+            std::mem::take(&mut handled.annotations),
+            std::mem::take(&mut handled.object_name),
+        )
     }
 }
 
 impl AuditCtx {
+    /// What the handlers added: admission's annotations, and the name of the object sent when
+    /// the path named none (a create).
+    pub fn handled(&mut self, (annotations, object_name): (Vec<(&'static str, String)>, String)) {
+        self.admission_annotations(annotations);
+        if let Some(a) = self.attributes.as_mut().filter(|a| a.name.is_empty()) {
+            a.name = object_name;
+        }
+    }
+
     /// Annotations admission added (kept when the event is written at all).
     pub fn admission_annotations(&mut self, annotations: Vec<(&'static str, String)>) {
         if self.level > Level::None {

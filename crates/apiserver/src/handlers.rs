@@ -351,7 +351,7 @@ async fn serve(
                 }
             };
             body::add_warnings(&mut resp, &warnings.take());
-            audit.admission_annotations(annotations.take());
+            audit.handled(annotations.take());
             resp
         }
     }

@@ -479,6 +479,7 @@ fn manage_fields(ctx: &Ctx, old: Option<&Value>, new: &mut Value, operation: &st
 pub async fn create(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     validate_write_options(ctx, "CreateOptions", None)?;
     let mut obj = body::decode(&ctx.headers, &bytes)?;
+    ctx.audit_annotations.object_name(objects::name(&obj));
     // As upstream: a create names no version to compare against.
     if !objects::resource_version(&obj).is_empty() {
         return Err(StatusError::bad_request(

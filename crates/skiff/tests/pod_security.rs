@@ -165,6 +165,8 @@ fn a_stricter_label_warns_about_the_pods_already_there_and_warn_and_audit_modes_
             })
     })
     .expect("the pod's create is audited");
+    // A create's objectRef names what was sent, as upstream's.
+    assert_eq!(event["objectRef"]["name"], "netpod", "{event}");
     let violations = event["annotations"]["pod-security.kubernetes.io/audit-violations"]
         .as_str()
         .unwrap_or("");

@@ -113,6 +113,11 @@ impl Identity {
         client_from_yaml(&self.kubeconfig_yaml()).await
     }
 
+    /// The client configuration of this node (its server, CA and certificate).
+    pub async fn config(&self) -> anyhow::Result<kube::Config> {
+        config_from_yaml(&self.kubeconfig_yaml()).await
+    }
+
     /// Whether the certificate names this node and is valid for at least another minute.
     fn usable(&self, now: i64) -> bool {
         let for_node = common_name(&self.cert_pem).as_deref()
@@ -200,12 +205,15 @@ current-context: skiff
     )
 }
 
-async fn client_from_yaml(yaml: &str) -> anyhow::Result<kube::Client> {
+async fn config_from_yaml(yaml: &str) -> anyhow::Result<kube::Config> {
     let kc = kube::config::Kubeconfig::from_yaml(yaml).context("reading the generated kubeconfig")?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+    kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
-        .context("loading the generated kubeconfig")?;
-    kube::Client::try_from(config).context("building the API client")
+        .context("loading the generated kubeconfig")
+}
+
+async fn client_from_yaml(yaml: &str) -> anyhow::Result<kube::Client> {
+    kube::Client::try_from(config_from_yaml(yaml).await?).context("building the API client")
 }
 
 /// Writes `data` to `path` through a temporary file and a rename, with `mode`.

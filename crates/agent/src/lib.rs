@@ -36,6 +36,7 @@ pub mod images;
 pub mod local_path;
 pub mod metrics;
 pub mod node;
+pub mod parts;
 pub mod pod_network;
 pub mod pods;
 pub mod probes;
@@ -213,8 +214,10 @@ async fn cluster_id(client: &kube::Client) -> String {
     }
 }
 
-/// Runs the agent until its pod watch ends or an error stops it. Containers keep running when it stops.
-pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
+/// Runs the agent until its pod watch ends or an error stops it. Containers keep running when it
+/// stops. `client` is the node's own; `parts` gives the clients of its proxy, DNS, pod network
+/// and provisioner ([`parts`]).
+pub async fn run(client: kube::Client, parts: parts::Parts, cfg: AgentConfig) -> anyhow::Result<()> {
     let docker = docker::connect().await?;
     if docker::image_id(&docker, images::PAUSE_IMAGE).await?.is_none() {
         images::build_pause_image(&docker)
@@ -270,6 +273,10 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
             }
         }
     };
+    let clients = parts
+        .clients(&client, &node, &cfg.data_dir)
+        .await
+        .context("the clients of the agent's parts")?;
     let (pressure_tx, pressure_rx) = tokio::sync::watch::channel(eviction::Pressure::default());
     let image_root = match docker.info().await {
         Ok(info) => info.docker_root_dir.map(PathBuf::from),
@@ -302,7 +309,12 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         pressure_rx,
     ));
     // The node's volume provisioner; pods run without it if its storage path cannot be made.
-    match local_path::LocalPath::new(client.clone(), &cfg.node_name, &cfg.storage_path) {
+    match local_path::LocalPath::new(
+        clients.volumes.clone(),
+        client.clone(),
+        &cfg.node_name,
+        &cfg.storage_path,
+    ) {
         Ok(provisioner) => {
             tokio::spawn(async move {
                 if let Err(e) = provisioner.run().await {
@@ -312,8 +324,17 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
         }
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "local-path provisioner not started"),
     }
-    let pods_on = pod_network_of(&client, &docker, &cfg, &node, node_ip).await;
-    let network = service_network::start(&client, &pods_on, &node, node_ip, &cfg.cluster_domain, cfg.services).await;
+    let pods_on = pod_network_of(&client, &clients.network, &docker, &cfg, &node, node_ip).await;
+    let network = service_network::start(
+        &client,
+        &clients.network,
+        &pods_on,
+        &node,
+        node_ip,
+        &cfg.cluster_domain,
+        cfg.services,
+    )
+    .await;
     // The kubelet's --cluster-dns when given, else this node's own cluster DNS.
     let cluster_dns = if cfg.cluster_dns.is_empty() {
         network.cluster_dns.clone()
@@ -348,6 +369,7 @@ pub async fn run(client: kube::Client, cfg: AgentConfig) -> anyhow::Result<()> {
 /// cluster CIDR is routed locally first, whichever it is, before any pod starts.
 async fn pod_network_of(
     client: &kube::Client,
+    network_client: &kube::Client,
     docker: &bollard::Docker,
     cfg: &AgentConfig,
     node: &k8s_openapi::api::core::v1::Node,
@@ -372,7 +394,7 @@ async fn pod_network_of(
                     std::net::IpAddr::V6(_) => None,
                 };
                 tokio::spawn(pod_network::run_routes(
-                    client.clone(),
+                    network_client.clone(),
                     cfg.node_name.clone(),
                     cfg.cluster_cidr,
                     local,

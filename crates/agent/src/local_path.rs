@@ -379,7 +379,10 @@ impl Queue {
 
 /// A node's provisioner.
 pub struct LocalPath {
+    /// Reads, as the provisioner's service account ([`crate::parts`]).
     client: kube::Client,
+    /// Writes, as the node (NodeRestriction holds it to the volumes of its own node).
+    node_client: kube::Client,
     /// The node, also the value of its `kubernetes.io/hostname` label.
     node: String,
     /// The storage path, resolved.
@@ -395,13 +398,20 @@ enum Outcome {
 }
 
 impl LocalPath {
-    /// The provisioner of `node`, keeping volumes under `storage_path` (made if missing).
-    pub fn new(client: kube::Client, node: &str, storage_path: &Path) -> anyhow::Result<LocalPath> {
+    /// The provisioner of `node`, keeping volumes under `storage_path` (made if missing), reading
+    /// through `client` and writing through `node_client`.
+    pub fn new(
+        client: kube::Client,
+        node_client: kube::Client,
+        node: &str,
+        storage_path: &Path,
+    ) -> anyhow::Result<LocalPath> {
         let root = prepare_root(storage_path)?;
         // As the library names its event source: the provisioner, then who runs it.
-        let recorder = events::component(client.clone(), &format!("{PROVISIONER}_{node}"));
+        let recorder = events::component(node_client.clone(), &format!("{PROVISIONER}_{node}"));
         Ok(LocalPath {
             client,
+            node_client,
             node: node.to_string(),
             root,
             recorder,
@@ -456,7 +466,8 @@ impl LocalPath {
             return self.provision(claim).await;
         }
         if let Some(size) = resize_wanted(&claim) {
-            return self.expand(claims, claim, size).await;
+            let statuses = Api::namespaced(self.node_client.clone(), namespace);
+            return self.expand(statuses, claim, size).await;
         }
         Ok(Outcome::Done)
     }
@@ -465,8 +476,14 @@ impl LocalPath {
         Api::all(self.client.clone())
     }
 
-    fn volume_api(&self) -> Api<PersistentVolume> {
+    /// Volumes as the provisioner reads them.
+    fn volume_reads(&self) -> Api<PersistentVolume> {
         Api::all(self.client.clone())
+    }
+
+    /// Volumes as the node writes them.
+    fn volume_api(&self) -> Api<PersistentVolume> {
+        Api::all(self.node_client.clone())
     }
 
     /// The library's `syncClaim` and `provisionClaimOperation` with local-path's `Provision`.
@@ -492,7 +509,7 @@ impl LocalPath {
         }
         let pv_name = volume_name_for(&claim);
         if self
-            .volume_api()
+            .volume_reads()
             .get_opt(&pv_name)
             .await
             .context("reading the volume")?
@@ -550,7 +567,7 @@ impl LocalPath {
     /// A volume of this node that is this provisioner's: the library's `syncVolume`
     /// (`handleProtectionFinalizer`, `shouldDelete`, `deleteVolumeOperation`).
     async fn sync_volume(&self, name: &str) -> anyhow::Result<Outcome> {
-        let Some(pv) = self.volume_api().get_opt(name).await.context("reading the volume")? else {
+        let Some(pv) = self.volume_reads().get_opt(name).await.context("reading the volume")? else {
             return Ok(Outcome::Done);
         };
         if annotation(&pv.metadata, ANN_DYNAMICALLY_PROVISIONED) != Some(PROVISIONER) {
@@ -582,7 +599,7 @@ impl LocalPath {
             Err(e) => return Err(e).context("deleting the volume"),
         }
         // The deletion waits for the finalizers: this one goes now.
-        if let Some(pv) = self.volume_api().get_opt(name).await.context("reading the volume")? {
+        if let Some(pv) = self.volume_reads().get_opt(name).await.context("reading the volume")? {
             self.set_finalizer(&pv, false).await?;
         }
         Ok(Outcome::Done)
@@ -641,13 +658,14 @@ impl LocalPath {
     /// claim is marked resizing, the volume's capacity raised, the claim's capacity set.
     async fn expand(
         &self,
+        // The claims' statuses as the node writes them.
         claims: Api<PersistentVolumeClaim>,
         claim: PersistentVolumeClaim,
         size: K8sQuantity,
     ) -> anyhow::Result<Outcome> {
         let pv_name = claim_volume_name(&claim).unwrap_or_default().to_string();
         let Some(pv) = self
-            .volume_api()
+            .volume_reads()
             .get_opt(&pv_name)
             .await
             .context("reading the volume")?

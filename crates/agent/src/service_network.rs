@@ -196,10 +196,13 @@ async fn bind_dns(ip: IpAddr) -> anyhow::Result<DnsSockets> {
     }
 }
 
-/// Starts what `config` asks for on this node (registered as `node`, reachable at `node_ip`), in
+/// Starts what `config` asks for on this node (registered as `node`, reachable at `node_ip`)
+/// reading through `client` (the network's identity, [`crate::parts`]) and writing its DNS
+/// EndpointSlice through `node_client` (the node's own), in
 /// tasks of its own: it returns once DNS listens and its EndpointSlice is written. A role that
 /// cannot start is logged and left out; the pods still run.
 pub async fn start(
+    node_client: &kube::Client,
     client: &kube::Client,
     pods: &PodNetwork,
     node: &Node,
@@ -246,7 +249,7 @@ pub async fn start(
         }
     }
     if config.dns {
-        match start_dns(client, node, pods, cluster_domain).await {
+        match start_dns(node_client, client, node, pods, cluster_domain).await {
             Ok((addr, ips)) => {
                 running.dns_addr = Some(addr);
                 running.cluster_dns = ips;
@@ -258,6 +261,7 @@ pub async fn start(
 }
 
 async fn start_dns(
+    node_client: &kube::Client,
     client: &kube::Client,
     node: &Node,
     pods: &PodNetwork,
@@ -279,7 +283,7 @@ async fn start_dns(
             tracing::error!(error = %format!("{e:#}"), "cluster DNS stopped");
         }
     });
-    publish_dns_endpoint(client, node, addr).await?;
+    publish_dns_endpoint(node_client, node, addr).await?;
     Ok((addr, ips))
 }
 

@@ -101,7 +101,11 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
     cfg.eviction_hard = skiff_agent::eviction::parse_thresholds("memory.available<100Mi").expect("a threshold");
     // No node IPAM runs here: pods go on Docker's default network at once.
     cfg.pod_cidr_wait = std::time::Duration::ZERO;
-    let agent = tokio::spawn(skiff_agent::run(client.clone(), cfg));
+    let parts = skiff_agent::parts::Parts::Given {
+        network: client.clone(),
+        volumes: client.clone(),
+    };
+    let agent = tokio::spawn(skiff_agent::run(client.clone(), parts, cfg));
 
     let nodes: Api<Node> = Api::all(client.clone());
     let n = eventually(30, "node Ready", || async {

@@ -82,8 +82,15 @@ pub async fn authorize(store: &dyn Store, node: &str, a: &Attributes) -> Verdict
                 if a.subresource != "token" {
                     return no("can only create token subresource of serviceaccount");
                 }
+                if a.namespace == "kube-system"
+                    && skiff_rbac::skiff_policy::NODE_COMPONENT_SERVICE_ACCOUNTS.contains(&a.name.as_str())
+                {
+                    // The agent's own parts; NodeRestriction binds their tokens to this Node.
+                    return allow();
+                }
                 return related(store, node, Kind::ServiceAccount, a).await;
             }
+            ("discovery.k8s.io", "endpointslices") => return dns_slice(node, a),
             ("coordination.k8s.io", "leases") => return lease(node, a),
             ("", "nodes") => return self_node(node, a),
             ("", "pods") => return pod(store, node, a).await,
@@ -129,6 +136,22 @@ fn lease(node: &str, a: &Attributes) -> Verdict {
     // The name of a create is checked by NodeRestriction, which sees the object.
     if a.verb != "create" && a.name != node {
         return no("can only access node lease with the same name as the requesting node");
+    }
+    allow()
+}
+
+/// Skiff's own rule: a node's agent answers cluster DNS and publishes where in the EndpointSlice
+/// `kube-system/kube-dns-NODE`, which is the one slice it may read or write (NodeRestriction
+/// checks the name of a create, and what the slice says).
+fn dns_slice(node: &str, a: &Attributes) -> Verdict {
+    if !matches!(a.verb.as_str(), "get" | "create" | "update" | "patch" | "delete") || !a.subresource.is_empty() {
+        return no("can only get, create, update, patch, or delete its own cluster DNS EndpointSlice");
+    }
+    if a.namespace != "kube-system" {
+        return no("can only access endpointslices in the \"kube-system\" system namespace");
+    }
+    if a.verb != "create" && a.name != format!("kube-dns-{node}") {
+        return no(format!("can only access the endpointslice kube-dns-{node}"));
     }
     allow()
 }

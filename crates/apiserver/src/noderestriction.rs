@@ -385,21 +385,44 @@ pub fn admit_eviction(ctx: &Ctx, pod: &Value) -> Result<(), StatusError> {
     }
 }
 
-/// Checks a node's TokenRequest: bound to a pod on this node.
-pub fn admit_token(ctx: &Ctx, request: &Value, bound_pod: Option<&Value>) -> Result<(), StatusError> {
+/// What a node's TokenRequest binds its token to.
+pub enum TokenBinding<'a> {
+    Nothing,
+    /// A pod, and the node it is scheduled to.
+    Pod(Option<&'a str>),
+    Node(&'a str),
+    Other(&'a str),
+}
+
+/// Checks a node's TokenRequest for `service_account` (in `ctx.rr.namespace`): upstream's rule
+/// is a token bound to a pod on this node; Skiff adds the service accounts of the agent's own
+/// parts ([`skiff_rbac::skiff_policy::NODE_COMPONENT_SERVICE_ACCOUNTS`]), whose tokens a node
+/// gets only bound to its own Node, so they name the node and end with it.
+pub fn admit_token(ctx: &Ctx, service_account: &str, binding: TokenBinding<'_>) -> Result<(), StatusError> {
     let Some(node) = node_authorizer::node_name(&ctx.user) else {
         return Ok(());
     };
-    let kind = request.pointer("/spec/boundObjectRef/kind").and_then(Value::as_str);
-    match (kind, bound_pod) {
-        (None, _) => Err(forbidden("node requested token not bound to a pod".to_string())),
-        (Some(k), _) if k != "Pod" => Err(forbidden(format!(
-            "node requested token bound to an object of kind {k}, not a pod"
+    let component = ctx.rr.namespace == "kube-system"
+        && skiff_rbac::skiff_policy::NODE_COMPONENT_SERVICE_ACCOUNTS.contains(&service_account);
+    match binding {
+        TokenBinding::Node(bound) if component && bound == node => Ok(()),
+        TokenBinding::Node(_) if component => Err(forbidden(format!(
+            "node requested token for {service_account} bound to a different node"
         ))),
-        (Some(_), Some(pod)) if node_name_of_pod(pod) != node => Err(forbidden(
+        _ if component => Err(forbidden(format!(
+            "node requested token for {service_account} not bound to its own node"
+        ))),
+        TokenBinding::Nothing => Err(forbidden("node requested token not bound to a pod".to_string())),
+        TokenBinding::Node(_) => Err(forbidden(
+            "node requested token bound to an object of kind Node, not a pod".to_string(),
+        )),
+        TokenBinding::Other(kind) => Err(forbidden(format!(
+            "node requested token bound to an object of kind {kind}, not a pod"
+        ))),
+        TokenBinding::Pod(on) if on != Some(node) => Err(forbidden(
             "node requested token bound to a pod scheduled on a different node".to_string(),
         )),
-        _ => Ok(()),
+        TokenBinding::Pod(_) => Ok(()),
     }
 }
 

@@ -715,6 +715,15 @@ pub mod identities {
         Identity::new(&format!("system:node:{name}"), &["system:nodes"])
     }
 
+    /// A part of node `node`'s agent: its service account `kube-system/ACCOUNT`, with the node
+    /// named as a token bound to the Node names it (what an agent elsewhere is issued).
+    pub fn node_part(node: &str, account: &str) -> Identity {
+        let mut id = controller(account);
+        id.extra
+            .insert("authentication.kubernetes.io/node-name".into(), vec![node.to_string()]);
+        id
+    }
+
     /// The simulator of many nodes (as kwok, which runs as one client for all its nodes).
     pub fn node_simulator() -> Identity {
         Identity::new("skiff:node-simulator", &[])

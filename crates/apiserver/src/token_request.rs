@@ -96,12 +96,15 @@ pub async fn create(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
         Some(r) => bound_object(ctx, name, r).await?,
         None => Bound::Nothing,
     };
-    // NodeRestriction: a node asks only for tokens bound to its own pods.
-    let bound_pod_node = match &bound {
-        Bound::Pod { node, .. } => Some(json!({"spec": {"nodeName": node.as_ref().map(|n| n.name.clone())}})),
-        _ => None,
+    // NodeRestriction: a node asks only for tokens bound to its own pods (or to itself, for
+    // the agent's own parts).
+    let binding = match &bound {
+        Bound::Nothing => crate::noderestriction::TokenBinding::Nothing,
+        Bound::Pod { node, .. } => crate::noderestriction::TokenBinding::Pod(node.as_ref().map(|n| n.name.as_str())),
+        Bound::Node(node) => crate::noderestriction::TokenBinding::Node(&node.name),
+        Bound::Secret(_) => crate::noderestriction::TokenBinding::Other("Secret"),
     };
-    crate::noderestriction::admit_token(ctx, &req, bound_pod_node.as_ref())?;
+    crate::noderestriction::admit_token(ctx, name, binding)?;
     crate::webhook::admit_subresource(
         ctx,
         crate::webhook::Operation::Create,

@@ -53,6 +53,13 @@ pub const CLUSTER_ADMINS_GROUP: &str = "skiff:cluster-admins";
 pub const NODE_SIMULATOR_USER: &str = "skiff:node-simulator";
 /// The ServiceLB controller's service account in kube-system.
 pub const SERVICE_LB_CONTROLLER: &str = "service-lb-controller";
+/// The service account in kube-system a node agent's proxy, DNS and pod network read under.
+pub const NODE_NETWORK_SA: &str = "skiff-node-network";
+/// The service account in kube-system a node agent's local-path provisioner reads under.
+pub const LOCAL_PATH_PROVISIONER_SA: &str = "skiff-local-path-provisioner";
+/// The service accounts of a node agent's parts: a node may ask for their tokens bound to its
+/// own Node, and for no other (NodeRestriction).
+pub const NODE_COMPONENT_SERVICE_ACCOUNTS: [&str; 2] = [NODE_NETWORK_SA, LOCAL_PATH_PROVISIONER_SA];
 
 const EVENTS: [&str; 3] = ["create", "patch", "update"];
 const READ: [&str; 3] = ["get", "list", "watch"];
@@ -93,35 +100,48 @@ pub fn cluster_roles() -> Vec<Value> {
                 {"verbs": EVENTS, "apiGroups": ["", "events.k8s.io"], "resources": ["events"]},
             ]),
         ),
-        // The agent reads its cluster's identity, the uid of the `kube-system` Namespace. Its proxy
-        // reads Services, their EndpointSlices and the service range (what kube-proxy reads); its
-        // cluster DNS reads what CoreDNS reads and publishes where it listens as the EndpointSlice
-        // `kube-system/kube-dns-NODE` (NodeRestriction holds each node to its own). Its pod
-        // network lists and watches every Node for their podCIDRs and addresses, as flannel's
-        // role does (a get of another Node stays refused).
+        // A node reads its cluster's identity, the uid of the `kube-system` Namespace, which the
+        // agent labels on every container it makes.
         cluster_role(
-            "skiff:node",
+            "skiff:node:cluster-identity",
+            json!([
+                {"verbs": ["get"], "apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"]},
+            ]),
+        ),
+        // The agent's service proxy, cluster DNS and pod network, under the service account
+        // `kube-system/skiff-node-network` (as kube-proxy, CoreDNS and flannel run under their
+        // own): the proxy reads Services, their EndpointSlices and the service range (what
+        // `system:node-proxier` grants kube-proxy), DNS what CoreDNS's role reads, and the pod
+        // network every Node's podCIDR and addresses (flannel's role). The node itself reads
+        // none of these; it writes its DNS EndpointSlice `kube-system/kube-dns-NODE` under the
+        // Node authorizer.
+        cluster_role(
+            "skiff:node:network",
             json!([
                 {"verbs": ["list", "watch"], "apiGroups": [""], "resources": ["services", "namespaces", "nodes"]},
-                // The cluster's identity, labelled on every container the agent makes.
-                {"verbs": ["get"], "apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"]},
+                {"verbs": ["get"], "apiGroups": [""], "resources": ["services"]},
                 {"verbs": ["list", "watch"], "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"]},
-                {"verbs": ["get", "create", "update", "patch", "delete"], "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"]},
-                // The proxy reads the service range from the `kubernetes` ServiceCIDR.
                 {"verbs": ["get"], "apiGroups": ["networking.k8s.io"], "resources": ["servicecidrs"]},
             ]),
         ),
-        // The agent's local-path provisioner, as local-path-provisioner's role, for its own node:
-        // it watches claims and volumes, reads classes, creates and deletes the volumes it makes
-        // (NodeRestriction holds a node to those of its own node), grows them and reports it in
-        // the claim's status. Its events are written under the Node authorizer's `system:node` rules.
+        // The agent's local-path provisioner reads under the service account
+        // `kube-system/skiff-local-path-provisioner` what local-path-provisioner's role reads:
+        // claims, volumes and classes...
         cluster_role(
-            "skiff:local-path-provisioner",
+            "skiff:node:local-path-provisioner",
             json!([
-                {"verbs": READ, "apiGroups": [""], "resources": ["persistentvolumeclaims"]},
-                {"verbs": ["update", "patch"], "apiGroups": [""], "resources": ["persistentvolumeclaims/status"]},
-                {"verbs": ["get", "list", "watch", "create", "update", "patch", "delete"], "apiGroups": [""], "resources": ["persistentvolumes"]},
+                {"verbs": READ, "apiGroups": [""], "resources": ["persistentvolumeclaims", "persistentvolumes"]},
                 {"verbs": READ, "apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"]},
+            ]),
+        ),
+        // ... and writes as its node, which NodeRestriction holds to the volumes of its own node:
+        // it creates and deletes them, grows them and reports it in the claim's status. Its events
+        // are written under the Node authorizer's `system:node` rules.
+        cluster_role(
+            "skiff:node:local-path-volumes",
+            json!([
+                {"verbs": ["create", "update", "patch", "delete"], "apiGroups": [""], "resources": ["persistentvolumes"]},
+                {"verbs": ["update", "patch"], "apiGroups": [""], "resources": ["persistentvolumeclaims/status"]},
             ]),
         ),
     ]
@@ -153,12 +173,24 @@ pub fn cluster_role_bindings() -> Vec<Value> {
             "system:kubelet-api-admin",
             user(KUBE_APISERVER_KUBELET_CLIENT),
         ),
-        // Each agent is also its node's service proxy and DNS server.
-        binding("skiff:node", "skiff:node", group("system:nodes")),
-        // And its node's volume provisioner.
         binding(
-            "skiff:local-path-provisioner",
-            "skiff:local-path-provisioner",
+            "skiff:node:cluster-identity",
+            "skiff:node:cluster-identity",
+            group("system:nodes"),
+        ),
+        binding(
+            "skiff:node:network",
+            "skiff:node:network",
+            service_account(NODE_NETWORK_SA),
+        ),
+        binding(
+            "skiff:node:local-path-provisioner",
+            "skiff:node:local-path-provisioner",
+            service_account(LOCAL_PATH_PROVISIONER_SA),
+        ),
+        binding(
+            "skiff:node:local-path-volumes",
+            "skiff:node:local-path-volumes",
             group("system:nodes"),
         ),
         // The node simulator acts for every simulated node with the nodes' role.
@@ -182,6 +214,17 @@ pub fn cluster_role_bindings() -> Vec<Value> {
         ),
     ]
 }
+
+/// Bootstrap objects of earlier versions that granted what no longer belongs to their
+/// subjects: the `system:nodes` group's reads of every Node, Service, Namespace, EndpointSlice
+/// and claim, now held by the node agent's service accounts. Reconciling only adds, so these are
+/// deleted (plural, name) unless their `autoupdate` annotation is `"false"`.
+pub const RETIRED: [(&str, &str); 4] = [
+    ("clusterrolebindings", "skiff:node"),
+    ("clusterrolebindings", "skiff:local-path-provisioner"),
+    ("clusterroles", "skiff:node"),
+    ("clusterroles", "skiff:local-path-provisioner"),
+];
 
 /// The user of the certificate the API server calls node agents with.
 pub const KUBE_APISERVER_KUBELET_CLIENT: &str = "kube-apiserver-kubelet-client";

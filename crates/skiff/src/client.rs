@@ -9,7 +9,7 @@ use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::TokioIo;
 use skiff_apiserver::coalesce::{Coalesce, PolledExecutor};
 
-async fn kube_config(kubeconfig: &std::path::Path) -> anyhow::Result<kube::Config> {
+pub async fn kube_config(kubeconfig: &std::path::Path) -> anyhow::Result<kube::Config> {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig)
         .with_context(|| format!("reading kubeconfig {}", kubeconfig.display()))?;
     kube::Config::from_custom_kubeconfig(kc, &Default::default())

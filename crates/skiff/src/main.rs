@@ -745,9 +745,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             agent.apply(&mut cfg)?;
             if let Some(kubeconfig) = kubeconfig {
-                let client = client::kube_client(&kubeconfig).await?;
+                let config = client::kube_config(&kubeconfig).await?;
+                let client = kube::Client::try_from(config.clone()).context("building the API client")?;
                 cfg.kubeconfig = Some(kubeconfig);
-                return skiff_agent::run(client, cfg).await;
+                return skiff_agent::run(client, skiff_agent::parts::Parts::Tokens(Box::new(config)), cfg).await;
             }
             let join = skiff_agent::bootstrap::Join {
                 server: server.context("--server or --kubeconfig is required")?,
@@ -758,9 +759,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let identity = skiff_agent::bootstrap::join(&join).await?;
             cfg.cluster_ca_pem = Some(identity.ca_pem.clone());
             let rotating = skiff_agent::certificate_manager::RotatingClient::new(identity.client().await?);
+            let parts = skiff_agent::parts::Parts::Tokens(Box::new(identity.config().await?));
             let paths = skiff_agent::bootstrap::Paths::new(&cfg.data_dir);
             tokio::spawn(skiff_agent::certificate_manager::run(identity, paths, rotating.clone()));
-            skiff_agent::run(rotating.client(), cfg).await
+            skiff_agent::run(rotating.client(), parts, cfg).await
         }
         Command::Sim(a) => {
             let client = client::kube_client(&a.kubeconfig).await?;
@@ -1124,13 +1126,18 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                     cfg.node_name = n.clone();
                 }
                 let c = client_as(skiff_apiserver::identities::node(&cfg.node_name));
+                let part = |account| client_as(skiff_apiserver::identities::node_part(&cfg.node_name, account));
+                let parts = skiff_agent::parts::Parts::Given {
+                    network: part(skiff_rbac::skiff_policy::NODE_NETWORK_SA),
+                    volumes: part(skiff_rbac::skiff_policy::LOCAL_PATH_PROVISIONER_SA),
+                };
                 cfg.cluster_ca_pem = Some(running.state.pki.ca_cert_pem.clone());
                 args.agent.apply(&mut cfg)?;
                 // The node IPAM controller runs in this process, or nothing will give a podCIDR.
                 if nodeipam.is_none() || args.no_controllers {
                     cfg.pod_cidr_wait = std::time::Duration::ZERO;
                 }
-                tasks.spawn(async move { skiff_agent::run(c, cfg).await.context("node agent") });
+                tasks.spawn(async move { skiff_agent::run(c, parts, cfg).await.context("node agent") });
             }
             Err(e) => tracing::warn!(error = %e, "no Docker Engine reachable: running without a local node"),
         }

@@ -225,23 +225,21 @@ fn oracle(p: &Probe) -> Option<bool> {
             Some(basic || (in_team && (view || edit || admin)))
         }
         Id::Node => {
-            // What no node may ever do, whatever is bound to it. (Skiff's local-path provisioner
-            // runs in every node agent and lists and watches claims, as local-path-provisioner's
-            // own role does: a node's claim reads other than those are refused.)
-            let provisioner = r == "persistentvolumeclaims" && matches!(verb, "list" | "watch");
-            let never = !provisioner
-                && matches!(
-                    (g, r),
-                    (
-                        "",
-                        "secrets" | "configmaps" | "persistentvolumeclaims" | "serviceaccounts/token"
-                    ) | ("rbac.authorization.k8s.io", _)
-                        | ("admissionregistration.k8s.io", _)
-                        | ("apiextensions.k8s.io", _)
-                        | ("", "pods/exec" | "pods/attach" | "pods/portforward")
-                )
-                || (g.is_empty() && r == "nodes" && !READ.contains(&verb) && verb != "create")
-                || (g.is_empty() && r == "nodes" && verb == "get");
+            // What no node may ever do, whatever is bound to it: read what no pod of it uses,
+            // reach another node's Node or any EndpointSlice but its own DNS one, or list what
+            // is not its own (its proxy, DNS and provisioner read under service accounts).
+            let never = matches!(
+                (g, r),
+                (
+                    "",
+                    "secrets" | "configmaps" | "persistentvolumeclaims" | "serviceaccounts/token" | "namespaces"
+                ) | ("rbac.authorization.k8s.io", _)
+                    | ("admissionregistration.k8s.io", _)
+                    | ("apiextensions.k8s.io", _)
+                    | ("discovery.k8s.io", "endpointslices")
+                    | ("", "pods/exec" | "pods/attach" | "pods/portforward")
+            ) || (g.is_empty() && r == "nodes" && verb != "create")
+                || (g.is_empty() && matches!(r, "persistentvolumes" | "pods") && READ.contains(&verb));
             if never { Some(false) } else { None }
         }
     }
@@ -372,7 +370,7 @@ fn judge(probe: &Probe, code: u16, failures: &mut Vec<String>) {
 
 /// The objects the matrix's identities are bound by, written with `kubectl ARGS` (whatever
 /// server `kubectl` runs against).
-fn setup(k: &dyn Fn(&[&str])) {
+fn setup(k: Kubectl) {
     for ns in [TEAM, OTHER] {
         k(&["create", "namespace", ns]);
         k(&["create", "secret", "generic", "probe", "-n", ns, "--from-literal=k=v"]);
@@ -523,8 +521,25 @@ impl Rng {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fuzzed_paths_as_view_never_reach_a_secret_or_a_write() {
     let c = Cluster::start(CONTROL_PLANE);
-    c.k(&["create", "namespace", TEAM]);
-    c.k(&[
+    fuzz_setup(&|args| {
+        c.k(args);
+    });
+    fuzz(&[c.kube_client().await], 3000).await;
+}
+
+/// The same fuzz against two API servers on one etcd, alternating between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fuzzed_paths_on_two_replicas_over_etcd() {
+    let etcd = skiff_testkit::EtcdCluster::start(1);
+    let (a, b) = two_replicas(&etcd, fuzz_setup, &["list", "pods", "-n", TEAM, "--as", "vera"]);
+    fuzz(&[a.client().await, b.client().await], 1500).await;
+}
+
+/// A namespace with a Secret whose value the fuzz looks for in every answer, and `vera` bound
+/// to `view`.
+fn fuzz_setup(k: Kubectl) {
+    k(&["create", "namespace", TEAM]);
+    k(&[
         "create",
         "secret",
         "generic",
@@ -533,14 +548,17 @@ async fn fuzzed_paths_as_view_never_reach_a_secret_or_a_write() {
         TEAM,
         "--from-literal=password=fuzz-s3cr3t",
     ]);
-    c.k(&[
+    k(&[
         "create",
         "clusterrolebinding",
         "vera-view",
         "--clusterrole=view",
         "--user=vera",
     ]);
-    let client = c.kube_client().await;
+}
+
+/// `rounds` fuzzed requests as `view`, in turn to each of `clients`.
+async fn fuzz(clients: &[kube::Client], rounds: usize) {
     let seed: u64 = std::env::var("SKIFF_FUZZ_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -621,11 +639,11 @@ async fn fuzzed_paths_as_view_never_reach_a_secret_or_a_write() {
         "?labelSelector=x",
     ];
     let methods = [Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE];
-    let rounds = 3000;
     let mut failures = Vec::new();
     let mut codes = std::collections::BTreeMap::<u16, usize>::new();
     let mut distinct = BTreeSet::new();
-    for _ in 0..rounds {
+    for round in 0..rounds {
+        let client = &clients[round % clients.len()];
         let mut parts: Vec<String> = [
             rng.pick(&prefixes),
             rng.pick(&watches),
@@ -691,7 +709,34 @@ async fn fuzzed_paths_as_view_never_reach_a_secret_or_a_write() {
         distinct.len()
     );
     assert!(failures.is_empty(), "seed {seed:#x}:\n{}", failures.join("\n"));
-    assert!(distinct.len() > 1000, "{}", distinct.len());
+    assert!(distinct.len() > rounds / 3, "{}", distinct.len());
+}
+
+/// A way to run kubectl that must succeed.
+type Kubectl<'a> = &'a dyn Fn(&[&str]);
+
+/// Two API servers on `etcd`, set up through the first by `setup`, returned once the second
+/// answers yes to `kubectl auth can-i CAN_I` (what was written reached it).
+fn two_replicas(etcd: &skiff_testkit::EtcdCluster, setup: fn(Kubectl), can_i: &[&str]) -> (Replica, Replica) {
+    let a = Replica::start(etcd, common::free_port(), None);
+    let b = Replica::start(etcd, common::free_port(), Some(&a));
+    setup(&|args| {
+        let out = a.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    let held = common::eventually(std::time::Duration::from_secs(10), || {
+        let out = b.kubectl(&[&["auth", "can-i"], can_i].concat());
+        (String::from_utf8_lossy(&out.stdout).trim() == "yes").then_some(())
+    });
+    assert!(
+        held.is_some(),
+        "what was written through one replica never reached the other"
+    );
+    (a, b)
 }
 
 /// One `skiff server` on etcd, killed when dropped.
@@ -790,21 +835,7 @@ impl Drop for Replica {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_matrix_holds_on_two_replicas_over_etcd() {
     let etcd = skiff_testkit::EtcdCluster::start(1);
-    let a = Replica::start(&etcd, common::free_port(), None);
-    let b = Replica::start(&etcd, common::free_port(), Some(&a));
-    setup(&|args| {
-        let out = a.kubectl(args);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    });
     // The last binding written through a holds on b before the matrix starts.
-    let held = common::eventually(std::time::Duration::from_secs(10), || {
-        let out = b.kubectl(&["auth", "can-i", "create", "roles", "-n", TEAM, "--as", "ada"]);
-        (String::from_utf8_lossy(&out.stdout).trim() == "yes").then_some(())
-    });
-    assert!(held.is_some(), "the bindings never reached replica b");
+    let (a, b) = two_replicas(&etcd, setup, &["create", "roles", "-n", TEAM, "--as", "ada"]);
     matrix(&[a.client().await, b.client().await]).await;
 }

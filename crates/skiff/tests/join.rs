@@ -132,6 +132,33 @@ fn a_node_joins_with_the_server_token_and_renews_its_certificate() {
             & 0o777,
         0o600
     );
+    // Its proxy, DNS, pod network and provisioner read with tokens of their own service
+    // accounts, bound to the joined Node (kept mode 0600).
+    for account in ["skiff-node-network", "skiff-local-path-provisioner"] {
+        let path = joined.dir.path().join("tokens").join(account);
+        let token = eventually(Duration::from_secs(20), || std::fs::read_to_string(&path).ok())
+            .unwrap_or_else(|| panic!("no token for {account}:\n{}", tail(&joined.log(), 30)));
+        assert_eq!(
+            std::fs::metadata(&path).expect("token").permissions().mode() & 0o777,
+            0o600
+        );
+        let review = format!(
+            "{{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":\"TokenReview\",\"spec\":{{\"token\":\"{}\"}}}}",
+            token.trim()
+        );
+        let out = c.stdin_kubectl(&["create", "-f", "-", "-o", "json"], &review);
+        let review: serde_json::Value = serde_json::from_str(&out).expect("TokenReview json");
+        let user = &review["status"]["user"];
+        assert_eq!(
+            user["username"],
+            format!("system:serviceaccount:kube-system:{account}"),
+            "{review}"
+        );
+        assert_eq!(
+            user["extra"]["authentication.kubernetes.io/node-name"][0],
+            joined.name.as_str()
+        );
+    }
     let bootstrap = csr_rows(c)
         .into_iter()
         .find(|r| r.get(3).map(String::as_str) == Some(&format!("system:bootstrap:{id}")))

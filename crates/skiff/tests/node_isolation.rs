@@ -179,6 +179,130 @@ fn a_node_cannot_steer_another_nodes_dns_or_another_service() {
     assert!(out.contains("kube-dns-n1 created"), "{out}");
 }
 
+/// A copy of the cluster's kubeconfig whose user presents `token` and nothing else.
+fn token_kubeconfig(c: &Cluster, token: &str, file: &str) -> String {
+    let mut kc: serde_json::Value =
+        serde_json::from_str(&c.k(&["config", "view", "--raw", "--minify", "-o", "json"])).expect("kubeconfig json");
+    kc["users"][0]["user"] = serde_json::json!({"token": token});
+    let path = c.path().join(file);
+    std::fs::write(&path, kc.to_string()).expect("write the kubeconfig");
+    path.to_string_lossy().into_owned()
+}
+
+/// A node lists and watches only its own Node and its own pods (upstream's Node authorizer with
+/// selectors); what the agent's proxy, DNS and provisioner read needs their service accounts'
+/// tokens, which a node gets only bound to itself.
+#[test]
+fn a_node_reads_only_its_own_and_its_parts_tokens_are_bound_to_it() {
+    let c = Cluster::start(CONTROL_PLANE);
+    for n in ["n1", "n2"] {
+        c.apply(&format!("apiVersion: v1\nkind: Node\nmetadata: {{name: {n}}}\n"), &[]);
+    }
+    let as_n1 = |args: &[&str]| c.kubectl(&[args, N1].concat());
+    for (args, refusal) in [
+        (
+            &["get", "nodes"][..],
+            "cannot list resource \"nodes\" in API group \"\" at the cluster scope: node 'n1' cannot read all nodes, only its own Node object",
+        ),
+        (
+            &["get", "node", "n2"][..],
+            "node 'n1' cannot read 'n2', only its own Node object",
+        ),
+        (
+            &["get", "endpointslices", "-A"][..],
+            "cannot list resource \"endpointslices\"",
+        ),
+        (
+            &["get", "endpointslices", "-n", "kube-system", "kube-dns-n2"][..],
+            "can only access the endpointslice kube-dns-n1",
+        ),
+        (
+            &["get", "persistentvolumeclaims", "-A"][..],
+            "cannot list resource \"persistentvolumeclaims\"",
+        ),
+        (
+            &["get", "persistentvolumes"][..],
+            "cannot list resource \"persistentvolumes\"",
+        ),
+        (&["get", "namespaces"][..], "cannot list resource \"namespaces\""),
+        (
+            &["get", "pods", "-A"][..],
+            "can only list/watch pods with spec.nodeName field selector",
+        ),
+    ] {
+        let out = as_n1(args);
+        assert!(!out.status.success(), "{args:?} was allowed");
+        assert!(stderr(&out).contains(refusal), "{args:?}: {}", stderr(&out));
+    }
+    // Its own, through the selectors the agent uses.
+    let own = c.k(&[
+        &["get", "nodes", "--field-selector", "metadata.name=n1", "-o", "name"],
+        N1,
+    ]
+    .concat());
+    assert_eq!(own.trim(), "node/n1");
+    c.k(&[&["get", "pods", "-A", "--field-selector", "spec.nodeName=n1"], N1].concat());
+    c.k(&[&["get", "namespace", "kube-system"], N1].concat());
+
+    // The network's token: only bound to n1 itself.
+    let token =
+        |extra: &[&str]| as_n1(&[&["create", "token", "skiff-node-network", "-n", "kube-system"], extra].concat());
+    let out = token(&[]);
+    assert!(
+        stderr(&out).contains("node requested token for skiff-node-network not bound to its own node"),
+        "{}",
+        stderr(&out)
+    );
+    let out = token(&["--bound-object-kind", "Node", "--bound-object-name", "n2"]);
+    assert!(
+        stderr(&out).contains("node requested token for skiff-node-network bound to a different node"),
+        "{}",
+        stderr(&out)
+    );
+    let out = as_n1(&[
+        "create",
+        "token",
+        "default",
+        "-n",
+        "kube-system",
+        "--bound-object-kind",
+        "Node",
+        "--bound-object-name",
+        "n1",
+    ]);
+    assert!(stderr(&out).contains("forbidden"), "{}", stderr(&out));
+    let out = token(&["--bound-object-kind", "Node", "--bound-object-name", "n1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let network = token_kubeconfig(&c, String::from_utf8_lossy(&out.stdout).trim(), "network.kubeconfig");
+    let with = |args: &[&str]| c.kubectl(&[args, &["--kubeconfig", &network]].concat());
+    let who = with(&["auth", "whoami", "-o", "json"]);
+    let who: serde_json::Value = serde_json::from_slice(&who.stdout).expect("whoami json");
+    assert_eq!(
+        who["status"]["userInfo"]["username"],
+        "system:serviceaccount:kube-system:skiff-node-network"
+    );
+    assert_eq!(
+        who["status"]["userInfo"]["extra"]["authentication.kubernetes.io/node-name"][0],
+        "n1"
+    );
+    // It reads what a proxy and DNS read, and nothing else.
+    let nodes = with(&["get", "nodes", "-o", "name"]);
+    assert_eq!(
+        String::from_utf8_lossy(&nodes.stdout).lines().count(),
+        2,
+        "{}",
+        stderr(&nodes)
+    );
+    assert!(with(&["get", "endpointslices", "-A"]).status.success());
+    assert!(!with(&["get", "secrets", "-A"]).status.success());
+    assert!(!with(&["get", "pods", "-A"]).status.success());
+    // The token ends with its node.
+    c.k(&["delete", "node", "n1"]);
+    let out = with(&["get", "nodes"]);
+    assert!(!out.status.success(), "a token of a deleted node still works");
+    assert!(stderr(&out).contains("Unauthorized"), "{}", stderr(&out));
+}
+
 /// `GET URL` with `curl -k` (the agent's serving certificate is its own), optionally with a
 /// bearer token: the status code and the body.
 fn curl(url: &str, token: Option<&str>) -> (u16, String) {

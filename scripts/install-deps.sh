@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs what building and testing the workspace need on a fresh machine: curl, Debian's
+# Installs what testing the workspace needs on a fresh machine (building it needs only the Rust
+# toolchain and a C compiler): curl, Debian's
 # busybox-static (for the local busybox image), nftables and conntrack (the proxy's kernel tests,
-# in network namespaces of their own), protoc (to build the etcd client), etcd and etcdctl (the
+# in network namespaces of their own), etcd and etcdctl (the
 # etcd backend's tests), Prometheus (the metrics test scrapes a server with it), qemu-user-static
 # (the aarch64 pause binary's test runs it under qemu-aarch64-static), the Python
 # Kubernetes client, helm 3 and 4 with kubectl 1.33 and 1.37 (scripts/client-tools.sh) and
@@ -13,7 +14,6 @@ command -v curl >/dev/null || need_apt+=(curl)
 [ -x /bin/busybox ] || need_apt+=(busybox-static)
 command -v nft >/dev/null || need_apt+=(nftables)
 command -v conntrack >/dev/null || need_apt+=(conntrack)
-command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
 command -v etcd >/dev/null || need_apt+=(etcd-server)
 command -v etcdctl >/dev/null || need_apt+=(etcd-client)
 command -v prometheus >/dev/null || need_apt+=(prometheus)

@@ -33,11 +33,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use async_trait::async_trait;
-use etcd_client::{
+use futures::stream::BoxStream;
+use skiff_etcd::{
     Certificate, Client, CompactionOptions, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions,
     Identity, PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
-use futures::stream::BoxStream;
 use tokio::sync::watch as tokio_watch;
 
 use crate::state::{self, Limits, ListPlan, Op, State};
@@ -174,20 +174,20 @@ fn range_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
-fn backend(e: etcd_client::Error) -> StoreError {
+fn backend(e: skiff_etcd::Error) -> StoreError {
     StoreError::Backend(anyhow::Error::new(e).context("etcd"))
 }
 
-fn is_compacted(e: &etcd_client::Error) -> bool {
+fn is_compacted(e: &skiff_etcd::Error) -> bool {
     e.to_string().contains("required revision has been compacted")
 }
 
-fn is_future(e: &etcd_client::Error) -> bool {
+fn is_future(e: &skiff_etcd::Error) -> bool {
     e.to_string().contains("required revision is a future revision")
 }
 
-fn is_too_large(e: &etcd_client::Error) -> bool {
-    matches!(e, etcd_client::Error::GRpcStatus(s)
+fn is_too_large(e: &skiff_etcd::Error) -> bool {
+    matches!(e, skiff_etcd::Error::GRpcStatus(s)
         if matches!(s.code(), tonic::Code::OutOfRange | tonic::Code::ResourceExhausted))
 }
 
@@ -240,7 +240,7 @@ async fn revision_reader(
 
 /// etcd's current revision, linearizably (a count of the marker key). Retried a few times: a
 /// member that went down or an election fails a request or two.
-async fn read_revision(kv: &mut etcd_client::KvClient, marker: &[u8]) -> std::result::Result<i64, String> {
+async fn read_revision(kv: &mut skiff_etcd::KvClient, marker: &[u8]) -> std::result::Result<i64, String> {
     let mut tries = 0;
     loop {
         match kv.get(marker, Some(GetOptions::new().with_count_only())).await {
@@ -381,7 +381,7 @@ impl EtcdStore {
         Ok(Arc::new(store))
     }
 
-    fn kv(&self) -> etcd_client::KvClient {
+    fn kv(&self) -> skiff_etcd::KvClient {
         self.client.kv_client()
     }
 
@@ -389,7 +389,7 @@ impl EtcdStore {
         rev - self.base
     }
 
-    fn decode_kv(&self, kv: &etcd_client::KeyValue) -> Option<KeyValue> {
+    fn decode_kv(&self, kv: &skiff_etcd::KeyValue) -> Option<KeyValue> {
         let key = self.keys.decode(kv.key())?;
         Some(KeyValue {
             key,
@@ -614,7 +614,7 @@ impl EtcdStore {
         Ok(events)
     }
 
-    fn history_event(&self, e: &etcd_client::Event) -> Result<Option<Event>> {
+    fn history_event(&self, e: &skiff_etcd::Event) -> Result<Option<Event>> {
         let Some(kv) = e.kv() else { return Ok(None) };
         let Some(key) = self.keys.decode(kv.key()) else {
             return Ok(None);
@@ -991,7 +991,7 @@ impl Watcher {
         end
     }
 
-    fn apply(&self, events: &[etcd_client::Event]) {
+    fn apply(&self, events: &[skiff_etcd::Event]) {
         let Some(last) = events.iter().filter_map(|e| e.kv()).map(|kv| kv.mod_revision()).max() else {
             return;
         };

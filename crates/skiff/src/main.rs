@@ -68,8 +68,35 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "skiff", version, about = "Kubernetes rebuilt in Rust, in one binary")]
 struct Cli {
+    /// How log lines are written to stderr: `text` for people (coloured only on a terminal),
+    /// `json` (one object per line) for log collectors.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs to stderr at `SKIFF_LOG`'s levels (default info), without colour codes unless stderr is
+/// a terminal (and `NO_COLOR` is unset).
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SKIFF_LOG").unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().with_current_span(false).init(),
+        LogFormat::Text => {
+            let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            builder.with_ansi(colour).init();
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -666,11 +693,8 @@ enum ImagesCommand {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SKIFF_LOG").unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    init_logging(cli.log_format);
     skiff_store::set_release_memory(release_memory);
     // Before any thread starts, so every thread and child process is in it.
     if matches!(cli.command, Command::Bench(bench::BenchCommand::Services { .. })) {
@@ -971,6 +995,7 @@ async fn explain_service(client: kube::Client, namespace: &str, name: &str) -> a
 }
 
 async fn server(args: ServerArgs) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
     // As Go's runtime does: many idle connections must not exhaust a low soft limit.
     match skiff_apiserver::serving::raise_open_file_limit() {
         Ok(limit) => tracing::debug!(limit, "open file limit"),
@@ -1033,6 +1058,14 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         "skiff: join other nodes with: skiff agent --server {} --token {}",
         running.join_url, running.join_token
     );
+    let ready_line = ReadyLine {
+        started,
+        kubeconfig: running.kubeconfig.clone(),
+        join: format!(
+            "skiff agent --server {} --token {}",
+            running.join_url, running.join_token
+        ),
+    };
     // Each part calls the API server in-process as its upstream identity, with what RBAC
     // grants that identity and nothing more.
     let client_as = {
@@ -1137,10 +1170,17 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                 if nodeipam.is_none() || args.no_controllers {
                     cfg.pod_cidr_wait = std::time::Duration::ZERO;
                 }
+                let node = cfg.node_name.clone();
                 tasks.spawn(async move { skiff_agent::run(c, parts, cfg).await.context("node agent") });
+                tokio::spawn(summarize(running.state.clone(), ready_line, Some(node)));
             }
-            Err(e) => tracing::warn!(error = %e, "no Docker Engine reachable: running without a local node"),
+            Err(e) => {
+                tracing::warn!(error = %e, "no Docker Engine reachable: running without a local node");
+                tokio::spawn(summarize(running.state.clone(), ready_line, None));
+            }
         }
+    } else {
+        tokio::spawn(summarize(running.state.clone(), ready_line, None));
     }
     tokio::select! {
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted, shutting down"),
@@ -1155,6 +1195,48 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     shut_down(&running, &elected, tasks).await;
     Ok(())
+}
+
+/// What the one line that says the cluster is usable names.
+struct ReadyLine {
+    started: std::time::Instant,
+    kubeconfig: PathBuf,
+    join: String,
+}
+
+/// Prints one line once the cluster is usable: where its kubeconfig is, the local node's state
+/// (Ready, or what it is after two minutes of waiting) and the command that joins other nodes.
+async fn summarize(state: std::sync::Arc<skiff_apiserver::ApiState>, line: ReadyLine, node: Option<String>) {
+    use k8s_openapi::api::core::v1::Node;
+    let node_state = match &node {
+        None => "no local node".to_string(),
+        Some(name) => {
+            let nodes: kube::Api<Node> = kube::Api::all(skiff_apiserver::client(state));
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+            loop {
+                let ready = nodes.get_opt(name).await.ok().flatten().and_then(|n| {
+                    let conditions = n.status?.conditions?;
+                    conditions
+                        .into_iter()
+                        .find(|c| c.type_ == "Ready")
+                        .map(|c| c.status == "True")
+                });
+                if ready == Some(true) {
+                    break format!("node {name} Ready");
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    break format!("node {name} not Ready after 2m (kubectl describe node {name})");
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    };
+    println!(
+        "skiff: ready in {:.1}s: export KUBECONFIG={}; {node_state}; join other nodes with: {}",
+        line.started.elapsed().as_secs_f64(),
+        line.kubeconfig.display(),
+        line.join
+    );
 }
 
 /// Whether other servers may share this server's store: what `--leader-elect` defaults to.

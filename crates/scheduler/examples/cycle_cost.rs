@@ -2,7 +2,7 @@
 //! time a scheduling cycle (plus assuming the pod) costs for the first and the last thousand
 //! pods: a cycle's cost should not grow with the pods already placed.
 //!
-//! `cargo run --release -p skiff-scheduler --example cycle_cost -- WORKLOAD NODES PODS [INIT]`
+//! `cargo run --profile dist -p skiff-scheduler --example cycle_cost -- WORKLOAD NODES PODS [INIT]`
 //! with WORKLOAD one of basic, topology-spread, pod-anti-affinity, pod-affinity; INIT plain
 //! pods are placed first.
 

@@ -1743,7 +1743,7 @@ mod replicas {
 mod bench {
     use super::*;
 
-    /// `cargo test -p skiff-store --release -- --ignored bench_etcd --nocapture`: creates through
+    /// `cargo test -p skiff-store --profile dist -- --ignored bench_etcd --nocapture`: creates through
     /// one replica on a local 3-member cluster, beside `etcdctl check perf` on the same cluster.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "benchmark"]

@@ -72,7 +72,7 @@ impl Replica {
         }
     }
 
-    /// Copies what the README says to copy from `from`: `pki/`, and the encryption
+    /// Copies what docs/ha-etcd.md says to copy from `from`: `pki/`, and the encryption
     /// configuration unless `encryption` is false.
     fn copy_from(&self, from: &Replica, encryption: bool) {
         let ok = Command::new("cp")

@@ -62,21 +62,23 @@ impl Parts {
             Parts::Tokens(base) => {
                 let dir = data_dir.join("tokens");
                 std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-                let mut made = Vec::new();
-                for account in [NODE_NETWORK_SA, LOCAL_PATH_PROVISIONER_SA] {
+                let token_client = |account: &'static str| {
                     let token = TokenFile {
                         client: node_client.clone(),
                         account,
                         node: bound_reference(node),
                         path: dir.join(account),
                     };
-                    let renew_in = token.refresh_until_written().await;
-                    let client = token.client(&base)?;
-                    tokio::spawn(token.renew(renew_in));
-                    made.push(client);
-                }
-                let volumes = made.pop().context("the provisioner's client")?;
-                let network = made.pop().context("the network's client")?;
+                    let base = &base;
+                    async move {
+                        let renew_in = token.refresh_until_written().await;
+                        let client = token.client(base)?;
+                        tokio::spawn(token.renew(renew_in));
+                        anyhow::Ok(client)
+                    }
+                };
+                let network = token_client(NODE_NETWORK_SA).await?;
+                let volumes = token_client(LOCAL_PATH_PROVISIONER_SA).await?;
                 Ok(Clients { network, volumes })
             }
         }

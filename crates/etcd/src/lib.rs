@@ -198,11 +198,7 @@ impl Client {
             .await
     }
 
-    /// A range read (see [`KvClient::get`]).
-    pub async fn get(&mut self, key: impl Into<Vec<u8>>, options: Option<GetOptions>) -> Result<GetResponse> {
-        self.kv_client().get(key, options).await
-    }
-
+    /// A put (see [`KvClient::put`]).
     pub async fn put(
         &mut self,
         key: impl Into<Vec<u8>>,
@@ -210,10 +206,6 @@ impl Client {
         options: Option<PutOptions>,
     ) -> Result<PutResponse> {
         self.kv_client().put(key, value, options).await
-    }
-
-    pub async fn txn(&mut self, txn: Txn) -> Result<TxnResponse> {
-        self.kv_client().txn(txn).await
     }
 }
 
@@ -291,10 +283,6 @@ pub struct DeleteOptions(proto::DeleteRangeRequest);
 impl DeleteOptions {
     pub fn new() -> Self {
         Self::default()
-    }
-    pub fn with_range(mut self, end: impl Into<Vec<u8>>) -> Self {
-        self.0.range_end = end.into();
-        self
     }
     /// The values deleted come back in the response.
     pub fn with_prev_key(mut self) -> Self {
@@ -551,6 +539,14 @@ impl proto::WatchResponse {
     }
 }
 
+/// Waits until the channel can take a call; a channel that cannot reach any member is etcd
+/// being unavailable.
+async fn ready(grpc: &mut tonic::client::Grpc<Channel>) -> Result<()> {
+    grpc.ready()
+        .await
+        .map_err(|e| Error::GRpcStatus(tonic::Status::unavailable(format!("etcd is unreachable: {e}"))))
+}
+
 fn path(p: &'static str) -> http::uri::PathAndQuery {
     http::uri::PathAndQuery::from_static(p)
 }
@@ -567,10 +563,7 @@ impl KvClient {
         Q: prost::Message + Send + Sync + 'static,
         A: prost::Message + Default + Send + Sync + 'static,
     {
-        self.grpc
-            .ready()
-            .await
-            .map_err(|e| Error::GRpcStatus(tonic::Status::unavailable(format!("etcd is unreachable: {e}"))))?;
+        ready(&mut self.grpc).await?;
         let codec = tonic_prost::ProstCodec::<Q, A>::default();
         let response = self
             .grpc
@@ -672,10 +665,7 @@ impl WatchClient {
         })
         .await
         .map_err(|_| Error::Watch("the request stream closed".into()))?;
-        self.grpc
-            .ready()
-            .await
-            .map_err(|e| Error::GRpcStatus(tonic::Status::unavailable(format!("etcd is unreachable: {e}"))))?;
+        ready(&mut self.grpc).await?;
         let codec = tonic_prost::ProstCodec::<proto::WatchRequest, WatchResponse>::default();
         let requests = tokio_stream::wrappers::ReceiverStream::new(rx);
         let response = self

@@ -121,18 +121,18 @@ async fn tls_with_client_certificates() {
             Err(e) => panic!("etcd over TLS never answered: {e}"),
         }
     }
-    let got = ok.get("/k", Some(GetOptions::new())).await.unwrap();
+    let got = ok.kv_client().get("/k", Some(GetOptions::new())).await.unwrap();
     assert_eq!(got.kvs()[0].value(), b"v");
 
     // No client certificate: the member refuses the handshake.
-    let mut anonymous = Client::connect(&endpoints, Some(tls(&authority.pem, None)))
+    let anonymous = Client::connect(&endpoints, Some(tls(&authority.pem, None)))
         .await
         .unwrap();
-    assert!(anonymous.get("/k", None).await.is_err());
+    assert!(anonymous.kv_client().get("/k", None).await.is_err());
     // A member whose certificate another CA signed is not trusted.
     let other = ca("other-ca");
-    let mut wrong = Client::connect(&endpoints, Some(tls(&other.pem, Some(&client))))
+    let wrong = Client::connect(&endpoints, Some(tls(&other.pem, Some(&client))))
         .await
         .unwrap();
-    assert!(wrong.get("/k", None).await.is_err());
+    assert!(wrong.kv_client().get("/k", None).await.is_err());
 }

@@ -734,6 +734,168 @@ pub static RESOURCES: &[Resource] = &[
     ),
 ];
 
+/// Workload versions upstream no longer serves (removed in 1.16 and 1.25), served only when
+/// the server is started with `--serve-removed-apis` so that manifests written for them apply
+/// as they are. Each is stored as its replacement (`conversion::removed`). They have neither
+/// short names nor categories: `kubectl get deploy` and `kubectl get all` keep meaning the
+/// current versions.
+pub static REMOVED: &[Resource] = &[
+    res!(
+        "extensions",
+        "v1beta1",
+        "DaemonSet",
+        "daemonsets",
+        "daemonset",
+        true,
+        &[],
+        &[],
+        &["status"]
+    ),
+    res!(
+        "extensions",
+        "v1beta1",
+        "Deployment",
+        "deployments",
+        "deployment",
+        true,
+        &[],
+        &[],
+        &["status"]
+    ),
+    res!(
+        "extensions",
+        "v1beta1",
+        "ReplicaSet",
+        "replicasets",
+        "replicaset",
+        true,
+        &[],
+        &[],
+        &["status"]
+    ),
+    res!(
+        "apps",
+        "v1beta2",
+        "ControllerRevision",
+        "controllerrevisions",
+        "controllerrevision",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "apps",
+        "v1beta2",
+        "DaemonSet",
+        "daemonsets",
+        "daemonset",
+        true,
+        &[],
+        &[],
+        &["status"]
+    ),
+    res!(
+        "apps",
+        "v1beta2",
+        "Deployment",
+        "deployments",
+        "deployment",
+        true,
+        &[],
+        &[],
+        &["status"]
+    ),
+    res!(
+        "apps",
+        "v1beta2",
+        "ReplicaSet",
+        "replicasets",
+        "replicaset",
+        true,
+        &[],
+        &[],
+        &["status"]
+    ),
+    res!(
+        "apps",
+        "v1beta2",
+        "StatefulSet",
+        "statefulsets",
+        "statefulset",
+        true,
+        &[],
+        &[],
+        &["status"]
+    ),
+    res!(
+        "apps",
+        "v1beta1",
+        "ControllerRevision",
+        "controllerrevisions",
+        "controllerrevision",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "apps",
+        "v1beta1",
+        "Deployment",
+        "deployments",
+        "deployment",
+        true,
+        &[],
+        &[],
+        &["status"]
+    ),
+    res!(
+        "apps",
+        "v1beta1",
+        "StatefulSet",
+        "statefulsets",
+        "statefulset",
+        true,
+        &[],
+        &[],
+        &["status"]
+    ),
+    res!(
+        "batch",
+        "v1beta1",
+        "CronJob",
+        "cronjobs",
+        "cronjob",
+        true,
+        &[],
+        &[],
+        &["status"]
+    ),
+];
+
+/// Whether [`REMOVED`] is served (`--serve-removed-apis`); set once at start.
+static SERVE_REMOVED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Serve the removed workload versions ([`REMOVED`]) or stop serving them.
+pub fn serve_removed(on: bool) {
+    SERVE_REMOVED.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The removed versions served now: all of [`REMOVED`] or none.
+fn removed() -> &'static [Resource] {
+    if SERVE_REMOVED.load(std::sync::atomic::Ordering::Relaxed) {
+        REMOVED
+    } else {
+        &[]
+    }
+}
+
+/// Whether `res` is one of the removed versions ([`REMOVED`]).
+pub fn is_removed(res: &Resource) -> bool {
+    REMOVED.iter().any(|r| r == res)
+}
+
 /// Upstream's `GroupPriorityMinimum` of each named group kube-apiserver 1.33 serves (the
 /// aggregator's `apiVersionPriorities`): `/apis` lists groups from the highest down.
 const GROUP_PRIORITIES: &[(&str, u32)] = &[
@@ -760,6 +922,7 @@ const GROUP_PRIORITIES: &[(&str, u32)] = &[
     ("flowcontrol.apiserver.k8s.io", 16100),
     // metrics-server's APIService.
     ("metrics.k8s.io", 100),
+    ("extensions", 50),
 ];
 
 /// Upstream's priorities of each group version kube-apiserver 1.33 serves (the aggregator's
@@ -769,12 +932,15 @@ const GROUP_PRIORITIES: &[(&str, u32)] = &[
 const API_VERSION_PRIORITIES: &[(&str, &str, i64, i64)] = &[
     ("", "v1", 18000, 1),
     ("apps", "v1", 17800, 15),
+    ("apps", "v1beta2", 17800, 9),
+    ("apps", "v1beta1", 17800, 1),
     ("events.k8s.io", "v1", 17750, 15),
     ("authentication.k8s.io", "v1", 17700, 15),
     ("authorization.k8s.io", "v1", 17600, 15),
     ("autoscaling", "v1", 17500, 15),
     ("autoscaling", "v2", 17500, 30),
     ("batch", "v1", 17400, 15),
+    ("batch", "v1beta1", 17400, 9),
     ("certificates.k8s.io", "v1", 17300, 15),
     ("networking.k8s.io", "v1", 17200, 15),
     ("policy", "v1", 17100, 15),
@@ -788,6 +954,9 @@ const API_VERSION_PRIORITIES: &[(&str, &str, i64, i64)] = &[
     ("discovery.k8s.io", "v1", 16200, 15),
     ("flowcontrol.apiserver.k8s.io", "v1", 16100, 21),
     ("metrics.k8s.io", "v1beta1", 100, 100),
+    // Served only with --serve-removed-apis, after every current group (upstream's 17900 put it
+    // before apps, which made `kubectl get deployments` read the removed version).
+    ("extensions", "v1beta1", 50, 1),
 ];
 
 /// The `(groupPriorityMinimum, versionPriority)` of a built-in group version's APIService;
@@ -836,9 +1005,10 @@ pub fn groups() -> Vec<&'static str> {
 /// change at run time as definitions are created, changed and deleted.
 static CUSTOM: std::sync::RwLock<Vec<&'static Resource>> = std::sync::RwLock::new(Vec::new());
 
-/// Every resource served now: the built-in ones, then the custom ones.
+/// Every resource served now: the built-in ones, the removed versions when served, then the
+/// custom ones.
 pub fn all() -> Vec<&'static Resource> {
-    let mut out: Vec<&'static Resource> = RESOURCES.iter().collect();
+    let mut out: Vec<&'static Resource> = RESOURCES.iter().chain(removed()).collect();
     out.extend(custom());
     out
 }
@@ -857,7 +1027,7 @@ pub fn is_custom(res: &Resource) -> bool {
     if RESOURCES.as_ptr_range().contains(&std::ptr::from_ref(res)) {
         return false;
     }
-    !RESOURCES.iter().any(|r| r == res)
+    !RESOURCES.iter().chain(REMOVED).any(|r| r == res)
 }
 
 /// Replace the custom resources served. Each is made `'static` once: the same description
@@ -922,6 +1092,7 @@ pub fn intern_list(items: &[String]) -> &'static [&'static str] {
 pub fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
     RESOURCES
         .iter()
+        .chain(removed())
         .find(|r| r.group == group && r.version == version && r.plural == plural)
         .or_else(|| {
             custom()

@@ -1,5 +1,7 @@
 //! Requests for a built-in version stored as another version of its kind
-//! (`skiff_api::conversion`: autoscaling/v1 HorizontalPodAutoscalers, stored as autoscaling/v2).
+//! (`skiff_api::conversion`: autoscaling/v1 HorizontalPodAutoscalers, stored as autoscaling/v2;
+//! the removed workload versions, stored as their replacements, each answer with upstream's
+//! deprecation warning).
 //! The request is served by the storage version's handlers: the object it sends is checked
 //! against its own version's schema and converted on the way in, a patch is applied to the
 //! object as its version shows it, and every object of the answer (one, a list, a watch
@@ -38,14 +40,17 @@ pub async fn serve(ctx: Ctx, bytes: Bytes, storage: &'static Resource) -> Result
     let sub = ctx.rr.subresource.as_str();
     let object_write = matches!(sub, "" | "status");
     let mut warnings = Vec::new();
+    if let Some(w) = skiff_api::conversion::removed::warning(served) {
+        warnings.push(w);
+    }
     let response = if ctx.method == Method::PATCH && object_write {
-        patch(&ctx, &inner, &bytes).await?
+        patch(&ctx, &inner, &bytes, storage).await?
     } else if matches!(ctx.method, Method::POST | Method::PUT) && object_write && !bytes.is_empty() {
         let mut obj = body::decode(&ctx.headers, &bytes)?;
         let stored_version = storage.api_version();
         if obj.get("apiVersion").and_then(Value::as_str) != Some(stored_version.as_str()) {
             write::check_kind(served.kind, &served.api_version(), &mut obj)?;
-            warnings = write::check_shape(&ctx, &obj)?;
+            warnings.extend(write::check_shape(&ctx, &obj)?);
             obj = to_storage(served, &obj);
         }
         inner
@@ -65,11 +70,15 @@ pub async fn serve(ctx: Ctx, bytes: Bytes, storage: &'static Resource) -> Result
 /// A patch of the object as `served` shows it: the stored object converted, patched (JSON,
 /// merge, strategic merge, or server-side apply against the served version's schema), and
 /// converted back.
-async fn patch(ctx: &Ctx, inner: &Ctx, bytes: &Bytes) -> Result<Response, StatusError> {
+async fn patch(ctx: &Ctx, inner: &Ctx, bytes: &Bytes, storage: &Resource) -> Result<Response, StatusError> {
     let served = ctx.rr.resource;
     let (ptype, doc) = write::patch_document(ctx, bytes)?;
     write::validate_write_options(ctx, "PatchOptions", Some(ptype))?;
-    let def = skiff_api::apiextensions::patch_definition(served);
+    // A removed version has no schema of its own: its fields are its replacement's.
+    let mut def = skiff_api::apiextensions::patch_definition(served);
+    if def.is_empty() {
+        def = skiff_api::apiextensions::patch_definition(storage);
+    }
     let def = def.as_str();
     let scope = if ctx.rr.subresource == "status" {
         UpdateScope::Status

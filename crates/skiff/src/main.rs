@@ -340,6 +340,12 @@ struct ServerArgs {
     /// listen on different addresses with the same port, e.g. 127.0.0.2 and 127.0.0.3.
     #[arg(long)]
     bind_address: Option<std::net::IpAddr>,
+    /// Also serve the workload versions upstream has removed (extensions/v1beta1 Deployments,
+    /// DaemonSets and ReplicaSets, apps/v1beta1 and apps/v1beta2, batch/v1beta1 CronJobs),
+    /// stored as apps/v1 and batch/v1, so that old manifests apply as written. Each answer
+    /// carries upstream's deprecation warning naming the replacement.
+    #[arg(long)]
+    serve_removed_apis: bool,
     /// How the `kubernetes` Service's endpoints are kept: lease (each API server's record with a
     /// TTL; the default on etcd), master-count (this server alone; the default of the embedded
     /// store) or none.
@@ -1008,6 +1014,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     // (its identity is this process's), and its clients refuse writes once it may not.
     // Checked before anything starts.
     let election = args.leader_election.config(store_is_shared(&args))?;
+    skiff_api::registry::serve_removed(args.serve_removed_apis);
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     let mut opts = skiff_apiserver::ServerOptions::new(data_dir.clone(), args.port);
     opts.kubeconfig = args.write_kubeconfig.clone();

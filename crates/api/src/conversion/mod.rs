@@ -1,9 +1,11 @@
 //! Conversion between the served versions of a built-in kind stored in one version (upstream
-//! converts through the internal version; here the stored version is the hub). A resource
+//! converts through the internal version; here the stored version is the hub): autoscaling/v1
+//! HorizontalPodAutoscalers, and the removed workload versions (`removed`). A resource
 //! listed in [`storage_resource`] is served by the API server as its storage resource, the
 //! request's objects converted on the way in and the answer's on the way out.
 
 pub mod autoscaling;
+pub mod removed;
 
 use serde_json::Value;
 
@@ -14,6 +16,10 @@ pub fn storage_resource(res: &Resource) -> Option<&'static Resource> {
     match (res.group, res.version, res.plural) {
         ("autoscaling", "v1", "horizontalpodautoscalers") => {
             registry::lookup("autoscaling", "v2", "horizontalpodautoscalers")
+        }
+        _ if registry::is_removed(res) => {
+            let (group, version) = removed::replacement(res)?;
+            registry::lookup(group, version, res.plural)
         }
         _ => None,
     }
@@ -29,6 +35,7 @@ pub fn is_converted(res: &Resource) -> bool {
 pub fn to_storage(res: &Resource, obj: &Value) -> Value {
     match (res.group, res.version, res.kind) {
         ("autoscaling", "v1", "HorizontalPodAutoscaler") => autoscaling::hpa_to_v2(obj),
+        _ if registry::is_removed(res) => removed::to_storage(res, obj),
         _ => obj.clone(),
     }
 }
@@ -41,6 +48,7 @@ pub fn from_storage(res: &Resource, obj: &Value) -> Value {
     }
     match (res.group, res.version, res.kind) {
         ("autoscaling", "v1", "HorizontalPodAutoscaler") => autoscaling::hpa_to_v1(obj),
+        _ if registry::is_removed(res) => removed::from_storage(res, obj),
         _ => obj.clone(),
     }
 }

@@ -32,6 +32,7 @@ pub mod env;
 pub mod events;
 pub mod eviction;
 pub mod grpc_probe;
+pub mod host_record;
 pub mod images;
 pub mod local_path;
 pub mod metrics;
@@ -51,6 +52,7 @@ pub mod spdy;
 pub mod stats;
 pub mod status;
 pub mod subpath;
+pub mod uninstall;
 pub mod volumes;
 pub mod worker;
 
@@ -225,6 +227,10 @@ pub async fn run(client: kube::Client, parts: parts::Parts, cfg: AgentConfig) ->
             .context("building the pause image")?;
     }
     let cluster = cluster_id(&client).await;
+    host_record::HostRecord::note(&cfg.data_dir, |r| {
+        r.cluster.clone_from(&cluster);
+        r.node.clone_from(&cfg.node_name);
+    });
     let node_ip = cfg.node_ip.unwrap_or_else(node::detect_host_ip);
     // The CA comes from the configuration or, for `skiff agent --kubeconfig`, from the kubeconfig.
     let cluster_ca = cfg.cluster_ca().context("reading the cluster CA")?;
@@ -335,6 +341,12 @@ pub async fn run(client: kube::Client, parts: parts::Parts, cfg: AgentConfig) ->
         cfg.services,
     )
     .await;
+    if let Some((service_cidr, table)) = &network.proxied {
+        host_record::HostRecord::note(&cfg.data_dir, |r| {
+            r.service_cidr = Some(service_cidr.to_string());
+            r.add_table(table);
+        });
+    }
     // The kubelet's --cluster-dns when given, else this node's own cluster DNS.
     let cluster_dns = if cfg.cluster_dns.is_empty() {
         network.cluster_dns.clone()
@@ -376,6 +388,9 @@ async fn pod_network_of(
     node_ip: std::net::IpAddr,
 ) -> pod_network::PodNetwork {
     let netns = proxy::NetworkNamespace::Current;
+    host_record::HostRecord::note(&cfg.data_dir, |r| {
+        r.cluster_cidr = Some(cfg.cluster_cidr.to_string());
+    });
     if let Err(e) = pod_network::ensure_cluster_cidr_route(&netns, cfg.cluster_cidr).await {
         tracing::error!(error = %format!("{e:#}"), "the cluster CIDR is not routed locally");
     }
@@ -389,6 +404,12 @@ async fn pod_network_of(
         }
         match pod_network::setup(docker, pod_cidr, cfg.cluster_cidr).await {
             Ok(network) => {
+                host_record::HostRecord::note(&cfg.data_dir, |r| {
+                    r.add_table(&pod_network::table_name(cfg.cluster_cidr));
+                    r.docker_network = Some(network.name.clone());
+                    r.bridge.clone_from(&network.bridge);
+                    r.pod_cidr = Some(pod_cidr.to_string());
+                });
                 let local = match node_ip {
                     std::net::IpAddr::V4(ip) => Some(ip),
                     std::net::IpAddr::V6(_) => None,

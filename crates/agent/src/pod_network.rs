@@ -277,6 +277,28 @@ pub async fn allow_forwarding(netns: &NetworkNamespace, bridge: &str, subnet: Ip
     Ok(())
 }
 
+/// Removes [`forwarding_rules`] of `bridge` from `DOCKER-USER` (each as often as it is there);
+/// returns how many went.
+pub async fn disallow_forwarding(netns: &NetworkNamespace, bridge: &str, subnet: Ipv4Cidr) -> anyhow::Result<usize> {
+    let mut list = netns.command("iptables");
+    list.args(["-w", "-S", "DOCKER-USER"]);
+    if run_command(list, None, "iptables -S DOCKER-USER").await.is_err() {
+        return Ok(0);
+    }
+    let mut removed = 0;
+    for rule in forwarding_rules(bridge, subnet) {
+        loop {
+            let mut delete = netns.command("iptables");
+            delete.args(["-w", "-D", "DOCKER-USER"]).args(&rule);
+            if run_command(delete, None, "iptables -D DOCKER-USER").await.is_err() {
+                break;
+            }
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
 /// Sets up the pod network for a node whose podCIDR is `pod_cidr`: the cluster CIDR's route, the
 /// Docker network, masquerade, and forwarding into the bridge. Only the network itself is
 /// required; the rest is logged when it fails.

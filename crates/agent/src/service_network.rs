@@ -61,6 +61,8 @@ pub struct ServiceNetwork {
     pub dns_addr: Option<SocketAddr>,
     /// The pod bridge, whose ports the agent puts in hairpin mode when the proxy runs.
     pub hairpin_bridge: Option<String>,
+    /// The service CIDR and the nftables table the proxy keeps for it, when it runs.
+    pub proxied: Option<(Ipv4Cidr, String)>,
 }
 
 /// Puts every port of the Linux bridge `bridge` in hairpin mode, as the kubelet's
@@ -215,6 +217,7 @@ pub async fn start(
         proxier: None,
         dns_addr: None,
         hairpin_bridge: None,
+        proxied: None,
     };
     if !config.proxy && !config.dns {
         return running;
@@ -234,6 +237,7 @@ pub async fn start(
                     ..ProxyOptions::for_service_cidr(cidr)
                 };
                 tracing::info!(service_cidr = %cidr, table = %options.table, "starting the service proxy");
+                running.proxied = Some((cidr, options.table.clone()));
                 let proxier = Proxier::start(ProxierConfig::new(node_info, options));
                 let feed = proxier.clone();
                 let c = client.clone();

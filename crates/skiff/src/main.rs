@@ -172,6 +172,19 @@ enum Command {
         #[arg(long, global = true)]
         kubeconfig: Option<PathBuf>,
     },
+    /// Remove what Skiff put on this machine (as k3s-uninstall.sh): the local node's pod
+    /// containers, its Docker network, nftables tables, routes and DOCKER-USER rules, and the
+    /// clusters of `skiff cluster`. Stop `skiff server` and `skiff agent` first: a running
+    /// agent puts its rules back.
+    Uninstall {
+        /// The data dir the server or agent used (default ~/.skiff); its node's record is in
+        /// `DATA_DIR/agent`.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Also delete the data dir: the store, certificates, kubeconfigs and volumes.
+        #[arg(long)]
+        data: bool,
+    },
     /// Encryption at rest of Secrets on the running server (as k3s's secrets-encrypt).
     SecretsEncrypt {
         #[command(subcommand)]
@@ -898,7 +911,42 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let docker = skiff_agent::docker::connect().await?;
             skiff_agent::build_local_images(&docker).await
         }
+        Command::Uninstall { data_dir, data } => uninstall(&data_dir.unwrap_or_else(default_data_dir), data).await,
     }
+}
+
+/// `skiff uninstall`: each thing removed is printed; a step that fails is reported and the
+/// others still run, and the command then fails.
+async fn uninstall(data_dir: &std::path::Path, data: bool) -> anyhow::Result<()> {
+    let mut failed = Vec::new();
+    let clusters = data_dir.join("clusters");
+    for c in skiff_cluster::list(&clusters).unwrap_or_default() {
+        match skiff_cluster::delete(&clusters, &c.name).await {
+            Ok(_) => println!("removed: cluster {}", c.name),
+            Err(e) => failed.push(format!("cluster {}: {e:#}", c.name)),
+        }
+    }
+    for dir in [data_dir.join("agent"), data_dir.to_path_buf()] {
+        if !skiff_agent::host_record::HostRecord::path(&dir).exists() {
+            continue;
+        }
+        let report = skiff_agent::uninstall::uninstall(&dir).await?;
+        for line in report.removed {
+            println!("removed: {line}");
+        }
+        failed.extend(report.failed);
+    }
+    if data && data_dir.exists() {
+        match skiff_agent::uninstall::remove_data_dir(data_dir) {
+            Ok(()) => println!("removed: {}", data_dir.display()),
+            Err(e) => failed.push(format!("{}: {e:#}", data_dir.display())),
+        }
+    }
+    if !failed.is_empty() {
+        anyhow::bail!("some of Skiff is still on this machine:\n  {}", failed.join("\n  "));
+    }
+    println!("skiff: uninstalled");
+    Ok(())
 }
 
 async fn cluster(command: ClusterCommand, dir: PathBuf) -> anyhow::Result<()> {

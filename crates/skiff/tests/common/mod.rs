@@ -166,6 +166,25 @@ impl Cluster {
         }
     }
 
+    /// SIGTERM the server and wait for it to exit (60 s at most); whether it exited cleanly.
+    pub fn terminate(&mut self) -> bool {
+        let Some(mut c) = self.child.take() else {
+            return false;
+        };
+        // SAFETY: kill(2) on the pid of a child this harness started and has not reaped.
+        let rc = unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        assert_eq!(rc, 0, "SIGTERM to the server");
+        let exited = eventually(Duration::from_secs(60), || c.try_wait().ok().flatten());
+        match exited {
+            Some(status) => status.success(),
+            None => {
+                let _ = c.kill();
+                let _ = c.wait();
+                false
+            }
+        }
+    }
+
     /// Start the server again on the same data dir and port.
     pub fn restart(&mut self) {
         self.kill9();

@@ -266,6 +266,7 @@ pub async fn join(j: &Join) -> anyhow::Result<Identity> {
         );
     };
     let token = JoinToken::parse(token).map_err(|e| anyhow::anyhow!("--token: {e}"))?;
+    let progress = crate::progress::Progress::start(format!("joining {} as node {}", j.server, j.node_name));
     let ca_pem = fetch_ca(&j.server, &token).await?;
     let bootstrap = client_from_yaml(&kubeconfig_yaml(
         &j.server,
@@ -291,7 +292,7 @@ pub async fn join(j: &Join) -> anyhow::Result<Identity> {
         key_pem,
     };
     id.save(&paths)?;
-    tracing::info!(path = %paths.client_pem.display(), node = %j.node_name, "joined: node certificate issued");
+    progress.done(&format!("node certificate in {}", paths.client_pem.display()));
     Ok(id)
 }
 
@@ -401,9 +402,12 @@ pub async fn request_certificate(
         .await
         .context("posting the certificate signing request")?;
     let name = created.metadata.name.clone().unwrap_or_default();
-    tracing::info!(csr = %name, "posted a certificate signing request; waiting for its certificate");
+    let mut progress = crate::progress::Progress::start(format!(
+        "posted certificate signing request {name}; waiting for its certificate"
+    ));
     let deadline = tokio::time::Instant::now() + WAIT_FOR_CERTIFICATE;
     loop {
+        progress.tick(|| format!("certificate signing request {name} is not approved and signed yet"));
         let csr = api
             .get(&name)
             .await
@@ -425,6 +429,7 @@ pub async fn request_certificate(
         }
         if let Some(cert) = capi::issued_certificate(&json) {
             let cert = String::from_utf8(cert).context("the issued certificate is not text")?;
+            progress.done("issued");
             return Ok((cert, key.serialize_pem()));
         }
         if tokio::time::Instant::now() > deadline {

@@ -20,6 +20,7 @@ const BUSYBOX_PATHS: [&str; 2] = ["/bin/busybox", "/usr/bin/busybox"];
 /// Builds `busybox:latest` from the host's static busybox and `skiff/pause:3.10.1`, a static binary that
 /// sleeps until SIGTERM or SIGINT and then exits 0 (as upstream's pause does).
 pub async fn build_local_images(docker: &Docker) -> anyhow::Result<()> {
+    let step = crate::progress::Progress::start(format!("building the local images {PAUSE_IMAGE} and busybox:latest"));
     build_pause_image(docker).await?;
 
     let busybox_path = BUSYBOX_PATHS
@@ -38,7 +39,9 @@ pub async fn build_local_images(docker: &Docker) -> anyhow::Result<()> {
         bail!("busybox --list-full failed");
     }
     let applets = String::from_utf8_lossy(&list.stdout).into_owned();
-    import(docker, busybox_tar(&busybox, &applets), "busybox", "latest", "[\"sh\"]").await
+    import(docker, busybox_tar(&busybox, &applets), "busybox", "latest", "[\"sh\"]").await?;
+    step.done(&format!("busybox from {busybox_path}"));
+    Ok(())
 }
 
 /// Builds only the pause image (the agent does this itself when it is missing).

@@ -41,6 +41,7 @@ pub mod parts;
 pub mod pod_network;
 pub mod pods;
 pub mod probes;
+pub mod progress;
 pub mod proxy;
 mod quantity;
 pub mod resolv_conf;

@@ -1192,11 +1192,22 @@ impl PodWorker {
         let mut stream = self.docker().create_image(Some(options), None, None);
         let mut error = None;
         let pull = async {
+            let mut progress = crate::progress::Progress::start(format!("pulling image {image}"));
+            let mut layers = crate::progress::Pull::default();
             while let Some(item) = stream.next().await {
-                if let Err(e) = item {
-                    error = Some(e.to_string());
-                    break;
+                match item {
+                    Ok(info) => {
+                        layers.update(&info);
+                        progress.tick(|| layers.summary());
+                    }
+                    Err(e) => {
+                        error = Some(e.to_string());
+                        break;
+                    }
                 }
+            }
+            if error.is_none() {
+                progress.done(&layers.summary());
             }
         };
         if tokio::time::timeout(Duration::from_secs(120), pull).await.is_err() {

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::Node;
+use skiff_agent::progress::Progress;
 
 pub use state::{ClusterState, NodeState};
 
@@ -120,14 +121,25 @@ async fn build(c: &ClusterState, opts: &CreateOptions) -> anyhow::Result<()> {
     } else {
         opts.images.clone()
     };
+    let step = Progress::start(format!(
+        "cluster {}: saving {} for the nodes' engines",
+        c.name,
+        images.join(", ")
+    ));
     let (saved, switch) = tokio::join!(engine::save_images(&images, &archive), network::create_switch(c));
     saved?;
     switch?;
+    step.done("");
     // The host sends nothing to pods, and no address of their range may leave it either: the
     // range is routed unreachable here as on every node (the route stays, as an agent's does).
     let cidr = cluster_cidr(opts)?;
     skiff_agent::pod_network::ensure_cluster_cidr_route(&skiff_agent::proxy::NetworkNamespace::Current, cidr).await?;
     // The nodes' namespaces and engines, all at once.
+    let step = Progress::start(format!(
+        "cluster {}: starting {} Docker engines, one per node, and loading the images into them",
+        c.name,
+        c.nodes.len()
+    ));
     futures::future::try_join_all(c.nodes.iter().map(|node| {
         let archive = &archive;
         async move {
@@ -138,7 +150,7 @@ async fn build(c: &ClusterState, opts: &CreateOptions) -> anyhow::Result<()> {
     }))
     .await?;
     let _ = std::fs::remove_file(&archive);
-    tracing::info!(elapsed = ?started.elapsed(), "engines up");
+    step.done("");
     start_skiff(c, c.control_plane()?)?;
     wait_api(c, opts.timeout).await?;
     for node in &c.nodes[1..] {
@@ -243,6 +255,7 @@ async fn wait_api(c: &ClusterState, timeout: Duration) -> anyhow::Result<()> {
     // The server writes its kubeconfig before its join token: the agents need both.
     let token = skiff_apiserver::join::token_path(&c.skiff_dir(cp));
     let deadline = Instant::now() + timeout;
+    let mut step = Progress::start(format!("cluster {}: starting the control plane on {}", c.name, cp.name));
     let text = loop {
         if let Ok(text) = std::fs::read_to_string(&written)
             && text.contains(&format!("https://127.0.0.1:{}", state::API_PORT))
@@ -256,8 +269,10 @@ async fn wait_api(c: &ClusterState, timeout: Duration) -> anyhow::Result<()> {
             "the API server did not start within {timeout:?}:\n{}",
             engine::tail(&c.node_dir(cp).join("skiff.log"), 30)
         );
+        step.tick(|| "waiting for the API server's kubeconfig and join token".to_string());
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    step.done("");
     let text = text.replace(&format!("https://127.0.0.1:{}", state::API_PORT), &c.server_url()?);
     write_private(&c.kubeconfig(), &text)
 }
@@ -295,6 +310,11 @@ fn ready(node: &Node) -> bool {
 async fn wait_ready(c: &ClusterState, names: &[&str], timeout: Duration) -> anyhow::Result<()> {
     let api: kube::Api<Node> = kube::Api::all(client(c).await?);
     let deadline = Instant::now() + timeout;
+    let mut step = Progress::start(format!(
+        "cluster {}: waiting for {} nodes to be Ready",
+        c.name,
+        names.len()
+    ));
     loop {
         let mut waiting: Vec<&str> = names.to_vec();
         // Not before the API server listens (the client logs every refused connection as an error).
@@ -308,6 +328,7 @@ async fn wait_ready(c: &ClusterState, names: &[&str], timeout: Duration) -> anyh
                         waiting.retain(|w| Some(*w) != n.metadata.name.as_deref());
                     }
                     if waiting.is_empty() {
+                        step.done("");
                         return Ok(());
                     }
                 }
@@ -336,6 +357,19 @@ async fn wait_ready(c: &ClusterState, names: &[&str], timeout: Duration) -> anyh
                 logs.join("\n")
             );
         }
+        step.tick(|| {
+            let verb = if listening {
+                "not Ready yet"
+            } else {
+                "waiting for the API server"
+            };
+            format!(
+                "{} of {} Ready; {verb}: {}",
+                names.len() - waiting.len(),
+                names.len(),
+                waiting.join(", ")
+            )
+        });
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -172,6 +172,15 @@ fn three_nodes_on_one_machine() {
         &[&format!("--eviction-hard={TEST_EVICTION_HARD}")],
     );
     eprintln!("skiff cluster create --nodes 3: {:.1} s", m.created_in.as_secs_f64());
+    // Each long step said what it was doing and how long it took.
+    for step in [
+        "cluster e2e: saving busybox:latest",
+        "cluster e2e: starting 3 Docker engines, one per node, and loading the images into them: done in",
+        "cluster e2e: starting the control plane on e2e-control-plane: done in",
+        "cluster e2e: waiting for 3 nodes to be Ready: done in",
+    ] {
+        assert!(m.create_log.contains(step), "no {step:?} in:\n{}", m.create_log);
+    }
     let nodes = m.nodes();
     let [cp, worker, worker2] = [&nodes[0], &nodes[1], &nodes[2]];
     assert_eq!(

@@ -122,6 +122,15 @@ fn a_node_joins_with_the_server_token_and_renews_its_certificate() {
 
     let joined = join(c, "joined", &token);
     wait_node_ready(c, &joined.name, || joined.log());
+    // The join said what it was doing and how long it took.
+    let log = joined.log();
+    for step in [
+        format!("joining https://127.0.0.1:{} as node {}", c.port, joined.name),
+        format!("joining https://127.0.0.1:{} as node {}: done in", c.port, joined.name),
+        "waiting for its certificate: done in".to_string(),
+    ] {
+        assert!(log.contains(&step), "no {step:?} in:\n{}", tail(&log, 30));
+    }
     let key = joined.dir.path().join("pki").join("kubelet-client-current.pem");
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(

@@ -16,6 +16,8 @@ pub struct MultiNode {
     pub state: serde_json::Value,
     /// How long `skiff cluster create` took.
     pub created_in: Duration,
+    /// What `skiff cluster create` logged (its progress lines).
+    pub create_log: String,
 }
 
 impl MultiNode {
@@ -42,6 +44,7 @@ impl MultiNode {
             home,
             name,
             created_in,
+            create_log: String::from_utf8_lossy(&out.stderr).into_owned(),
         };
         assert!(
             out.status.success(),

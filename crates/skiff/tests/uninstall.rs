@@ -55,7 +55,7 @@ impl Decoy {
         let d = Decoy {
             table: format!("skiff-decoy-{}", std::process::id()),
             // An unreachable route of Skiff's protocol outside this test's cluster CIDR.
-            route: format!("10.239.{}.0/24", tag % 256),
+            route: format!("10.220.{}.0/24", tag % 256),
         };
         let ok = Command::new("nft")
             .args(["add", "table", "ip", &d.table])

@@ -65,6 +65,16 @@ impl Harness {
             ns.to_string().into_bytes(),
         );
         assert_eq!(code, 201);
+        // No controllers run here: the namespace's `default` service account, which the
+        // ServiceAccount admission plugin requires of every pod, is made as its controller would.
+        let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}});
+        let (code, _) = h.call(
+            "POST",
+            "/api/v1/namespaces/default/serviceaccounts",
+            "application/json",
+            sa.to_string().into_bytes(),
+        );
+        assert_eq!(code, 201);
         h
     }
 

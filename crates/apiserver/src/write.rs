@@ -580,6 +580,7 @@ async fn create_stored(
         // before admission runs (so a container's limit already gave it a request).
         skiff_api::defaults::apply_defaults(res, obj);
         crate::limitranger::mutate(ctx, obj).await?;
+        crate::serviceaccount_admission::mutate(ctx, obj).await?;
         // The QoS class is the system's, computed from the admitted containers (upstream's
         // PrepareForCreate runs after mutating admission).
         if let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut) {

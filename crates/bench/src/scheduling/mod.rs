@@ -345,12 +345,27 @@ pub async fn bench(client: Client, cfg: BenchConfig) -> anyhow::Result<BenchResu
                 .create(&PostParams::default(), &ns_obj)
                 .await
                 .with_context(|| format!("creating namespace {name}"))?;
+            default_service_account(&client, name).await?;
         }
         run_bench(&client, &cfg, &objects).await
     }
     .await;
     cleanup(&client, &cfg, &objects).await;
     result
+}
+
+/// The namespace's `default` ServiceAccount, which the ServiceAccount admission plugin requires
+/// of its pods: made here as the service account controller would, since the bench server runs
+/// no controllers (one that does has made it already).
+async fn default_service_account(client: &Client, namespace: &str) -> anyhow::Result<()> {
+    let api: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let sa: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "default"}}))?;
+    match api.create(&PostParams::default(), &sa).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating the default service account of {namespace}")),
+    }
 }
 
 /// When each pod of a namespace was created, or first seen bound.

@@ -116,6 +116,26 @@ impl Cluster {
             service_range,
         };
         c.spawn();
+        if extra.contains(&"--no-controllers") {
+            // No service account controller and no root CA publisher: the `default` account,
+            // which the ServiceAccount admission plugin requires of every pod, and the
+            // `kube-root-ca.crt` its credentials volume projects, are made as they would be.
+            let ca = c.dir.path().join("pki").join("ca.crt");
+            for args in [
+                vec!["create".to_string(), "serviceaccount".into(), "default".into()],
+                vec![
+                    "create".to_string(),
+                    "configmap".into(),
+                    "kube-root-ca.crt".into(),
+                    format!("--from-file=ca.crt={}", ca.display()),
+                ],
+            ] {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let out = c.kubectl(&args);
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert!(out.status.success() || err.contains("AlreadyExists"), "{err}");
+            }
+        }
         c
     }
 

@@ -244,7 +244,10 @@ fn rules_review(ctx: &Ctx, obj: &Value) -> Result<Value, StatusError> {
     Ok(Value::Object(status))
 }
 
-/// TokenReview: who a bearer token authenticates as, for the API server's audiences.
+/// TokenReview: who a bearer token authenticates as, for `spec.audiences` (the API server's
+/// own when it names none), as upstream: a service account token must be for one of them, and
+/// `status.audiences` are those it is for; the other tokens know no audience and authenticate
+/// only for the API server's own.
 async fn token_review(ctx: &Ctx, obj: &Value) -> Result<Value, StatusError> {
     let token = obj.pointer("/spec/token").and_then(Value::as_str).unwrap_or("");
     if token.is_empty() {
@@ -252,19 +255,28 @@ async fn token_review(ctx: &Ctx, obj: &Value) -> Result<Value, StatusError> {
     }
     let requested = strings(obj.pointer("/spec/audiences"));
     let api_audiences = ctx.state.service_accounts.api_audiences();
-    let audiences: Vec<String> = if requested.is_empty() {
+    let targets: Vec<String> = if requested.is_empty() {
         api_audiences.to_vec()
     } else {
         requested
-            .iter()
-            .filter(|a| api_audiences.contains(a))
-            .cloned()
-            .collect()
     };
-    if audiences.is_empty() {
-        return Ok(
-            json!({"authenticated": false, "user": {}, "error": "token audiences are invalid for the target audiences"}),
-        );
+    let refused = |error: String| json!({"authenticated": false, "user": {}, "error": error});
+    let now = jiff::Timestamp::now().as_second();
+    match ctx
+        .state
+        .service_accounts
+        .authenticate_for(&*ctx.state.store, token, now, &targets)
+        .await
+    {
+        Ok((id, audiences)) => {
+            return Ok(json!({"authenticated": true, "user": user_info(&id), "audiences": audiences}));
+        }
+        Err(crate::serviceaccount::TokenError::NotOurs) => {}
+        Err(e) => return Ok(refused(e.to_string())),
+    }
+    let implicit: Vec<String> = targets.iter().filter(|a| api_audiences.contains(a)).cloned().collect();
+    if implicit.is_empty() {
+        return Ok(refused("token audiences are invalid for the target audiences".into()));
     }
     let mut headers = http::HeaderMap::new();
     if let Ok(v) = http::HeaderValue::from_str(&format!("Bearer {token}")) {
@@ -276,8 +288,8 @@ async fn token_review(ctx: &Ctx, obj: &Value) -> Result<Value, StatusError> {
         .await
         .filter(|id| id.user != authz::ANONYMOUS);
     Ok(match who {
-        Some(id) => json!({"authenticated": true, "user": user_info(&id), "audiences": audiences}),
-        None => json!({"authenticated": false, "user": {}, "error": "invalid bearer token"}),
+        Some(id) => json!({"authenticated": true, "user": user_info(&id), "audiences": implicit}),
+        None => refused("invalid bearer token".into()),
     })
 }
 

@@ -293,6 +293,12 @@ impl TokenSigner {
     /// The claims of `token` if this server signed it, for one of its audiences, and it is
     /// valid at `now` (seconds since the epoch). The objects it names are not looked at.
     pub fn verify(&self, token: &str, now: i64) -> Result<Claims, TokenError> {
+        self.verify_for(token, now, &self.api_audiences)
+    }
+
+    /// [`TokenSigner::verify`] for the audiences `targets` instead of the server's own (a
+    /// TokenReview's `spec.audiences`).
+    pub fn verify_for(&self, token: &str, now: i64, targets: &[String]) -> Result<Claims, TokenError> {
         // As upstream: anything but a compact JWT of our issuer is not ours to judge.
         if token.trim_start().starts_with('{') {
             return Err(TokenError::NotOurs);
@@ -337,10 +343,10 @@ impl TokenSigner {
         } else {
             claims.aud.clone()
         };
-        if !token_audiences.iter().any(|a| self.api_audiences.contains(a)) {
+        if !token_audiences.iter().any(|a| targets.contains(a)) {
             return Err(TokenError::Audience {
                 token: token_audiences,
-                target: self.api_audiences.clone(),
+                target: targets.to_vec(),
             });
         }
         if claims.nbf.is_some_and(|nbf| now.saturating_add(LEEWAY_SECONDS) < nbf) {
@@ -360,7 +366,30 @@ impl TokenSigner {
     /// it is bound to, must still exist with the same uid and not have been deleted before
     /// `now` less the leeway.
     pub async fn authenticate(&self, store: &dyn Store, token: &str, now: i64) -> Result<Identity, TokenError> {
-        let claims = self.verify(token, now)?;
+        self.authenticate_for(store, token, now, &self.api_audiences)
+            .await
+            .map(|(id, _)| id)
+    }
+
+    /// [`TokenSigner::authenticate`] for the audiences `targets`; with the user, the audiences
+    /// of `targets` the token is for (upstream's `Response.Audiences`).
+    pub async fn authenticate_for(
+        &self,
+        store: &dyn Store,
+        token: &str,
+        now: i64,
+        targets: &[String],
+    ) -> Result<(Identity, Vec<String>), TokenError> {
+        let claims = self.verify_for(token, now, targets)?;
+        let audiences: Vec<String> = if claims.aud.is_empty() {
+            self.api_audiences
+                .iter()
+                .filter(|a| targets.contains(a))
+                .cloned()
+                .collect()
+        } else {
+            claims.aud.iter().filter(|a| targets.contains(a)).cloned().collect()
+        };
         let k = &claims.kubernetes;
         let namespace = k.namespace.as_str();
         let sa_name = k.serviceaccount.name.as_str();
@@ -408,12 +437,15 @@ impl TokenSigner {
         if !claims.jti.is_empty() {
             put("credential-id", &format!("JTI={}", claims.jti));
         }
-        Ok(Identity {
-            user: user_name(namespace, sa_name),
-            uid: k.serviceaccount.uid.clone(),
-            groups: groups(namespace),
-            extra,
-        })
+        Ok((
+            Identity {
+                user: user_name(namespace, sa_name),
+                uid: k.serviceaccount.uid.clone(),
+                groups: groups(namespace),
+                extra,
+            },
+            audiences,
+        ))
     }
 }
 

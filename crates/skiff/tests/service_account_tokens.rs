@@ -436,3 +436,41 @@ fn projected_tokens_on_a_node() {
     c.apply(&pod_with_projected_token("orphan", "ghost"), &[]);
     n.wait_running("orphan");
 }
+
+/// A TokenReview judges a token for the audiences it names, not only the API server's, and
+/// echoes those the token is for, as upstream: what a webhook or a vault checks a token with.
+#[test]
+fn a_token_review_for_an_audience_of_its_own_accepts_tokens_for_it() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.k(&["create", "serviceaccount", "bot"]);
+    let token = c.k(&["create", "token", "bot", "--audience", "api"]).trim().to_string();
+    let review = |audiences: &str, token: &str| -> serde_json::Value {
+        let body = format!(
+            r#"{{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{{"token":"{token}","audiences":{audiences}}}}}"#
+        );
+        serde_json::from_str(&c.stdin_kubectl(&["create", "-f", "-", "-o", "json"], &body)).expect("json")
+    };
+    let ok = review(r#"["api"]"#, &token);
+    assert_eq!(ok["status"]["authenticated"], true, "{ok}");
+    assert_eq!(ok["status"]["audiences"], serde_json::json!(["api"]), "{ok}");
+    assert_eq!(ok["status"]["user"]["username"], "system:serviceaccount:default:bot");
+
+    let other = review(r#"["vault"]"#, &token);
+    assert_eq!(other["status"]["authenticated"], false, "{other}");
+    assert_eq!(
+        other["status"]["error"],
+        r#"token audiences ["api"] is invalid for the target audiences ["vault"]"#
+    );
+    // Without audiences the API server's own are meant, which this token is not for.
+    let none = review("[]", &token);
+    assert_eq!(none["status"]["authenticated"], false, "{none}");
+
+    // A token for the API server reviewed for its audience.
+    let api_token = c.k(&["create", "token", "bot"]).trim().to_string();
+    let own = review(r#"["https://kubernetes.default.svc.cluster.local"]"#, &api_token);
+    assert_eq!(own["status"]["authenticated"], true, "{own}");
+    assert_eq!(
+        own["status"]["audiences"],
+        serde_json::json!(["https://kubernetes.default.svc.cluster.local"])
+    );
+}

@@ -25,6 +25,7 @@ pub fn apply_defaults(res: &Resource, obj: &mut Value) {
         ("", "Secret") => {
             if let Some(m) = obj.as_object_mut() {
                 default_str(m, "type", "Opaque");
+                merge_string_data(m);
             }
         }
         ("", "Namespace") => default_namespace(obj),
@@ -131,6 +132,34 @@ fn is_unset(m: &Map<String, Value>, key: &str) -> bool {
 fn default_val(m: &mut Map<String, Value>, key: &str, v: Value) {
     if is_unset(m, key) {
         m.insert(key.to_string(), v);
+    }
+}
+
+/// A Secret's write-only `stringData`, as upstream's conversion takes it on every create and
+/// update: each value, base64-encoded, replaces the same key of `data`; `stringData` itself is
+/// never stored or shown.
+fn merge_string_data(m: &mut Map<String, Value>) {
+    use base64::Engine;
+    let Some(string_data) = m.remove("stringData") else {
+        return;
+    };
+    let Value::Object(entries) = string_data else {
+        return;
+    };
+    if entries.is_empty() {
+        return;
+    }
+    let data = m.entry("data").or_insert_with(|| Value::Object(Map::new()));
+    if !data.is_object() {
+        *data = Value::Object(Map::new());
+    }
+    if let Some(data) = data.as_object_mut() {
+        for (k, v) in entries {
+            if let Some(text) = v.as_str() {
+                let encoded = base64::engine::general_purpose::STANDARD.encode(text.as_bytes());
+                data.insert(k, Value::String(encoded));
+            }
+        }
     }
 }
 
@@ -1217,6 +1246,24 @@ fn default_csi_driver(obj: &mut Value) {
 mod tests {
     use super::*;
     use crate::registry::lookup_kind;
+
+    #[test]
+    fn string_data_is_merged_over_data_and_never_kept() {
+        let s = defaulted(
+            "",
+            "Secret",
+            json!({"metadata": {"name": "s"}, "data": {"k1": "djE=", "k2": ""}, "stringData": {"k2": "v2", "k3": "v3"}}),
+        );
+        assert_eq!(s["data"], json!({"k1": "djE=", "k2": "djI=", "k3": "djM="}));
+        assert!(s.get("stringData").is_none(), "{s}");
+        assert_eq!(s["type"], "Opaque");
+        let only = defaulted(
+            "",
+            "Secret",
+            json!({"metadata": {"name": "s"}, "stringData": {"a": "b"}}),
+        );
+        assert_eq!(only["data"], json!({"a": "Yg=="}));
+    }
 
     #[test]
     fn role_binding_defaults() {

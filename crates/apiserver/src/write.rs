@@ -830,6 +830,10 @@ fn reset_status_on_create(res: &Resource, obj: &mut Value) {
         "namespaces" => {
             m.insert("status".into(), json!({"phase": "Active"}));
         }
+        // Upstream's empty ServiceStatus: its `loadBalancer` struct is always written.
+        "services" if res.group.is_empty() => {
+            m.insert("status".into(), json!({"loadBalancer": {}}));
+        }
         "customresourcedefinitions" if is_crd(res) => {
             m.insert(
                 "status".into(),
@@ -1275,7 +1279,47 @@ pub fn dry_run_values(v: Option<&Value>) -> Result<bool, StatusError> {
 pub async fn delete(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     let opts = delete_options(ctx, &bytes)?;
     let (w, code) = delete_object(ctx, &opts).await?;
-    Ok(render_one(ctx, code, w.object()))
+    match &w {
+        Written::Deleted(obj) if !returns_deleted_object(ctx.rr.resource) => {
+            Ok(body::value_response(code, &deleted_status(ctx.rr.resource, obj)))
+        }
+        _ => Ok(render_one(ctx, code, w.object())),
+    }
+}
+
+/// Whether a delete that removed the object answers with it, as upstream's registries with
+/// `ReturnDeletedObject` do; the others answer a `Status`. An object a finalizer or a grace
+/// period keeps is answered with itself either way.
+fn returns_deleted_object(res: &Resource) -> bool {
+    res.group.is_empty()
+        && matches!(
+            res.plural,
+            "pods"
+                | "services"
+                | "serviceaccounts"
+                | "persistentvolumes"
+                | "persistentvolumeclaims"
+                | "resourcequotas"
+                | "namespaces"
+        )
+        || (res.group, res.plural) == ("storage.k8s.io", "storageclasses")
+}
+
+/// Upstream's answer to a delete that removed the object: `status: Success`, with the name,
+/// group, resource (as `kind`) and uid of what went.
+fn deleted_status(res: &Resource, obj: &Value) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {
+            "name": objects::name(obj),
+            "group": res.group,
+            "kind": res.plural,
+            "uid": objects::uid(obj),
+        }
+    })
 }
 
 /// The grace period a pod deletion gets (None: not a graceful kind).

@@ -1784,3 +1784,47 @@ fn a_terminating_namespace_takes_no_new_content() {
     // Other namespaces are not affected.
     c.k(&["create", "configmap", "fine"]);
 }
+
+/// A delete that removes the object answers as upstream's registries do: a `Status` with the
+/// name, group, resource and uid of what went, but for the resources whose registry returns
+/// the deleted object (pods among them).
+#[test]
+fn deletes_answer_a_status_unless_the_registry_returns_the_object() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.k(&["create", "configmap", "gone", "--from-literal=a=b"]);
+    let uid = c.k(&["get", "configmap", "gone", "-o", "jsonpath={.metadata.uid}"]);
+    let answer: serde_json::Value =
+        serde_json::from_str(&c.k(&["delete", "--raw", "/api/v1/namespaces/default/configmaps/gone"])).expect("json");
+    assert_eq!(
+        answer,
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": "gone", "group": "", "kind": "configmaps", "uid": uid}})
+    );
+    c.apply(&pod_yaml("doomed", "{app: doomed}", None), &[]);
+    let answer: serde_json::Value =
+        serde_json::from_str(&c.k(&["delete", "--raw", "/api/v1/namespaces/default/pods/doomed"])).expect("json");
+    assert_eq!(answer["kind"], "Pod", "{answer}");
+    assert_eq!(answer["metadata"]["name"], "doomed");
+}
+
+/// A Secret's `stringData` is merged over `data` on every write, an update's too, and is never
+/// kept, as upstream's conversion does.
+#[test]
+fn string_data_is_merged_over_data_on_create_and_update() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.apply(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\ndata:\n  k1: djE=\n  k2: \"\"\nstringData:\n  k3: v3\n",
+        &[],
+    );
+    let s = c.get_json(&["secret", "s"]);
+    assert_eq!(
+        s["data"],
+        serde_json::json!({"k1": "djE=", "k2": "", "k3": "djM="}),
+        "{s}"
+    );
+    assert!(s.get("stringData").is_none(), "{s}");
+    c.k(&["patch", "secret", "s", "-p", r#"{"stringData":{"k2":"v2"}}"#]);
+    let s = c.get_json(&["secret", "s"]);
+    assert_eq!(s["data"]["k2"], "djI=", "{s}");
+    assert!(s.get("stringData").is_none(), "{s}");
+}

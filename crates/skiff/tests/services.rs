@@ -107,6 +107,11 @@ fn services_get_addresses_and_endpoints_that_follow_their_pods() {
     assert!((30000..=32767).contains(&node_port), "{svc}");
     assert_eq!(svc["status"]["loadBalancer"], serde_json::json!({}));
     assert!(c.k(&["get", "ipaddress", &ip]).contains("services/default/web"));
+    // The create's own answer carries upstream's empty status too (clients read it there).
+    let created: Value =
+        serde_json::from_str(&c.k(&["create", "service", "clusterip", "bare", "--tcp=80", "-o", "json"]))
+            .expect("json");
+    assert_eq!(created["status"], serde_json::json!({"loadBalancer": {}}), "{created}");
 
     // The slices list every running pod, on the target port.
     let want = eventually(Duration::from_secs(40), || {

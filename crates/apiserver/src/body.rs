@@ -144,6 +144,48 @@ pub fn add_warnings(r: &mut Response, warnings: &[String]) {
     }
 }
 
+/// What a Table's rows carry of their objects, by `includeObject` (upstream's
+/// `TableOptions`): `Metadata` (the default) a `PartialObjectMetadata`, `Object` the whole
+/// object (what `kubectl get --sort-by` sorts by), `None` nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IncludeObject {
+    None,
+    Metadata,
+    Object,
+}
+
+impl IncludeObject {
+    pub fn from_param(value: Option<&str>) -> IncludeObject {
+        match value {
+            Some("None") => IncludeObject::None,
+            Some("Object") => IncludeObject::Object,
+            _ => IncludeObject::Metadata,
+        }
+    }
+
+    /// `table`'s rows (one per object of `objs`, in order) with what this asks of each object.
+    pub fn apply(self, mut table: Value, objs: &[&Value]) -> Value {
+        if self == IncludeObject::Metadata {
+            return table;
+        }
+        if let Some(rows) = table.get_mut("rows").and_then(Value::as_array_mut) {
+            for (row, obj) in rows.iter_mut().zip(objs) {
+                let Some(row) = row.as_object_mut() else { continue };
+                match self {
+                    IncludeObject::None => {
+                        row.remove("object");
+                    }
+                    IncludeObject::Object => {
+                        row.insert("object".into(), (*obj).clone());
+                    }
+                    IncludeObject::Metadata => {}
+                }
+            }
+        }
+        table
+    }
+}
+
 /// The `PartialObjectMetadata` form of an object.
 pub fn partial_metadata(obj: &Value) -> Value {
     serde_json::json!({
@@ -155,6 +197,18 @@ pub fn partial_metadata(obj: &Value) -> Value {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn table_rows_carry_what_include_object_asks_for() {
+        let obj = serde_json::json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p"}, "spec": {}});
+        let table = serde_json::json!({"kind": "Table", "rows": [{"cells": ["p"], "object": partial_metadata(&obj)}]});
+        let whole = IncludeObject::from_param(Some("Object")).apply(table.clone(), &[&obj]);
+        assert_eq!(whole["rows"][0]["object"], obj);
+        let none = IncludeObject::from_param(Some("None")).apply(table.clone(), &[&obj]);
+        assert!(none["rows"][0].get("object").is_none());
+        assert_eq!(IncludeObject::from_param(None).apply(table.clone(), &[&obj]), table);
+    }
+
     use super::*;
 
     #[test]

@@ -569,6 +569,7 @@ pub fn render_one(ctx: &Ctx, code: StatusCode, obj: &Value) -> Response {
             let now = jiff::Timestamp::now();
             let t =
                 skiff_api::printers::table(ctx.rr.resource, &[obj], now, true, objects::resource_version(obj), None);
+            let t = body::IncludeObject::from_param(ctx.param("includeObject")).apply(t, &[obj]);
             body::value_response(code, &t)
         }
     }

@@ -336,6 +336,7 @@ pub async fn list(ctx: &Ctx) -> Result<Response, StatusError> {
         Output::Table => {
             let refs: Vec<&Value> = parsed.iter().collect();
             let t = skiff_api::printers::table(res, &refs, jiff::Timestamp::now(), true, &rv, cont.as_deref());
+            let t = body::IncludeObject::from_param(ctx.param("includeObject")).apply(t, &refs);
             Ok(body::value_response(StatusCode::OK, &t))
         }
     }

@@ -25,6 +25,7 @@ const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 struct Encoder {
     res: &'static Resource,
     output: Output,
+    include: crate::body::IncludeObject,
     sent_columns: bool,
 }
 
@@ -44,7 +45,7 @@ impl Encoder {
                     None,
                 );
                 self.sent_columns = true;
-                t
+                self.include.apply(t, &[obj])
             }
         };
         let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
@@ -106,6 +107,7 @@ pub async fn serve(ctx: Ctx, _name: Option<String>) -> Result<Response, StatusEr
     let mut encoder = Encoder {
         res,
         output: ctx.output(),
+        include: crate::body::IncludeObject::from_param(ctx.param("includeObject")),
         sent_columns: false,
     };
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(512);

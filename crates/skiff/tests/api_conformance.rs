@@ -1828,3 +1828,21 @@ fn string_data_is_merged_over_data_on_create_and_update() {
     assert_eq!(s["data"]["k2"], "djI=", "{s}");
     assert!(s.get("stringData").is_none(), "{s}");
 }
+
+/// `kubectl get --sort-by` sorts the Table's rows by their objects, which it asks for whole
+/// (`includeObject=Object`), as upstream's `TableOptions` give them.
+#[test]
+fn sort_by_sorts_table_rows_by_their_whole_objects() {
+    let c = Cluster::start(CONTROL_PLANE);
+    for (pod, container) in [("first", "zz"), ("second", "aa"), ("third", "mm")] {
+        c.apply(
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {pod}\nspec:\n  containers:\n  - name: {container}\n    image: busybox:latest\n"
+            ),
+            &[],
+        );
+    }
+    let out = c.k(&["get", "pods", "--sort-by={.spec.containers[0].name}", "--no-headers"]);
+    let names: Vec<&str> = out.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(names, ["second", "third", "first"], "{out}");
+}

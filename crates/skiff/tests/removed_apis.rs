@@ -38,47 +38,12 @@ spec:
               containerPort: 8080
 "#;
 
-/// Seed 003's CronJob, exactly as written there.
-const SEED_CRONJOB: &str = r#"apiVersion: batch/v1beta1
-kind: CronJob
-metadata:
-  name: hello
-spec:
-  schedule: "*/1 * * * *"
-  jobTemplate:
-    spec:
-      template:
-        spec:
-          containers:
-          - name: hello
-            image: busybox
-            args:
-            - /bin/sh
-            - -c
-            - date; echo Hello from the Kubernetes cluster
-          restartPolicy: OnFailure
-"#;
-
 const DEPLOYMENT_WARNING: &str =
     "Warning: extensions/v1beta1 Deployment is deprecated in v1.8+, unavailable in v1.16+; use apps/v1 Deployment";
 
 /// Runs kubectl with `input` on stdin; returns (stdout, stderr, success).
 fn kubectl_stdin(c: &Cluster, args: &[&str], input: &str) -> (String, String, bool) {
-    use std::io::Write;
-    let mut child = c
-        .kubectl_cmd(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("write stdin");
-    let out = child.wait_with_output().expect("kubectl output");
+    let out = c.kubectl_with_stdin(args, input);
     (
         String::from_utf8_lossy(&out.stdout).to_string(),
         String::from_utf8_lossy(&out.stderr).to_string(),
@@ -242,7 +207,7 @@ spec:
     assert!(stderr.contains("spec.selector: Required value"), "{stderr}");
 
     // The seed's CronJob, as written: created with its warning, and it starts Jobs.
-    let (stdout, stderr) = apply(&c, SEED_CRONJOB);
+    let (stdout, stderr) = apply(&c, common::seeds::CRONJOB_V1BETA1);
     assert!(stdout.contains("cronjob.batch/hello created"), "{stdout}");
     assert!(
         stderr.contains(
@@ -267,4 +232,94 @@ spec:
     let old = c.get_json(&["cronjobs.v1beta1.batch", "hello"]);
     assert_eq!(old["apiVersion"], "batch/v1beta1");
     assert_eq!(old["spec"]["schedule"], "*/1 * * * *");
+}
+
+/// The removed versions are authorized as upstream authorizes them, under their own group: a
+/// user with no role reads and writes nothing through them, a `view` user reads but does not
+/// write, and a doubled slash finds no way around either.
+#[test]
+fn the_removed_versions_are_authorized_as_their_own_group() {
+    let c = Cluster::start(&["--no-agent", "--serve-removed-apis"]);
+    apply(&c, SEED_DEPLOYMENT);
+    let nobody = common::issued_kubeconfig(&c, &["user", "nobody"], "nobody.kubeconfig");
+    let viewer = common::issued_kubeconfig(&c, &["user", "viewer"], "viewer.kubeconfig");
+    c.k(&[
+        "create",
+        "rolebinding",
+        "viewer-view",
+        "--clusterrole=view",
+        "--user=viewer",
+    ]);
+    let as_user = |kubeconfig: &std::path::Path, args: &[&str]| {
+        std::process::Command::new(common::kubectl_bin())
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("kubectl")
+    };
+    for path in [
+        "/apis/extensions/v1beta1/namespaces/default/deployments",
+        "/apis/extensions/v1beta1/namespaces/default/deployments/nginx-deployment",
+        "/apis/extensions/v1beta1//namespaces/default/deployments",
+        "/apis/batch/v1beta1/cronjobs",
+    ] {
+        let out = as_user(&nobody, &["get", "--raw", path]);
+        assert!(!out.status.success(), "{path} answered a user with no role");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("Forbidden") || err.contains("NotFound"), "{path}: {err}");
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("nginx-deployment"),
+            "{path}"
+        );
+    }
+    let err = String::from_utf8_lossy(
+        &as_user(&nobody, &["get", "deployments.v1beta1.extensions", "nginx-deployment"]).stderr,
+    )
+    .to_string();
+    assert!(
+        err.contains(r#"User "nobody" cannot get resource "deployments" in API group "extensions""#),
+        "{err}"
+    );
+    let read = as_user(
+        &viewer,
+        &[
+            "get",
+            "deployments.v1beta1.extensions",
+            "nginx-deployment",
+            "-o",
+            "name",
+        ],
+    );
+    assert!(read.status.success(), "{}", String::from_utf8_lossy(&read.stderr));
+    let write = as_user(
+        &viewer,
+        &[
+            "scale",
+            "deployments.v1beta1.extensions",
+            "nginx-deployment",
+            "--replicas=9",
+        ],
+    );
+    assert!(!write.status.success());
+    let patch = as_user(
+        &viewer,
+        &[
+            "patch",
+            "deployments.v1beta1.extensions",
+            "nginx-deployment",
+            "-p",
+            r#"{"spec":{"replicas":9}}"#,
+        ],
+    );
+    let err = String::from_utf8_lossy(&patch.stderr);
+    assert!(
+        err.contains(r#"User "viewer" cannot patch resource "deployments" in API group "extensions""#),
+        "{err}"
+    );
+    assert_eq!(
+        c.get_json(&["deployment.apps", "nginx-deployment"])["spec"]["replicas"],
+        3
+    );
 }

@@ -64,10 +64,7 @@ pub async fn uninstall(agent_dir: &Path) -> anyhow::Result<Report> {
         }
     }
     for table in &record.nft_tables {
-        let text = format!("add table ip {table}\ndelete table ip {table}\n");
-        let mut nft = netns.command("nft");
-        nft.arg("-f").arg("-");
-        match run_command(nft, Some(&text), "nft").await {
+        match crate::proxy::cleanup(&netns, table).await {
             Ok(_) => report.done(format!("nftables table ip {table}")),
             Err(e) => report.failed(&format!("nftables table ip {table}"), &e),
         }

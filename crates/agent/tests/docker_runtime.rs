@@ -5,12 +5,14 @@
 
 #![cfg(test)]
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, PodStatus, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, PodStatus, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -168,7 +170,7 @@ impl Harness {
         opts.bind = "127.0.0.1".parse().unwrap();
         let server = skiff_apiserver::start(opts).await.unwrap();
         let client = skiff_apiserver::client(server.state.clone());
-        as_the_controllers_would(&client, &dir.path().join("server")).await;
+        common::as_the_controllers_would(&client, &dir.path().join("server")).await;
 
         let history = Arc::new(Mutex::new(History::default()));
         let (ready_tx, ready) = oneshot::channel();
@@ -1598,24 +1600,4 @@ async fn security_contexts_are_applied_or_refused_never_ignored() {
     assert!(message.starts_with("failed to load seccomp profile"), "{message}");
     h.finish(t1, w1).await;
     h.finish(t2, w2).await;
-}
-
-/// The in-process API server runs no controllers: the `default` ServiceAccount, which the
-/// ServiceAccount admission plugin requires of every pod, and the `kube-root-ca.crt` ConfigMap
-/// its credentials volume projects, made as the service account controller and the root CA
-/// publisher would make them.
-async fn as_the_controllers_would(client: &kube::Client, server_dir: &std::path::Path) {
-    let ca = std::fs::read_to_string(server_dir.join("pki").join("ca.crt")).expect("the cluster CA");
-    let sa: ServiceAccount = serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
-    Api::<ServiceAccount>::namespaced(client.clone(), "default")
-        .create(&Default::default(), &sa)
-        .await
-        .expect("the default service account");
-    let cm: ConfigMap =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": ca}}))
-            .unwrap();
-    Api::<ConfigMap>::namespaced(client.clone(), "default")
-        .create(&Default::default(), &cm)
-        .await
-        .expect("the root CA ConfigMap");
 }

@@ -3,6 +3,8 @@
 
 #![cfg(test)]
 
+mod common;
+
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -69,7 +71,7 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
     opts.bind = "127.0.0.1".parse().unwrap();
     let running = skiff_apiserver::start(opts).await.unwrap();
     let client = skiff_apiserver::client(running.state.clone());
-    as_the_controllers_would(&client, &dir.path().join("server")).await;
+    common::as_the_controllers_would(&client, &dir.path().join("server")).await;
 
     // The agent labels its containers with the cluster's identity, the kube-system namespace's uid.
     let cluster = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
@@ -235,25 +237,4 @@ async fn agent_registers_runs_a_pod_and_deletes_it_gracefully() {
     })
     .await;
     agent.abort();
-}
-
-/// The in-process API server runs no controllers: the `default` ServiceAccount, which the
-/// ServiceAccount admission plugin requires of every pod, and the `kube-root-ca.crt` ConfigMap
-/// its credentials volume projects, made as the service account controller and the root CA
-/// publisher would make them.
-async fn as_the_controllers_would(client: &kube::Client, server_dir: &std::path::Path) {
-    use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
-    let ca = std::fs::read_to_string(server_dir.join("pki").join("ca.crt")).expect("the cluster CA");
-    let sa: ServiceAccount = serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
-    Api::<ServiceAccount>::namespaced(client.clone(), "default")
-        .create(&Default::default(), &sa)
-        .await
-        .expect("the default service account");
-    let cm: ConfigMap =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": ca}}))
-            .unwrap();
-    Api::<ConfigMap>::namespaced(client.clone(), "default")
-        .create(&Default::default(), &cm)
-        .await
-        .expect("the root CA ConfigMap");
 }

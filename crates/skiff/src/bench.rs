@@ -402,26 +402,9 @@ pub(crate) async fn wait_ready(client: &kube::Client) -> anyhow::Result<()> {
         anyhow::ensure!(Instant::now() < deadline, "server never became ready");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    default_service_account(client).await
-}
-
-/// Most bench servers run no controllers: the `default` ServiceAccount of namespace `default`,
-/// which pods run as (the ServiceAccount admission plugin refuses a pod whose account is
-/// missing), is made here as the service account controller would make it.
-async fn default_service_account(client: &kube::Client) -> anyhow::Result<()> {
-    let api: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> = kube::Api::namespaced(client.clone(), "default");
-    let sa = k8s_openapi::api::core::v1::ServiceAccount {
-        metadata: kube::api::ObjectMeta {
-            name: Some("default".into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    match api.create(&Default::default(), &sa).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e).context("creating the default service account"),
-    }
+    // Most bench servers run no controllers: namespace `default`'s account is made as its
+    // controller would.
+    skiff_bench::scheduling::default_service_account(client, "default").await
 }
 
 pub(crate) fn print_result(v: &serde_json::Value, as_json: bool) {

@@ -1355,26 +1355,6 @@ spec:
   backoffLimit: 4
 "#;
 
-const SEED_V1BETA1_CRONJOB: &str = r#"apiVersion: batch/v1beta1
-kind: CronJob
-metadata:
-  name: hello
-spec:
-  schedule: "*/1 * * * *"
-  jobTemplate:
-    spec:
-      template:
-        spec:
-          containers:
-          - name: hello
-            image: busybox
-            args:
-            - /bin/sh
-            - -c
-            - date; echo Hello from the Kubernetes cluster
-          restartPolicy: OnFailure
-"#;
-
 #[test]
 fn seed_examples_as_written() {
     let c = Cluster::start(CONTROL_PLANE);
@@ -1439,7 +1419,7 @@ fn seed_examples_as_written() {
     // --validate=false shows the mapping error.
     for (yaml, kind, version) in [
         (SEED_EXTENSIONS_DEPLOYMENT, "Deployment", "extensions/v1beta1"),
-        (SEED_V1BETA1_CRONJOB, "CronJob", "batch/v1beta1"),
+        (common::seeds::CRONJOB_V1BETA1, "CronJob", "batch/v1beta1"),
     ] {
         let err = c.stdin_kubectl_err(&["apply", "-f", "-"], yaml);
         assert!(
@@ -1476,7 +1456,7 @@ fn seed_examples_as_written() {
     let err = c.stdin_kubectl_err(&["apply", "--validate=false", "-f", "-"], &moved);
     assert!(err.contains("Invalid") && err.contains("spec.selector"), "{err}");
     // batch/v1 CronJob, as the example means today.
-    let cj = SEED_V1BETA1_CRONJOB.replace("batch/v1beta1", "batch/v1");
+    let cj = common::seeds::CRONJOB_V1BETA1.replace("batch/v1beta1", "batch/v1");
     let out = c.apply(&cj, &[]);
     assert!(out.contains("cronjob.batch/hello created"), "{out}");
     let got = c.k(&["get", "cronjobs"]);

@@ -357,7 +357,7 @@ pub async fn bench(client: Client, cfg: BenchConfig) -> anyhow::Result<BenchResu
 /// The namespace's `default` ServiceAccount, which the ServiceAccount admission plugin requires
 /// of its pods: made here as the service account controller would, since the bench server runs
 /// no controllers (one that does has made it already).
-async fn default_service_account(client: &Client, namespace: &str) -> anyhow::Result<()> {
+pub async fn default_service_account(client: &Client, namespace: &str) -> anyhow::Result<()> {
     let api: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), namespace);
     let sa: k8s_openapi::api::core::v1::ServiceAccount =
         serde_json::from_value(json!({"metadata": {"name": "default"}}))?;

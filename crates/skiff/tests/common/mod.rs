@@ -261,7 +261,7 @@ impl Cluster {
     }
 
     /// Runs kubectl with `input` on its stdin and returns what it printed and its exit status.
-    fn kubectl_with_stdin(&self, args: &[&str], input: &str) -> std::process::Output {
+    pub fn kubectl_with_stdin(&self, args: &[&str], input: &str) -> std::process::Output {
         use std::io::Write;
         let mut child = self
             .kubectl_cmd(args)

@@ -107,3 +107,24 @@ fn replace_once(text: &str, from: &str, to: &str) -> String {
     assert_eq!(text.matches(from).count(), 1, "{from:?} in {text}");
     text.replacen(from, to, 1)
 }
+
+/// Seed 003's CronJob, in the removed `batch/v1beta1` it is written in.
+pub const CRONJOB_V1BETA1: &str = r#"apiVersion: batch/v1beta1
+kind: CronJob
+metadata:
+  name: hello
+spec:
+  schedule: "*/1 * * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          containers:
+          - name: hello
+            image: busybox
+            args:
+            - /bin/sh
+            - -c
+            - date; echo Hello from the Kubernetes cluster
+          restartPolicy: OnFailure
+"#;

@@ -52,6 +52,12 @@ impl Resource {
         self.group == "metrics.k8s.io"
     }
 
+    /// Whether the resource is made at each request from live state and never stored: the
+    /// resource metrics and the deprecated `componentstatuses`; only got and listed.
+    pub fn is_computed(&self) -> bool {
+        self.is_metrics() || (self.group.is_empty() && self.plural == "componentstatuses")
+    }
+
     /// Whether the resource only takes creates and stores nothing: the legacy `bindings` and
     /// the access and token reviews, which upstream answers and forgets.
     pub fn is_create_only(&self) -> bool {
@@ -133,6 +139,17 @@ pub static RESOURCES: &[Resource] = &[
         ]
     ),
     res!("", "v1", "Binding", "bindings", "binding", true, &[], &[], &[]),
+    res!(
+        "",
+        "v1",
+        "ComponentStatus",
+        "componentstatuses",
+        "componentstatus",
+        false,
+        &["cs"],
+        &[],
+        &[]
+    ),
     res!("", "v1", "Event", "events", "event", true, &["ev"], &[], &[]),
     res!("", "v1", "Secret", "secrets", "secret", true, &[], &[], &[]),
     res!(

@@ -40,6 +40,7 @@ fn build() -> Schemas {
         ("", "v1", "Node", api::core::v1::Node),
         ("", "v1", "Pod", api::core::v1::Pod),
         ("", "v1", "Binding", api::core::v1::Binding),
+        ("", "v1", "ComponentStatus", api::core::v1::ComponentStatus),
         ("", "v1", "Event", api::core::v1::Event),
         ("", "v1", "Secret", api::core::v1::Secret),
         ("", "v1", "ConfigMap", api::core::v1::ConfigMap),

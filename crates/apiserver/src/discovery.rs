@@ -66,7 +66,7 @@ pub fn verbs(r: &Resource) -> &'static [&'static str] {
     if r.is_create_only() {
         return CREATE_ONLY;
     }
-    if r.is_metrics() {
+    if r.is_computed() {
         return &["get", "list"];
     }
     match (r.group, r.plural) {

@@ -529,6 +529,9 @@ pub(crate) async fn dispatch(ctx: Ctx, bytes: Bytes) -> Result<Response, StatusE
     if res.is_metrics() {
         return crate::resourcemetrics::handle(&ctx).await;
     }
+    if res.is_computed() {
+        return crate::componentstatus::handle(&ctx).await;
+    }
     if !rr.subresource.is_empty() {
         return crate::subresources::handle(ctx, bytes).await;
     }

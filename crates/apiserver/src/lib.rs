@@ -16,6 +16,7 @@ pub mod bootstrap;
 pub mod bootstraptoken;
 pub mod certificates;
 pub mod coalesce;
+pub mod componentstatus;
 pub mod conversion;
 pub mod customresourcedefinitions;
 pub mod defaultingressclass;

@@ -323,7 +323,7 @@ pub async fn observe_storage_objects(store: &dyn Store) {
     // Resources whose last object went away are 0, not their last count.
     m.storage_objects.clear();
     for r in skiff_api::registry::RESOURCES {
-        if r.is_create_only() || r.is_metrics() {
+        if r.is_create_only() || r.is_computed() {
             continue;
         }
         let q = r.qualified_plural();

@@ -66,7 +66,7 @@ pub async fn handle(ctx: &Ctx) -> Result<Response, StatusError> {
     Ok(render_list(ctx, res, &items))
 }
 
-fn render_list(ctx: &Ctx, res: &Resource, items: &[Value]) -> Response {
+pub(crate) fn render_list(ctx: &Ctx, res: &Resource, items: &[Value]) -> Response {
     match ctx.output() {
         Output::Table => {
             let refs: Vec<&Value> = items.iter().collect();

@@ -44,6 +44,8 @@ pub struct ApiState {
     pub webhooks: crate::webhook::Webhooks,
     /// The PodSecurity admission plugin's defaults and exemptions.
     pub pod_security: crate::podsecurity::PodSecurity,
+    /// The control-plane parts this process runs, as `componentstatuses` reports them.
+    pub components: crate::componentstatus::LocalComponents,
 }
 
 impl ApiState {
@@ -63,6 +65,7 @@ impl ApiState {
             filters: Filters::default(),
             webhooks: Default::default(),
             pod_security: Default::default(),
+            components: Default::default(),
         })
     }
 

@@ -20,7 +20,7 @@ pub fn api_resource(r: &Resource) -> ApiResource {
 /// as autoscaling/v1 HorizontalPodAutoscalers). Custom resources served now are included.
 pub fn stored_resources() -> impl Iterator<Item = &'static Resource> {
     skiff_api::registry::all().into_iter().filter(|r| {
-        !r.is_create_only() && !r.is_metrics() && r.group != "events.k8s.io" && !skiff_api::conversion::is_converted(r)
+        !r.is_create_only() && !r.is_computed() && r.group != "events.k8s.io" && !skiff_api::conversion::is_converted(r)
     })
 }
 

@@ -1141,6 +1141,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     let elected = Elected::new(election, &running);
     if !args.no_controllers {
+        running.state.components.runs("controller-manager");
         let cfg = skiff_controllers::ControllersConfig {
             root_ca_pem: Some(running.state.pki.ca_cert_pem.clone()),
             // The signer runs here, beside the CA's key.
@@ -1178,6 +1179,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         )?;
     }
     if !args.no_scheduler {
+        running.state.components.runs("scheduler");
         let state = running.state.clone();
         elected.spawn(
             &mut tasks,

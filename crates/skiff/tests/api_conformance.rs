@@ -1826,3 +1826,56 @@ fn sort_by_sorts_table_rows_by_their_whole_objects() {
     let names: Vec<&str> = out.lines().filter_map(|l| l.split_whitespace().next()).collect();
     assert_eq!(names, ["second", "third", "first"], "{out}");
 }
+
+/// `kubectl get componentstatuses` reports the parts this server runs as upstream's probes
+/// would: the controllers and the store healthy, the scheduler left out by `--no-scheduler`
+/// unhealthy with the reason; only get and list, with the deprecation warning.
+#[test]
+fn component_statuses_report_the_parts_this_server_runs() {
+    let c = Cluster::start(CONTROL_PLANE);
+    let out = c.kubectl(&["get", "componentstatuses"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Warning: v1 ComponentStatus is deprecated in v1.19+"),
+        "{stderr}"
+    );
+    let rows: Vec<Vec<&str>> = stdout.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows[0], ["NAME", "STATUS", "MESSAGE", "ERROR"], "{stdout}");
+    assert_eq!(rows[1], ["controller-manager", "Healthy", "ok"], "{stdout}");
+    assert_eq!(rows[2][..2], ["scheduler", "Unhealthy"], "{stdout}");
+    assert!(
+        stdout.contains("kube-scheduler does not run in this server (started with --no-scheduler)"),
+        "{stdout}"
+    );
+    assert_eq!(rows[3], ["etcd-0", "Healthy", "ok"], "{stdout}");
+    assert_eq!(rows.len(), 4, "{stdout}");
+
+    let one = c.get_json(&["cs", "etcd-0"]);
+    assert_eq!(
+        one["conditions"],
+        json!([{"type": "Healthy", "status": "True", "message": "ok"}]),
+        "{one}"
+    );
+    let picked = c.k(&["get", "cs", "--field-selector", "metadata.name=scheduler", "-o", "name"]);
+    assert_eq!(picked.trim(), "componentstatus/scheduler");
+    let err = c.k_err(&["get", "cs", "kubelet"]);
+    assert!(
+        err.contains("Internal error occurred: Component not found: kubelet"),
+        "{err}"
+    );
+    let err = c.stdin_kubectl_err(
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: ComponentStatus\nmetadata:\n  name: mine\nconditions: []\n",
+    );
+    assert!(err.contains("MethodNotAllowed"), "{err}");
+    let resources = c.k(&["api-resources", "--api-group=", "-o", "wide"]);
+    let row = resources
+        .lines()
+        .find(|l| l.starts_with("componentstatuses"))
+        .expect("listed");
+    assert!(row.contains(" cs ") && row.contains(" get,list "), "{row}");
+}

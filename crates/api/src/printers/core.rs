@@ -529,6 +529,31 @@ pub(crate) fn secret(obj: &Value, now: Timestamp) -> Vec<Value> {
     ]
 }
 
+pub(crate) const COMPONENTSTATUS_COLUMNS: &[Column] = &[
+    NAME,
+    Column::new("Status", "string", "Status of the component conditions"),
+    Column::new("Message", "string", "Message of the component conditions"),
+    Column::new("Error", "string", "Error of the component conditions"),
+];
+
+/// Upstream's `printComponentStatus`: the Healthy condition's status, message and error;
+/// `Unknown` when there is none.
+pub(crate) fn componentstatus(obj: &Value) -> Vec<Value> {
+    let healthy = obj
+        .pointer("/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Healthy"));
+    let (status, message, error) = match healthy {
+        Some(c) => (
+            if c["status"] == "True" { "Healthy" } else { "Unhealthy" },
+            c["message"].as_str().unwrap_or(""),
+            c["error"].as_str().unwrap_or(""),
+        ),
+        None => ("Unknown", "", ""),
+    };
+    vec![json!(name(obj)), json!(status), json!(message), json!(error)]
+}
+
 pub(crate) const CONFIGMAP_COLUMNS: &[Column] = &[
     NAME,
     Column::new(

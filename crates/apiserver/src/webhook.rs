@@ -347,25 +347,116 @@ fn empty_tls() -> rustls::ClientConfig {
 
 /// A TLS client trusting `caBundle` (base64 of PEM), or the system's roots without one.
 fn tls_config(ca_bundle_b64: &str) -> anyhow::Result<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = if ca_bundle_b64.is_empty() {
-        std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default()
-    } else {
-        base64::engine::general_purpose::STANDARD.decode(ca_bundle_b64)?
+    let Some(verifier) = BundleVerifier::new(ca_bundle_b64)? else {
+        // No system roots on this host: nothing is trusted, as with an empty bundle.
+        let mut config = empty_tls();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        return Ok(config);
     };
-    for cert in CertificateDer::pem_slice_iter(&pem).flatten() {
-        let _ = roots.add(cert);
-    }
-    if !ca_bundle_b64.is_empty() && roots.is_empty() {
-        anyhow::bail!("no PEM certificate in it");
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+    let mut config = rustls::ClientConfig::builder_with_provider(verifier.provider.clone())
         .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
+}
+
+/// Verifies a webhook's serving certificate as upstream's Go client does: a chain to a
+/// `caBundle` certificate, or the served certificate being one of the bundle's own. Go trusts
+/// a certificate found in its root pool as it is (its validity period and names still
+/// checked), so a self-signed CA certificate serving as its own end entity, which operator
+/// frameworks generate, is accepted where a chain verifier alone refuses a CA as end entity.
+#[derive(Debug)]
+struct BundleVerifier {
+    webpki: Arc<rustls::client::WebPkiServerVerifier>,
+    bundle: Vec<CertificateDer<'static>>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl BundleVerifier {
+    /// The verifier for `caBundle` (base64 of PEM), or the system's roots without one; `None`
+    /// when there is no root at all.
+    fn new(ca_bundle_b64: &str) -> anyhow::Result<Option<BundleVerifier>> {
+        let pem = if ca_bundle_b64.is_empty() {
+            std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default()
+        } else {
+            base64::engine::general_purpose::STANDARD.decode(ca_bundle_b64)?
+        };
+        let bundle: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem).flatten().collect();
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in &bundle {
+            let _ = roots.add(cert.clone());
+        }
+        if roots.is_empty() {
+            if !ca_bundle_b64.is_empty() {
+                anyhow::bail!("no PEM certificate in it");
+            }
+            return Ok(None);
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let webpki =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build()?;
+        Ok(Some(BundleVerifier {
+            webpki,
+            // Only a bundle's own certificates stand for themselves, never the system's roots.
+            bundle: if ca_bundle_b64.is_empty() { Vec::new() } else { bundle },
+            provider,
+        }))
+    }
+}
+
+impl rustls::client::danger::ServerCertVerifier for BundleVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        let chained = self
+            .webpki
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now);
+        if chained.is_ok() || !self.bundle.iter().any(|c| c.as_ref() == end_entity.as_ref()) {
+            return chained;
+        }
+        let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
+        rustls::client::verify_server_name(&parsed, server_name)?;
+        let in_period = x509_parser::parse_x509_certificate(end_entity.as_ref())
+            .ok()
+            .and_then(|(_, c)| {
+                let at = x509_parser::time::ASN1Time::from_timestamp(i64::try_from(now.as_secs()).ok()?).ok()?;
+                Some(c.validity().is_valid_at(at))
+            })
+            .unwrap_or(false);
+        if !in_period {
+            return Err(rustls::Error::InvalidCertificate(rustls::CertificateError::Expired));
+        }
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 /// Whether `res` is one of the webhook configurations.
@@ -1219,6 +1310,41 @@ pub fn any(state: &ApiState) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A self-signed CA certificate for `names`, valid until `until` (year).
+    fn self_signed_ca(names: &[&str], until: i32) -> String {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let key = KeyPair::generate().expect("key");
+        let mut params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).expect("params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(until, 1, 1);
+        params.self_signed(&key).expect("certificate").pem()
+    }
+
+    fn verify(bundle: &str, served: &str, name: &str) -> Result<(), rustls::Error> {
+        use rustls::client::danger::ServerCertVerifier;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(bundle);
+        let verifier = BundleVerifier::new(&b64).expect("bundle").expect("roots");
+        let served = CertificateDer::from_pem_slice(served.as_bytes()).expect("served");
+        let name = ServerName::try_from(name.to_string()).expect("name");
+        verifier
+            .verify_server_cert(&served, &[], &name, &[], rustls::pki_types::UnixTime::now())
+            .map(|_| ())
+    }
+
+    #[test]
+    fn a_bundles_own_certificate_is_trusted_for_its_names_and_period() {
+        let own = self_signed_ca(&["127.0.0.1", "hook.ns.svc"], 2200);
+        verify(&own, &own, "127.0.0.1").expect("its own bundle");
+        verify(&own, &own, "hook.ns.svc").expect("its DNS name");
+        assert!(verify(&own, &own, "other.ns.svc").is_err(), "another name");
+        let expired = self_signed_ca(&["127.0.0.1"], 2021);
+        assert!(verify(&expired, &expired, "127.0.0.1").is_err(), "expired");
+        let stranger = self_signed_ca(&["127.0.0.1"], 2200);
+        assert!(verify(&own, &stranger, "127.0.0.1").is_err(), "not in the bundle");
+    }
 
     fn rule(ops: &[&str], groups: &[&str], versions: &[&str], resources: &[&str], scope: &str) -> Rule {
         let v = |x: &[&str]| x.iter().map(|s| s.to_string()).collect();

@@ -42,6 +42,22 @@ fn certs() -> Certs {
     }
 }
 
+/// A self-signed CA certificate for 127.0.0.1 that serves as its own end entity, as operator
+/// frameworks generate it: the `caBundle` is the serving certificate itself.
+fn self_signed_ca_certs() -> Certs {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let key = KeyPair::generate().expect("key");
+    let mut params = CertificateParams::new(vec!["127.0.0.1".to_string()]).expect("params");
+    params.distinguished_name.push(DnType::CommonName, "webhook.test.svc");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).expect("self-signed");
+    Certs {
+        ca_pem: cert.pem(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    }
+}
+
 /// What the test's webhooks answer to one AdmissionReview, by path.
 fn answer(path: &str, review: &Value) -> Value {
     let req = &review["request"];
@@ -725,4 +741,42 @@ webhooks:
         err.contains("webhooks[0].clientConfig.caBundle: Invalid value: \"(bytes)\": must be a PEM bundle of one or more X.509 certificates"),
         "{err}"
     );
+}
+
+/// A webhook whose serving certificate is a self-signed CA certificate given as its own
+/// `caBundle` is called, as upstream's Go client trusts a certificate found in its roots; a
+/// bundle of another self-signed certificate is still refused.
+#[test]
+fn a_self_signed_ca_certificate_serves_as_its_own_bundle() {
+    let c = Cluster::start(&["--no-agent", "--no-scheduler"]);
+    let certs = self_signed_ca_certs();
+    let server = WebhookServer::start(&certs);
+    let hook = |name: &str, bundle: &str| {
+        format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: {name}}}\nwebhooks:\n- name: {name}.skiff.test\n  clientConfig: {{url: 'https://127.0.0.1:{}/validate', caBundle: {}}}\n  rules:\n  - {{operations: [CREATE], apiGroups: [''], apiVersions: [v1], resources: [configmaps]}}\n  namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {name}}}}}\n  sideEffects: None\n  admissionReviewVersions: [v1]\n",
+            server.port,
+            base64::engine::general_purpose::STANDARD.encode(bundle)
+        )
+    };
+    c.k(&["create", "namespace", "own"]);
+    c.apply(&hook("own", &certs.ca_pem), &[]);
+    let err = c.k_err(&[
+        "create",
+        "configmap",
+        "refused",
+        "-n",
+        "own",
+        "--from-literal=forbidden=1",
+    ]);
+    assert!(
+        err.contains("admission webhook \"own.skiff.test\" denied the request: the key \"forbidden\" is not allowed"),
+        "{err}"
+    );
+    assert_eq!(server.reviews("/validate").len(), 1);
+
+    c.k(&["create", "namespace", "other"]);
+    c.apply(&hook("other", &self_signed_ca_certs().ca_pem), &[]);
+    let err = c.k_err(&["create", "configmap", "unverified", "-n", "other", "--from-literal=a=b"]);
+    assert!(err.contains("failed calling webhook \"other.skiff.test\""), "{err}");
+    assert_eq!(server.reviews("/validate").len(), 1);
 }

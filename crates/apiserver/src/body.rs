@@ -109,7 +109,8 @@ pub fn decode_yaml(body: &[u8]) -> Result<Value, StatusError> {
         .map_err(|e| StatusError::bad_request(format!("error converting YAML to JSON: {e}")))
 }
 
-/// A JSON response.
+/// A JSON response of these bytes as they are (the OpenAPI documents, which upstream writes
+/// without a final newline); API objects go through [`object_response`].
 pub fn json_response(code: StatusCode, body: impl Into<Body>) -> Response {
     let mut r = Response::new(body.into());
     *r.status_mut() = code;
@@ -118,8 +119,15 @@ pub fn json_response(code: StatusCode, body: impl Into<Body>) -> Response {
     r
 }
 
+/// An API object's JSON (an object, a list, a Table, a `Status`, discovery): ended by a
+/// newline, as upstream's encoder (`json.Encoder.Encode`) ends every one it writes.
+pub fn object_response(code: StatusCode, mut json: Vec<u8>) -> Response {
+    json.push(b'\n');
+    json_response(code, json)
+}
+
 pub fn value_response(code: StatusCode, v: &Value) -> Response {
-    json_response(code, serde_json::to_vec(v).unwrap_or_default())
+    object_response(code, serde_json::to_vec(v).unwrap_or_default())
 }
 
 /// A `Status` error response.
@@ -132,6 +140,47 @@ pub fn error_response(e: &StatusError) -> Response {
         r.headers_mut().insert(header::RETRY_AFTER, v);
     }
     r
+}
+
+/// Whether the answer is indented, as upstream's `isPrettyPrint` decides: `pretty` when given,
+/// else for browsers and command-line HTTP tools (a User-Agent starting `curl`, `Wget` or
+/// `Mozilla/5.0`).
+pub fn wants_pretty(pretty: Option<&str>, headers: &HeaderMap) -> bool {
+    if let Some(p) = pretty.filter(|p| !p.is_empty()) {
+        return matches!(p, "1" | "t" | "T" | "true" | "TRUE" | "True");
+    }
+    let agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    ["curl", "Wget", "Mozilla/5.0"].iter().any(|p| agent.starts_with(p))
+}
+
+/// The answer indented with two spaces and without the final newline, as upstream's pretty
+/// encoder (`json.MarshalIndent`) writes it; answers that are not JSON objects stay as they are.
+pub async fn prettify(r: Response) -> Response {
+    let is_json = r
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with(JSON));
+    if !is_json {
+        return r;
+    }
+    let (mut parts, b) = r.into_parts();
+    let bytes = match http_body_util::BodyExt::collect(b).await {
+        Ok(c) => c.to_bytes(),
+        Err(e) => {
+            tracing::warn!(error = %e, "reading an answer to indent");
+            return error_response(&StatusError::internal("reading the answer failed"));
+        }
+    };
+    let out = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(v) => Bytes::from(serde_json::to_vec_pretty(&v).unwrap_or_default()),
+        Err(_) => bytes,
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(out))
 }
 
 /// Add `Warning: 299 - "msg"` headers (kubectl prints them).

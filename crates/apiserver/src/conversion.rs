@@ -153,7 +153,11 @@ async fn convert_response(served: &'static Resource, response: Response, watchin
         }
     };
     let out = match serde_json::from_slice::<Value>(&bytes) {
-        Ok(v) => Bytes::from(serde_json::to_vec(&convert_value(served, v)).unwrap_or_default()),
+        Ok(v) => {
+            let mut out = serde_json::to_vec(&convert_value(served, v)).unwrap_or_default();
+            out.push(b'\n');
+            Bytes::from(out)
+        }
         Err(_) => bytes,
     };
     Response::from_parts(parts, Body::from(out))

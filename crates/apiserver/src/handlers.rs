@@ -101,6 +101,9 @@ async fn filtered(
         Err(e) => return audit.finish(&state, body::error_response(&e)).await,
     };
     let deadline = tokio::time::Instant::now() + timeout;
+    // The OpenAPI documents are written as they are, as upstream's OpenAPI handler writes them.
+    let pretty = body::wants_pretty(params.get("pretty").map(String::as_str), req.headers())
+        && !uri.path().starts_with("/openapi");
     let audit_id = audit.audit_id().clone();
     let req = req.map(|b| Body::new(filters::DeadlineBody::new(b, deadline)));
     // The handler runs to its end on a task of its own (upstream lets its goroutine finish):
@@ -110,7 +113,10 @@ async fn filtered(
     let mut task = tokio::spawn(async move {
         let _guard = guard;
         let _in_flight = in_flight;
-        let response = serve(&state, req, info, params, attributes, false, &mut audit).await;
+        let mut response = serve(&state, req, info, params, attributes, false, &mut audit).await;
+        if pretty {
+            response = body::prettify(response).await;
+        }
         audit.finish(&state, response).await
     });
     let response = tokio::select! {

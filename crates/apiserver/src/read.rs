@@ -63,7 +63,7 @@ impl Ctx {
 pub async fn get(ctx: &Ctx) -> Result<Response, StatusError> {
     let kv = ctx.stored().await?;
     if ctx.output() == Output::Object {
-        return Ok(body::json_response(
+        return Ok(body::object_response(
             StatusCode::OK,
             objects::with_resource_version(&kv.value, kv.mod_revision),
         ));
@@ -319,7 +319,7 @@ pub async fn list(ctx: &Ctx) -> Result<Response, StatusError> {
                 out.extend_from_slice(&objects::with_resource_version(&kv.value, kv.mod_revision));
             }
             out.extend_from_slice(b"]}");
-            Ok(body::json_response(StatusCode::OK, out))
+            Ok(body::object_response(StatusCode::OK, out))
         }
         Output::PartialMetadata => {
             let mut list = json!({

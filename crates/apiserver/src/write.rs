@@ -490,7 +490,7 @@ pub async fn create(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     // The stored bytes with their resourceVersion are the object as created: the reply reuses
     // them instead of encoding the object a second time.
     let mut r = match stored {
-        Some((bytes, rev)) if ctx.output() == Output::Object => body::json_response(
+        Some((bytes, rev)) if ctx.output() == Output::Object => body::object_response(
             StatusCode::CREATED,
             objects::served_bytes(ctx.rr.resource, objects::with_resource_version(&bytes, rev)),
         ),
@@ -1537,7 +1537,7 @@ pub async fn delete_collection(ctx: &Ctx, bytes: Bytes) -> Result<Response, Stat
         }
     }
     out.extend_from_slice(b"]}");
-    Ok(body::json_response(StatusCode::OK, out))
+    Ok(body::object_response(StatusCode::OK, out))
 }
 
 #[cfg(test)]

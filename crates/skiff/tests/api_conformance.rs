@@ -1879,3 +1879,74 @@ fn component_statuses_report_the_parts_this_server_runs() {
         .expect("listed");
     assert!(row.contains(" cs ") && row.contains(" get,list "), "{row}");
 }
+
+/// Every JSON answer, a `Status` error's included, is written as upstream's encoder writes it:
+/// compact and ended by one newline for programs; indented with no final newline when `pretty`
+/// asks for it or the client is curl, Wget or a browser (upstream's `isPrettyPrint`).
+#[test]
+fn json_answers_are_encoded_as_upstreams_encoder_writes_them() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.k(&["create", "configmap", "present", "--from-literal=a=b"]);
+    let token = admin_token(&c);
+    let fetch = |method: &str, path: &str, agent: &str| {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sk",
+                "-X",
+                method,
+                "-A",
+                agent,
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "20",
+                "-H",
+            ])
+            .arg(format!("Authorization: Bearer {token}"))
+            .arg(format!("https://127.0.0.1:{}{path}", c.port))
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.split_at(text.len() - 3);
+        (code.parse::<u16>().unwrap_or(0), body.to_string())
+    };
+    let cases = [
+        ("GET", "/api/v1/namespaces/default/configmaps/absent", 404),
+        ("GET", "/api/v1/namespaces/default/configmaps/present", 200),
+        ("GET", "/api/v1/namespaces/default/configmaps", 200),
+        ("GET", "/apis/apps/v1", 200),
+    ];
+    for (method, path, code) in cases {
+        let (got, body) = fetch(method, path, "skiff-test/1.0");
+        assert_eq!(got, code, "{method} {path}: {body}");
+        assert!(
+            body.ends_with("}\n") && !body.contains("\n "),
+            "{method} {path}: {body:?}"
+        );
+        let compact = json_of(&body);
+        let (got, body) = fetch(method, path, "curl/8.0");
+        assert_eq!(got, code, "{method} {path}: {body}");
+        assert!(
+            body.ends_with('}') && body.contains("\n  \""),
+            "{method} {path}: {body:?}"
+        );
+        assert_eq!(json_of(&body), compact);
+        let (_, body) = fetch(method, &format!("{path}?pretty=false"), "curl/8.0");
+        assert!(
+            body.ends_with("}\n") && !body.contains("\n "),
+            "{method} {path}: {body:?}"
+        );
+        let (_, body) = fetch(method, &format!("{path}?pretty=true"), "skiff-test/1.0");
+        assert!(
+            body.ends_with('}') && body.contains("\n  \""),
+            "{method} {path}: {body:?}"
+        );
+    }
+    let (got, body) = fetch(
+        "DELETE",
+        "/api/v1/namespaces/default/configmaps/present",
+        "skiff-test/1.0",
+    );
+    assert_eq!(got, 200, "{body}");
+    assert!(body.ends_with("}\n"), "{body:?}");
+}

@@ -27,7 +27,8 @@ fn curl(c: &Cluster, method: &str, path: &str, content_type: &str, body: &[u8]) 
     let body_file = c.path().join(format!("body-{}", rand_suffix()));
     std::fs::write(&body_file, body).expect("body file");
     let out = std::process::Command::new("curl")
-        .args(["-sk", "-X", method, "-w", "\n%{http_code}"])
+        // As a program: curl's own agent is answered indented, as upstream answers it.
+        .args(["-sk", "-A", "skiff-tests", "-X", method, "-w", "\n%{http_code}"])
         .arg("-H")
         .arg(format!("Authorization: Bearer {}", admin_token(c)))
         .arg("-H")

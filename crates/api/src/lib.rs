@@ -11,6 +11,7 @@ pub mod cidr;
 pub mod conversion;
 pub mod defaults;
 pub mod flowcontrol;
+pub mod gojson;
 pub mod limitranger;
 pub mod nodeaffinity;
 pub mod patch;

@@ -94,13 +94,39 @@ pub fn decode(headers: &HeaderMap, body: &Bytes) -> Result<Value, StatusError> {
             .map_err(|e| StatusError::bad_request(format!("failed to decode protobuf body: {e}")))?,
         m if m.ends_with("yaml") => decode_yaml(body)?,
         _ => serde_json::from_slice(body).map_err(|e| {
-            StatusError::bad_request(format!(
-                "couldn't get version/kind; json parse error: {}",
-                e.to_string().replace('\n', " ")
-            ))
+            // Go's scanner's words where the body is no JSON at all.
+            let why = skiff_api::gojson::syntax_error(body).unwrap_or_else(|| e.to_string().replace('\n', " "));
+            StatusError::bad_request(format!("couldn't get version/kind; json parse error: {why}"))
         })?,
     };
     Ok(v)
+}
+
+/// The object a create or an update sends, decoded: a body that does not decode is refused as
+/// upstream's `transformDecodeError` words it, naming the kind expected and showing the
+/// body's start (as it is when it starts as an object, else in hex).
+pub fn decode_object(headers: &HeaderMap, body: &Bytes, kind: &str) -> Result<Value, StatusError> {
+    decode(headers, body).map_err(|e| {
+        if e.code != 400 || body.is_empty() {
+            return e;
+        }
+        StatusError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {kind}): {} ({})",
+            e.message,
+            summarize(body, 30)
+        ))
+    })
+}
+
+/// Upstream's `summarizeData`.
+fn summarize(body: &[u8], max: usize) -> String {
+    let cut = &body[..body.len().min(max)];
+    let more = if body.len() > max { " ..." } else { "" };
+    if body.first() == Some(&b'{') {
+        format!("{}{more}", String::from_utf8_lossy(cut))
+    } else {
+        format!("{}{more}", hex::encode(cut))
+    }
 }
 
 pub fn decode_yaml(body: &[u8]) -> Result<Value, StatusError> {

@@ -264,6 +264,9 @@ pub struct TypeMismatch {
     pub json: String,
     /// The Go type of the field ("int32", "[]v1.Container", "map[string]string").
     pub go_type: String,
+    /// What upstream's unstructured converter (`FromUnstructured`, which a strategic merge
+    /// patch's result goes through) says of the same value: "cannot restore map from string".
+    pub converter: String,
 }
 
 impl TypeMismatch {
@@ -339,6 +342,127 @@ fn go_type(schema: &Value) -> String {
     }
 }
 
+/// The reflect kind of a decoded JSON value as Go holds it in an unstructured map (integers
+/// are kept as int64).
+fn go_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "invalid",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "int64",
+        Value::Number(_) => "float64",
+        Value::String(_) => "string",
+        Value::Array(_) => "slice",
+        Value::Object(_) => "map",
+    }
+}
+
+/// Upstream's `fromUnstructured` error for `v` into a field of `schema`'s Go type: maps,
+/// slices and structs are "restored", simple types converted only within JSON's groups, and
+/// the types with their own JSON decoding (quantities, IntOrString, times) answer as it does.
+fn converter_text(schema: &Value, v: &Value, json: &str) -> String {
+    let kind = go_kind(v);
+    let resolved = skiff_api::schema::resolve(schema);
+    if let Some((name, _)) = resolved {
+        return match short_name(name) {
+            "Quantity" => {
+                "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'".into()
+            }
+            "IntOrString" => format!("json: cannot unmarshal {json} into Go value of type int32"),
+            "Time" | "MicroTime" => format!("json: cannot unmarshal {json} into Go value of type string"),
+            _ => format!("cannot restore struct from: {kind}"),
+        };
+    }
+    let simple = |target: &str| match (kind, target) {
+        // Integers convert to strings in Go, which the converter refuses by name.
+        ("int64", "string") | ("float64", "int32" | "int64") => format!("cannot convert {kind} to {target}"),
+        _ => format!("unrecognized type: {target}"),
+    };
+    match schema.get("type").and_then(Value::as_str) {
+        Some("object") if schema.get("properties").is_some() => format!("cannot restore struct from: {kind}"),
+        Some("object") => format!("cannot restore map from {kind}"),
+        Some("array") => format!("cannot restore slice from {kind}"),
+        Some("string") if schema.get("format").and_then(Value::as_str) == Some("byte") => {
+            format!("cannot restore slice from {kind}")
+        }
+        Some("string") => simple("string"),
+        Some("boolean") => simple("bool"),
+        Some("number") => simple("float64"),
+        Some("integer") => simple(
+            schema
+                .get("format")
+                .and_then(Value::as_str)
+                .filter(|f| *f == "int32")
+                .unwrap_or("int64"),
+        ),
+        _ => format!("unrecognized type: {kind}"),
+    }
+}
+
+/// A decoded JSON value as Go's `%+v` prints it: `map[k:v]` with sorted keys, `[a b]`,
+/// strings bare, `<nil>`, and floats in `%v`'s shortest form.
+pub fn go_text(v: &Value) -> String {
+    let mut out = String::new();
+    write_go_text(v, &mut out);
+    out
+}
+
+fn write_go_text(v: &Value, out: &mut String) {
+    match v {
+        Value::Null => out.push_str("<nil>"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) if n.is_i64() || n.is_u64() => out.push_str(&n.to_string()),
+        Value::Number(n) => out.push_str(&go_float(n.as_f64().unwrap_or(0.0))),
+        Value::String(s) => out.push_str(s),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(' ');
+                }
+                write_go_text(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            out.push_str("map[");
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(' ');
+                }
+                out.push_str(k);
+                out.push(':');
+                write_go_text(&m[k], out);
+            }
+            out.push(']');
+        }
+    }
+}
+
+/// Go's `%v` of a float64: the shortest digits, with an exponent (two digits at least) below
+/// 1e-4 and from 1e21 up.
+fn go_float(f: f64) -> String {
+    if f == 0.0 || !f.is_finite() {
+        return format!("{f}");
+    }
+    let exp = f.abs().log10().floor() as i32;
+    if (-4..21).contains(&exp) {
+        return format!("{f}");
+    }
+    let sci = format!("{f:e}");
+    match sci.split_once('e') {
+        Some((mantissa, e)) => {
+            let (sign, digits) = match e.strip_prefix('-') {
+                Some(d) => ('-', d),
+                None => ('+', e),
+            };
+            format!("{mantissa}e{sign}{digits:0>2}")
+        }
+        None => sci,
+    }
+}
+
 /// `path` is the holder's path; each level appends to it and truncates back, so a field of the
 /// right type costs no allocation.
 fn check_type(schema: &Value, owner: &str, v: &Value, path: &mut String) -> Option<TypeMismatch> {
@@ -349,6 +473,7 @@ fn check_type(schema: &Value, owner: &str, v: &Value, path: &mut String) -> Opti
         Some(TypeMismatch {
             path: path.to_string(),
             struct_name: owner.to_string(),
+            converter: converter_text(schema, v, &json),
             json,
             go_type: go_type(schema),
         })
@@ -435,6 +560,44 @@ fn check_type(schema: &Value, owner: &str, v: &Value, path: &mut String) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_print_as_go_prints_them() {
+        let v = json!({"spec": {"b": [1, 1.5, "x", null, true], "a": {}}, "e": 1e-5, "f": 1e21, "g": 0.25});
+        assert_eq!(
+            go_text(&v),
+            "map[e:1e-05 f:1e+21 g:0.25 spec:map[a:map[] b:[1 1.5 x <nil> true]]]"
+        );
+    }
+
+    #[test]
+    fn the_converter_words_each_mismatch_as_upstream() {
+        let pod = "io.k8s.api.core.v1.Pod";
+        let text = |obj: Value| type_mismatch(pod, &obj).expect("a mismatch").converter;
+        assert_eq!(
+            text(json!({"metadata": {"labels": "x"}})),
+            "cannot restore map from string"
+        );
+        assert_eq!(
+            text(json!({"spec": {"containers": "x"}})),
+            "cannot restore slice from string"
+        );
+        assert_eq!(text(json!({"spec": "x"})), "cannot restore struct from: string");
+        assert_eq!(
+            text(json!({"spec": {"containers": [{"image": 5}]}})),
+            "cannot convert int64 to string"
+        );
+        assert_eq!(
+            text(json!({"spec": {"containers": [{"image": true}]}})),
+            "unrecognized type: string"
+        );
+        assert_eq!(text(json!({"spec": {"priority": "high"}})), "unrecognized type: int32");
+        assert_eq!(
+            text(json!({"spec": {"priority": 1.5}})),
+            "cannot convert float64 to int32"
+        );
+        assert_eq!(text(json!({"spec": {"hostNetwork": "yes"}})), "unrecognized type: bool");
+    }
 
     #[test]
     fn custom_resources_and_definitions_are_keyed_as_upstream() {

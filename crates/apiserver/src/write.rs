@@ -161,15 +161,27 @@ fn check_json_types(res: &Resource, obj: &Value) -> Result<(), StatusError> {
 
 /// A patch whose result does not decode: upstream's 422 on the field `patch`, quoting the
 /// patched object.
-fn check_patched_json_types(res: &Resource, patched: &Value) -> Result<(), StatusError> {
+/// A patched object whose field has the wrong JSON type, refused as upstream's patcher refuses
+/// it: a JSON or merge patch's result is decoded from its JSON (the decoder's text, the
+/// patched object as the value), a strategic merge patch's result goes through the
+/// unstructured converter (its text, the patch as Go prints it as the value).
+fn check_patched_json_types(
+    res: &Resource,
+    patched: &Value,
+    ptype: PatchType,
+    patch: &Value,
+) -> Result<(), StatusError> {
     let Some(def) = skiff_api::schema::definition_for(res.group, res.version, res.kind) else {
         return Ok(());
     };
     match objects::type_mismatch(def, patched) {
         None => Ok(()),
         Some(m) => {
-            let text = serde_json::to_string(patched).unwrap_or_default();
-            let errs = [skiff_api::FieldError::invalid("patch", &json!(text), m.message())];
+            let (value, detail) = match ptype {
+                PatchType::Strategic => (objects::go_text(patch), m.converter.clone()),
+                _ => (serde_json::to_string(patched).unwrap_or_default(), m.message()),
+            };
+            let errs = [skiff_api::FieldError::invalid("patch", &json!(value), detail)];
             Err(StatusError::invalid("", "", "", &errs))
         }
     }
@@ -478,7 +490,7 @@ fn manage_fields(ctx: &Ctx, old: Option<&Value>, new: &mut Value, operation: &st
 
 pub async fn create(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
     validate_write_options(ctx, "CreateOptions", None)?;
-    let mut obj = body::decode(&ctx.headers, &bytes)?;
+    let mut obj = body::decode_object(&ctx.headers, &bytes, ctx.rr.resource.kind)?;
     ctx.audit_annotations.object_name(objects::name(&obj));
     // As upstream: a create names no version to compare against.
     if !objects::resource_version(&obj).is_empty() {
@@ -1058,7 +1070,7 @@ fn written_response(ctx: &Ctx, w: &Written, warnings: &[String]) -> Response {
 }
 
 pub async fn update(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
-    let obj = body::decode(&ctx.headers, &bytes)?;
+    let obj = body::decode_object(&ctx.headers, &bytes, ctx.rr.resource.kind)?;
     let (w, warnings) = update_object(ctx, obj, UpdateScope::Main).await?;
     Ok(written_response(ctx, &w, &warnings))
 }
@@ -1168,7 +1180,7 @@ pub async fn patch_object(ctx: &Ctx, bytes: Bytes, scope: UpdateScope) -> Result
         if ptype == PatchType::Apply {
             check_json_types(res, &new)?;
         } else {
-            check_patched_json_types(res, &new)?;
+            check_patched_json_types(res, &new, ptype, &doc)?;
         }
         let precondition = objects::resource_version(&new).to_string();
         if !precondition.is_empty() && precondition != rev.to_string() {
@@ -1558,7 +1570,7 @@ mod tests {
             e.message,
             "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"
         );
-        let e = check_patched_json_types(deploy, &bad).unwrap_err();
+        let e = check_patched_json_types(deploy, &bad, PatchType::Merge, &bad).unwrap_err();
         assert_eq!(e.code, 422);
         assert_eq!(e.details.causes[0].field, "patch");
         assert!(
@@ -1571,7 +1583,13 @@ mod tests {
         let good =
             json!({"kind": "Deployment", "apiVersion": "apps/v1", "metadata": {"name": "d"}, "spec": {"replicas": 2}});
         assert!(check_json_types(deploy, &good).is_ok());
-        assert!(check_patched_json_types(deploy, &good).is_ok());
+        assert!(check_patched_json_types(deploy, &good, PatchType::Merge, &good).is_ok());
+        let patch = json!({"spec": {"replicas": "x"}});
+        let e = check_patched_json_types(deploy, &bad, PatchType::Strategic, &patch).unwrap_err();
+        assert_eq!(
+            e.message,
+            " \"\" is invalid: patch: Invalid value: \"map[spec:map[replicas:x]]\": unrecognized type: int32"
+        );
     }
 
     #[test]

@@ -585,7 +585,13 @@ fn wrong_json_types_are_refused_and_change_nothing() {
         ),
     ] {
         let err = c.k_err(&["patch", "deployment", "typed", "--type", patch_type, "-p", patch]);
-        assert!(err.contains("json: cannot unmarshal"), "{patch_type}: {err}");
+        // A strategic merge patch's result goes through upstream's unstructured converter.
+        let words = if patch_type == "strategic" {
+            "cannot convert int64 to string"
+        } else {
+            "json: cannot unmarshal"
+        };
+        assert!(err.contains(words), "{patch_type}: {err}");
     }
     let err = c.k_err(&[
         "patch",
@@ -1949,4 +1955,49 @@ fn json_answers_are_encoded_as_upstreams_encoder_writes_them() {
     );
     assert_eq!(got, 200, "{body}");
     assert!(body.ends_with("}\n"), "{body:?}");
+}
+
+/// The texts upstream's decoders give for a body of the wrong shape: a strategic merge patch
+/// that gives a map a string (the unstructured converter's words, with the patch as Go prints
+/// it), and a body that is no JSON sent to create a Namespace (the decoder's words, with the
+/// start of the body in hex).
+#[test]
+fn malformed_bodies_are_refused_in_upstreams_words() {
+    let c = Cluster::start(CONTROL_PLANE);
+    c.apply(&pod_yaml("valid-pod", "{app: valid}", None), &[]);
+    let err = c.k_err(&[
+        "patch",
+        "pod",
+        "valid-pod",
+        "-p",
+        r#"{"metadata":{"labels":"invalid"}}"#,
+    ]);
+    assert_eq!(
+        err.trim(),
+        r#"The request is invalid: patch: Invalid value: "map[metadata:map[labels:invalid]]": cannot restore map from string"#
+    );
+    let err = c.k_err(&[
+        "patch",
+        "pod",
+        "valid-pod",
+        "-p",
+        r#"{"spec":{"containers":[{"name":"c","image":5,"ports":[{"containerPort":1.5}]}]}}"#,
+    ]);
+    assert!(
+        err.contains(r#"Invalid value: "map[spec:map[containers:[map[image:5 name:c ports:[map[containerPort:1.5]]]]]]": cannot convert int64 to string"#),
+        "{err}"
+    );
+    let pod_file = c.path().join("pod.yaml");
+    std::fs::write(&pod_file, pod_yaml("raw", "{app: raw}", None)).expect("pod file");
+    let err = c.k_err(&[
+        "create",
+        "--raw",
+        "/api/v1/namespaces",
+        "-f",
+        &pod_file.display().to_string(),
+    ]);
+    assert!(
+        err.contains("the object provided is unrecognized (must be of type Namespace): couldn't get version/kind; json parse error: invalid character 'a' looking for beginning of value (61706956657273696f6e3a2076310a6b696e643a20506f640a6d65746164 ...)"),
+        "{err}"
+    );
 }

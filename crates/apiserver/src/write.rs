@@ -1016,6 +1016,9 @@ pub async fn finish_update(
         return Ok(Written::Updated(new));
     }
     if ctx.dry_run() {
+        // Upstream's dry-run storage updates the object it read: the answer carries its
+        // resourceVersion (what `kubectl diff --server-side` compares against).
+        objects::set_resource_version(&mut new, rev);
         return Ok(Written::Updated(new));
     }
     let kv = if alloc.ops.is_empty() {

@@ -2001,3 +2001,48 @@ fn malformed_bodies_are_refused_in_upstreams_words() {
         "{err}"
     );
 }
+
+/// `kubectl diff` right after `kubectl apply` shows nothing, server-side too: a dry-run update
+/// answers the object with the resourceVersion it was read at, as upstream's dry-run storage
+/// does; a real change still shows.
+#[test]
+fn diff_after_apply_shows_nothing_until_something_changes() {
+    let c = Cluster::start(CONTROL_PLANE);
+    let file = c.path().join("deploy.yaml");
+    let manifest = |replicas: u32| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: differ\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {{app: differ}}\n  template:\n    metadata:\n      labels: {{app: differ}}\n    spec:\n      containers:\n      - name: c\n        image: busybox:latest\n"
+        )
+    };
+    let path = file.display().to_string();
+    for server_side in [true, false] {
+        std::fs::write(&file, manifest(2)).expect("manifest");
+        let side = if server_side {
+            "--server-side"
+        } else {
+            "--server-side=false"
+        };
+        c.k(&["apply", side, "-f", &path]);
+        let out = c.kubectl(&["diff", side, "-f", &path]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{side}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "{side}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        std::fs::write(&file, manifest(3)).expect("manifest");
+        let out = c.kubectl(&["diff", side, "-f", &path]);
+        let shown = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{side}: {shown}");
+        assert!(
+            shown.contains("-  replicas: 2") && shown.contains("+  replicas: 3"),
+            "{side}: {shown}"
+        );
+        c.k(&["delete", "deployment", "differ"]);
+    }
+}

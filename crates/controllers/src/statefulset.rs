@@ -936,8 +936,11 @@ async fn revisions(
             loop {
                 let hash = history::hash_revision(&data, Some(collision));
                 let name = history::revision_name(&set_name, &hash);
-                let rev =
+                let mut rev =
                     history::new_revision(&set.metadata, "StatefulSet", name.clone(), &base_hash, &template, next);
+                // Upstream's newRevision copies the set's annotations (`kubernetes.io/change-cause`
+                // among them, what `kubectl rollout history` prints).
+                rev.metadata.annotations = set.metadata.annotations.clone();
                 match cr_api.create(&PostParams::default(), &rev).await {
                     Ok(r) => break r,
                     Err(e) if cu::is_already_exists(&e) => {

@@ -169,6 +169,11 @@ fn deployment_scale_rollout_history_undo_and_self_healing() {
     let rs = c.get_json(&["rs", &rs_name]);
     assert_eq!(rs["spec"]["replicas"], 4);
     assert_eq!(rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"], "3");
+    // The revision it had before is kept, as upstream's SetNewReplicaSetAnnotations keeps it.
+    assert_eq!(
+        rs["metadata"]["annotations"]["deployment.kubernetes.io/revision-history"],
+        "1"
+    );
     let pods = wait_running(&c, "default", "app=web", 4);
     assert!(pods.iter().all(|p| p["spec"]["containers"][0]["image"] == "nginx:1.19"));
     let d = c.get_json(&["deployment", "web"]);
@@ -548,9 +553,15 @@ fn statefulset_pods_in_order_with_claims() {
     assert_eq!(sts["status"]["readyReplicas"], 2);
     assert_eq!(sts["status"]["currentRevision"], sts["status"]["updateRevision"]);
 
-    // Rolling update, then scale down in reverse order.
+    // Rolling update, then scale down in reverse order. The set's change cause is copied to its
+    // new revision, as upstream's newRevision copies every annotation, and history prints it.
+    c.k(&["annotate", "sts/web", "kubernetes.io/change-cause=nginx 1.20"]);
     c.k(&["set", "image", "sts/web", "nginx=nginx:1.20"]);
     c.k(&["rollout", "status", "sts/web", "--timeout=90s"]);
+    let history = c.k(&["rollout", "history", "sts/web"]);
+    let rows: Vec<Vec<&str>> = history.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert!(rows.contains(&vec!["1", "<none>"]), "{history}");
+    assert!(rows.contains(&vec!["2", "nginx", "1.20"]), "{history}");
     let pods = wait_running(&c, "default", "app=nginx", 2);
     assert!(pods.iter().all(|p| p["spec"]["containers"][0]["image"] == "nginx:1.20"));
     c.k(&["scale", "sts", "web", "--replicas=1"]);

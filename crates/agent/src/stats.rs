@@ -3,7 +3,8 @@
 //! does (`kubectl top`). Every [`INTERVAL`] the sampler asks Docker for each running container's
 //! stats (one shot: cumulative CPU time and memory) and reads the machine's `/proc/stat` and
 //! `/proc/meminfo`; a CPU rate is the difference of two samples over the time between them, as
-//! cAdvisor's `usageNanoCores`, so a container has CPU usage from its second sample on. Memory is
+//! cAdvisor's `usageNanoCores`, so a container has CPU usage from its second sample on. A
+//! container that has no rate yet is read every [`NEWCOMER_INTERVAL`] until it has one. Memory is
 //! the working set as the kubelet counts it: usage less inactive file pages.
 
 use std::collections::HashMap;
@@ -24,6 +25,11 @@ use crate::docker::{
 /// How often usage is sampled (the kubelet's cAdvisor housekeeping is 10 to 15 s; metrics-server
 /// resolves at 15 s).
 pub const INTERVAL: Duration = Duration::from_secs(10);
+
+/// How often containers without a CPU rate yet are looked for and read: a container started
+/// since the last full sample has its first reading within this, and its rate one more later,
+/// so a new pod's metrics are served about two seconds after it starts rather than twenty.
+pub const NEWCOMER_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Stats calls to the engine in flight at once.
 const PARALLEL: usize = 8;
@@ -89,35 +95,41 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Samples forever, every [`INTERVAL`].
+    /// Samples forever: everything every [`INTERVAL`], and in between, every
+    /// [`NEWCOMER_INTERVAL`], the containers that have no CPU rate yet. One task does both, so
+    /// two readings of a container are never taken a moment apart.
     pub async fn run(self, docker: Docker, node: String, cluster: String) {
-        let mut tick = tokio::time::interval(INTERVAL);
+        let mut tick = tokio::time::interval(NEWCOMER_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_full: Option<Instant> = None;
         loop {
             tick.tick().await;
-            if let Err(e) = self
-                .sample(
-                    &docker,
-                    Owner {
-                        node: &node,
-                        cluster: &cluster,
-                    },
-                )
-                .await
-            {
+            let owner = Owner {
+                node: &node,
+                cluster: &cluster,
+            };
+            let full = last_full.is_none_or(|t| t.elapsed() + NEWCOMER_INTERVAL / 2 >= INTERVAL);
+            if full {
+                last_full = Some(Instant::now());
+            }
+            if let Err(e) = self.sample(&docker, owner, full).await {
                 tracing::warn!(error = format!("{e:#}"), "sampling resource usage");
             }
         }
     }
 
-    async fn sample(&self, docker: &Docker, owner: Owner<'_>) -> anyhow::Result<()> {
-        match node_reading() {
-            Ok(reading) => {
-                let mut samples = self.samples.lock();
-                let prev = samples.node.map(|(_, last)| last);
-                samples.node = Some((prev, reading));
+    /// Read the node and every running container (`full`), or only the containers with no
+    /// CPU rate yet (the others keep their readings).
+    async fn sample(&self, docker: &Docker, owner: Owner<'_>, full: bool) -> anyhow::Result<()> {
+        if full {
+            match node_reading() {
+                Ok(reading) => {
+                    let mut samples = self.samples.lock();
+                    let prev = samples.node.map(|(_, last)| last);
+                    samples.node = Some((prev, reading));
+                }
+                Err(e) => tracing::warn!(error = format!("{e:#}"), "reading the node's usage"),
             }
-            Err(e) => tracing::warn!(error = format!("{e:#}"), "reading the node's usage"),
         }
         let mut filters = owner.filters([label(LABEL_TYPE, TYPE_CONTAINER)]);
         filters.insert("status".into(), vec!["running".into()]);
@@ -142,6 +154,18 @@ impl Sampler {
                 ))
             })
             .collect();
+        let targets: Vec<(String, ContainerRef)> = if full {
+            targets
+        } else {
+            let samples = self.samples.lock();
+            targets
+                .into_iter()
+                .filter(|(id, _)| samples.containers.get(id).is_none_or(|(_, prev, _)| prev.is_none()))
+                .collect()
+        };
+        if targets.is_empty() {
+            return Ok(());
+        }
         let readings: Vec<(String, ContainerRef, Option<Reading>)> = futures::stream::iter(targets)
             .map(|(id, who)| async move {
                 let reading = container_reading(docker, &id).await;
@@ -160,8 +184,12 @@ impl Sampler {
             let prev = samples.containers.remove(&id).map(|(_, _, last)| last);
             next.insert(id, (who, prev, reading));
         }
-        // Containers no longer running are dropped with their readings.
-        samples.containers = next;
+        if full {
+            // Containers no longer running are dropped with their readings.
+            samples.containers = next;
+        } else {
+            samples.containers.extend(next);
+        }
         Ok(())
     }
 

@@ -61,6 +61,7 @@ spec:
     n.c.apply(pod, &[]);
     n.wait_running("busy");
     n.wait_running("idle");
+    let running = std::time::Instant::now();
 
     // The group is discovered as metrics-server's, with only get and list.
     let resources = n.c.k(&["api-resources", "--api-group=metrics.k8s.io", "-o", "wide"]);
@@ -70,13 +71,19 @@ spec:
     );
     assert!(resources.contains("get,list"), "{resources}");
 
-    // A rate needs two samples (10 s apart): wait for both pods to have one.
+    // A rate needs two samples: a new container is read every second until it has one, so
+    // both pods show within a few seconds of running, not after the 10 s sampling period.
     let top = eventually(Duration::from_secs(60), || {
         let out = n.c.kubectl(&["top", "pods", "--containers", "--no-headers"]);
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         (out.status.success() && text.contains("busy") && text.contains("idle")).then_some(text)
     })
     .expect("kubectl top pods never showed both pods");
+    let waited = running.elapsed();
+    assert!(
+        waited < Duration::from_secs(8),
+        "metrics {waited:?} after the pods ran: the newcomers' samples are not being taken"
+    );
     let rows: Vec<Vec<&str>> = top.lines().map(|l| l.split_whitespace().collect()).collect();
     let row = |pod: &str, container: &str| {
         rows.iter()

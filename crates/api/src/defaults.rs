@@ -332,6 +332,8 @@ fn default_container(c: &mut Map<String, Value>) {
     default_str(c, "imagePullPolicy", default_image_pull_policy(&image));
     default_str(c, "terminationMessagePath", "/dev/termination-log");
     default_str(c, "terminationMessagePolicy", "File");
+    // A struct, not a pointer, in upstream's Go type: its JSON always has it, `{}` when empty.
+    default_val(c, "resources", json!({}));
     for_each_object(array(c, "ports"), |p| default_str(p, "protocol", "TCP"));
     for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
         if let Some(p) = existing(c, probe) {
@@ -1367,6 +1369,7 @@ mod tests {
         assert_eq!(c[3]["imagePullPolicy"], "IfNotPresent");
         assert_eq!(c[4]["imagePullPolicy"], "Never");
         assert_eq!(c[0]["terminationMessagePath"], "/dev/termination-log");
+        assert_eq!(c[0]["resources"], json!({}));
         assert_eq!(c[0]["terminationMessagePolicy"], "File");
         assert_eq!(c[0]["ports"][0]["protocol"], "TCP");
         assert_eq!(c[0]["x-unknown"], 1);

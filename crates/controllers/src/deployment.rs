@@ -240,6 +240,17 @@ fn equal_ignore_hash(
         if let Some(l) = t.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
             l.remove(HASH_LABEL);
         }
+        // Upstream compares Go values, where a container's resources are a struct: absent and
+        // empty are the same.
+        if let Some(spec) = t.spec.as_mut() {
+            for c in spec
+                .containers
+                .iter_mut()
+                .chain(spec.init_containers.iter_mut().flatten())
+            {
+                c.resources.get_or_insert_with(Default::default);
+            }
+        }
         serde_json::to_value(t).unwrap_or_default()
     };
     strip(a) == strip(b)

@@ -30,7 +30,7 @@ cargo nextest run --workspace --no-fail-fast "$@" || status=$?
 if [ $# -eq 0 ]; then
   for version in 1.33 1.37; do
     SKIFF_KUBECTL="${SKIFF_CLIENTS:-/opt/skiff-clients}/kubectl-$version" \
-      cargo nextest run -p skiff --no-fail-fast --test kubectl_basics --test crds --test workloads \
+      cargo nextest run -p skiff --no-fail-fast --test kubectl_basics --test kubectl_test_cmd --test crds --test workloads \
       || status=$?
   done
 fi

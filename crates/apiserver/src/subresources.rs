@@ -206,15 +206,9 @@ async fn scale_write(ctx: &Ctx, bytes: Bytes) -> Result<Response, StatusError> {
         let desired = if ctx.method == Method::PUT {
             body::decode(&ctx.headers, &bytes)?
         } else {
-            let ct = ctx
-                .headers
-                .get(http::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let doc: Value = serde_json::from_slice(&bytes)
-                .map_err(|e| StatusError::bad_request(format!("error decoding patch: {e}")))?;
-            match skiff_api::patch::PatchType::from_content_type(ct) {
-                Some(skiff_api::patch::PatchType::Json) => {
+            let (ptype, doc) = crate::write::patch_document(ctx, &bytes)?;
+            match ptype {
+                skiff_api::patch::PatchType::Json => {
                     skiff_api::patch::json::json_patch(&current_scale, &doc).map_err(|e| e.to_status())?
                 }
                 _ => skiff_api::patch::merge::merge_patch(&current_scale, &doc).map_err(|e| e.to_status())?,

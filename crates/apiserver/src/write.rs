@@ -269,8 +269,13 @@ fn field_validation(ctx: &Ctx, obj: &Value) -> Result<Vec<String>, StatusError> 
     }
     let msgs: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
     if mode.eq_ignore_ascii_case("Strict") {
+        // What the create and update handlers' transformDecodeError makes of the strict
+        // decoder's error, the body's kind being known.
         return Err(StatusError::bad_request(format!(
-            "strict decoding error: {}",
+            "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+            res.kind,
+            res.version,
+            res.kind,
             msgs.join(", ")
         )));
     }
@@ -1129,10 +1134,30 @@ pub(crate) fn patch_document(ctx: &Ctx, bytes: &Bytes) -> Result<(PatchType, Val
     }
     let doc = match ptype {
         PatchType::Apply => body::decode_yaml(bytes)?,
-        _ => {
-            serde_json::from_slice(bytes).map_err(|e| StatusError::bad_request(format!("error decoding patch: {e}")))?
-        }
+        _ => serde_json::from_slice(bytes).map_err(|e| {
+            // As upstream's patchers word it: json-patch's merge says only that the patch is
+            // bad; the strategic patcher and json-patch's decoder give Go's decoder's error.
+            let go = skiff_api::gojson::syntax_error(bytes).unwrap_or_else(|| e.to_string());
+            match ptype {
+                PatchType::Merge => StatusError::bad_request("Invalid JSON Patch"),
+                _ => StatusError::bad_request(go),
+            }
+        })?,
     };
+    if ptype == PatchType::Json {
+        let kind = match &doc {
+            // Go decodes null as an empty patch.
+            Value::Null => return Ok((ptype, json!([]))),
+            Value::Array(_) => return Ok((ptype, doc)),
+            Value::Object(_) => "object",
+            Value::String(_) => "string",
+            Value::Number(_) => "number",
+            Value::Bool(_) => "bool",
+        };
+        return Err(StatusError::bad_request(format!(
+            "json: cannot unmarshal {kind} into Go value of type jsonpatch.Patch"
+        )));
+    }
     Ok((ptype, doc))
 }
 

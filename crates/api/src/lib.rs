@@ -11,6 +11,7 @@ pub mod cidr;
 pub mod conversion;
 pub mod defaults;
 pub mod flowcontrol;
+pub mod go_emitted;
 pub mod gojson;
 pub mod limitranger;
 pub mod nodeaffinity;
@@ -27,6 +28,7 @@ pub mod skeleton;
 pub mod status;
 pub mod validation;
 pub mod volume;
+pub mod written;
 
 #[cfg(test)]
 mod fuzz_tests;

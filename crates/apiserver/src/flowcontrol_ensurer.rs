@@ -94,6 +94,7 @@ async fn ensure_one(store: &dyn Store, res: &Resource, desired: &Value, mandator
             md.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
             md.insert("creationTimestamp".into(), json!(objects::now_rfc3339()));
             md.insert("generation".into(), json!(1));
+            skiff_api::written::fill(res, &mut obj);
             match store.create(&key, objects::encode_for_store(&obj)).await {
                 Ok(_) | Err(StoreError::AlreadyExists(_)) => Ok(()),
                 Err(e) => Err(e.into()),

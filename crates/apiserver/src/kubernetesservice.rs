@@ -67,6 +67,7 @@ async fn ensure_service(state: &ApiState, namespace: &str, name: &str, desired: 
         let mut svc = desired;
         let res = skiff_api::registry::lookup("", "v1", "services").context("the services resource")?;
         skiff_api::defaults::apply_defaults(res, &mut svc);
+        skiff_api::written::fill(res, &mut svc);
         let alloc = allocator::allocate(&*state.store, &state.service_ranges, None, &mut svc)
             .await
             .map_err(|e| anyhow::anyhow!("allocating the {namespace}/{name} Service's address: {}", e.message))?;

@@ -449,6 +449,8 @@ fn admit(res: &Resource, subresource: &str, obj: &mut Value, old: Option<&Value>
     if is_crd(res) {
         skiff_api::apiextensions::apply_definition_defaults(obj);
     }
+    // What upstream's Go types always write, present as its encoder writes it.
+    skiff_api::written::fill(res, obj);
     let mut errs = skiff_api::validation::validate_write(res, subresource, obj, old);
     if is_crd(res) && subresource.is_empty() {
         errs.extend(skiff_api::apiextensions::validate_definition(obj, old));
@@ -970,6 +972,12 @@ pub async fn finish_update(
             md.insert("name".into(), old_md.get("name").cloned().unwrap_or(json!("")));
         }
     }
+    if let Some(e) = no_new_finalizers(old, &new) {
+        return Err(StatusError::invalid(res.group, res.kind, objects::name(&new), &[e]));
+    }
+    admit(res, &ctx.rr.subresource, &mut new, Some(old))?;
+    // The spec is compared defaulted, as upstream's strategies compare decoded objects: a
+    // field the writer left for the defaults to fill is no change.
     if scope == UpdateScope::Main
         && spec_changed(old, &new)
         && objects::metadata(old).and_then(|m| m.get("generation")).is_some()
@@ -977,10 +985,6 @@ pub async fn finish_update(
         let g = old_md.get("generation").and_then(Value::as_i64).unwrap_or(1);
         metadata_mut(&mut new).insert("generation".into(), json!(g + 1));
     }
-    if let Some(e) = no_new_finalizers(old, &new) {
-        return Err(StatusError::invalid(res.group, res.kind, objects::name(&new), &[e]));
-    }
-    admit(res, &ctx.rr.subresource, &mut new, Some(old))?;
     if crate::certificates::is_csr(res) {
         crate::certificates::admit(ctx, &new, Some(old)).await?;
     }

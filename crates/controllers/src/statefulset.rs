@@ -444,6 +444,25 @@ async fn process_replica(
     // Failed or Succeeded: deleted, and created again on a later pass once gone.
     if matches!(cu::pod_phase(p), "Failed" | "Succeeded") {
         if !cu::is_pod_terminating(p) {
+            let (ns, name) = (
+                set.metadata.namespace.as_deref().unwrap_or_default(),
+                set.metadata.name.as_deref().unwrap_or_default(),
+            );
+            let pod = p.metadata.name.as_deref().unwrap_or_default();
+            match cu::pod_phase(p) {
+                "Failed" => ctx.recorder.event(
+                    set,
+                    "Warning",
+                    "RecreatingFailedPod",
+                    format!("StatefulSet {ns}/{name} is recreating failed Pod {pod}"),
+                ),
+                _ => ctx.recorder.event(
+                    set,
+                    "Normal",
+                    "RecreatingTerminatedPod",
+                    format!("StatefulSet {ns}/{name} is recreating terminated Pod {pod}"),
+                ),
+            }
             delete_pod(ctx, set, pods_api, p).await?;
         }
         return Ok(true);

@@ -801,3 +801,76 @@ spec:
     });
     assert!(done.is_some(), "{}", c.k(&["get", "cronjob", "hello", "-o", "yaml"]));
 }
+
+/// A StatefulSet's pod that failed or ran to completion is deleted and made again, with
+/// upstream's events: RecreatingFailedPod (a warning) and RecreatingTerminatedPod.
+#[test]
+fn statefulset_recreates_failed_and_terminated_pods() {
+    let c = cluster();
+    c.apply(
+        r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: keep
+spec:
+  serviceName: keep
+  replicas: 2
+  selector:
+    matchLabels: {app: keep}
+  template:
+    metadata:
+      labels: {app: keep}
+    spec:
+      containers:
+      - name: keep
+        image: busybox:latest
+"#,
+        &[],
+    );
+    wait_running(&c, "default", "app=keep", 2);
+    for (pod, phase) in [("keep-0", "Failed"), ("keep-1", "Succeeded")] {
+        let uid = c.k(&["get", "pod", pod, "-o", "jsonpath={.metadata.uid}"]);
+        c.k(&[
+            "patch",
+            "pod",
+            pod,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"status":{{"phase":"{phase}"}}}}"#),
+        ]);
+        let again = eventually(Duration::from_secs(60), || {
+            let now = c.k(&["get", "pod", pod, "-o", "jsonpath={.metadata.uid}"]);
+            (!now.is_empty() && now != uid).then_some(())
+        });
+        assert!(
+            again.is_some(),
+            "{pod} was not made again: {}",
+            c.k(&["get", "pods", "-o", "wide"])
+        );
+    }
+    let msgs = event_messages(&c, "default", "StatefulSet", "keep");
+    assert!(
+        msgs.contains(&"StatefulSet default/keep is recreating failed Pod keep-0".to_string()),
+        "{msgs:?}"
+    );
+    assert!(
+        msgs.contains(&"StatefulSet default/keep is recreating terminated Pod keep-1".to_string()),
+        "{msgs:?}"
+    );
+    assert!(
+        msgs.contains(&"delete Pod keep-0 in StatefulSet keep successful".to_string()),
+        "{msgs:?}"
+    );
+    let reasons = c.k(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=keep",
+        "-o",
+        "jsonpath={range .items[*]}{.type}/{.reason} {end}",
+    ]);
+    assert!(reasons.contains("Warning/RecreatingFailedPod"), "{reasons}");
+    assert!(reasons.contains("Normal/RecreatingTerminatedPod"), "{reasons}");
+}

@@ -16,43 +16,6 @@ use serde_json::{Value, json};
 
 const CONTROL_PLANE: &[&str] = &["--no-agent", "--no-scheduler"];
 
-fn admin_token(c: &Cluster) -> String {
-    let text = std::fs::read_to_string(c.path().join("tokens.csv")).expect("tokens.csv");
-    text.lines()
-        .next()
-        .and_then(|l| l.split(',').next())
-        .expect("token")
-        .to_string()
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
-}
-
-/// curl with the admin token; returns (status code, body).
-fn curl(c: &Cluster, method: &str, path: &str, content_type: &str, body: &[u8]) -> (u16, String) {
-    let body_file = c.path().join(format!("body-{}", unique()));
-    std::fs::write(&body_file, body).expect("body file");
-    let mut cmd = std::process::Command::new("curl");
-    cmd.args(["-sk", "-X", method, "-w", "\n%{http_code}", "--max-time", "20"])
-        .arg("-H")
-        .arg(format!("Authorization: Bearer {}", admin_token(c)))
-        .arg("-H")
-        .arg(format!("Content-Type: {content_type}"));
-    if !body.is_empty() {
-        cmd.arg("--data-binary").arg(format!("@{}", body_file.display()));
-    }
-    let out = cmd
-        .arg(format!("https://127.0.0.1:{}{path}", c.port))
-        .output()
-        .expect("curl");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string())
-}
-
 fn json_of(body: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
 }
@@ -566,7 +529,7 @@ fn wrong_json_types_are_refused_and_change_nothing() {
     c.k(&["create", "deployment", "typed", "--image=busybox:latest"]);
     let deployments = "/apis/apps/v1/namespaces/default/deployments";
     let body = br#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"bad"},"spec":{"replicas":"x","selector":{"matchLabels":{"a":"b"}},"template":{"metadata":{"labels":{"a":"b"}},"spec":{"containers":[{"name":"c","image":"i"}]}}}}"#;
-    let (code, out) = curl(&c, "POST", deployments, "application/json", body);
+    let (code, out) = c.admin_curl("POST", deployments, "application/json", body);
     assert_eq!(code, 400, "{out}");
     assert_eq!(
         json_of(&out)["message"],
@@ -608,8 +571,7 @@ fn wrong_json_types_are_refused_and_change_nothing() {
     assert_eq!(d["metadata"]["generation"], 1);
     let mut replaced = d.clone();
     replaced["spec"]["paused"] = json!("yes");
-    let (code, out) = curl(
-        &c,
+    let (code, out) = c.admin_curl(
         "PUT",
         "/apis/apps/v1/namespaces/default/deployments/typed",
         "application/json",
@@ -703,8 +665,7 @@ fn delete_all_and_deletecollection_with_a_label_selector() {
     let left = c.k(&["get", "configmaps", "-n", "dc", "-l", "tier", "-o", "name"]);
     assert_eq!(left.trim(), "configmap/b1");
     // A bad selector is a 400 and deletes nothing.
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "DELETE",
         "/api/v1/namespaces/dc/configmaps?labelSelector=a%20in%20(",
         "application/json",
@@ -713,7 +674,7 @@ fn delete_all_and_deletecollection_with_a_label_selector() {
     assert_eq!(code, 400, "{body}");
     assert!(exists(&c, &["configmap", "b1", "-n", "dc"]));
     // DELETE on a cluster-wide collection of a namespaced kind is refused.
-    let (code, _) = curl(&c, "DELETE", "/api/v1/configmaps", "application/json", b"");
+    let (code, _) = c.admin_curl("DELETE", "/api/v1/configmaps", "application/json", b"");
     assert!(code == 405 || code == 404, "{code}");
     // --dry-run=server (dryRun in the DeleteOptions body) deletes nothing, one by one or all.
     let out = c.k(&["delete", "configmap", "b1", "-n", "dc", "--dry-run=server"]);
@@ -955,7 +916,7 @@ fn eviction_respects_pod_disruption_budgets() {
     let eviction =
         br#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"guarded","namespace":"default"}}"#;
     let path = "/api/v1/namespaces/default/pods/guarded/eviction";
-    let (code, body) = curl(&c, "POST", path, "application/json", eviction);
+    let (code, body) = c.admin_curl("POST", path, "application/json", eviction);
     assert_eq!(code, 429, "{body}");
     let st = json_of(&body);
     assert_eq!(st["reason"], "TooManyRequests");
@@ -1014,7 +975,7 @@ fn eviction_respects_pod_disruption_budgets() {
         "-p",
         r#"{"status":{"phase":"Running"}}"#,
     ]);
-    let (code, body) = curl(&c, "POST", path, "application/json", eviction);
+    let (code, body) = c.admin_curl("POST", path, "application/json", eviction);
     assert_eq!(code, 201, "{body}");
     assert_eq!(json_of(&body)["status"], "Success");
     let pod = c.get_json(&["pod", "guarded"]);
@@ -1031,8 +992,7 @@ fn eviction_respects_pod_disruption_budgets() {
     );
     let eviction2 =
         br#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"guarded2","namespace":"default"}}"#;
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "POST",
         "/api/v1/namespaces/default/pods/guarded2/eviction",
         "application/json",
@@ -1042,8 +1002,7 @@ fn eviction_respects_pod_disruption_budgets() {
 
     // Pending pods are not protected by budgets (upstream's canIgnorePDB).
     c.apply(&pod_yaml("pending", "{app: guarded}", None), &[]);
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "POST",
         "/api/v1/namespaces/default/pods/pending/eviction",
         "application/json",
@@ -1052,8 +1011,7 @@ fn eviction_respects_pod_disruption_budgets() {
     assert_eq!(code, 201, "{body}");
     assert!(!exists(&c, &["pod", "pending"]));
     // Evicting a missing pod is a 404.
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "POST",
         "/api/v1/namespaces/default/pods/ghost/eviction",
         "application/json",
@@ -1069,7 +1027,7 @@ fn binding_twice_is_a_conflict() {
     let binding =
         br#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"b"},"target":{"kind":"Node","name":"n1"}}"#;
     let path = "/api/v1/namespaces/default/pods/b/binding";
-    let (code, body) = curl(&c, "POST", path, "application/json", binding);
+    let (code, body) = c.admin_curl("POST", path, "application/json", binding);
     assert_eq!(code, 201, "{body}");
     let p = c.get_json(&["pod", "b"]);
     assert_eq!(p["spec"]["nodeName"], "n1");
@@ -1080,7 +1038,7 @@ fn binding_twice_is_a_conflict() {
         .expect("PodScheduled");
     assert_eq!(scheduled["status"], "True");
     let other = br#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"b"},"target":{"kind":"Node","name":"n2"}}"#;
-    let (code, body) = curl(&c, "POST", path, "application/json", other);
+    let (code, body) = c.admin_curl("POST", path, "application/json", other);
     assert_eq!(code, 409, "{body}");
     let st = json_of(&body);
     assert_eq!(st["reason"], "Conflict");
@@ -1092,8 +1050,7 @@ fn binding_twice_is_a_conflict() {
     // The binder's uid precondition: a pod created again under the same name is not bound.
     c.apply(&pod_yaml("again", "{app: b}", None), &[]);
     let stale = br#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"again","uid":"00000000-0000-0000-0000-000000000000"},"target":{"kind":"Node","name":"n1"}}"#;
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "POST",
         "/api/v1/namespaces/default/pods/again/binding",
         "application/json",
@@ -1111,8 +1068,7 @@ fn binding_twice_is_a_conflict() {
     let fresh = format!(
         r#"{{"apiVersion":"v1","kind":"Binding","metadata":{{"name":"again","uid":"{uid}","annotations":{{"example.com/why":"fits"}}}},"target":{{"kind":"Node","name":"n1"}}}}"#
     );
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "POST",
         "/api/v1/namespaces/default/pods/again/binding",
         "application/json",
@@ -1124,16 +1080,14 @@ fn binding_twice_is_a_conflict() {
     assert_eq!(p["spec"]["nodeName"], "n1");
     assert_eq!(p["metadata"]["annotations"]["example.com/why"], "fits");
     // A binding without a target is invalid; to a missing pod, not found.
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "POST",
         path,
         "application/json",
         br#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"b"}}"#,
     );
     assert_eq!(code, 422, "{body}");
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "POST",
         "/api/v1/namespaces/default/pods/ghost/binding",
         "application/json",
@@ -1199,16 +1153,14 @@ fn watch_resource_versions_and_streaming_lists() {
     assert!(evs.is_empty(), "{evs:?}");
 
     // A malformed resourceVersion is a 400, a continue token that is garbage too.
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "GET",
         "/api/v1/namespaces/wt/configmaps?watch=1&resourceVersion=abc",
         "application/json",
         b"",
     );
     assert_eq!(code, 400, "{body}");
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "GET",
         "/api/v1/namespaces/wt/configmaps?limit=1&continue=zzz",
         "application/json",
@@ -1241,8 +1193,7 @@ fn watch_resource_versions_and_streaming_lists() {
     );
     assert!(evs.is_empty(), "{evs:?}");
     // sendInitialEvents needs resourceVersionMatch=NotOlderThan, as upstream validates.
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "GET",
         "/api/v1/namespaces/wt/configmaps?watch=1&sendInitialEvents=true&allowWatchBookmarks=true",
         "application/json",
@@ -1254,8 +1205,7 @@ fn watch_resource_versions_and_streaming_lists() {
         "{body}"
     );
     // ...and is not a list option.
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "GET",
         "/api/v1/namespaces/wt/configmaps?sendInitialEvents=true",
         "application/json",
@@ -1446,7 +1396,7 @@ fn seed_examples_as_written() {
         "/apis/extensions/v1beta1/namespaces/default/deployments",
         "/apis/batch/v1beta1/namespaces/default/cronjobs",
     ] {
-        let (code, body) = curl(&c, "GET", path, "application/json", b"");
+        let (code, body) = c.admin_curl("GET", path, "application/json", b"");
         assert_eq!(code, 404, "{path}: {body}");
     }
     // Moved to apps/v1 as written, the typos (revisonHistoryLimit, sepc) are unknown fields
@@ -1753,8 +1703,7 @@ fn a_terminating_namespace_takes_no_new_content() {
         "{err}"
     );
     // The Status names upstream's NamespaceTerminating cause, which controllers branch on.
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "POST",
         "/api/v1/namespaces/leaving/configmaps",
         "application/json",
@@ -1893,7 +1842,7 @@ fn component_statuses_report_the_parts_this_server_runs() {
 fn json_answers_are_encoded_as_upstreams_encoder_writes_them() {
     let c = Cluster::start(CONTROL_PLANE);
     c.k(&["create", "configmap", "present", "--from-literal=a=b"]);
-    let token = admin_token(&c);
+    let token = c.admin_token();
     let fetch = |method: &str, path: &str, agent: &str| {
         let out = std::process::Command::new("curl")
             .args([

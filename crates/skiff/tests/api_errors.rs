@@ -12,45 +12,10 @@ use common::Cluster;
 use serde_json::Value;
 
 /// One request as a program sends it: the answer's code and its `Status`.
-fn send(c: &Cluster, token: &str, method: &str, path: &str, content_type: &str, body: &str) -> (u16, Value) {
-    let body_file = c.path().join("error-case-body");
-    std::fs::write(&body_file, body).expect("body file");
-    let mut cmd = std::process::Command::new("curl");
-    cmd.args([
-        "-sk",
-        "-A",
-        "skiff-tests",
-        "-X",
-        method,
-        "-w",
-        "\n%{http_code}",
-        "--max-time",
-        "20",
-    ])
-    .arg("-H")
-    .arg(format!("Authorization: Bearer {token}"))
-    .arg("-H")
-    .arg(format!("Content-Type: {content_type}"));
-    if !body.is_empty() {
-        cmd.arg("--data-binary").arg(format!("@{}", body_file.display()));
-    }
-    let out = cmd
-        .arg(format!("https://127.0.0.1:{}{path}", c.port))
-        .output()
-        .expect("curl");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (answer, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    let status = serde_json::from_str(answer).unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {answer}"));
-    (code.trim().parse().unwrap_or(0), status)
-}
-
-fn admin_token(c: &Cluster) -> String {
-    let text = std::fs::read_to_string(c.path().join("tokens.csv")).expect("tokens.csv");
-    text.lines()
-        .next()
-        .and_then(|l| l.split(',').next())
-        .expect("token")
-        .to_string()
+fn send(c: &Cluster, method: &str, path: &str, content_type: &str, body: &str) -> (u16, Value) {
+    let (code, answer) = c.admin_curl(method, path, content_type, body.as_bytes());
+    let status = serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {answer}"));
+    (code, status)
 }
 
 const JSON: &str = "application/json";
@@ -68,7 +33,6 @@ const CM: &str = "/api/v1/namespaces/default/configmaps/c";
 #[test]
 fn every_error_is_worded_as_upstreams_code_words_it() {
     let c = Cluster::start(&["--no-agent", "--no-scheduler"]);
-    let token = admin_token(&c);
     c.k(&["create", "configmap", "c", "--from-literal=a=b"]);
     let rv = c.k(&["get", "configmap", "c", "-o", "jsonpath={.metadata.resourceVersion}"]);
     c.k(&["label", "configmap", "c", "changed=yes"]);
@@ -245,7 +209,7 @@ fn every_error_is_worded_as_upstreams_code_words_it() {
     ];
     let mut wrong = Vec::new();
     for (what, method, path, content_type, body, code, reason, message) in &cases {
-        let (got, status) = send(&c, &token, method, path, content_type, body);
+        let (got, status) = send(&c, method, path, content_type, body);
         let want = (*code, *reason, message.as_str());
         let seen = (
             got,

@@ -13,73 +13,33 @@ use common::{Cluster, eventually};
 
 const CONTROL_PLANE: &[&str] = &["--no-agent", "--no-scheduler"];
 
-fn admin_token(c: &Cluster) -> String {
-    let text = std::fs::read_to_string(c.path().join("tokens.csv")).expect("tokens.csv");
-    text.lines()
-        .next()
-        .and_then(|l| l.split(',').next())
-        .expect("token")
-        .to_string()
-}
-
-/// curl with the admin token; returns (status code, body).
-fn curl(c: &Cluster, method: &str, path: &str, content_type: &str, body: &[u8]) -> (u16, String) {
-    let body_file = c.path().join(format!("body-{}", rand_suffix()));
-    std::fs::write(&body_file, body).expect("body file");
-    let out = std::process::Command::new("curl")
-        // As a program: curl's own agent is answered indented, as upstream answers it.
-        .args(["-sk", "-A", "skiff-tests", "-X", method, "-w", "\n%{http_code}"])
-        .arg("-H")
-        .arg(format!("Authorization: Bearer {}", admin_token(c)))
-        .arg("-H")
-        .arg(format!("Content-Type: {content_type}"))
-        .arg("--data-binary")
-        .arg(format!("@{}", body_file.display()))
-        .arg(format!("https://127.0.0.1:{}{path}", c.port))
-        .output()
-        .expect("curl");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string())
-}
-
-fn rand_suffix() -> u64 {
-    use std::time::{SystemTime, UNIX_EPOCH};
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
-
 #[test]
 fn bad_input_gets_status_errors_and_changes_nothing() {
     let c = Cluster::start(CONTROL_PLANE);
     let pods = "/api/v1/namespaces/default/pods";
-    let (code, body) = curl(&c, "POST", pods, "application/json", b"{\"kind\":\"Pod\",");
+    let (code, body) = c.admin_curl("POST", pods, "application/json", b"{\"kind\":\"Pod\",");
     assert_eq!(code, 400, "{body}");
     assert!(body.contains("\"reason\":\"BadRequest\""), "{body}");
-    let (code, _) = curl(&c, "POST", pods, "application/yaml", b"kind: [unclosed");
+    let (code, _) = c.admin_curl("POST", pods, "application/yaml", b"kind: [unclosed");
     assert_eq!(code, 400);
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "POST",
         pods,
         "application/vnd.kubernetes.protobuf",
         b"k8s\x00\x0a\xff\xff\xff",
     );
     assert_eq!(code, 400, "{body}");
-    let (code, body) = curl(&c, "POST", pods, "application/json", &vec![b' '; 4 * 1024 * 1024]);
+    let (code, body) = c.admin_curl("POST", pods, "application/json", &vec![b' '; 4 * 1024 * 1024]);
     assert_eq!(code, 413, "{body}");
     let invalid = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"Bad_Name"},"spec":{"containers":[]}}"#;
-    let (code, body) = curl(&c, "POST", pods, "application/json", invalid);
+    let (code, body) = c.admin_curl("POST", pods, "application/json", invalid);
     assert_eq!(code, 422, "{body}");
     assert!(
         body.contains("\"reason\":\"Invalid\"") && body.contains("causes"),
         "{body}"
     );
     let unknown = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"u"},"bogus":1}"#;
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "POST",
         "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
         "application/json",
@@ -95,7 +55,7 @@ fn bad_input_gets_status_errors_and_changes_nothing() {
     let bogus_configmap = |name: String, query: &str| {
         let body = format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}},"bogus":1}}"#);
         let path = format!("/api/v1/namespaces/default/configmaps?{query}");
-        curl(&c, "POST", &path, "application/json", body.as_bytes())
+        c.admin_curl("POST", &path, "application/json", body.as_bytes())
     };
     for i in 0..4 {
         let (code, body) = bogus_configmap(format!("i{i}"), "fieldValidation=Ignore&dryRun=All");
@@ -105,14 +65,13 @@ fn bad_input_gets_status_errors_and_changes_nothing() {
     }
     // A wrong-typed field is a 400/422, never a 500.
     let wrong = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"w"},"spec":{"containers":"nope"}}"#;
-    let (code, body) = curl(&c, "POST", pods, "application/json", wrong);
+    let (code, body) = c.admin_curl("POST", pods, "application/json", wrong);
     assert!(code == 400 || code == 422, "{code} {body}");
     // Conflict on a stale resourceVersion.
     c.k(&["create", "configmap", "cc", "--from-literal=a=1"]);
     let stale =
         br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cc","resourceVersion":"1"},"data":{"a":"2"}}"#;
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "PUT",
         "/api/v1/namespaces/default/configmaps/cc",
         "application/json",
@@ -122,8 +81,7 @@ fn bad_input_gets_status_errors_and_changes_nothing() {
     assert!(body.contains("the object has been modified"), "{body}");
     // A create that names a resourceVersion is refused, as upstream.
     let with_rv = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"rv","resourceVersion":"5"}}"#;
-    let (code, body) = curl(
-        &c,
+    let (code, body) = c.admin_curl(
         "POST",
         "/api/v1/namespaces/default/configmaps",
         "application/json",

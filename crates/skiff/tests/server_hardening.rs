@@ -23,15 +23,6 @@ use common::{Cluster, eventually, tail};
 
 const CONTROL_PLANE: &[&str] = &["--no-agent", "--no-scheduler"];
 
-fn admin_token(c: &Cluster) -> String {
-    let text = std::fs::read_to_string(c.path().join("tokens.csv")).expect("tokens.csv");
-    text.lines()
-        .next()
-        .and_then(|l| l.split(',').next())
-        .expect("token")
-        .to_string()
-}
-
 type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 
 /// A TLS connection to the server (HTTP/1.1), verified against the cluster's CA.
@@ -113,7 +104,7 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
 /// One request on a connection of its own.
 fn request(c: &Cluster, method: &str, path: &str, body: &str) -> Answer {
     let mut tls = connect(c);
-    send(&mut tls, &admin_token(c), method, path, body.len(), body.as_bytes());
+    send(&mut tls, &c.admin_token(), method, path, body.len(), body.as_bytes());
     read_response(&mut tls).expect("a response")
 }
 
@@ -121,7 +112,7 @@ fn request(c: &Cluster, method: &str, path: &str, body: &str) -> Answer {
 /// closes or `--request-timeout` passes.
 fn stalled(c: &Cluster, method: &str, path: &str) -> Tls {
     let mut tls = connect(c);
-    send(&mut tls, &admin_token(c), method, path, 100, b"{");
+    send(&mut tls, &c.admin_token(), method, path, 100, b"{");
     tls
 }
 
@@ -257,7 +248,7 @@ fn at_max_connections_new_connections_wait_until_others_close() {
 #[test]
 fn oversized_headers_are_a_431_and_oversized_bodies_a_413() {
     let c = Cluster::start(CONTROL_PLANE);
-    let token = admin_token(&c);
+    let token = c.admin_token();
     // HTTP/1.1: fields of 60,000 bytes, `total` bytes of them.
     let http1 = |total: usize| -> u16 {
         let fields: String = (0..total.div_ceil(60_000))
@@ -349,7 +340,7 @@ fn over_max_in_flight_a_burst_gets_429_with_retry_after() {
                 )
             };
             let mut tls = connect(&c);
-            send(&mut tls, &admin_token(&c), method, path, body.len(), body.as_bytes());
+            send(&mut tls, &c.admin_token(), method, path, body.len(), body.as_bytes());
             tls
         })
         .collect();
@@ -362,7 +353,7 @@ fn over_max_in_flight_a_burst_gets_429_with_retry_after() {
     let mut watch = connect(&c);
     send(
         &mut watch,
-        &admin_token(&c),
+        &c.admin_token(),
         "GET",
         "/api/v1/namespaces/default/configmaps?watch=1",
         0,
@@ -423,7 +414,7 @@ fn past_request_timeout_a_write_is_a_504_and_nothing_is_written() {
     let started = Instant::now();
     send(
         &mut tls,
-        &admin_token(&c),
+        &c.admin_token(),
         "POST",
         "/api/v1/namespaces/default/configmaps",
         body.len(),
@@ -481,7 +472,7 @@ spec:
     let writers: Vec<_> = (0..4)
         .map(|w| {
             let mut tls = connect(&n.c);
-            let token = admin_token(&n.c);
+            let token = n.c.admin_token();
             let stop = stop.clone();
             std::thread::spawn(move || {
                 let mut acknowledged = Vec::new();

@@ -390,6 +390,51 @@ impl Cluster {
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
+
+    /// The bootstrap administrator's bearer token (the first line of `tokens.csv`).
+    pub fn admin_token(&self) -> String {
+        let text = std::fs::read_to_string(self.path().join("tokens.csv")).expect("tokens.csv");
+        text.lines()
+            .next()
+            .and_then(|l| l.split(',').next())
+            .expect("token")
+            .to_string()
+    }
+
+    /// One request with curl as the administrator, sent as a program sends it (an agent of
+    /// its own: upstream indents its answers for curl's); the answer's code and body.
+    pub fn admin_curl(&self, method: &str, path: &str, content_type: &str, body: &[u8]) -> (u16, String) {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let body_file = self.path().join(format!("body-{}", N.fetch_add(1, Ordering::Relaxed)));
+        std::fs::write(&body_file, body).expect("body file");
+        let mut cmd = Command::new("curl");
+        cmd.args([
+            "-sk",
+            "-A",
+            "skiff-tests",
+            "-X",
+            method,
+            "-w",
+            "\n%{http_code}",
+            "--max-time",
+            "20",
+        ])
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {}", self.admin_token()))
+        .arg("-H")
+        .arg(format!("Content-Type: {content_type}"));
+        if !body.is_empty() {
+            cmd.arg("--data-binary").arg(format!("@{}", body_file.display()));
+        }
+        let out = cmd
+            .arg(format!("https://127.0.0.1:{}{path}", self.port))
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (answer, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.trim().parse().unwrap_or(0), answer.to_string())
+    }
 }
 
 /// The whitespace-split cells of `kubectl get` output: the header, then each row.
